@@ -14,12 +14,13 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use hmac::{Hmac, Mac};
+use hmac::Hmac;
 use sha2::Sha256;
 
 use crate::error::PlacementError;
 use crate::fleet::ShardIndex;
 use crate::key::PlacementKey;
+use crate::short_hmac::{self, MAX_SHORT_MESSAGE, PaddedKey};
 
 /// Up to this many members, duplicates are found by scanning the output,
 /// which beats hashing for the small `k` that shuffle sharding uses.
@@ -28,8 +29,9 @@ const LINEAR_SCAN_MAX_K: usize = 32;
 /// Recipe 12.1 bound to one key and one fleet size.
 ///
 /// The keyed HMAC state (the inner and outer pads, one SHA-256 block each) is
-/// computed once here and cloned per tenant, which halves the cost of a
-/// placement compared with keying the HMAC every time.
+/// computed once here, so a placement of a tenant id of up to 46 bytes costs
+/// two SHA-256 compressions per digest; longer ids go through the `hmac`
+/// crate with the same precomputed key.
 ///
 /// ```
 /// use placement::{HmacModulo, PlacementKey};
@@ -39,6 +41,7 @@ const LINEAR_SCAN_MAX_K: usize = 32;
 /// ```
 #[derive(Clone)]
 pub struct HmacModulo {
+    padded: PaddedKey,
     mac: Hmac<Sha256>,
     n: u32,
     /// The largest word accepted: `⌊2^64 / n⌋ · n − 1`.
@@ -54,6 +57,7 @@ impl HmacModulo {
         // 2^64 mod n, computed without overflowing u64.
         let excess = ((u64::MAX % u64::from(n)) + 1) % u64::from(n);
         Ok(Self {
+            padded: key.padded(),
             mac: key.mac(),
             n,
             max_accepted: u64::MAX - excess,
@@ -93,13 +97,26 @@ impl HmacModulo {
         // linear duplicate scan quadratic.
         let mut seen: Option<HashSet<ShardIndex>> =
             (k > LINEAR_SCAN_MAX_K).then(|| HashSet::with_capacity(k));
+        // The message is `tenant ‖ 0x00 ‖ counter`; for short tenants it is
+        // laid out once in a block and only the counter bytes change.
+        let message_len = tenant.len() + 9;
+        let mut block = [0u8; 64];
+        let short = message_len <= MAX_SHORT_MESSAGE;
+        if short {
+            block[..tenant.len()].copy_from_slice(tenant.as_bytes());
+        }
         let mut counter: u64 = 0;
         while out.len() < k {
-            let mut mac = self.mac.clone();
-            mac.update(tenant.as_bytes());
-            mac.update(&[0]);
-            mac.update(&counter.to_be_bytes());
-            let digest = mac.finalize().into_bytes();
+            let digest = if short {
+                block[tenant.len()] = 0;
+                block[tenant.len() + 1..message_len].copy_from_slice(&counter.to_be_bytes());
+                self.padded.mac_block(&mut block, message_len)
+            } else {
+                short_hmac::mac_any(
+                    &self.mac,
+                    &[tenant.as_bytes(), &[0], &counter.to_be_bytes()],
+                )
+            };
             counter += 1;
             for word in digest.chunks_exact(8) {
                 let word = u64::from_be_bytes(word.try_into().expect("8-byte chunk"));

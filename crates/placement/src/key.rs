@@ -106,6 +106,11 @@ impl PlacementKey {
         <Hmac<Sha256> as KeyInit>::new_from_slice(&self.bytes).expect("HMAC takes any key length")
     }
 
+    /// The precomputed HMAC pads for single-block messages.
+    pub(crate) fn padded(&self) -> crate::short_hmac::PaddedKey {
+        crate::short_hmac::PaddedKey::new(&self.bytes)
+    }
+
     /// A subkey for one purpose, so that the algorithms never feed the same
     /// HMAC key with messages that could collide across purposes.
     pub(crate) fn derive(&self, label: &[u8]) -> PlacementKey {

@@ -8,22 +8,26 @@
 
 use std::fmt;
 
-use hmac::{Hmac, Mac};
+use hmac::Hmac;
 use sha2::Sha256;
 
 use crate::key::PlacementKey;
+use crate::short_hmac::{self, MAX_SHORT_MESSAGE, PaddedKey};
 
 /// An HMAC-SHA256 keyed for one purpose, cloned per message.
 #[derive(Clone)]
 pub(crate) struct KeyedHasher {
+    padded: PaddedKey,
     mac: Hmac<Sha256>,
 }
 
 impl KeyedHasher {
     /// A hasher under a subkey derived from `key` for `purpose`.
     pub(crate) fn new(key: &PlacementKey, purpose: &[u8]) -> Self {
+        let subkey = key.derive(purpose);
         Self {
-            mac: key.derive(purpose).mac(),
+            padded: subkey.padded(),
+            mac: subkey.mac(),
         }
     }
 
@@ -31,14 +35,42 @@ impl KeyedHasher {
     /// big-endian words. The domain byte string keeps tenants, shards and
     /// zones from ever hashing to the same message.
     pub(crate) fn hash(&self, domain: &[u8], label: &[u8]) -> TenantHash {
-        let mut mac = self.mac.clone();
-        mac.update(domain);
-        mac.update(&[0]);
-        mac.update(label);
-        let digest = mac.finalize().into_bytes();
+        let len = domain.len() + 1 + label.len();
+        let digest = if len <= MAX_SHORT_MESSAGE {
+            let mut block = [0u8; 64];
+            block[..domain.len()].copy_from_slice(domain);
+            block[domain.len() + 1..len].copy_from_slice(label);
+            self.padded.mac_block(&mut block, len)
+        } else {
+            short_hmac::mac_any(&self.mac, &[domain, &[0], label])
+        };
         let word =
             |i: usize| u64::from_be_bytes(digest[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
         TenantHash([word(0), word(1)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_and_long_labels_hash_like_plain_hmac() {
+        let key = PlacementKey::from_bytes(b"k".to_vec());
+        let hasher = KeyedHasher::new(&key, b"test");
+        for len in [0, 10, 48, 49, 200] {
+            let label = vec![b'x'; len];
+            let full = short_hmac::mac_any(&key.derive(b"test").mac(), &[b"tenant", &[0], &label]);
+            let expected = [
+                u64::from_be_bytes(full[..8].try_into().unwrap()),
+                u64::from_be_bytes(full[8..16].try_into().unwrap()),
+            ];
+            assert_eq!(
+                hasher.hash(b"tenant", &label).0,
+                expected,
+                "label of {len} bytes"
+            );
+        }
     }
 }
 

@@ -39,6 +39,7 @@ mod keyed_hash;
 pub mod migration;
 mod placer;
 mod rendezvous;
+mod short_hmac;
 mod zones;
 
 pub use error::{KeyError, PlacementError};
