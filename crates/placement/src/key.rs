@@ -52,7 +52,7 @@ impl PlacementKey {
     /// ignored).
     pub fn from_hex(hex: &str) -> Result<Self, KeyError> {
         let hex = hex.trim();
-        if hex.len() % 2 != 0 {
+        if !hex.len().is_multiple_of(2) {
             return Err(KeyError::OddHexLength { len: hex.len() });
         }
         let digits = hex.as_bytes();

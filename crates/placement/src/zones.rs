@@ -191,7 +191,7 @@ impl ZoneAware {
                 (rank, position)
             })
             .collect();
-        order.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        order.sort_unstable_by_key(|&(rank, _)| std::cmp::Reverse(rank));
         order.into_iter().map(|(_, position)| position).collect()
     }
 }
