@@ -49,8 +49,11 @@ fn naive_recipe(key: &[u8], tenant: &str, n: u32, k: usize) -> Vec<u32> {
     chosen
 }
 
-/// Runs `place` once per tenant and reports time per tenant.
-fn per_tenant(c: &mut Criterion, group: &str, cases: Vec<(&str, Box<dyn Fn(&str) + '_>)>) {
+/// A named way of placing one tenant.
+type Case<'a> = (&'static str, Box<dyn Fn(&str) + 'a>);
+
+/// Runs every case once per tenant and reports time per tenant.
+fn per_tenant(c: &mut Criterion, group: &str, cases: Vec<Case<'_>>) {
     let tenants = tenants();
     let mut group = c.benchmark_group(group);
     group.throughput(Throughput::Elements(TENANTS as u64));
