@@ -1,0 +1,426 @@
+//! Blast radius under failure sets: who is fully down, who is degraded, and
+//! how much capacity the degraded lose, for declared sets and exhaustive (or
+//! sampled) sweeps.
+//!
+//! A tenant is *fully down* when its whole subset is inside the failed set
+//! and *degraded* when at least one of its members is. Both are answered
+//! from [`SubsetTables`] rather than by looping over tenants: fully down is a
+//! sum of exact-subset counts over the subsets of `F`, degraded an
+//! inclusion–exclusion over containment counts. A failure set too large for
+//! that (a zone outage) is answered by one scan over the distinct subsets.
+
+use std::sync::OnceLock;
+
+use placement::ShardIndex;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::error::AnalysisError;
+use crate::overlap::binomial;
+use crate::placements::Placements;
+use crate::sample::SplitMix64;
+use crate::tables::{SubsetTables, Table, for_each_combination};
+
+/// Failure sets evaluated per parallel batch in a sweep.
+const SWEEP_BATCH: usize = 16_384;
+
+/// What one failure set does.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Impact {
+    /// The failed shards (indices, sorted).
+    pub failed: Vec<ShardIndex>,
+    /// Tenants whose whole subset failed.
+    pub fully_down: u64,
+    /// Tenants with at least one failed member (the fully down included).
+    pub degraded: u64,
+    /// The mean share of its members a degraded tenant lost (0 when nobody
+    /// is degraded). With failover inside the subset this is the share of
+    /// capacity lost.
+    pub capacity_lost: f64,
+}
+
+/// One figure across every failure set of a sweep.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepFigure {
+    /// The largest count seen.
+    pub worst: u64,
+    /// The first failure set (in enumeration order) that caused it.
+    pub worst_failed: Vec<ShardIndex>,
+    /// The mean count over all sets.
+    pub mean: f64,
+    /// The median count (nearest rank).
+    pub p50: u64,
+    /// The 99th percentile count (nearest rank).
+    pub p99: u64,
+}
+
+/// Fully-down and degraded counts across all failure sets of one size.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sweep {
+    /// The size of every failure set.
+    pub failures: usize,
+    /// How many sets were evaluated.
+    pub sets: u64,
+    /// Whether the sets were a random sample (because there were more than
+    /// the limit) rather than all of them.
+    pub sampled: bool,
+    /// Fully-down tenants.
+    pub fully_down: SweepFigure,
+    /// Degraded tenants.
+    pub degraded: SweepFigure,
+}
+
+/// The blast-radius model of one placed population.
+#[derive(Debug)]
+pub struct BlastModel {
+    n: usize,
+    tenants: u64,
+    max_k: usize,
+    tables: SubsetTables,
+    /// `containment[m]`, built on first use.
+    containment: Vec<OnceLock<Table>>,
+    /// For each shard, the sum over its tenants of `1 / k_t`: the capacity
+    /// its failure takes away, in tenant-units.
+    lost_share: Vec<f64>,
+    /// For each shard, how many tenants it serves.
+    per_shard: Vec<u64>,
+}
+
+impl BlastModel {
+    /// Builds the model for a placed population.
+    pub fn new(placements: &Placements) -> Result<Self, AnalysisError> {
+        let tables = SubsetTables::build(placements, None)?;
+        let n = placements.shards();
+        let mut lost_share = vec![0.0; n];
+        let mut per_shard = vec![0u64; n];
+        for subset in placements.iter() {
+            let share = 1.0 / subset.len() as f64;
+            for &index in subset {
+                lost_share[index as usize] += share;
+                per_shard[index as usize] += 1;
+            }
+        }
+        let max_k = placements.max_k();
+        Ok(Self {
+            n,
+            tenants: placements.len() as u64,
+            max_k,
+            tables,
+            containment: (0..=max_k).map(|_| OnceLock::new()).collect(),
+            lost_share,
+            per_shard,
+        })
+    }
+
+    /// Number of shards.
+    pub fn shards(&self) -> usize {
+        self.n
+    }
+
+    /// Number of tenants.
+    pub fn tenants(&self) -> u64 {
+        self.tenants
+    }
+
+    /// The largest subset size.
+    pub fn max_k(&self) -> usize {
+        self.max_k
+    }
+
+    /// Tenants served by each shard.
+    pub fn tenants_per_shard(&self) -> &[u64] {
+        &self.per_shard
+    }
+
+    /// Number of distinct subsets in the population.
+    pub fn distinct_subsets(&self) -> usize {
+        self.tables
+            .exact
+            .iter()
+            .map(|table| table.rows().len())
+            .sum()
+    }
+
+    pub(crate) fn tables(&self) -> &SubsetTables {
+        &self.tables
+    }
+
+    /// The containment table for sets of size `m` (1 ≤ m ≤ max k).
+    pub(crate) fn containment(&self, m: usize) -> &Table {
+        self.containment[m].get_or_init(|| self.tables.containment(m))
+    }
+
+    /// Validates and normalises a failure set: indices in range, sorted,
+    /// duplicates removed.
+    pub fn failure_set(&self, failed: &[ShardIndex]) -> Result<Vec<ShardIndex>, AnalysisError> {
+        if failed.is_empty() {
+            return Err(AnalysisError::EmptyFailureSet);
+        }
+        if let Some(&bad) = failed.iter().find(|&&index| index as usize >= self.n) {
+            return Err(AnalysisError::UnknownShard {
+                shard: bad.to_string(),
+                n: self.n,
+            });
+        }
+        let mut sorted = failed.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        Ok(sorted)
+    }
+
+    /// What failing these shards does.
+    pub fn impact(&self, failed: &[ShardIndex]) -> Result<Impact, AnalysisError> {
+        let failed = self.failure_set(failed)?;
+        let (fully_down, degraded) =
+            if self.lookup_cost(failed.len()) <= self.distinct_subsets() as u128 {
+                self.counts_by_lookup(&failed)
+            } else {
+                self.counts_by_scan(&failed)
+            };
+        Ok(Impact {
+            capacity_lost: self.capacity_lost(&failed, degraded),
+            failed,
+            fully_down,
+            degraded,
+        })
+    }
+
+    fn capacity_lost(&self, failed: &[ShardIndex], degraded: u64) -> f64 {
+        if degraded == 0 {
+            return 0.0;
+        }
+        let lost: f64 = failed
+            .iter()
+            .map(|&index| self.lost_share[index as usize])
+            .sum();
+        lost / degraded as f64
+    }
+
+    /// Lookups needed to answer a failure set of size `f` from the tables.
+    fn lookup_cost(&self, f: usize) -> u128 {
+        (1..=f.min(self.max_k))
+            .map(|m| binomial(f as u64, m as u64))
+            .sum()
+    }
+
+    /// Fully down and degraded by table lookups over the subsets of `failed`.
+    fn counts_by_lookup(&self, failed: &[ShardIndex]) -> (u64, u64) {
+        let packer = self.tables.packer;
+        let mut fully_down = 0;
+        let mut degraded: i128 = 0;
+        for m in 1..=failed.len().min(self.max_k) {
+            let exact = &self.tables.exact[m];
+            let containment = self.containment(m);
+            let sign = if m % 2 == 1 { 1 } else { -1 };
+            for_each_combination(failed, m, |set| {
+                let key = packer.pack(set);
+                if let Some(row) = exact.get(key) {
+                    fully_down += row.tenants;
+                }
+                if let Some(row) = containment.get(key) {
+                    degraded += sign * i128::from(row.tenants);
+                }
+            });
+        }
+        (fully_down, degraded as u64)
+    }
+
+    /// Fully down and degraded by one pass over the distinct subsets.
+    fn counts_by_scan(&self, failed: &[ShardIndex]) -> (u64, u64) {
+        let mut is_failed = vec![false; self.n];
+        for &index in failed {
+            is_failed[index as usize] = true;
+        }
+        let packer = self.tables.packer;
+        let mut fully_down = 0;
+        let mut degraded = 0;
+        for (size, table) in self.tables.exact.iter().enumerate().skip(1) {
+            let (down, hit) = table
+                .rows()
+                .par_iter()
+                .map_init(Vec::new, |members, row| {
+                    packer.unpack(row.key, size, members);
+                    let failed_members = members.iter().filter(|&&m| is_failed[m as usize]).count();
+                    let down = if failed_members == size {
+                        row.tenants
+                    } else {
+                        0
+                    };
+                    let hit = if failed_members > 0 { row.tenants } else { 0 };
+                    (down, hit)
+                })
+                .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+            fully_down += down;
+            degraded += hit;
+        }
+        (fully_down, degraded)
+    }
+
+    /// Every failure set of `failures` shards, or a seeded random sample of
+    /// `max_sets` of them when there are more. `progress` is called with the
+    /// number of sets finished so far.
+    pub fn sweep(
+        &self,
+        failures: usize,
+        max_sets: u64,
+        seed: u64,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<Sweep, AnalysisError> {
+        if failures == 0 {
+            return Err(AnalysisError::EmptyFailureSet);
+        }
+        if failures > self.n {
+            return Err(AnalysisError::TooManyFailures {
+                failures,
+                n: self.n,
+            });
+        }
+        // Build the tables up front, in parallel, not inside the first batch.
+        for m in 1..=failures.min(self.max_k) {
+            self.containment(m);
+        }
+        let total = binomial(self.n as u64, failures as u64);
+        let sampled = total > u128::from(max_sets.max(1));
+        let sets = if sampled {
+            max_sets.max(1)
+        } else {
+            total as u64
+        };
+
+        let mut source = SetSource::new(self.n, failures, sampled, seed);
+        let mut fully_down = Vec::with_capacity(sets as usize);
+        let mut degraded = Vec::with_capacity(sets as usize);
+        let mut worst_down: (u64, Vec<ShardIndex>) = (0, Vec::new());
+        let mut worst_degraded: (u64, Vec<ShardIndex>) = (0, Vec::new());
+        let mut done = 0u64;
+        let mut batch: Vec<ShardIndex> = Vec::with_capacity(SWEEP_BATCH * failures);
+        while done < sets {
+            batch.clear();
+            let in_batch = (sets - done).min(SWEEP_BATCH as u64) as usize;
+            for _ in 0..in_batch {
+                source.next_into(&mut batch);
+            }
+            let results: Vec<(u64, u64)> = batch
+                .par_chunks_exact(failures)
+                .map(|set| self.counts_by_lookup(set))
+                .collect();
+            for (set, &(down, hit)) in batch.chunks_exact(failures).zip(&results) {
+                if down > worst_down.0 || worst_down.1.is_empty() {
+                    worst_down = (down, set.to_vec());
+                }
+                if hit > worst_degraded.0 || worst_degraded.1.is_empty() {
+                    worst_degraded = (hit, set.to_vec());
+                }
+                fully_down.push(down);
+                degraded.push(hit);
+            }
+            done += in_batch as u64;
+            progress(done, sets);
+        }
+        Ok(Sweep {
+            failures,
+            sets,
+            sampled,
+            fully_down: figure(fully_down, worst_down.1),
+            degraded: figure(degraded, worst_degraded.1),
+        })
+    }
+}
+
+/// Summarises the counts of a sweep.
+fn figure(mut counts: Vec<u64>, worst_failed: Vec<ShardIndex>) -> SweepFigure {
+    let mean = counts.iter().map(|&c| c as f64).sum::<f64>() / counts.len().max(1) as f64;
+    counts.par_sort_unstable();
+    SweepFigure {
+        worst: counts.last().copied().unwrap_or(0),
+        worst_failed,
+        mean,
+        p50: nearest_rank(&counts, 0.50),
+        p99: nearest_rank(&counts, 0.99),
+    }
+}
+
+/// The nearest-rank percentile of sorted values: the smallest value with at
+/// least `q` of the values at or below it.
+pub(crate) fn nearest_rank(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Yields failure sets: all of them in lexicographic order, or seeded
+/// uniform random ones.
+struct SetSource {
+    n: usize,
+    size: usize,
+    next: Option<Vec<ShardIndex>>,
+    random: Option<SplitMix64>,
+}
+
+impl SetSource {
+    fn new(n: usize, size: usize, sampled: bool, seed: u64) -> Self {
+        Self {
+            n,
+            size,
+            next: Some((0..size as ShardIndex).collect()),
+            random: sampled.then(|| SplitMix64::new(seed)),
+        }
+    }
+
+    fn next_into(&mut self, out: &mut Vec<ShardIndex>) {
+        if let Some(random) = &mut self.random {
+            let start = out.len();
+            random.sample_set(self.n, self.size, out);
+            out[start..].sort_unstable();
+            return;
+        }
+        let current = self
+            .next
+            .take()
+            .expect("the caller asks for at most C(n, size) sets");
+        out.extend_from_slice(&current);
+        let mut positions = current;
+        let (n, m) = (self.n as ShardIndex, self.size);
+        if let Some(i) = (0..m)
+            .rev()
+            .find(|&i| positions[i] < n - m as ShardIndex + i as ShardIndex)
+        {
+            positions[i] += 1;
+            for j in i + 1..m {
+                positions[j] = positions[j - 1] + 1;
+            }
+            self.next = Some(positions);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let values: Vec<u64> = (1..=100).collect();
+        assert_eq!(nearest_rank(&values, 0.5), 50);
+        assert_eq!(nearest_rank(&values, 0.99), 99);
+        assert_eq!(nearest_rank(&[7], 0.99), 7);
+        assert_eq!(nearest_rank(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn set_source_enumerates_all_sets() {
+        let mut source = SetSource::new(5, 3, false, 0);
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            source.next_into(&mut out);
+        }
+        let sets: Vec<&[ShardIndex]> = out.chunks_exact(3).collect();
+        assert_eq!(sets.first().unwrap(), &[0, 1, 2]);
+        assert_eq!(sets.last().unwrap(), &[2, 3, 4]);
+        let mut unique = sets.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), 10);
+    }
+}

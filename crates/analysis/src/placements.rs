@@ -1,0 +1,148 @@
+//! Every tenant's subset, computed once (in parallel) and stored compactly.
+//!
+//! Analysis only ever needs subsets as *sets*, so each tenant's members are
+//! stored sorted. With no per-tenant overrides every subset has the same
+//! size and no offsets are stored at all.
+
+use placement::{Placer, ShardIndex};
+use rayon::prelude::*;
+
+use crate::population::Population;
+
+/// Tenants per parallel work item: large enough to amortise scheduling,
+/// small enough to balance two cores.
+const CHUNK: usize = 4096;
+
+#[derive(Debug, Clone)]
+enum Layout {
+    /// Every subset has this many members.
+    Uniform(usize),
+    /// Tenant `t`'s members are `members[offsets[t]..offsets[t + 1]]`.
+    Ragged(Vec<usize>),
+}
+
+/// Sorted subsets of a whole population.
+#[derive(Debug, Clone)]
+pub struct Placements {
+    n: usize,
+    members: Vec<ShardIndex>,
+    layout: Layout,
+}
+
+impl Placements {
+    /// Places every tenant of `population` with `placer`.
+    pub fn compute(placer: &Placer, population: &Population) -> Self {
+        let n = placer.fleet().len();
+        let tenants = population.len();
+        let any_override = (0..tenants)
+            .into_par_iter()
+            .any(|t| placer.has_override(&population.id(t)));
+        if !any_override {
+            let k = placer.config().k as usize;
+            let mut members = vec![0; tenants * k];
+            members
+                .par_chunks_mut(CHUNK * k)
+                .enumerate()
+                .for_each(|(chunk, out)| {
+                    let mut subset = Vec::with_capacity(k);
+                    for (offset, slot) in out.chunks_exact_mut(k).enumerate() {
+                        placer.subset_into(&population.id(chunk * CHUNK + offset), &mut subset);
+                        subset.sort_unstable();
+                        slot.copy_from_slice(&subset);
+                    }
+                });
+            return Self {
+                n,
+                members,
+                layout: Layout::Uniform(k),
+            };
+        }
+        let chunks: Vec<(Vec<ShardIndex>, Vec<usize>)> = (0..tenants.div_ceil(CHUNK))
+            .into_par_iter()
+            .map(|chunk| {
+                let mut members = Vec::new();
+                let mut sizes = Vec::new();
+                let mut subset = Vec::new();
+                for t in chunk * CHUNK..((chunk + 1) * CHUNK).min(tenants) {
+                    placer.subset_into(&population.id(t), &mut subset);
+                    subset.sort_unstable();
+                    members.extend_from_slice(&subset);
+                    sizes.push(subset.len());
+                }
+                (members, sizes)
+            })
+            .collect();
+        let mut members = Vec::new();
+        let mut offsets = Vec::with_capacity(tenants + 1);
+        offsets.push(0);
+        for (chunk_members, sizes) in chunks {
+            members.extend_from_slice(&chunk_members);
+            for size in sizes {
+                offsets.push(offsets.last().copied().unwrap_or(0) + size);
+            }
+        }
+        Self {
+            n,
+            members,
+            layout: Layout::Ragged(offsets),
+        }
+    }
+
+    /// Builds placements from explicit subsets (used by tests and by callers
+    /// that place tenants themselves). Each subset is sorted here.
+    pub fn from_subsets(n: usize, subsets: &[Vec<ShardIndex>]) -> Self {
+        let mut members = Vec::new();
+        let mut offsets = vec![0];
+        for subset in subsets {
+            let mut sorted = subset.clone();
+            sorted.sort_unstable();
+            members.extend_from_slice(&sorted);
+            offsets.push(members.len());
+        }
+        Self {
+            n,
+            members,
+            layout: Layout::Ragged(offsets),
+        }
+    }
+
+    /// Number of shards in the fleet.
+    pub fn shards(&self) -> usize {
+        self.n
+    }
+
+    /// Number of tenants.
+    pub fn len(&self) -> usize {
+        match &self.layout {
+            Layout::Uniform(0) => 0,
+            Layout::Uniform(k) => self.members.len() / k,
+            Layout::Ragged(offsets) => offsets.len() - 1,
+        }
+    }
+
+    /// Whether there are no tenants.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tenant `t`'s members, sorted.
+    pub fn subset(&self, t: usize) -> &[ShardIndex] {
+        match &self.layout {
+            Layout::Uniform(k) => &self.members[t * k..(t + 1) * k],
+            Layout::Ragged(offsets) => &self.members[offsets[t]..offsets[t + 1]],
+        }
+    }
+
+    /// Every tenant's members, in tenant order.
+    pub fn iter(&self) -> impl Iterator<Item = &[ShardIndex]> + '_ {
+        (0..self.len()).map(|t| self.subset(t))
+    }
+
+    /// The largest subset size.
+    pub fn max_k(&self) -> usize {
+        match &self.layout {
+            Layout::Uniform(k) => *k,
+            Layout::Ragged(offsets) => offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0),
+        }
+    }
+}

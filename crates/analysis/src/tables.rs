@@ -1,0 +1,231 @@
+//! Count tables over subsets: how many tenants have exactly a given subset,
+//! and how many have a subset containing a given set of shards.
+//!
+//! These replace Recipe 12.2's loops over tenants. A tenant population of
+//! millions collapses to its distinct subsets, and every question about a
+//! failure set `F` becomes a handful of lookups over the subsets of `F`
+//! (fully down: tenants whose subset is inside `F`; degraded: inclusion–
+//! exclusion over the containment counts).
+//!
+//! Sets of shard indices are packed into a `u128`, `bits` bits per index,
+//! smallest first; tables are sorted vectors searched by binary search.
+
+use placement::ShardIndex;
+use rayon::prelude::*;
+
+use crate::error::AnalysisError;
+use crate::placements::Placements;
+
+/// Packs sorted shard-index sets into `u128` keys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Packer {
+    bits: u32,
+}
+
+impl Packer {
+    pub(crate) fn new(n: usize) -> Self {
+        let bits = (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1);
+        Self { bits }
+    }
+
+    /// The largest set size that fits one key.
+    pub(crate) fn capacity(self) -> usize {
+        (128 / self.bits) as usize
+    }
+
+    #[inline]
+    pub(crate) fn pack(self, sorted: &[ShardIndex]) -> u128 {
+        sorted
+            .iter()
+            .rev()
+            .fold(0u128, |key, &index| (key << self.bits) | u128::from(index))
+    }
+
+    pub(crate) fn unpack(self, mut key: u128, len: usize, out: &mut Vec<ShardIndex>) {
+        out.clear();
+        let mask = (1u128 << self.bits) - 1;
+        for _ in 0..len {
+            out.push((key & mask) as ShardIndex);
+            key >>= self.bits;
+        }
+    }
+}
+
+/// Calls `visit` with every `m`-element subset of `items` (in lexicographic
+/// order of positions), reusing one buffer.
+pub(crate) fn for_each_combination(
+    items: &[ShardIndex],
+    m: usize,
+    mut visit: impl FnMut(&[ShardIndex]),
+) {
+    let len = items.len();
+    if m > len {
+        return;
+    }
+    let mut positions: Vec<usize> = (0..m).collect();
+    let mut chosen: Vec<ShardIndex> = positions.iter().map(|&p| items[p]).collect();
+    loop {
+        visit(&chosen);
+        // Advance the rightmost position that can still move.
+        let Some(i) = (0..m).rev().find(|&i| positions[i] < len - m + i) else {
+            return;
+        };
+        positions[i] += 1;
+        for j in i + 1..m {
+            positions[j] = positions[j - 1] + 1;
+        }
+        for j in i..m {
+            chosen[j] = items[positions[j]];
+        }
+    }
+}
+
+/// One row of a count table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Row {
+    pub(crate) key: u128,
+    pub(crate) tenants: u64,
+    pub(crate) weight: f64,
+}
+
+/// Sorted rows keyed by packed set, with counts merged.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Table {
+    rows: Vec<Row>,
+}
+
+impl Table {
+    fn from_unsorted(mut rows: Vec<Row>) -> Self {
+        rows.par_sort_unstable_by_key(|row| row.key);
+        let mut merged: Vec<Row> = Vec::with_capacity(rows.len());
+        for row in rows {
+            match merged.last_mut() {
+                Some(last) if last.key == row.key => {
+                    last.tenants += row.tenants;
+                    last.weight += row.weight;
+                }
+                _ => merged.push(row),
+            }
+        }
+        merged.shrink_to_fit();
+        Self { rows: merged }
+    }
+
+    pub(crate) fn get(&self, key: u128) -> Option<&Row> {
+        self.rows
+            .binary_search_by_key(&key, |row| row.key)
+            .ok()
+            .map(|at| &self.rows[at])
+    }
+
+    pub(crate) fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+}
+
+/// The distinct subsets of a population, by size, with their tenant counts
+/// and weights.
+#[derive(Debug, Clone)]
+pub(crate) struct SubsetTables {
+    pub(crate) packer: Packer,
+    /// `exact[s]`: distinct subsets of size `s`.
+    pub(crate) exact: Vec<Table>,
+}
+
+impl SubsetTables {
+    pub(crate) fn build(
+        placements: &Placements,
+        weights: Option<&[f64]>,
+    ) -> Result<Self, AnalysisError> {
+        let packer = Packer::new(placements.shards());
+        let max_k = placements.max_k();
+        if max_k > packer.capacity() {
+            return Err(AnalysisError::SubsetTooLarge {
+                k: max_k,
+                n: placements.shards(),
+                max: packer.capacity(),
+            });
+        }
+        let mut by_size: Vec<Vec<Row>> = vec![Vec::new(); max_k + 1];
+        for (t, subset) in placements.iter().enumerate() {
+            by_size[subset.len()].push(Row {
+                key: packer.pack(subset),
+                tenants: 1,
+                weight: weights.map_or(1.0, |w| w[t]),
+            });
+        }
+        let exact = by_size.into_iter().map(Table::from_unsorted).collect();
+        Ok(Self { packer, exact })
+    }
+
+    /// The containment table for sets of size `m ≥ 1`: for each `m`-set, the
+    /// tenants (and weight) whose subset contains it.
+    pub(crate) fn containment(&self, m: usize) -> Table {
+        let packer = self.packer;
+        let mut rows: Vec<Row> = Vec::new();
+        for (size, table) in self.exact.iter().enumerate().filter(|(size, _)| *size >= m) {
+            let mut part = table
+                .rows()
+                .par_iter()
+                .fold(Vec::new, |mut out, row| {
+                    let mut members = Vec::with_capacity(size);
+                    packer.unpack(row.key, size, &mut members);
+                    for_each_combination(&members, m, |combination| {
+                        out.push(Row {
+                            key: packer.pack(combination),
+                            tenants: row.tenants,
+                            weight: row.weight,
+                        });
+                    });
+                    out
+                })
+                .reduce(Vec::new, |mut a, mut b| {
+                    a.append(&mut b);
+                    a
+                });
+            rows.append(&mut part);
+        }
+        Table::from_unsorted(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combinations_are_all_visited_in_order() {
+        let mut seen = Vec::new();
+        for_each_combination(&[1, 4, 7, 9], 2, |c| seen.push(c.to_vec()));
+        assert_eq!(
+            seen,
+            vec![
+                vec![1, 4],
+                vec![1, 7],
+                vec![1, 9],
+                vec![4, 7],
+                vec![4, 9],
+                vec![7, 9]
+            ]
+        );
+        let mut count = 0;
+        for_each_combination(&[1, 2, 3], 0, |c| {
+            assert!(c.is_empty());
+            count += 1;
+        });
+        assert_eq!(count, 1);
+        for_each_combination(&[1], 2, |_| panic!("no 2-subsets of one item"));
+    }
+
+    #[test]
+    fn packing_round_trips() {
+        let packer = Packer::new(1000);
+        assert_eq!(packer.capacity(), 12);
+        let mut out = Vec::new();
+        packer.unpack(packer.pack(&[3, 500, 999]), 3, &mut out);
+        assert_eq!(out, [3, 500, 999]);
+        assert_eq!(Packer::new(1).capacity(), 128);
+        assert_eq!(Packer::new(2).capacity(), 128);
+        assert_eq!(Packer::new(3).capacity(), 64);
+    }
+}

@@ -1,0 +1,66 @@
+//! Slow, obviously correct versions of every figure: Recipe 12.2's loops
+//! over tenants and over pairs of tenants.
+
+use std::collections::BTreeSet;
+
+/// Tenants whose whole subset is inside `failed`.
+pub fn fully_down(subsets: &[Vec<u32>], failed: &BTreeSet<u32>) -> u64 {
+    subsets
+        .iter()
+        .filter(|subset| subset.iter().all(|shard| failed.contains(shard)))
+        .count() as u64
+}
+
+/// Tenants with at least one member in `failed`.
+pub fn degraded(subsets: &[Vec<u32>], failed: &BTreeSet<u32>) -> u64 {
+    subsets
+        .iter()
+        .filter(|subset| subset.iter().any(|shard| failed.contains(shard)))
+        .count() as u64
+}
+
+/// Mean share of members lost per degraded tenant.
+pub fn capacity_lost(subsets: &[Vec<u32>], failed: &BTreeSet<u32>) -> f64 {
+    let hit: Vec<f64> = subsets
+        .iter()
+        .map(|subset| {
+            subset.iter().filter(|s| failed.contains(s)).count() as f64 / subset.len() as f64
+        })
+        .filter(|&share| share > 0.0)
+        .collect();
+    if hit.is_empty() {
+        0.0
+    } else {
+        hit.iter().sum::<f64>() / hit.len() as f64
+    }
+}
+
+/// Number of pairs sharing exactly j shards, j = 0..=max_k.
+pub fn pair_counts(subsets: &[Vec<u32>], max_k: usize) -> Vec<u128> {
+    let mut counts = vec![0u128; max_k + 1];
+    for i in 0..subsets.len() {
+        for j in i + 1..subsets.len() {
+            let shared = subsets[i].iter().filter(|s| subsets[j].contains(s)).count();
+            counts[shared] += 1;
+        }
+    }
+    counts
+}
+
+/// Every `size`-subset of `0..n`, lexicographically.
+pub fn all_sets(n: u32, size: usize) -> Vec<BTreeSet<u32>> {
+    fn go(start: u32, n: u32, size: usize, current: &mut Vec<u32>, out: &mut Vec<BTreeSet<u32>>) {
+        if current.len() == size {
+            out.push(current.iter().copied().collect());
+            return;
+        }
+        for next in start..n {
+            current.push(next);
+            go(next + 1, n, size, current, out);
+            current.pop();
+        }
+    }
+    let mut out = Vec::new();
+    go(0, n, size, &mut Vec::new(), &mut out);
+    out
+}
