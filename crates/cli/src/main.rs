@@ -1,1 +1,72 @@
-fn main() {}
+//! The `shuffle-shard` command: parses arguments, runs one subcommand and
+//! turns its outcome into an exit status.
+
+mod output;
+mod place;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit status for bad arguments or bad input, the same status clap uses for
+/// usage errors, so scripts can tell "you asked wrongly" from "it broke".
+const EXIT_BAD_INPUT: u8 = 2;
+
+/// Exit status when the command was asked correctly but could not finish,
+/// such as when writing the output fails.
+const EXIT_FAILURE: u8 = 1;
+
+/// Keyed shuffle-sharding: which shards serve which tenant.
+#[derive(Debug, Parser)]
+#[command(
+    name = "shuffle-shard",
+    version,
+    after_help = "Exit status: 0 on success (also when the reader of stdout stops early, \
+                  as with `| head`), 2 for bad arguments or bad input, 1 when the output \
+                  cannot be written."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands; each lives in its own module with its own arguments.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the shards each tenant is placed on, one JSON object per line.
+    Place(place::PlaceArgs),
+}
+
+impl Command {
+    fn run(self) -> anyhow::Result<()> {
+        match self {
+            Command::Place(args) => place::run(args),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    // clap prints its own usage errors and exits with status 2, or with 0
+    // for --help and --version.
+    let cli = Cli::parse();
+    match cli.command.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // `{:#}` joins the context chain into one line. The write result
+            // is ignored because there is nowhere left to report a failure to
+            // write to stderr, and panicking over it would be worse.
+            let _ = writeln!(io::stderr().lock(), "error: {error:#}");
+            exit_code(&error)
+        }
+    }
+}
+
+/// Chooses the exit status for a failed command.
+fn exit_code(error: &anyhow::Error) -> ExitCode {
+    if error.downcast_ref::<output::OutputFailed>().is_some() {
+        ExitCode::from(EXIT_FAILURE)
+    } else {
+        ExitCode::from(EXIT_BAD_INPUT)
+    }
+}

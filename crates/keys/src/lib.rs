@@ -207,9 +207,11 @@ fn from_env_value(var: &str, value: Option<OsString>) -> Result<PlacementKey, Ke
     let value = value.ok_or_else(|| KeyLoadError::EnvUnset {
         var: var.to_owned(),
     })?;
-    let value = value.into_string().map_err(|_| KeyLoadError::EnvNotUnicode {
-        var: var.to_owned(),
-    })?;
+    let value = value
+        .into_string()
+        .map_err(|_| KeyLoadError::EnvNotUnicode {
+            var: var.to_owned(),
+        })?;
     let key = PlacementKey::from_hex(&value).map_err(|error| KeyLoadError::EnvInvalidHex {
         var: var.to_owned(),
         error,
@@ -347,7 +349,10 @@ mod tests {
         assert!(!error.to_string().contains("QQ"));
 
         let exactly_max = key_file(&contents[1..]);
-        assert_eq!(from_file(exactly_max.path()).unwrap().len(), contents.len() - 1);
+        assert_eq!(
+            from_file(exactly_max.path()).unwrap().len(),
+            contents.len() - 1
+        );
     }
 
     #[test]
@@ -387,9 +392,15 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::ffi::OsStringExt;
-            let error = from_env_value("KEYS_TEST_BYTES", Some(OsString::from_vec(vec![0xff, 0x61])))
-                .unwrap_err();
-            assert!(matches!(error, KeyLoadError::EnvNotUnicode { .. }), "{error}");
+            let error = from_env_value(
+                "KEYS_TEST_BYTES",
+                Some(OsString::from_vec(vec![0xff, 0x61])),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(error, KeyLoadError::EnvNotUnicode { .. }),
+                "{error}"
+            );
         }
 
         for empty in ["", "   ", "\n"] {
@@ -402,7 +413,10 @@ mod tests {
     fn env_value_bad_hex_is_not_echoed() {
         for value in ["ZZSECRETZZ", "abc", "0123456789abcdefXY"] {
             let error = from_env_value("KEYS_TEST_BAD", Some(OsString::from(value))).unwrap_err();
-            assert!(matches!(error, KeyLoadError::EnvInvalidHex { .. }), "{error}");
+            assert!(
+                matches!(error, KeyLoadError::EnvInvalidHex { .. }),
+                "{error}"
+            );
             let message = error.to_string();
             assert!(message.contains("KEYS_TEST_BAD"), "{message}");
             for text in [message, format!("{error:?}")] {
@@ -435,7 +449,10 @@ mod tests {
     fn unusable_variable_names_are_rejected() {
         for name in ["", "A=B", "A\0B"] {
             let error = from_env(name).unwrap_err();
-            assert!(matches!(error, KeyLoadError::InvalidVarName { .. }), "{error}");
+            assert!(
+                matches!(error, KeyLoadError::InvalidVarName { .. }),
+                "{error}"
+            );
         }
     }
 
@@ -452,8 +469,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ring.active_version(), "v1");
-        assert!(ring.active().ct_eq(&PlacementKey::from_bytes(b"first".to_vec())));
-        assert!(ring.get("v2").unwrap().ct_eq(&PlacementKey::from_bytes(b"second".to_vec())));
+        assert!(
+            ring.active()
+                .ct_eq(&PlacementKey::from_bytes(b"first".to_vec()))
+        );
+        assert!(
+            ring.get("v2")
+                .unwrap()
+                .ct_eq(&PlacementKey::from_bytes(b"second".to_vec()))
+        );
     }
 
     #[test]
@@ -485,6 +509,9 @@ mod tests {
         .unwrap_err();
         let message = error.to_string();
         assert!(matches!(error, KeyLoadError::Version { ref version, .. } if version == "v2"));
-        assert!(message.starts_with("key version \"v2\": environment variable"), "{message}");
+        assert!(
+            message.starts_with("key version \"v2\": environment variable"),
+            "{message}"
+        );
     }
 }

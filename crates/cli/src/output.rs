@@ -1,0 +1,125 @@
+//! JSON-lines output on stdout that ends quietly when the reader goes away.
+//!
+//! A command piped into `head -1` must not panic or report an error when
+//! `head` exits: that is the reader saying it has seen enough. Rust ignores
+//! `SIGPIPE`, so the write fails with `BrokenPipe` instead, and this module
+//! turns that into [`Flow::Stop`] for the caller to end with success.
+
+use std::fmt;
+use std::io::{self, BufWriter, StdoutLock, Write};
+
+use anyhow::Context;
+use serde::Serialize;
+
+/// Whether the caller should keep producing output.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// The line was written (or buffered); go on.
+    Continue,
+    /// The reader closed stdout; stop and exit successfully.
+    Stop,
+}
+
+/// Marks an error as a failure to write the output, as opposed to bad
+/// input, so that `main` can choose the exit status.
+#[derive(Debug)]
+pub struct OutputFailed;
+
+impl fmt::Display for OutputFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("cannot write to stdout")
+    }
+}
+
+/// Writes one JSON value per line through a reused line buffer.
+pub struct JsonLines<W: Write> {
+    out: W,
+    line: Vec<u8>,
+}
+
+impl JsonLines<BufWriter<StdoutLock<'static>>> {
+    /// Buffered, locked stdout: one lock and few system calls for millions
+    /// of lines.
+    pub fn stdout() -> Self {
+        Self {
+            out: BufWriter::with_capacity(64 * 1024, io::stdout().lock()),
+            line: Vec::with_capacity(256),
+        }
+    }
+}
+
+impl<W: Write> JsonLines<W> {
+    /// Writes `value` as one line of JSON.
+    pub fn write<T: Serialize>(&mut self, value: &T) -> anyhow::Result<Flow> {
+        self.line.clear();
+        // Serialising into a Vec separates encoding errors (impossible for
+        // the plain structs written here) from I/O errors, which need the
+        // broken-pipe check below.
+        serde_json::to_writer(&mut self.line, value).context("cannot encode output as JSON")?;
+        self.line.push(b'\n');
+        check(self.out.write_all(&self.line))
+    }
+
+    /// Flushes buffered lines to stdout.
+    pub fn flush(&mut self) -> anyhow::Result<Flow> {
+        check(self.out.flush())
+    }
+}
+
+fn check(result: io::Result<()>) -> anyhow::Result<Flow> {
+    match result {
+        Ok(()) => Ok(Flow::Continue),
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(Flow::Stop),
+        Err(error) => Err(anyhow::Error::new(error).context(OutputFailed)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer that fails every write with one error kind.
+    struct Failing(io::ErrorKind);
+
+    impl Write for Failing {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::from(self.0))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Err(io::Error::from(self.0))
+        }
+    }
+
+    fn lines(out: impl Write) -> JsonLines<impl Write> {
+        JsonLines {
+            out,
+            line: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn writes_one_line_per_value() {
+        let mut buffer = Vec::new();
+        let mut out = lines(&mut buffer);
+        assert_eq!(out.write(&[1, 2]).unwrap(), Flow::Continue);
+        assert_eq!(out.write(&"x").unwrap(), Flow::Continue);
+        drop(out);
+        assert_eq!(buffer, b"[1,2]\n\"x\"\n");
+    }
+
+    #[test]
+    fn broken_pipe_stops_quietly() {
+        let mut out = lines(Failing(io::ErrorKind::BrokenPipe));
+        assert_eq!(out.write(&1).unwrap(), Flow::Stop);
+        assert_eq!(out.flush().unwrap(), Flow::Stop);
+    }
+
+    #[test]
+    fn other_write_errors_are_output_failures() {
+        let mut out = lines(Failing(io::ErrorKind::StorageFull));
+        let error = out.write(&1).unwrap_err();
+        assert!(error.downcast_ref::<OutputFailed>().is_some());
+        assert!(format!("{error:#}").starts_with("cannot write to stdout: "));
+    }
+}
