@@ -141,8 +141,116 @@ impl BlastModel {
             .sum()
     }
 
-    pub(crate) fn tables(&self) -> &SubsetTables {
-        &self.tables
+    /// The worst fully-down count over every failure set of `failures`
+    /// shards, with the first set (in the order searched) that causes it.
+    ///
+    /// Only sets that contain some tenant's whole subset can down anyone, so
+    /// the search extends each distinct subset to a set of the right size
+    /// instead of visiting all C(n, failures) sets, whichever is fewer. The
+    /// answer is exact; `budget` bounds the sets visited, and `None` is
+    /// returned when both searches exceed it.
+    pub fn worst_fully_down(
+        &self,
+        failures: usize,
+        budget: u128,
+    ) -> Result<Option<(u64, Vec<ShardIndex>)>, AnalysisError> {
+        if failures == 0 {
+            return Err(AnalysisError::EmptyFailureSet);
+        }
+        if failures > self.n {
+            return Err(AnalysisError::TooManyFailures {
+                failures,
+                n: self.n,
+            });
+        }
+        let n = self.n as u64;
+        let all_sets = binomial(n, failures as u64);
+        let by_extension: u128 = (1..=failures.min(self.max_k))
+            .map(|size| {
+                let rows = self.tables.exact[size].rows().len() as u128;
+                rows.saturating_mul(binomial(n - size as u64, (failures - size) as u64))
+            })
+            .fold(0u128, u128::saturating_add);
+        if all_sets.min(by_extension) > budget {
+            return Ok(None);
+        }
+        let first_sets: Vec<ShardIndex> = (0..failures as ShardIndex).collect();
+        if all_sets <= by_extension {
+            let sweep = self.sweep(failures, u64::MAX, 0, &|_, _| {})?;
+            return Ok(Some((
+                sweep.fully_down.worst,
+                sweep.fully_down.worst_failed,
+            )));
+        }
+        let packer = self.tables.packer;
+        let mut best: (u64, Vec<ShardIndex>) = (0, first_sets);
+        for size in 1..=failures.min(self.max_k) {
+            let candidate = self.tables.exact[size]
+                .rows()
+                .par_iter()
+                .map_init(Vec::new, |members, row| {
+                    packer.unpack(row.key, size, members);
+                    let rest: Vec<ShardIndex> = (0..self.n as ShardIndex)
+                        .filter(|index| !members.contains(index))
+                        .collect();
+                    let mut best: (u64, Vec<ShardIndex>) = (0, Vec::new());
+                    for_each_combination(&rest, failures - size, |extra| {
+                        let mut set: Vec<ShardIndex> =
+                            members.iter().chain(extra).copied().collect();
+                        set.sort_unstable();
+                        let down = self.fully_down_by_lookup(&set);
+                        if down > best.0 {
+                            best = (down, set);
+                        }
+                    });
+                    best
+                })
+                .reduce(
+                    || (0, Vec::new()),
+                    |a, b| {
+                        if b.0 > a.0 || (b.0 == a.0 && b.1 < a.1) {
+                            b
+                        } else {
+                            a
+                        }
+                    },
+                );
+            if candidate.0 > best.0 {
+                best = candidate;
+            }
+        }
+        Ok(Some(best))
+    }
+
+    fn fully_down_by_lookup(&self, failed: &[ShardIndex]) -> u64 {
+        let packer = self.tables.packer;
+        let mut fully_down = 0;
+        for m in 1..=failed.len().min(self.max_k) {
+            let exact = &self.tables.exact[m];
+            if exact.rows().is_empty() {
+                continue;
+            }
+            for_each_combination(failed, m, |set| {
+                if let Some(row) = exact.get(packer.pack(set)) {
+                    fully_down += row.tenants;
+                }
+            });
+        }
+        fully_down
+    }
+
+    /// The mean, over single-shard failures that degrade anyone, of the share
+    /// of capacity a degraded tenant loses.
+    pub fn mean_single_failure_capacity_lost(&self) -> f64 {
+        let hit: Vec<f64> = (0..self.n)
+            .filter(|&s| self.per_shard[s] > 0)
+            .map(|s| self.lost_share[s] / self.per_shard[s] as f64)
+            .collect();
+        if hit.is_empty() {
+            0.0
+        } else {
+            hit.iter().sum::<f64>() / hit.len() as f64
+        }
     }
 
     /// The containment table for sets of size `m` (1 ≤ m ≤ max k).
@@ -399,6 +507,27 @@ impl SetSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn worst_fully_down_by_extension_equals_the_full_sweep() {
+        // 40 shards and 30 tenants: extending 30 subsets is far cheaper than
+        // visiting all C(40, 3) sets, so the extension search runs; the
+        // sweep over every set is the check.
+        let subsets: Vec<Vec<ShardIndex>> = (0..30u32)
+            .map(|t| {
+                let size = 1 + (t % 3);
+                (0..size).map(|i| (t * 7 + i * 13) % 40).collect()
+            })
+            .collect();
+        let model = BlastModel::new(&Placements::from_subsets(40, &subsets)).unwrap();
+        for failures in 1..=4 {
+            let (worst, set) = model.worst_fully_down(failures, u128::MAX).unwrap().unwrap();
+            let sweep = model.sweep(failures, u64::MAX, 0, &|_, _| {}).unwrap();
+            assert_eq!(worst, sweep.fully_down.worst, "failures = {failures}");
+            assert_eq!(model.impact(&set).unwrap().fully_down, worst);
+        }
+        assert!(model.worst_fully_down(3, 10).unwrap().is_none());
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

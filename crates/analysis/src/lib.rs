@@ -33,8 +33,11 @@
 
 mod blast;
 mod error;
+pub mod load;
+pub mod migrate;
 pub mod overlap;
 mod placements;
+pub mod plan;
 mod population;
 mod sample;
 mod tables;

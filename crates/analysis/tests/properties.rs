@@ -62,4 +62,17 @@ proptest! {
         let mean = hit.iter().sum::<u64>() as f64 / hit.len() as f64;
         prop_assert!((sweep.degraded.mean - mean).abs() < 1e-9);
     }
+
+    #[test]
+    fn worst_fully_down_matches_reference((n, subsets) in population(), size in 1usize..5) {
+        prop_assume!(size as u32 <= n);
+        let placements = Placements::from_subsets(n as usize, &subsets);
+        let model = BlastModel::new(&placements).unwrap();
+        let (worst, set) = model.worst_fully_down(size, u128::MAX).unwrap().unwrap();
+        let expected = reference::all_sets(n, size).iter().map(|f| reference::fully_down(&subsets, f)).max().unwrap();
+        prop_assert_eq!(worst, expected);
+        prop_assert_eq!(set.len(), size);
+        let set: BTreeSet<u32> = set.into_iter().collect();
+        prop_assert_eq!(reference::fully_down(&subsets, &set), worst);
+    }
 }

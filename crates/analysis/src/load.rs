@@ -1,0 +1,194 @@
+//! Weighted load: how traffic spreads over shards, how it shifts when a
+//! shard fails, and which tenants make a shard hot.
+//!
+//! Each tenant's weight (its traffic share) is split evenly over its
+//! members. When a shard fails, each of its tenants spreads its weight over
+//! its surviving members, so a survivor `s` gains `w / (k·(k−1))` from every
+//! tenant it shares with the failed shard; tenants with `k = 1` lose their
+//! traffic outright (they are down).
+
+use placement::ShardIndex;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::placements::Placements;
+use crate::population::Population;
+
+/// The hottest survivor after one shard fails.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailoverLoad {
+    /// The failed shard.
+    pub failed: ShardIndex,
+    /// The most loaded surviving shard.
+    pub hottest: ShardIndex,
+    /// Its load after the failed shard's tenants moved.
+    pub load: f64,
+    /// Whether that load exceeds the capacity, when one was given.
+    pub over_capacity: bool,
+}
+
+/// A tenant's part of one shard's load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Contributor {
+    /// The tenant's position in the population.
+    pub tenant: usize,
+    /// Its load on the shard.
+    pub load: f64,
+    /// Its share of the shard's load.
+    pub share: f64,
+}
+
+/// Per-shard load and how uneven it is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadReport {
+    /// Load per shard, by index.
+    pub per_shard: Vec<f64>,
+    /// Mean load per shard.
+    pub mean: f64,
+    /// Coefficient of variation (standard deviation over mean): the number
+    /// to alarm on, since it rises when a whale lands somewhere.
+    pub cv: f64,
+    /// The hottest shard's load over the mean.
+    pub max_over_mean: f64,
+    /// The hottest shard.
+    pub hottest: ShardIndex,
+    /// Shards whose steady load exceeds the capacity.
+    pub over_capacity: Vec<ShardIndex>,
+    /// For each single-shard failure, the hottest survivor.
+    pub failover: Vec<FailoverLoad>,
+    /// The tenants carrying most of the hottest shard's load, heaviest first.
+    pub dominant: Vec<Contributor>,
+}
+
+/// Computes the load report. `capacity` flags shards above it; `top` bounds
+/// the list of dominant tenants.
+pub fn load(
+    placements: &Placements,
+    population: &Population,
+    capacity: Option<f64>,
+    top: usize,
+) -> LoadReport {
+    let n = placements.shards();
+    let mut per_shard = vec![0.0; n];
+    // Tenants of each shard (compressed rows), for the failover pass.
+    let mut counts = vec![0usize; n + 1];
+    for subset in placements.iter() {
+        for &index in subset {
+            counts[index as usize + 1] += 1;
+        }
+    }
+    for i in 0..n {
+        counts[i + 1] += counts[i];
+    }
+    let starts = counts.clone();
+    let mut fill = counts;
+    let mut tenants_of = vec![0u32; starts[n]];
+    for (t, subset) in placements.iter().enumerate() {
+        let share = population.weight(t) / subset.len() as f64;
+        for &index in subset {
+            per_shard[index as usize] += share;
+            tenants_of[fill[index as usize]] = t as u32;
+            fill[index as usize] += 1;
+        }
+    }
+
+    let mean = per_shard.iter().sum::<f64>() / n as f64;
+    let variance = per_shard.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / n as f64;
+    let (hottest, max) = argmax(&per_shard, None);
+    let over = |load: f64| capacity.is_some_and(|c| load > c);
+
+    let failover = (0..n)
+        .into_par_iter()
+        .map(|failed| {
+            let mut after = per_shard.clone();
+            for &t in &tenants_of[starts[failed]..starts[failed + 1]] {
+                let subset = placements.subset(t as usize);
+                let k = subset.len();
+                if k < 2 {
+                    continue;
+                }
+                let gain = population.weight(t as usize) / (k * (k - 1)) as f64;
+                for &other in subset.iter().filter(|&&s| s as usize != failed) {
+                    after[other as usize] += gain;
+                }
+            }
+            let (hottest, load) = argmax(&after, Some(failed));
+            FailoverLoad {
+                failed: failed as ShardIndex,
+                hottest,
+                load,
+                over_capacity: over(load),
+            }
+        })
+        .collect();
+
+    let mut dominant: Vec<Contributor> = tenants_of
+        [starts[hottest as usize]..starts[hottest as usize + 1]]
+        .iter()
+        .map(|&t| {
+            let load = population.weight(t as usize) / placements.subset(t as usize).len() as f64;
+            Contributor {
+                tenant: t as usize,
+                load,
+                share: if max > 0.0 { load / max } else { 0.0 },
+            }
+        })
+        .collect();
+    dominant.sort_by(|a, b| b.load.total_cmp(&a.load).then(a.tenant.cmp(&b.tenant)));
+    dominant.truncate(top);
+
+    LoadReport {
+        over_capacity: (0..n as ShardIndex)
+            .filter(|&s| over(per_shard[s as usize]))
+            .collect(),
+        cv: if mean > 0.0 {
+            variance.sqrt() / mean
+        } else {
+            0.0
+        },
+        max_over_mean: if mean > 0.0 { max / mean } else { 0.0 },
+        hottest,
+        per_shard,
+        mean,
+        failover,
+        dominant,
+    }
+}
+
+/// The largest value and its index, skipping `except`; the lowest index wins
+/// ties so results are deterministic.
+fn argmax(values: &[f64], except: Option<usize>) -> (ShardIndex, f64) {
+    let mut best = (0, f64::NEG_INFINITY);
+    for (i, &value) in values.iter().enumerate() {
+        if Some(i) != except && value > best.1 {
+            best = (i as ShardIndex, value);
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whale_dominates_its_shards() {
+        let placements =
+            Placements::from_subsets(4, &[vec![0, 1], vec![1, 2], vec![2, 3], vec![3, 0]]);
+        let population = Population::listed(
+            vec!["whale".into(), "a".into(), "b".into(), "c".into()],
+            Some(vec![10.0, 1.0, 1.0, 1.0]),
+        );
+        let report = load(&placements, &population, Some(5.0), 2);
+        assert_eq!(report.per_shard, vec![5.5, 5.5, 1.0, 1.0]);
+        assert_eq!(report.hottest, 0);
+        assert_eq!(report.over_capacity, vec![0, 1]);
+        assert_eq!(report.dominant[0].tenant, 0);
+        assert!((report.dominant[0].share - 5.0 / 5.5).abs() < 1e-12);
+        // Shard 0 fails: the whale's 10 all lands on shard 1 (5.5 + 5), and
+        // tenant c's 1 lands on shard 3 (1 + 0.5).
+        assert_eq!(report.failover[0].hottest, 1);
+        assert!((report.failover[0].load - 10.5).abs() < 1e-12);
+        assert!(report.failover[0].over_capacity);
+    }
+}

@@ -1,0 +1,85 @@
+//! What a change of placement costs across a whole population, in parallel:
+//! the share of tenants whose subset changes and how many members each
+//! gains.
+//!
+//! Comparison is by shard id, as sets, through the placement crate's
+//! [`tenant_move`](placement::migration::tenant_move), so "moved" means the
+//! same here as everywhere else.
+
+use placement::Placer;
+use placement::migration::tenant_move;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::population::Population;
+
+/// The cost of moving a population between two placements.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MigrationReport {
+    /// Tenants compared.
+    pub tenants: u64,
+    /// Tenants whose subset changed.
+    pub changed: u64,
+    /// `changed / tenants`.
+    pub changed_fraction: f64,
+    /// Members gained over all tenants (shard-tenant assignments to create).
+    pub members_moved: u64,
+    /// `moved_per_tenant[m]`: tenants that gained exactly `m` members.
+    pub moved_per_tenant: Vec<u64>,
+    /// Up to `sample` changed tenants (population positions), first first.
+    pub changed_sample: Vec<usize>,
+}
+
+/// Compares `before` and `after` for every tenant of `population`.
+pub fn migrate(
+    before: &Placer,
+    after: &Placer,
+    population: &Population,
+    sample: usize,
+) -> MigrationReport {
+    let tenants = population.len();
+    let moved: Vec<u32> = (0..tenants)
+        .into_par_iter()
+        .map(|t| {
+            let id = population.id(t);
+            // Tenants that only lose members (k shrank) changed too; count
+            // them with zero gains but keep them apart from the unchanged.
+            match tenant_move(before, after, &id) {
+                None => u32::MAX,
+                Some(change) => change.added.len() as u32,
+            }
+        })
+        .collect();
+    let mut moved_per_tenant: Vec<u64> = Vec::new();
+    let mut changed = 0u64;
+    let mut members_moved = 0u64;
+    let mut changed_sample = Vec::new();
+    for (t, &gained) in moved.iter().enumerate() {
+        let gained = if gained == u32::MAX {
+            0
+        } else {
+            changed += 1;
+            members_moved += u64::from(gained);
+            if changed_sample.len() < sample {
+                changed_sample.push(t);
+            }
+            gained as usize
+        };
+        if moved_per_tenant.len() <= gained {
+            moved_per_tenant.resize(gained + 1, 0);
+        }
+        moved_per_tenant[gained] += 1;
+    }
+    MigrationReport {
+        tenants: tenants as u64,
+        changed,
+        changed_fraction: if tenants == 0 {
+            0.0
+        } else {
+            changed as f64 / tenants as f64
+        },
+        members_moved,
+        moved_per_tenant,
+        changed_sample,
+    }
+}

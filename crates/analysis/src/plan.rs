@@ -1,0 +1,170 @@
+//! Choosing `k` against a stated budget: for each candidate `k`, the worst
+//! full outage under the declared number of concurrent failures, the widest
+//! single-failure blip, the capacity a degraded tenant loses and the
+//! overlap; then the smallest `k` that meets every budget, or why none does.
+//!
+//! Larger `k` makes a full outage rarer and a single-shard blip wider. The
+//! budget says how much of each the operator accepts; this module only
+//! measures and compares, it never guesses.
+
+use placement::{Algorithm, Fleet, PlacementConfig, PlacementKey, Placer, ShardIndex};
+use serde::Serialize;
+
+use crate::blast::BlastModel;
+use crate::error::AnalysisError;
+use crate::overlap;
+use crate::placements::Placements;
+use crate::population::Population;
+
+/// The largest `k` a plan considers.
+pub const MAX_PLAN_K: u32 = 8;
+
+/// What the operator accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Budget {
+    /// Largest fraction of tenants one shard failure may degrade.
+    pub max_degraded: f64,
+    /// Largest fraction of tenants that may be fully down when
+    /// `concurrent_failures` shards fail together, in the worst case.
+    pub max_fully_down: f64,
+    /// How many shards may fail at once.
+    pub concurrent_failures: usize,
+}
+
+/// The measurements for one `k`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanRow {
+    /// Subset size.
+    pub k: u32,
+    /// Worst fully-down fraction over every set of `concurrent_failures`
+    /// failed shards (`None` when the exact search was too large).
+    pub worst_fully_down: Option<f64>,
+    /// The failure set behind it.
+    pub worst_failed: Vec<ShardIndex>,
+    /// Worst degraded fraction over single-shard failures.
+    pub degraded_one_failure: f64,
+    /// Mean share of capacity a degraded tenant loses on one failure.
+    pub capacity_lost: f64,
+    /// Fraction of tenant pairs sharing at least one shard.
+    pub overlap: f64,
+    /// Whether this `k` meets every budget.
+    pub meets_budget: bool,
+}
+
+/// A table of candidate `k`s and the recommendation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// The budget the plan was made against.
+    pub budget: Budget,
+    /// One row per `k`, ascending.
+    pub rows: Vec<PlanRow>,
+    /// The smallest `k` meeting every budget.
+    pub recommended: Option<u32>,
+    /// One sentence saying what was recommended, or which budget binds.
+    pub verdict: String,
+}
+
+/// Sets the exact worst-case search may visit per `k` before giving up.
+const SEARCH_BUDGET: u128 = 200_000_000;
+
+/// Measures `k = 1 ..= min(n, 8)` and recommends one.
+pub fn plan(
+    fleet: &Fleet,
+    key: &PlacementKey,
+    algorithm: Algorithm,
+    zone_aware: bool,
+    population: &Population,
+    budget: Budget,
+    progress: &(dyn Fn(u32, u32) + Sync),
+) -> Result<Plan, AnalysisError> {
+    if budget.concurrent_failures == 0 {
+        return Err(AnalysisError::EmptyFailureSet);
+    }
+    if budget.concurrent_failures > fleet.len() {
+        return Err(AnalysisError::TooManyFailures {
+            failures: budget.concurrent_failures,
+            n: fleet.len(),
+        });
+    }
+    let max_k = (fleet.len() as u32).min(MAX_PLAN_K);
+    let tenants = population.len().max(1) as f64;
+    let mut rows = Vec::new();
+    for k in 1..=max_k {
+        let config = PlacementConfig {
+            algorithm,
+            k,
+            zone_aware,
+        };
+        let placer = Placer::new(fleet.clone(), key, config)?;
+        let placements = Placements::compute(&placer, population);
+        let model = BlastModel::new(&placements)?;
+        let worst = model.worst_fully_down(budget.concurrent_failures, SEARCH_BUDGET)?;
+        let degraded =
+            model.tenants_per_shard().iter().copied().max().unwrap_or(0) as f64 / tenants;
+        let worst_fully_down = worst.as_ref().map(|(count, _)| *count as f64 / tenants);
+        let meets_budget = degraded <= budget.max_degraded
+            && worst_fully_down.is_some_and(|fraction| fraction <= budget.max_fully_down);
+        rows.push(PlanRow {
+            k,
+            worst_fully_down,
+            worst_failed: worst.map(|(_, set)| set).unwrap_or_default(),
+            degraded_one_failure: degraded,
+            capacity_lost: model.mean_single_failure_capacity_lost(),
+            overlap: overlap::exact(&model).fraction,
+            meets_budget,
+        });
+        progress(k, max_k);
+    }
+    let recommended = rows.iter().find(|row| row.meets_budget).map(|row| row.k);
+    let verdict = verdict(&rows, budget, recommended);
+    Ok(Plan {
+        budget,
+        rows,
+        recommended,
+        verdict,
+    })
+}
+
+fn verdict(rows: &[PlanRow], budget: Budget, recommended: Option<u32>) -> String {
+    let percent = |f: f64| format!("{:.3}%", f * 100.0);
+    if let Some(k) = recommended {
+        return format!(
+            "k = {k} is the smallest k that keeps one failure under {} of tenants degraded and {} concurrent failures under {} fully down.",
+            percent(budget.max_degraded),
+            budget.concurrent_failures,
+            percent(budget.max_fully_down)
+        );
+    }
+    let degraded_ok: Vec<u32> = rows
+        .iter()
+        .filter(|r| r.degraded_one_failure <= budget.max_degraded)
+        .map(|r| r.k)
+        .collect();
+    let down_ok: Vec<u32> = rows
+        .iter()
+        .filter(|r| {
+            r.worst_fully_down
+                .is_some_and(|f| f <= budget.max_fully_down)
+        })
+        .map(|r| r.k)
+        .collect();
+    let last = rows.last().map_or(0, |r| r.k);
+    match (degraded_ok.last(), down_ok.first()) {
+        (None, _) => format!(
+            "No k meets the degraded budget: even k = 1 degrades {} of tenants on one failure, above {}; add shards or relax --max-degraded.",
+            percent(rows.first().map_or(0.0, |r| r.degraded_one_failure)),
+            percent(budget.max_degraded)
+        ),
+        (_, None) => format!(
+            "No k up to {last} meets the fully-down budget: at k = {last}, {} concurrent failures can fully down {} of tenants, above {}; add shards or relax --max-fully-down.",
+            budget.concurrent_failures,
+            rows.last()
+                .and_then(|r| r.worst_fully_down)
+                .map_or("an unknown share".into(), percent),
+            percent(budget.max_fully_down)
+        ),
+        (Some(&largest_degraded_ok), Some(&smallest_down_ok)) => format!(
+            "The budgets conflict: the fully-down budget needs k ≥ {smallest_down_ok}, the degraded budget allows k ≤ {largest_degraded_ok}; add shards or relax one of them."
+        ),
+    }
+}
