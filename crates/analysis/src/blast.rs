@@ -521,7 +521,10 @@ mod tests {
             .collect();
         let model = BlastModel::new(&Placements::from_subsets(40, &subsets)).unwrap();
         for failures in 1..=4 {
-            let (worst, set) = model.worst_fully_down(failures, u128::MAX).unwrap().unwrap();
+            let (worst, set) = model
+                .worst_fully_down(failures, u128::MAX)
+                .unwrap()
+                .unwrap();
             let sweep = model.sweep(failures, u64::MAX, 0, &|_, _| {}).unwrap();
             assert_eq!(worst, sweep.fully_down.worst, "failures = {failures}");
             assert_eq!(model.impact(&set).unwrap().fully_down, worst);

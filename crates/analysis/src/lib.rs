@@ -41,6 +41,7 @@ pub mod plan;
 mod population;
 mod sample;
 mod tables;
+pub mod waves;
 mod zones;
 
 pub use blast::{BlastModel, Impact, Sweep, SweepFigure};

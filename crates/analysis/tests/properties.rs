@@ -76,3 +76,151 @@ proptest! {
         prop_assert_eq!(reference::fully_down(&subsets, &set), worst);
     }
 }
+
+/// A real placer: either algorithm, with or without zones, random key.
+fn placer() -> impl Strategy<Value = placement::Placer> {
+    (
+        proptest::collection::vec(any::<u8>(), 0..32),
+        prop_oneof![
+            Just(placement::Algorithm::HmacModulo),
+            Just(placement::Algorithm::Rendezvous)
+        ],
+        any::<bool>(),
+        2u32..14,
+        1u32..5,
+    )
+        .prop_map(|(key, algorithm, zoned, n, k)| {
+            let fleet = if zoned {
+                let a = n / 2 + 1;
+                placement::Fleet::from_zone_spec(&format!("a:{a},b:{}", n.max(a + 1) - a)).unwrap()
+            } else {
+                placement::Fleet::uniform(n).unwrap()
+            };
+            let k = k.min(fleet.len() as u32);
+            let config = placement::PlacementConfig {
+                algorithm,
+                k,
+                zone_aware: zoned,
+            };
+            placement::Placer::new(fleet, &placement::PlacementKey::from_bytes(key), config)
+                .unwrap()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn real_placements_match_reference(placer in placer(), tenants in 2usize..80, weights in proptest::collection::vec(0.01f64..100.0, 80)) {
+        let weights = &weights[..tenants];
+        let ids: Vec<String> = (0..tenants).map(|t| format!("t{t}")).collect();
+        let population = analysis::Population::listed(ids.clone(), Some(weights.to_vec()));
+        let placements = Placements::compute(&placer, &population);
+        let subsets: Vec<Vec<u32>> = ids.iter().map(|id| placer.subset(id)).collect();
+        let n = placer.fleet().len();
+        for (t, subset) in subsets.iter().enumerate() {
+            let mut sorted = subset.clone();
+            sorted.sort_unstable();
+            prop_assert_eq!(placements.subset(t), &sorted[..]);
+        }
+
+        // Every single failure and the exact overlap.
+        let model = BlastModel::new(&placements).unwrap();
+        for shard in 0..n as u32 {
+            let failed: BTreeSet<u32> = [shard].into();
+            let impact = model.impact(&[shard]).unwrap();
+            prop_assert_eq!(impact.degraded, reference::degraded(&subsets, &failed));
+            prop_assert_eq!(impact.fully_down, reference::fully_down(&subsets, &failed));
+        }
+        let max_k = subsets.iter().map(Vec::len).max().unwrap();
+        prop_assert_eq!(overlap::exact(&model).pair_counts, reference::pair_counts(&subsets, max_k));
+
+        // Weighted load and the hottest survivor of each failure.
+        let report = analysis::load::load(&placements, &population, None, 3);
+        let expected = reference::per_shard_load(n, &subsets, weights);
+        for (got, want) in report.per_shard.iter().zip(&expected) {
+            prop_assert!((got - want).abs() < 1e-9 * want.max(1.0));
+        }
+        for failover in &report.failover {
+            let after = reference::load_after_failure(n, &subsets, weights, failover.failed);
+            let best = after.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            prop_assert!((failover.load - best).abs() < 1e-9 * best.max(1.0), "{} vs {}", failover.load, best);
+        }
+
+        // Deployment waves: a planned split, checked wave by wave.
+        if n >= 2 {
+            let waves = analysis::waves::plan_waves(&placements, 2).unwrap();
+            let wave_of: Vec<usize> = (0..n as u32).map(|s| waves.wave_of(s)).collect();
+            for (wave, exposure) in analysis::waves::exposure(&placements, &waves).iter().enumerate() {
+                prop_assert_eq!((exposure.fully_exposed, exposure.touched), reference::wave_exposure(&subsets, &wave_of, wave));
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn migration_matches_reference(before in placer(), after in placer(), tenants in 1usize..60) {
+        let population = analysis::Population::synthetic(tenants);
+        let report = analysis::migrate::migrate(&before, &after, &population, usize::MAX);
+        let mut changed = 0;
+        let mut gained = 0;
+        for t in 0..tenants {
+            let id = format!("tenant-{t}");
+            let old: BTreeSet<String> = before.subset_ids(&id).into_iter().map(String::from).collect();
+            let new: BTreeSet<String> = after.subset_ids(&id).into_iter().map(String::from).collect();
+            if old != new {
+                changed += 1;
+                gained += new.difference(&old).count() as u64;
+            }
+        }
+        prop_assert_eq!(report.changed, changed);
+        prop_assert_eq!(report.members_moved, gained);
+        prop_assert_eq!(report.moved_per_tenant.iter().sum::<u64>(), tenants as u64);
+    }
+}
+
+/// The measured overlap of a large keyed population sits near the closed
+/// form; the key and tenants are fixed, so this is deterministic.
+#[test]
+fn measured_overlap_is_near_the_closed_form() {
+    use placement::{Algorithm, Fleet, PlacementConfig, PlacementKey, Placer};
+    for (spec, zoned) in [("a:16", false), ("a:8,b:8", true)] {
+        let fleet = if zoned {
+            Fleet::from_zone_spec(spec).unwrap()
+        } else {
+            Fleet::uniform(16).unwrap()
+        };
+        let sizes: Vec<usize> = if zoned {
+            fleet.zones().iter().map(|z| z.members.len()).collect()
+        } else {
+            vec![16]
+        };
+        let config = PlacementConfig {
+            algorithm: Algorithm::Rendezvous,
+            k: 3,
+            zone_aware: zoned,
+        };
+        let placer = Placer::new(
+            fleet,
+            &PlacementKey::from_bytes(b"overlap".to_vec()),
+            config,
+        )
+        .unwrap();
+        let model = BlastModel::new(&Placements::compute(
+            &placer,
+            &analysis::Population::synthetic(2000),
+        ))
+        .unwrap();
+        let measured = overlap::exact(&model).shared_counts;
+        let expected = overlap::expected_shared_counts(&sizes, 3).unwrap();
+        for (m, e) in measured.iter().zip(&expected) {
+            assert!(
+                (m - e).abs() < 0.01,
+                "{spec}: measured {measured:?} expected {expected:?}"
+            );
+        }
+    }
+}

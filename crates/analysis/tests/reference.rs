@@ -64,3 +64,46 @@ pub fn all_sets(n: u32, size: usize) -> Vec<BTreeSet<u32>> {
     go(0, n, size, &mut Vec::new(), &mut out);
     out
 }
+
+/// Per-shard load: each tenant's weight split evenly over its members.
+pub fn per_shard_load(n: usize, subsets: &[Vec<u32>], weights: &[f64]) -> Vec<f64> {
+    let mut load = vec![0.0; n];
+    for (subset, weight) in subsets.iter().zip(weights) {
+        for &shard in subset {
+            load[shard as usize] += weight / subset.len() as f64;
+        }
+    }
+    load
+}
+
+/// Load on every shard after `failed` fails and its tenants spread over
+/// their surviving members (tenants left with no member carry nothing).
+pub fn load_after_failure(
+    n: usize,
+    subsets: &[Vec<u32>],
+    weights: &[f64],
+    failed: u32,
+) -> Vec<f64> {
+    let mut load = vec![0.0; n];
+    for (subset, weight) in subsets.iter().zip(weights) {
+        let survivors: Vec<u32> = subset.iter().copied().filter(|&s| s != failed).collect();
+        for &shard in &survivors {
+            load[shard as usize] += weight / survivors.len() as f64;
+        }
+    }
+    load[failed as usize] = f64::NEG_INFINITY;
+    load
+}
+
+/// Tenants with every member in the wave, and with any member in it.
+pub fn wave_exposure(subsets: &[Vec<u32>], wave_of: &[usize], wave: usize) -> (u64, u64) {
+    let fully = subsets
+        .iter()
+        .filter(|s| s.iter().all(|&m| wave_of[m as usize] == wave))
+        .count() as u64;
+    let touched = subsets
+        .iter()
+        .filter(|s| s.iter().any(|&m| wave_of[m as usize] == wave))
+        .count() as u64;
+    (fully, touched)
+}
