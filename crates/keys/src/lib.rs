@@ -62,8 +62,9 @@ pub enum KeyLoadError {
         /// The operating system's reason; see [`io::Error::kind`].
         error: io::Error,
     },
-    /// The key file holds no bytes at all.
-    #[error("key file {} is empty; write the key material (at least one byte) into it", path.display())]
+    /// The key file holds no bytes, or only zero bytes (which HMAC treats as
+    /// no key at all).
+    #[error("key file {} is empty or all zero bytes; write random key material into it, e.g. `head -c 32 /dev/urandom > FILE`", path.display())]
     EmptyFile {
         /// The empty file.
         path: PathBuf,
@@ -110,7 +111,7 @@ pub enum KeyLoadError {
     },
     /// The environment variable is set but holds no key bytes.
     #[error(
-        "environment variable {var} is empty; set it to the key as hex digits (at least two, for one byte)"
+        "environment variable {var} is empty or all zero bytes; set it to a random key as hex digits, e.g. from `openssl rand -hex 32`"
     )]
     EnvEmpty {
         /// The variable's name.
@@ -172,12 +173,15 @@ pub fn from_file(path: &Path) -> Result<PlacementKey, KeyLoadError> {
             max: MAX_KEY_FILE_BYTES,
         });
     }
-    if bytes.is_empty() {
+    // A file of only zero bytes is the empty key to HMAC (see
+    // `PlacementKey::is_empty`), so it is refused like an empty file.
+    let key = PlacementKey::from_bytes(bytes);
+    if key.is_empty() {
         return Err(KeyLoadError::EmptyFile {
             path: path.to_owned(),
         });
     }
-    Ok(PlacementKey::from_bytes(bytes))
+    Ok(key)
 }
 
 /// Reads a hex-encoded key from an environment variable.
@@ -331,10 +335,18 @@ mod tests {
         let file = key_file(b"");
         let error = from_file(file.path()).unwrap_err();
         assert!(matches!(error, KeyLoadError::EmptyFile { .. }));
+        // Zero bytes are the empty key to HMAC.
+        let zeros = key_file(&[0; 32]);
+        let zero_error = from_file(zeros.path()).unwrap_err();
+        assert!(matches!(zero_error, KeyLoadError::EmptyFile { .. }));
+        assert!(matches!(
+            from_env_value("K", Some("0000".into())),
+            Err(KeyLoadError::EnvEmpty { .. })
+        ));
         assert_eq!(
             error.to_string(),
             format!(
-                "key file {} is empty; write the key material (at least one byte) into it",
+                "key file {} is empty or all zero bytes; write random key material into it, e.g. `head -c 32 /dev/urandom > FILE`",
                 file.path().display()
             )
         );

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::KeyError;
@@ -74,30 +74,51 @@ impl PlacementKey {
         Self::from_bytes(RECIPE_DEFAULT_KEY)
     }
 
-    /// Whether this is the recipe's public default key. A gateway must refuse
-    /// to serve traffic with it.
+    /// Whether this key places tenants exactly like the recipe's public
+    /// default key. A gateway must refuse to serve traffic with it.
+    ///
+    /// Keys are compared as HMAC sees them (see [`ct_eq`](Self::ct_eq)), so
+    /// the default key followed by zero bytes counts as the default too.
     pub fn is_recipe_default(&self) -> bool {
-        self.ct_eq_bytes(RECIPE_DEFAULT_KEY)
+        self.ct_eq(&Self::recipe_default())
     }
 
-    /// Whether the key has no bytes at all.
+    /// Whether the key is, for HMAC, the empty key: no bytes, or only zero
+    /// bytes (`head -c 32 /dev/zero` where `/dev/urandom` was meant). Such a
+    /// key makes placement a public function, like no key at all.
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.hmac_block_key().iter().all(|&byte| byte == 0)
     }
 
-    /// The key's length in bytes. The length is not secret enough to hide,
-    /// and operators need it to tell a truncated key file from a real one.
+    /// The key's length in bytes, as given. The length is not secret enough
+    /// to hide, and operators need it to tell a truncated key file from a
+    /// real one.
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
 
-    /// Compares two keys in constant time (for equal lengths).
+    /// Whether two keys place every tenant identically, compared in
+    /// constant time.
+    ///
+    /// HMAC first turns a key into one 64-byte block: a longer key is hashed,
+    /// a shorter one is padded with zero bytes. Two keys with the same block
+    /// are the same key to HMAC, so that block is what is compared; comparing
+    /// raw bytes would call `k` and `k ‖ 0x00` different keys although no
+    /// tenant would move between them.
     pub fn ct_eq(&self, other: &PlacementKey) -> bool {
-        self.ct_eq_bytes(&other.bytes)
+        bool::from(self.hmac_block_key().ct_eq(&other.hmac_block_key()))
     }
 
-    fn ct_eq_bytes(&self, other: &[u8]) -> bool {
-        self.bytes.len() == other.len() && bool::from(self.bytes.ct_eq(other))
+    /// The key as HMAC-SHA256 uses it (RFC 2104): hashed if longer than a
+    /// block, then zero-padded to one block.
+    pub(crate) fn hmac_block_key(&self) -> [u8; 64] {
+        let mut block = [0u8; 64];
+        if self.bytes.len() > 64 {
+            block[..32].copy_from_slice(&Sha256::digest(&self.bytes));
+        } else {
+            block[..self.bytes.len()].copy_from_slice(&self.bytes);
+        }
+        block
     }
 
     /// A keyed HMAC-SHA256 state, ready to be cloned per message.
@@ -265,10 +286,16 @@ mod tests {
     }
 
     #[test]
-    fn default_key_detection_needs_exact_bytes() {
+    fn default_key_detection_compares_as_hmac_does() {
         assert!(!PlacementKey::from_bytes(b"shuffle-shard-v1 ".to_vec()).is_recipe_default());
         assert!(!PlacementKey::from_bytes(b"shuffle-shard-v".to_vec()).is_recipe_default());
         assert!(PlacementKey::from_bytes(b"shuffle-shard-v1".to_vec()).is_recipe_default());
+        assert!(PlacementKey::from_bytes(b"shuffle-shard-v1\0\0".to_vec()).is_recipe_default());
+        assert!(PlacementKey::from_bytes(vec![0; 64]).is_empty());
+        assert!(!PlacementKey::from_bytes(vec![0; 65]).is_empty());
+        let long = vec![7u8; 100];
+        let hashed = Sha256::digest(&long).to_vec();
+        assert!(PlacementKey::from_bytes(long).ct_eq(&PlacementKey::from_bytes(hashed)));
     }
 
     #[test]
