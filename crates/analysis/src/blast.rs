@@ -89,7 +89,7 @@ pub struct BlastModel {
 impl BlastModel {
     /// Builds the model for a placed population.
     pub fn new(placements: &Placements) -> Result<Self, AnalysisError> {
-        let tables = SubsetTables::build(placements, None)?;
+        let tables = SubsetTables::build(placements)?;
         let n = placements.shards();
         let mut lost_share = vec![0.0; n];
         let mut per_shard = vec![0u64; n];
@@ -189,7 +189,7 @@ impl BlastModel {
                 .rows()
                 .par_iter()
                 .map_init(Vec::new, |members, row| {
-                    packer.unpack(row.key, size, members);
+                    packer.unpack(row.key(), size, members);
                     let rest: Vec<ShardIndex> = (0..self.n as ShardIndex)
                         .filter(|index| !members.contains(index))
                         .collect();
@@ -347,7 +347,7 @@ impl BlastModel {
                 .rows()
                 .par_iter()
                 .map_init(Vec::new, |members, row| {
-                    packer.unpack(row.key, size, members);
+                    packer.unpack(row.key(), size, members);
                     let failed_members = members.iter().filter(|&&m| is_failed[m as usize]).count();
                     let down = if failed_members == size {
                         row.tenants

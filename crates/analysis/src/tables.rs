@@ -80,12 +80,26 @@ pub(crate) fn for_each_combination(
     }
 }
 
-/// One row of a count table.
+/// One row of a count table. The key is split into two words so a row
+/// takes 24 bytes rather than the 32 a 16-byte-aligned `u128` would force:
+/// tables at ten million tenants hold tens of millions of rows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Row {
-    pub(crate) key: u128,
+    key: [u64; 2],
     pub(crate) tenants: u64,
-    pub(crate) weight: f64,
+}
+
+impl Row {
+    fn new(key: u128, tenants: u64) -> Self {
+        Self {
+            key: [(key >> 64) as u64, key as u64],
+            tenants,
+        }
+    }
+
+    pub(crate) fn key(&self) -> u128 {
+        (u128::from(self.key[0]) << 64) | u128::from(self.key[1])
+    }
 }
 
 /// Sorted rows keyed by packed set, with counts merged.
@@ -102,7 +116,6 @@ impl Table {
             match merged.last_mut() {
                 Some(last) if last.key == row.key => {
                     last.tenants += row.tenants;
-                    last.weight += row.weight;
                 }
                 _ => merged.push(row),
             }
@@ -113,7 +126,7 @@ impl Table {
 
     pub(crate) fn get(&self, key: u128) -> Option<&Row> {
         self.rows
-            .binary_search_by_key(&key, |row| row.key)
+            .binary_search_by_key(&key, Row::key)
             .ok()
             .map(|at| &self.rows[at])
     }
@@ -123,8 +136,7 @@ impl Table {
     }
 }
 
-/// The distinct subsets of a population, by size, with their tenant counts
-/// and weights.
+/// The distinct subsets of a population, by size, with their tenant counts.
 #[derive(Debug, Clone)]
 pub(crate) struct SubsetTables {
     pub(crate) packer: Packer,
@@ -133,10 +145,7 @@ pub(crate) struct SubsetTables {
 }
 
 impl SubsetTables {
-    pub(crate) fn build(
-        placements: &Placements,
-        weights: Option<&[f64]>,
-    ) -> Result<Self, AnalysisError> {
+    pub(crate) fn build(placements: &Placements) -> Result<Self, AnalysisError> {
         let packer = Packer::new(placements.shards());
         let max_k = placements.max_k();
         if max_k > packer.capacity() {
@@ -147,19 +156,15 @@ impl SubsetTables {
             });
         }
         let mut by_size: Vec<Vec<Row>> = vec![Vec::new(); max_k + 1];
-        for (t, subset) in placements.iter().enumerate() {
-            by_size[subset.len()].push(Row {
-                key: packer.pack(subset),
-                tenants: 1,
-                weight: weights.map_or(1.0, |w| w[t]),
-            });
+        for subset in placements.iter() {
+            by_size[subset.len()].push(Row::new(packer.pack(subset), 1));
         }
         let exact = by_size.into_iter().map(Table::from_unsorted).collect();
         Ok(Self { packer, exact })
     }
 
     /// The containment table for sets of size `m ≥ 1`: for each `m`-set, the
-    /// tenants (and weight) whose subset contains it.
+    /// tenants whose subset contains it.
     pub(crate) fn containment(&self, m: usize) -> Table {
         let packer = self.packer;
         let mut rows: Vec<Row> = Vec::new();
@@ -169,13 +174,9 @@ impl SubsetTables {
                 .par_iter()
                 .fold(Vec::new, |mut out, row| {
                     let mut members = Vec::with_capacity(size);
-                    packer.unpack(row.key, size, &mut members);
+                    packer.unpack(row.key(), size, &mut members);
                     for_each_combination(&members, m, |combination| {
-                        out.push(Row {
-                            key: packer.pack(combination),
-                            tenants: row.tenants,
-                            weight: row.weight,
-                        });
+                        out.push(Row::new(packer.pack(combination), row.tenants));
                     });
                     out
                 })
