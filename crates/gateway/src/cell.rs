@@ -1,0 +1,115 @@
+//! Tenant → cell, and each cell's placement: the second and third steps of
+//! the request path (after the credential has named the tenant).
+//!
+//! A cell is a complete fleet with its own placement (algorithm, `k`, key).
+//! The [`Topology`] holds every cell's [`Placer`] with the tenants' overrides
+//! applied, so routing a request is a map lookup and one placement.
+
+use placement::{
+    Fleet, PlacementConfig, PlacementError, Placer, Shard, ShardIndex, TenantOverride,
+};
+
+use crate::config::{CellSettings, ConfigError, GatewayConfig};
+use crate::tenants::Tenants;
+
+/// Builds the placer a cell's settings describe (without tenant overrides).
+pub fn placer_for(cell: &CellSettings) -> Result<Placer, PlacementError> {
+    let shards = cell
+        .shards
+        .iter()
+        .map(|shard| Shard {
+            id: shard.id.clone(),
+            zone: shard.zone.clone(),
+            weight: shard.weight,
+        })
+        .collect();
+    let config = PlacementConfig {
+        algorithm: cell.algorithm,
+        k: cell.k,
+        zone_aware: cell.zone_aware,
+    };
+    Placer::new(Fleet::new(shards)?, &cell.key, config)
+}
+
+/// A cell at run time.
+#[derive(Debug)]
+pub struct Cell {
+    /// The cell's settings.
+    pub settings: CellSettings,
+    /// Its placer, with per-tenant overrides applied.
+    pub placer: Placer,
+}
+
+/// Every cell, ready to route.
+#[derive(Debug)]
+pub struct Topology {
+    cells: Vec<Cell>,
+}
+
+impl Topology {
+    /// Builds every cell's placer and applies the tenants' overrides.
+    pub fn build(config: &GatewayConfig, tenants: &Tenants) -> Result<Self, ConfigError> {
+        let mut cells = Vec::with_capacity(config.cells.len());
+        for settings in &config.cells {
+            let placer = placer_for(settings).map_err(|e| {
+                ConfigError::new(
+                    &config.path,
+                    format!("cells.{}", settings.name),
+                    e.to_string(),
+                )
+            })?;
+            cells.push(Cell {
+                settings: settings.clone(),
+                placer,
+            });
+        }
+        let mut topology = Self { cells };
+        for tenant in tenants.iter() {
+            let cell = topology.cell_index(tenant.cell.as_deref());
+            let rule = match (&tenant.k, &tenant.shards) {
+                (Some(k), _) => TenantOverride::K(*k),
+                (None, Some(shards)) => TenantOverride::Dedicated(shards.clone()),
+                (None, None) => continue,
+            };
+            topology.cells[cell]
+                .placer
+                .set_override(tenant.id.clone(), rule)
+                .map_err(|e| {
+                    ConfigError::new(
+                        &config.tenants_file,
+                        format!("tenants.{}", tenant.id),
+                        e.to_string(),
+                    )
+                })?;
+        }
+        Ok(topology)
+    }
+
+    /// The index of the named cell, or of the default (first) cell when the
+    /// name is absent. Names were validated when the tenants were loaded.
+    pub fn cell_index(&self, name: Option<&str>) -> usize {
+        name.and_then(|name| {
+            self.cells
+                .iter()
+                .position(|cell| cell.settings.name == name)
+        })
+        .unwrap_or(0)
+    }
+
+    /// The index of a cell by name, if it exists.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.cells
+            .iter()
+            .position(|cell| cell.settings.name == name)
+    }
+
+    /// The cells.
+    pub fn cells(&self) -> &[Cell] {
+        &self.cells
+    }
+
+    /// A tenant's subset in a cell, as shard indices in selection order.
+    pub fn subset(&self, cell: usize, tenant: &str) -> Vec<ShardIndex> {
+        self.cells[cell].placer.subset(tenant)
+    }
+}

@@ -1,0 +1,688 @@
+//! The gateway's configuration file: parsed from TOML, validated once, and
+//! turned into typed settings. Every error names the file, the key and the
+//! problem.
+//!
+//! Relative paths in the file (`tenants_file`, `key_file`, …) are resolved
+//! against the directory the configuration file is in, so a configuration
+//! means the same thing whatever directory the gateway is started from.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use placement::{Algorithm, PlacementKey};
+use serde::Deserialize;
+use thiserror::Error;
+
+/// The shortest placement key the gateway serves with. Shorter keys can be
+/// guessed, and a guessed key makes every tenant's shards public.
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// Why the configuration was refused.
+#[derive(Debug, Error)]
+#[error("{file}: {key}: {problem}")]
+pub struct ConfigError {
+    /// The file with the problem.
+    pub file: String,
+    /// The key (dotted path) with the problem, or `-` for the whole file.
+    pub key: String,
+    /// What is wrong and how to fix it.
+    pub problem: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(file: &Path, key: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self {
+            file: file.display().to_string(),
+            key: key.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// What to do when every member of a tenant's subset is out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Exhausted {
+    /// Answer 503 with `Retry-After`: the tenant's blast radius stays its own.
+    Strict,
+    /// Use a healthy shard outside the subset, and count it.
+    Spill,
+}
+
+/// One backend shard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardSettings {
+    /// Stable id, unique within the cell.
+    pub id: String,
+    /// Base URL, `http://host:port` (an optional path prefix is kept).
+    pub url: http::Uri,
+    /// Failure-domain label.
+    pub zone: Option<String>,
+    /// Relative capacity (rendezvous only).
+    pub weight: f64,
+}
+
+/// A cell: a fleet of shards and how tenants are placed on it.
+#[derive(Debug, Clone)]
+pub struct CellSettings {
+    /// The cell's name.
+    pub name: String,
+    /// Placement algorithm.
+    pub algorithm: Algorithm,
+    /// Default subset size.
+    pub k: u32,
+    /// Spread subsets over zones.
+    pub zone_aware: bool,
+    /// The placement key's version name (for operators; never the bytes).
+    pub key_version: String,
+    /// The placement key.
+    pub key: PlacementKey,
+    /// The shards.
+    pub shards: Vec<ShardSettings>,
+}
+
+/// JWT authentication.
+#[derive(Debug, Clone)]
+pub struct JwtSettings {
+    /// Accepted algorithm.
+    pub algorithm: jsonwebtoken::Algorithm,
+    /// The verification key file (HS256: raw secret bytes; RS256/ES256: PEM).
+    pub key_file: PathBuf,
+    /// Required `iss`, when set.
+    pub issuer: Option<String>,
+    /// Required `aud`, when set.
+    pub audience: Option<String>,
+    /// The claim that names the tenant.
+    pub tenant_claim: String,
+}
+
+/// Retry and failover behaviour.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutingSettings {
+    /// When the whole subset is out.
+    pub exhausted: Exhausted,
+    /// Timeout for one attempt (until response headers arrive).
+    pub per_try_timeout: Duration,
+    /// Deadline for the whole request, all attempts included.
+    pub request_timeout: Duration,
+    /// Statuses that count as a failed attempt and may be retried.
+    pub retry_on_status: Vec<u16>,
+    /// Largest request body buffered so it can be replayed on another shard.
+    pub max_replay_body_bytes: usize,
+    /// Backoff before the second attempt; doubles per attempt, jittered.
+    pub backoff_base: Duration,
+    /// Largest backoff.
+    pub backoff_max: Duration,
+    /// `Retry-After` seconds on a 503 when the subset is exhausted.
+    pub retry_after_seconds: u32,
+}
+
+/// The retry budget (tower's `TpsBudget` semantics).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryBudgetSettings {
+    /// Retries allowed as a fraction of requests.
+    pub ratio: f64,
+    /// Retries always allowed per second, whatever the request rate.
+    pub min_per_second: u32,
+    /// The window requests and retries are counted over.
+    pub window: Duration,
+}
+
+/// Active health checks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthSettings {
+    /// The path to GET on every shard.
+    pub path: String,
+    /// Time between checks.
+    pub interval: Duration,
+    /// Timeout of one check.
+    pub timeout: Duration,
+    /// Consecutive passes that make a shard healthy.
+    pub rise: u32,
+    /// Consecutive failures that make a shard unhealthy.
+    pub fall: u32,
+    /// Health older than this is unknown, not healthy.
+    pub staleness: Duration,
+}
+
+/// Passive outlier ejection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutlierSettings {
+    /// Consecutive failed attempts that eject a shard.
+    pub consecutive_failures: u32,
+    /// First ejection's length; multiplied by the number of ejections.
+    pub base_ejection: Duration,
+    /// Longest ejection.
+    pub max_ejection: Duration,
+}
+
+/// Connection and size limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitSettings {
+    /// Largest request head (request line and headers).
+    pub max_header_bytes: usize,
+    /// Largest request body.
+    pub max_body_bytes: u64,
+    /// Time a client has to send its request head (slowloris guard).
+    pub header_read_timeout: Duration,
+    /// Time in-flight requests get to finish on shutdown.
+    pub shutdown_grace: Duration,
+}
+
+/// The admin listener (operations API, metrics, status page).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminSettings {
+    /// Where the admin listener binds.
+    pub listen: SocketAddr,
+    /// File holding the admin bearer token.
+    pub token_file: Option<PathBuf>,
+    /// Serve `/metrics` without a token.
+    pub metrics_without_token: bool,
+}
+
+/// The validated gateway configuration.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The file this came from.
+    pub path: PathBuf,
+    /// Where the data listener binds.
+    pub listen: SocketAddr,
+    /// The tenants file.
+    pub tenants_file: PathBuf,
+    /// JWT authentication, when configured.
+    pub jwt: Option<JwtSettings>,
+    /// Retry and failover behaviour.
+    pub routing: RoutingSettings,
+    /// The retry budget.
+    pub retry_budget: RetryBudgetSettings,
+    /// Active health checks.
+    pub health: HealthSettings,
+    /// Passive outlier ejection.
+    pub outlier: OutlierSettings,
+    /// Connection and size limits.
+    pub limits: LimitSettings,
+    /// The admin listener.
+    pub admin: AdminSettings,
+    /// The cells; the first is the default.
+    pub cells: Vec<CellSettings>,
+}
+
+// ---- The file as written -------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: String,
+    tenants_file: String,
+    placement: RawPlacement,
+    cells: Vec<RawCell>,
+    #[serde(default)]
+    auth: RawAuth,
+    #[serde(default)]
+    routing: RawRouting,
+    #[serde(default)]
+    retry_budget: RawRetryBudget,
+    #[serde(default)]
+    health: RawHealth,
+    #[serde(default)]
+    outlier: RawOutlier,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    admin: RawAdmin,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlacement {
+    algorithm: String,
+    k: u32,
+    key_file: String,
+    key_version: String,
+    #[serde(default)]
+    zone_aware: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCell {
+    name: String,
+    shards: Vec<RawShard>,
+    algorithm: Option<String>,
+    k: Option<u32>,
+    key_file: Option<String>,
+    key_version: Option<String>,
+    zone_aware: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawShard {
+    id: String,
+    url: String,
+    zone: Option<String>,
+    weight: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    jwt: Option<RawJwt>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJwt {
+    algorithm: String,
+    key_file: String,
+    issuer: Option<String>,
+    audience: Option<String>,
+    tenant_claim: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRouting {
+    exhausted: Option<Exhausted>,
+    per_try_timeout_ms: Option<u64>,
+    request_timeout_ms: Option<u64>,
+    retry_on_status: Option<Vec<u16>>,
+    max_replay_body_bytes: Option<usize>,
+    backoff_base_ms: Option<u64>,
+    backoff_max_ms: Option<u64>,
+    retry_after_seconds: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetryBudget {
+    ratio: Option<f64>,
+    min_per_second: Option<u32>,
+    window_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHealth {
+    path: Option<String>,
+    interval_ms: Option<u64>,
+    timeout_ms: Option<u64>,
+    rise: Option<u32>,
+    fall: Option<u32>,
+    staleness_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOutlier {
+    consecutive_failures: Option<u32>,
+    base_ejection_ms: Option<u64>,
+    max_ejection_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_header_bytes: Option<usize>,
+    max_body_bytes: Option<u64>,
+    header_read_timeout_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: Option<String>,
+    token_file: Option<String>,
+    metrics_without_token: Option<bool>,
+}
+
+// ---- Loading and validation ---------------------------------------------
+
+impl GatewayConfig {
+    /// Reads and validates a configuration file, including the key files it
+    /// names. (The tenants file is read separately, see `tenants`.)
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            ConfigError::new(path, "-", format!("cannot read the configuration: {error}"))
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Validates configuration text as if read from `path`.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|error| {
+            let message = error.message().to_owned();
+            let location = error
+                .span()
+                .map(|span| {
+                    let line = text[..span.start].matches('\n').count() + 1;
+                    format!("line {line}")
+                })
+                .unwrap_or_else(|| "-".into());
+            ConfigError::new(path, location, message)
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |file: &str| -> PathBuf {
+            let file = Path::new(file);
+            if file.is_absolute() {
+                file.to_owned()
+            } else {
+                base.join(file)
+            }
+        };
+        let err = |key: &str, problem: String| ConfigError::new(path, key, problem);
+
+        let listen = parse_addr(&raw.listen).map_err(|p| err("listen", p))?;
+        let default_algorithm: Algorithm = raw
+            .placement
+            .algorithm
+            .parse()
+            .map_err(|e| err("placement.algorithm", format!("{e}")))?;
+        if raw.placement.key_version.is_empty() {
+            return Err(err(
+                "placement.key_version",
+                "name the key version, e.g. \"v1\"".into(),
+            ));
+        }
+        let default_key = load_key(&resolve(&raw.placement.key_file))
+            .map_err(|p| err("placement.key_file", p))?;
+
+        if raw.cells.is_empty() {
+            return Err(err(
+                "cells",
+                "declare at least one [[cells]] with its shards".into(),
+            ));
+        }
+        let mut cell_names = HashSet::new();
+        let mut cells = Vec::with_capacity(raw.cells.len());
+        for (position, cell) in raw.cells.into_iter().enumerate() {
+            let at = |key: &str| format!("cells[{position}].{key}");
+            if cell.name.is_empty() {
+                return Err(err(&at("name"), "give the cell a name".into()));
+            }
+            if !cell_names.insert(cell.name.clone()) {
+                return Err(err(
+                    &at("name"),
+                    format!("cell {:?} is declared twice", cell.name),
+                ));
+            }
+            let algorithm = match &cell.algorithm {
+                Some(name) => name
+                    .parse()
+                    .map_err(|e| err(&at("algorithm"), format!("{e}")))?,
+                None => default_algorithm,
+            };
+            let key = match &cell.key_file {
+                Some(file) => load_key(&resolve(file)).map_err(|p| err(&at("key_file"), p))?,
+                None => default_key.clone(),
+            };
+            if cell.key_file.is_some() && cell.key_version.is_none() {
+                return Err(err(
+                    &at("key_version"),
+                    "a cell with its own key_file needs its own key_version".into(),
+                ));
+            }
+            if cell.shards.is_empty() {
+                return Err(err(&at("shards"), "list at least one shard".into()));
+            }
+            let mut shard_ids = HashSet::new();
+            let mut shards = Vec::with_capacity(cell.shards.len());
+            for (index, shard) in cell.shards.into_iter().enumerate() {
+                let key = format!("cells[{position}].shards[{index}]");
+                if shard.id.is_empty() {
+                    return Err(err(
+                        &format!("{key}.id"),
+                        "give the shard a non-empty id".into(),
+                    ));
+                }
+                if !shard_ids.insert(shard.id.clone()) {
+                    return Err(err(
+                        &format!("{key}.id"),
+                        format!("shard id {:?} is used twice in this cell", shard.id),
+                    ));
+                }
+                let url =
+                    parse_backend_url(&shard.url).map_err(|p| err(&format!("{key}.url"), p))?;
+                let weight = shard.weight.unwrap_or(1.0);
+                shards.push(ShardSettings {
+                    id: shard.id,
+                    url,
+                    zone: shard.zone,
+                    weight,
+                });
+            }
+            let settings = CellSettings {
+                name: cell.name,
+                algorithm,
+                k: cell.k.unwrap_or(raw.placement.k),
+                zone_aware: cell.zone_aware.unwrap_or(raw.placement.zone_aware),
+                key_version: cell
+                    .key_version
+                    .unwrap_or_else(|| raw.placement.key_version.clone()),
+                key,
+                shards,
+            };
+            // Building the placer here proves k, zones and weights are
+            // consistent before anything listens.
+            crate::cell::placer_for(&settings)
+                .map_err(|e| err(&format!("cells[{position}]"), e.to_string()))?;
+            cells.push(settings);
+        }
+
+        let jwt = raw
+            .auth
+            .jwt
+            .map(|jwt| -> Result<JwtSettings, ConfigError> {
+                let algorithm = match jwt.algorithm.as_str() {
+                    "HS256" => jsonwebtoken::Algorithm::HS256,
+                    "RS256" => jsonwebtoken::Algorithm::RS256,
+                    "ES256" => jsonwebtoken::Algorithm::ES256,
+                    other => {
+                        return Err(err(
+                            "auth.jwt.algorithm",
+                            format!("{other:?} is not supported; use HS256, RS256 or ES256"),
+                        ));
+                    }
+                };
+                Ok(JwtSettings {
+                    algorithm,
+                    key_file: resolve(&jwt.key_file),
+                    issuer: jwt.issuer,
+                    audience: jwt.audience,
+                    tenant_claim: jwt.tenant_claim.unwrap_or_else(|| "sub".into()),
+                })
+            })
+            .transpose()?;
+
+        let ms = Duration::from_millis;
+        let r = raw.routing;
+        let routing = RoutingSettings {
+            exhausted: r.exhausted.unwrap_or(Exhausted::Strict),
+            per_try_timeout: ms(r.per_try_timeout_ms.unwrap_or(2_000)),
+            request_timeout: ms(r.request_timeout_ms.unwrap_or(10_000)),
+            retry_on_status: r.retry_on_status.unwrap_or_else(|| vec![502, 503, 504]),
+            max_replay_body_bytes: r.max_replay_body_bytes.unwrap_or(64 * 1024),
+            backoff_base: ms(r.backoff_base_ms.unwrap_or(2)),
+            backoff_max: ms(r.backoff_max_ms.unwrap_or(50)),
+            retry_after_seconds: r.retry_after_seconds.unwrap_or(1),
+        };
+        positive(&routing.per_try_timeout, "routing.per_try_timeout_ms")
+            .map_err(|p| err("routing.per_try_timeout_ms", p))?;
+        if routing.request_timeout < routing.per_try_timeout {
+            return Err(err(
+                "routing.request_timeout_ms",
+                "must be at least routing.per_try_timeout_ms".into(),
+            ));
+        }
+        if let Some(bad) = routing
+            .retry_on_status
+            .iter()
+            .find(|s| !(100..=599).contains(*s))
+        {
+            return Err(err(
+                "routing.retry_on_status",
+                format!("{bad} is not an HTTP status"),
+            ));
+        }
+
+        let b = raw.retry_budget;
+        let retry_budget = RetryBudgetSettings {
+            ratio: b.ratio.unwrap_or(0.2),
+            min_per_second: b.min_per_second.unwrap_or(10),
+            window: Duration::from_secs(b.window_seconds.unwrap_or(10)),
+        };
+        if !(0.0..=1000.0).contains(&retry_budget.ratio) {
+            return Err(err(
+                "retry_budget.ratio",
+                "must be between 0 and 1000".into(),
+            ));
+        }
+        if !(1..=60).contains(&retry_budget.window.as_secs()) {
+            return Err(err(
+                "retry_budget.window_seconds",
+                "must be between 1 and 60".into(),
+            ));
+        }
+
+        let h = raw.health;
+        let interval = ms(h.interval_ms.unwrap_or(1_000));
+        let health = HealthSettings {
+            path: h.path.unwrap_or_else(|| "/healthz".into()),
+            interval,
+            timeout: ms(h.timeout_ms.unwrap_or(500)),
+            rise: h.rise.unwrap_or(2),
+            fall: h.fall.unwrap_or(3),
+            staleness: h.staleness_ms.map(ms).unwrap_or(interval * 3),
+        };
+        if !health.path.starts_with('/') {
+            return Err(err("health.path", "must start with '/'".into()));
+        }
+        positive(&health.interval, "").map_err(|p| err("health.interval_ms", p))?;
+        if health.rise == 0 || health.fall == 0 {
+            return Err(err(
+                "health.rise",
+                "rise and fall must be at least 1".into(),
+            ));
+        }
+        if health.staleness <= health.interval {
+            return Err(err(
+                "health.staleness_ms",
+                "must be longer than health.interval_ms, or every check would go stale".into(),
+            ));
+        }
+
+        let o = raw.outlier;
+        let outlier = OutlierSettings {
+            consecutive_failures: o.consecutive_failures.unwrap_or(5),
+            base_ejection: ms(o.base_ejection_ms.unwrap_or(10_000)),
+            max_ejection: ms(o.max_ejection_ms.unwrap_or(300_000)),
+        };
+        if outlier.consecutive_failures == 0 {
+            return Err(err(
+                "outlier.consecutive_failures",
+                "must be at least 1".into(),
+            ));
+        }
+        if outlier.max_ejection < outlier.base_ejection {
+            return Err(err(
+                "outlier.max_ejection_ms",
+                "must be at least outlier.base_ejection_ms".into(),
+            ));
+        }
+
+        let l = raw.limits;
+        let limits = LimitSettings {
+            max_header_bytes: l.max_header_bytes.unwrap_or(16 * 1024),
+            max_body_bytes: l.max_body_bytes.unwrap_or(10 * 1024 * 1024),
+            header_read_timeout: ms(l.header_read_timeout_ms.unwrap_or(10_000)),
+            shutdown_grace: ms(l.shutdown_grace_ms.unwrap_or(10_000)),
+        };
+        if limits.max_header_bytes < 1024 {
+            return Err(err(
+                "limits.max_header_bytes",
+                "must be at least 1024".into(),
+            ));
+        }
+
+        let a = raw.admin;
+        let admin = AdminSettings {
+            listen: parse_addr(a.listen.as_deref().unwrap_or("127.0.0.1:9901"))
+                .map_err(|p| err("admin.listen", p))?,
+            token_file: a.token_file.as_deref().map(resolve),
+            metrics_without_token: a.metrics_without_token.unwrap_or(false),
+        };
+
+        Ok(Self {
+            path: path.to_owned(),
+            listen,
+            tenants_file: resolve(&raw.tenants_file),
+            jwt,
+            routing,
+            retry_budget,
+            health,
+            outlier,
+            limits,
+            admin,
+            cells,
+        })
+    }
+
+    /// The cell with this name.
+    pub fn cell(&self, name: &str) -> Option<&CellSettings> {
+        self.cells.iter().find(|cell| cell.name == name)
+    }
+}
+
+fn positive(duration: &Duration, _key: &str) -> Result<(), String> {
+    if duration.is_zero() {
+        Err("must be greater than zero".into())
+    } else {
+        Ok(())
+    }
+}
+
+fn parse_addr(text: &str) -> Result<SocketAddr, String> {
+    text.parse()
+        .map_err(|_| format!("{text:?} is not an address; write IP:PORT, e.g. \"127.0.0.1:8080\""))
+}
+
+fn parse_backend_url(text: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a URL; write e.g. \"http://127.0.0.1:9100\""))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!("{text:?}: only http:// backends are supported"));
+    }
+    if uri.authority().is_none() {
+        return Err(format!("{text:?} has no host"));
+    }
+    if uri.query().is_some() {
+        return Err(format!("{text:?}: a backend URL cannot have a query"));
+    }
+    Ok(uri)
+}
+
+/// Loads a serving key: raw bytes, at least [`MIN_KEY_BYTES`], not the
+/// recipe's public default.
+fn load_key(path: &Path) -> Result<PlacementKey, String> {
+    let key = keys::from_file(path).map_err(|e| e.to_string())?;
+    if key.is_recipe_default() {
+        return Err(format!(
+            "{} holds the recipe's public default key; anyone could compute every tenant's shards. Generate a secret: head -c 32 /dev/urandom > {}",
+            path.display(),
+            path.display()
+        ));
+    }
+    if key.len() < MIN_KEY_BYTES {
+        return Err(format!(
+            "{} holds a {}-byte key; use at least {MIN_KEY_BYTES} random bytes (head -c 32 /dev/urandom > {})",
+            path.display(),
+            key.len(),
+            path.display()
+        ));
+    }
+    Ok(key)
+}

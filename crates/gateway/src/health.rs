@@ -1,0 +1,335 @@
+//! Shard health: active checks with rise/fall thresholds, passive outlier
+//! ejection, and staleness.
+//!
+//! A shard is routable when it is not ejected, not failed or drained by an
+//! operator, and its active health is *known healthy*. Active results flip
+//! state only after `rise` consecutive passes or `fall` consecutive failures
+//! (one blip does not move traffic), and a result older than the staleness
+//! bound counts as unknown: a health checker that stopped running must not
+//! leave a dead shard marked healthy forever. Before the first check
+//! completes a shard is *presumed* healthy, so a gateway can serve as soon as
+//! it starts; passive ejection protects it from a shard that is in fact down.
+//!
+//! Passive ejection counts consecutive failed attempts from real traffic;
+//! at the threshold the shard is ejected for `base × ejections` (capped,
+//! jittered). A passing active check after the ejection has expired
+//! readmits it, and so does the ejection simply running out.
+//!
+//! Every transition takes `now` explicitly, so the state machine is tested
+//! with a paused tokio clock and no sleeps.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::{HealthSettings, OutlierSettings};
+
+/// What active checks currently say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Active {
+    /// No check has completed yet: presumed healthy.
+    Presumed,
+    /// `rise` consecutive passes (or the initial presumption not yet
+    /// contradicted `fall` times).
+    Healthy,
+    /// `fall` consecutive failures.
+    Unhealthy,
+}
+
+/// Why a shard is out of rotation (or that it is not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    /// Routable.
+    Up,
+    /// Active checks failed.
+    Unhealthy,
+    /// The last check result is older than the staleness bound.
+    Stale,
+    /// Ejected by passive outlier detection until the given time.
+    Ejected,
+    /// Marked failed by an operator (drills).
+    Failed,
+    /// Drained by an operator: no new requests.
+    Drained,
+}
+
+impl Availability {
+    /// A short lowercase name for metrics and the admin API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Availability::Up => "up",
+            Availability::Unhealthy => "unhealthy",
+            Availability::Stale => "stale",
+            Availability::Ejected => "ejected",
+            Availability::Failed => "failed",
+            Availability::Drained => "drained",
+        }
+    }
+}
+
+/// Why a shard was ejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EjectReason {
+    /// Consecutive failed attempts (connect errors, timeouts, resets,
+    /// retryable statuses).
+    ConsecutiveFailures,
+}
+
+/// The health of one shard.
+#[derive(Debug, Clone)]
+pub struct HealthState {
+    active: Active,
+    passes: u32,
+    failures: u32,
+    last_check: Option<Instant>,
+    consecutive_errors: u32,
+    ejections: u32,
+    ejected_until: Option<Instant>,
+    /// Set by an operator.
+    pub failed: bool,
+    /// Set by an operator.
+    pub drained: bool,
+}
+
+impl Default for HealthState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HealthState {
+    /// A shard no check has looked at yet.
+    pub fn new() -> Self {
+        Self {
+            active: Active::Presumed,
+            passes: 0,
+            failures: 0,
+            last_check: None,
+            consecutive_errors: 0,
+            ejections: 0,
+            ejected_until: None,
+            failed: false,
+            drained: false,
+        }
+    }
+
+    /// What active checks say.
+    pub fn active(&self) -> Active {
+        self.active
+    }
+
+    /// How many times the shard has been ejected (the multiplier of the next
+    /// ejection's length).
+    pub fn ejections(&self) -> u32 {
+        self.ejections
+    }
+
+    /// Whether the shard is ejected at `now`.
+    pub fn is_ejected(&self, now: Instant) -> bool {
+        self.ejected_until.is_some_and(|until| now < until)
+    }
+
+    /// Records an active check result. Returns true when the active state
+    /// changed.
+    pub fn record_check(&mut self, passed: bool, now: Instant, settings: &HealthSettings) -> bool {
+        self.last_check = Some(now);
+        let before = self.active;
+        if passed {
+            self.failures = 0;
+            self.passes = self.passes.saturating_add(1);
+            if self.passes >= settings.rise || self.active == Active::Presumed {
+                self.active = Active::Healthy;
+            }
+            // A passing check readmits a shard whose ejection has expired
+            // and forgives the errors that led to it.
+            if !self.is_ejected(now) {
+                self.ejected_until = None;
+                self.consecutive_errors = 0;
+            }
+        } else {
+            self.passes = 0;
+            self.failures = self.failures.saturating_add(1);
+            if self.failures >= settings.fall {
+                self.active = Active::Unhealthy;
+            }
+        }
+        before != self.active
+    }
+
+    /// Records the outcome of a real request's attempt. Returns the ejection
+    /// reason when this failure ejected the shard.
+    pub fn record_attempt(
+        &mut self,
+        success: bool,
+        now: Instant,
+        settings: &OutlierSettings,
+    ) -> Option<EjectReason> {
+        if success {
+            self.consecutive_errors = 0;
+            return None;
+        }
+        self.consecutive_errors = self.consecutive_errors.saturating_add(1);
+        if self.consecutive_errors < settings.consecutive_failures || self.is_ejected(now) {
+            return None;
+        }
+        self.ejections = self.ejections.saturating_add(1);
+        let length = ejection_length(self.ejections, settings);
+        self.ejected_until = Some(now + length);
+        self.consecutive_errors = 0;
+        Some(EjectReason::ConsecutiveFailures)
+    }
+
+    /// Whether and why the shard is out of rotation at `now`.
+    pub fn availability(&self, now: Instant, settings: &HealthSettings) -> Availability {
+        if self.failed {
+            return Availability::Failed;
+        }
+        if self.drained {
+            return Availability::Drained;
+        }
+        if self.is_ejected(now) {
+            return Availability::Ejected;
+        }
+        match self.active {
+            Active::Unhealthy => Availability::Unhealthy,
+            Active::Presumed => Availability::Up,
+            Active::Healthy => match self.last_check {
+                Some(at) if now.saturating_duration_since(at) > settings.staleness => {
+                    Availability::Stale
+                }
+                _ => Availability::Up,
+            },
+        }
+    }
+}
+
+/// `base × ejections`, capped at `max`, with up to 10 % jitter taken off so
+/// that shards ejected together do not all return at the same instant.
+fn ejection_length(ejections: u32, settings: &OutlierSettings) -> Duration {
+    let nominal = settings
+        .base_ejection
+        .saturating_mul(ejections)
+        .min(settings.max_ejection);
+    let jitter = nominal.mul_f64(fastrand::f64() * 0.1);
+    nominal - jitter
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health() -> HealthSettings {
+        HealthSettings {
+            path: "/healthz".into(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_millis(500),
+            rise: 2,
+            fall: 3,
+            staleness: Duration::from_secs(3),
+        }
+    }
+
+    fn outlier() -> OutlierSettings {
+        OutlierSettings {
+            consecutive_failures: 3,
+            base_ejection: Duration::from_secs(10),
+            max_ejection: Duration::from_secs(25),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flips_only_after_fall_and_rise() {
+        let (settings, mut state) = (health(), HealthState::new());
+        let now = Instant::now();
+        assert_eq!(state.availability(now, &settings), Availability::Up);
+        assert!(!state.record_check(false, now, &settings));
+        assert!(!state.record_check(false, now, &settings));
+        assert_eq!(state.availability(now, &settings), Availability::Up);
+        assert!(state.record_check(false, now, &settings));
+        assert_eq!(state.availability(now, &settings), Availability::Unhealthy);
+        assert!(!state.record_check(true, now, &settings));
+        assert_eq!(state.availability(now, &settings), Availability::Unhealthy);
+        assert!(state.record_check(true, now, &settings));
+        assert_eq!(state.availability(now, &settings), Availability::Up);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn old_results_go_stale() {
+        let (settings, mut state) = (health(), HealthState::new());
+        state.record_check(true, Instant::now(), &settings);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(
+            state.availability(Instant::now(), &settings),
+            Availability::Up
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(
+            state.availability(Instant::now(), &settings),
+            Availability::Stale
+        );
+        state.record_check(true, Instant::now(), &settings);
+        assert_eq!(
+            state.availability(Instant::now(), &settings),
+            Availability::Up
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ejection_grows_with_each_ejection_and_is_capped() {
+        let (settings, outliers, mut state) = (health(), outlier(), HealthState::new());
+        let eject = |state: &mut HealthState| {
+            let now = Instant::now();
+            assert_eq!(state.record_attempt(false, now, &outliers), None);
+            assert_eq!(state.record_attempt(false, now, &outliers), None);
+            assert_eq!(
+                state.record_attempt(false, now, &outliers),
+                Some(EjectReason::ConsecutiveFailures)
+            );
+        };
+        // A success in between resets the count.
+        let now = Instant::now();
+        state.record_attempt(false, now, &outliers);
+        state.record_attempt(false, now, &outliers);
+        state.record_attempt(true, now, &outliers);
+        assert_eq!(state.record_attempt(false, now, &outliers), None);
+        state.record_attempt(true, now, &outliers);
+
+        for (ejection, nominal) in [(1, 10), (2, 20), (3, 25), (4, 25)] {
+            eject(&mut state);
+            assert_eq!(state.ejections(), ejection);
+            assert_eq!(
+                state.availability(Instant::now(), &settings),
+                Availability::Ejected
+            );
+            // Jitter takes at most 10 % off the nominal length.
+            tokio::time::advance(Duration::from_secs(nominal) * 9 / 10 - Duration::from_millis(1))
+                .await;
+            assert_eq!(
+                state.availability(Instant::now(), &settings),
+                Availability::Ejected
+            );
+            tokio::time::advance(Duration::from_secs(nominal) / 10 + Duration::from_millis(2))
+                .await;
+            assert_eq!(
+                state.availability(Instant::now(), &settings),
+                Availability::Up
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn operator_states_win() {
+        let (settings, mut state) = (health(), HealthState::new());
+        state.failed = true;
+        assert_eq!(
+            state.availability(Instant::now(), &settings),
+            Availability::Failed
+        );
+        state.failed = false;
+        state.drained = true;
+        assert_eq!(
+            state.availability(Instant::now(), &settings),
+            Availability::Drained
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! The tenants file: who the tenants are, how they authenticate, and where
+//! they are placed.
+//!
+//! API keys are stored only as SHA-256 digests (hex); the gateway never sees
+//! or keeps the keys themselves outside the request that presents them.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::config::{ConfigError, GatewayConfig};
+
+/// One tenant as configured.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TenantRecord {
+    /// The tenant id (what placement hashes).
+    pub id: String,
+    /// SHA-256 of the tenant's API key, when it authenticates by API key.
+    pub api_key_sha256: Option<[u8; 32]>,
+    /// The tenant's cell; the first cell when absent.
+    pub cell: Option<String>,
+    /// A per-tenant subset size.
+    pub k: Option<u32>,
+    /// Dedicated shards, by id.
+    pub shards: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for TenantRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key digest is not the key, but it is still a credential
+        // verifier and has no place in logs.
+        f.debug_struct("TenantRecord")
+            .field("id", &self.id)
+            .field("api_key_sha256", &self.api_key_sha256.map(|_| "<redacted>"))
+            .field("cell", &self.cell)
+            .field("k", &self.k)
+            .field("shards", &self.shards)
+            .finish()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenants {
+    #[serde(default)]
+    tenants: Vec<RawTenant>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    id: String,
+    api_key_sha256: Option<String>,
+    cell: Option<String>,
+    k: Option<u32>,
+    shards: Option<Vec<String>>,
+}
+
+/// All tenants, indexed by id and by API-key digest.
+#[derive(Debug, Clone, Default)]
+pub struct Tenants {
+    records: Vec<TenantRecord>,
+    by_id: HashMap<String, usize>,
+    by_key_digest: HashMap<[u8; 32], usize>,
+}
+
+impl Tenants {
+    /// Reads and validates the tenants file named by the configuration.
+    pub fn load(config: &GatewayConfig) -> Result<Self, ConfigError> {
+        let path = &config.tenants_file;
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            ConfigError::new(path, "-", format!("cannot read the tenants file: {error}"))
+        })?;
+        Self::parse(path, &text, config)
+    }
+
+    /// Validates tenants-file text against the configuration's cells.
+    pub fn parse(path: &Path, text: &str, config: &GatewayConfig) -> Result<Self, ConfigError> {
+        let raw: RawTenants = toml::from_str(text).map_err(|error| {
+            let location = error
+                .span()
+                .map(|span| format!("line {}", text[..span.start].matches('\n').count() + 1))
+                .unwrap_or_else(|| "-".into());
+            ConfigError::new(path, location, error.message().to_owned())
+        })?;
+        let mut tenants = Tenants::default();
+        for (position, tenant) in raw.tenants.into_iter().enumerate() {
+            let err = |key: &str, problem: String| {
+                ConfigError::new(path, format!("tenants[{position}].{key}"), problem)
+            };
+            if tenant.id.is_empty() {
+                return Err(err("id", "give the tenant a non-empty id".into()));
+            }
+            if tenants.by_id.contains_key(&tenant.id) {
+                return Err(err("id", format!("tenant {:?} is listed twice", tenant.id)));
+            }
+            let api_key_sha256 = tenant
+                .api_key_sha256
+                .as_deref()
+                .map(|hex| {
+                    parse_digest(hex).ok_or_else(|| {
+                        err(
+                            "api_key_sha256",
+                            "must be 64 hex digits, the SHA-256 of the API key (e.g. `printf %s \"$KEY\" | sha256sum`)".into(),
+                        )
+                    })
+                })
+                .transpose()?;
+            let cell = match &tenant.cell {
+                Some(name) => Some(config.cell(name).ok_or_else(|| {
+                    err(
+                        "cell",
+                        format!("there is no cell named {name:?} in the configuration"),
+                    )
+                })?),
+                None => None,
+            }
+            .unwrap_or(&config.cells[0]);
+            if let Some(k) = tenant.k
+                && (k == 0 || k as usize > cell.shards.len())
+            {
+                return Err(err(
+                    "k",
+                    format!(
+                        "k = {k} is out of range for cell {:?} with {} shards",
+                        cell.name,
+                        cell.shards.len()
+                    ),
+                ));
+            }
+            if tenant.k.is_some() && tenant.shards.is_some() {
+                return Err(err(
+                    "shards",
+                    "set either k or shards for a tenant, not both".into(),
+                ));
+            }
+            if let Some(shards) = &tenant.shards {
+                if shards.is_empty() {
+                    return Err(err(
+                        "shards",
+                        "list at least one shard id, or remove the key".into(),
+                    ));
+                }
+                if let Some(unknown) = shards
+                    .iter()
+                    .find(|id| !cell.shards.iter().any(|s| &s.id == *id))
+                {
+                    return Err(err(
+                        "shards",
+                        format!("shard {unknown:?} is not in cell {:?}", cell.name),
+                    ));
+                }
+            }
+            let index = tenants.records.len();
+            if let Some(digest) = api_key_sha256
+                && tenants.by_key_digest.insert(digest, index).is_some()
+            {
+                return Err(err(
+                    "api_key_sha256",
+                    "another tenant has the same API key; every tenant needs its own".into(),
+                ));
+            }
+            tenants.by_id.insert(tenant.id.clone(), index);
+            tenants.records.push(TenantRecord {
+                id: tenant.id,
+                api_key_sha256,
+                cell: tenant.cell,
+                k: tenant.k,
+                shards: tenant.shards,
+            });
+        }
+        Ok(tenants)
+    }
+
+    /// The tenant with this id.
+    pub fn get(&self, id: &str) -> Option<&TenantRecord> {
+        self.by_id.get(id).map(|&index| &self.records[index])
+    }
+
+    /// The tenant whose API key has this SHA-256 digest.
+    pub fn by_key_digest(&self, digest: &[u8; 32]) -> Option<&TenantRecord> {
+        self.by_key_digest
+            .get(digest)
+            .map(|&index| &self.records[index])
+    }
+
+    /// Every tenant, in file order.
+    pub fn iter(&self) -> impl Iterator<Item = &TenantRecord> {
+        self.records.iter()
+    }
+
+    /// Number of tenants.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether there are no tenants.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+fn parse_digest(hex: &str) -> Option<[u8; 32]> {
+    let bytes = hex.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut digest = [0u8; 32];
+    for (out, pair) in digest.iter_mut().zip(bytes.chunks_exact(2)) {
+        let text = std::str::from_utf8(pair).ok()?;
+        *out = u8::from_str_radix(text, 16).ok()?;
+    }
+    Some(digest)
+}
