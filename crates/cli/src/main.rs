@@ -1,8 +1,16 @@
 //! The `shuffle-shard` command: parses arguments, runs one subcommand and
 //! turns its outcome into an exit status.
 
+mod blast;
+mod migrate;
 mod output;
 mod place;
+mod placement_args;
+mod plan;
+mod population_args;
+mod progress;
+mod report;
+mod table;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -36,12 +44,24 @@ struct Cli {
 enum Command {
     /// Print the shards each tenant is placed on, one JSON object per line.
     Place(place::PlaceArgs),
+    /// Measure what failures do: overlap, failure sets, sweeps, zone outages, load.
+    Blast(blast::BlastArgs),
+    /// Choose k: measure k = 1 to 8 against a blast-radius budget.
+    Plan(plan::PlanArgs),
+    /// Price a placement change: how many tenants move, and how far.
+    Migrate(migrate::MigrateArgs),
+    /// Write the blast-radius report: one self-contained HTML file with charts.
+    Report(report::ReportArgs),
 }
 
 impl Command {
     fn run(self) -> anyhow::Result<()> {
         match self {
             Command::Place(args) => place::run(args),
+            Command::Blast(args) => blast::run(args),
+            Command::Plan(args) => plan::run(args),
+            Command::Migrate(args) => migrate::run(args),
+            Command::Report(args) => report::run(args),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! JSON-lines output on stdout that ends quietly when the reader goes away.
+//! Output on stdout (JSON lines, whole JSON documents and text) that ends
+//! quietly when the reader goes away.
 //!
 //! A command piped into `head -1` must not panic or report an error when
 //! `head` exits: that is the reader saying it has seen enough. Rust ignores
@@ -65,6 +66,20 @@ impl<W: Write> JsonLines<W> {
     pub fn flush(&mut self) -> anyhow::Result<Flow> {
         check(self.out.flush())
     }
+}
+
+/// Writes a whole document, such as a rendered table, to stdout.
+pub fn print_text(text: &str) -> anyhow::Result<Flow> {
+    let mut out = io::stdout().lock();
+    check(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
+}
+
+/// Writes one value to stdout as indented JSON: analysis results are single
+/// documents that people read as often as programs do.
+pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<Flow> {
+    let mut text = serde_json::to_string_pretty(value).context("cannot encode output as JSON")?;
+    text.push('\n');
+    print_text(&text)
 }
 
 fn check(result: io::Result<()>) -> anyhow::Result<Flow> {

@@ -1,0 +1,721 @@
+//! The `blast` subcommand: what failures do to a placed population.
+//!
+//! It always reports the exact pairwise overlap next to its closed-form
+//! expectation, then every scenario asked for (declared failure sets, zone
+//! outages, a sweep over every failure set of one size) and, for a weighted
+//! population, how load spreads and where it lands when a shard fails. All
+//! figures come from the `analysis` crate; this module checks the input,
+//! shows progress and lays the answers out.
+
+use analysis::load::{self, FailoverLoad, LoadReport};
+use analysis::overlap::{self, Overlap, binomial};
+use analysis::{AnalysisError, BlastModel, Impact, Placements, Population, Sweep, SweepFigure};
+use anyhow::{Result, anyhow, bail};
+use clap::Args;
+use placement::{Fleet, ShardIndex};
+use serde::Serialize;
+
+use crate::output::{print_json, print_text};
+use crate::placement_args::{PlacementArgs, PlacementSetup, print_note, zone_sizes};
+use crate::population_args::PopulationArgs;
+use crate::progress::with_progress;
+use crate::table::{Align, Table, count_of, number, percent, shard_list};
+
+/// How many tenants are named as dominating the hottest shard.
+const TOP_TENANTS: usize = 5;
+
+/// Fleets up to this size list every shard in the load table; larger ones
+/// list the hottest [`LOAD_ROWS`] and leave the rest to `--json`.
+const ALL_SHARD_ROWS: usize = 32;
+
+/// Shards listed in the load table of a large fleet.
+const LOAD_ROWS: usize = 20;
+
+const AFTER_HELP: &str = "\
+A tenant is fully down when every one of its shards failed, and degraded \
+when at least one did. Every run reports the exact share of tenant pairs \
+that share shards, next to what independent uniform placement would give.
+
+Examples:
+  shuffle-shard blast --shards 16 --k 2 --tenants 2000 --fail 3,7 --fail 0,1
+  shuffle-shard blast --shards 64 --k 3 --tenants 100000 --sweep 2
+  shuffle-shard blast --zones a:8,b:8,c:8 --k 3 --tenants 5000 --zone-outage --json
+  shuffle-shard blast --shards 32 --k 4 --tenants-file tenants.tsv --capacity 50
+
+A tenants file holds one id per line, optionally followed by a TAB and the \
+tenant's weight (its traffic share); with weights the report adds per-shard \
+load, the hottest survivor of every single-shard failure, shards over \
+--capacity and the tenants that dominate the hottest shard.";
+
+/// Arguments of `shuffle-shard blast`.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct BlastArgs {
+    #[command(flatten)]
+    placement: PlacementArgs,
+
+    #[command(flatten)]
+    population: PopulationArgs,
+
+    /// Fail these shards together, e.g. --fail 3,17 (repeatable, one scenario each)
+    #[arg(long, value_name = "SHARDS")]
+    fail: Vec<String>,
+
+    /// Evaluate every failure set of F shards (a seeded sample above --max-sets)
+    #[arg(long, value_name = "F")]
+    sweep: Option<usize>,
+
+    /// The most failure sets a sweep evaluates; above it, it samples that many
+    #[arg(long, value_name = "SETS", default_value_t = 1_000_000)]
+    max_sets: u64,
+
+    /// Seed of a sampled sweep; the same seed always gives the same sample
+    #[arg(long, value_name = "SEED", default_value_t = 0)]
+    seed: u64,
+
+    /// Fail each zone in turn (needs --zones)
+    #[arg(long)]
+    zone_outage: bool,
+
+    /// Flag shards whose load exceeds C, in the units of the tenant weights
+    /// (needs a weighted --tenants-file)
+    #[arg(long, value_name = "C")]
+    capacity: Option<f64>,
+
+    /// Print one JSON document instead of tables
+    #[arg(long)]
+    json: bool,
+}
+
+/// A failure scenario before it is evaluated.
+#[derive(Debug)]
+struct Planned {
+    /// How the scenario is shown: the shard list as given, or the zone.
+    name: String,
+    /// The zone, for a zone outage.
+    zone: Option<String>,
+    shards: Vec<ShardIndex>,
+}
+
+/// Runs `shuffle-shard blast`.
+pub fn run(args: BlastArgs) -> Result<()> {
+    // Every check that does not need the placements runs first, so that a
+    // mistake is reported at once rather than after minutes of placing.
+    let PlacementSetup { placer, key_note } = args.placement.placer()?;
+    let population = args.population.load()?;
+    let fleet = placer.fleet();
+    let mut planned = args
+        .fail
+        .iter()
+        .map(|text| failure_set(fleet, text))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(failures) = args.sweep {
+        check_sweep(failures, fleet.len(), args.max_sets)?;
+    }
+    if args.zone_outage {
+        if fleet.zones().is_empty() {
+            return Err(anyhow!(AnalysisError::NoZones).context("--zone-outage"));
+        }
+        planned.extend(fleet.zones().iter().map(|zone| Planned {
+            name: format!("zone {} ({} shards)", zone.name, zone.members.len()),
+            zone: Some(zone.name.clone()),
+            shards: zone.members.clone(),
+        }));
+    }
+    let capacity = check_capacity(args.capacity, &population)?;
+
+    let placements = with_progress(&format!("placing {} tenants", population.len()), |_| {
+        Placements::compute(&placer, &population)
+    });
+    let model = BlastModel::new(&placements)?;
+    let config = placer.config();
+    let k = config.k as usize;
+    let zone_sizes = zone_sizes(fleet, config.zone_aware);
+    let measured = overlap::exact(&model);
+    let expected = overlap::expected_shared_counts(&zone_sizes, k);
+
+    let tenants = model.tenants();
+    let fraction = |count: u64| count as f64 / tenants.max(1) as f64;
+    let mut scenarios = Vec::with_capacity(planned.len());
+    for plan in planned {
+        let impact = model.impact(&plan.shards)?;
+        scenarios.push(ScenarioJson::new(plan, impact, &fraction));
+    }
+    let sweep = match args.sweep {
+        Some(failures) => {
+            let total = binomial(fleet.len() as u64, failures as u64);
+            let sets = total.min(u128::from(args.max_sets));
+            let message = format!("failing {sets} sets of {failures} shards");
+            let sweep = with_progress(&message, |report| {
+                model.sweep(failures, args.max_sets, args.seed, report)
+            })?;
+            Some(SweepJson::new(sweep, total, args.seed, &fraction))
+        }
+        None => None,
+    };
+    let load = population.weights().is_some().then(|| {
+        LoadJson::new(
+            load::load(&placements, &population, capacity, TOP_TENANTS),
+            capacity,
+            &population,
+        )
+    });
+
+    let report = Report {
+        shards: fleet.len(),
+        k: config.k,
+        tenants,
+        algorithm: config.algorithm.name(),
+        zones: fleet.zones().iter().map(|zone| zone.name.clone()).collect(),
+        tenant_k_overrides: args.placement.tenant_k.len(),
+        pairwise_overlap: OverlapJson::new(measured, expected),
+        scenarios,
+        sweep,
+        load,
+    };
+    print_note(key_note);
+    let _flow = if args.json {
+        print_json(&report)?
+    } else {
+        print_text(&render(&report, fleet))?
+    };
+    Ok(())
+}
+
+/// Parses one `--fail` list of shard ids, such as `3,17`.
+fn failure_set(fleet: &Fleet, text: &str) -> Result<Planned> {
+    let mut shards = Vec::new();
+    for part in text.split(',') {
+        let id = part.trim();
+        if id.is_empty() {
+            bail!(
+                "--fail {text:?} has an empty entry; list shard ids separated by commas, e.g. --fail 3,17"
+            );
+        }
+        let index = fleet.index_of(id).ok_or_else(|| {
+            anyhow!(
+                "--fail {text}: there is no shard {id:?} in this fleet of {} shards (ids 0 to {}); name shards that exist",
+                fleet.len(),
+                fleet.len() - 1
+            )
+        })?;
+        shards.push(index);
+    }
+    Ok(Planned {
+        name: text.to_owned(),
+        zone: None,
+        shards,
+    })
+}
+
+/// Refuses sweeps that cannot run before any work is done.
+fn check_sweep(failures: usize, n: usize, max_sets: u64) -> Result<()> {
+    if failures == 0 {
+        return Err(
+            anyhow!(AnalysisError::EmptyFailureSet).context("--sweep 0 (pass --sweep 1 or more)")
+        );
+    }
+    if failures > n {
+        return Err(anyhow!(AnalysisError::TooManyFailures { failures, n })
+            .context(format!("--sweep {failures}")));
+    }
+    if max_sets == 0 {
+        bail!("--max-sets 0 would evaluate no failure sets; pass --max-sets 1 or more");
+    }
+    Ok(())
+}
+
+/// Checks `--capacity`: a positive number, and only with weights, since
+/// without them there is no load to compare it with.
+fn check_capacity(capacity: Option<f64>, population: &Population) -> Result<Option<f64>> {
+    let Some(capacity) = capacity else {
+        return Ok(None);
+    };
+    if !(capacity.is_finite() && capacity > 0.0) {
+        bail!("--capacity {capacity} is not a positive number; give the load one shard can carry");
+    }
+    if population.weights().is_none() {
+        bail!(
+            "--capacity needs tenant weights to compare with; give a --tenants-file whose lines are TENANT<TAB>WEIGHT"
+        );
+    }
+    Ok(Some(capacity))
+}
+
+/// The whole report, in the field names the issue fixes for `--json`.
+#[derive(Serialize)]
+struct Report {
+    shards: usize,
+    k: u32,
+    tenants: u64,
+    algorithm: &'static str,
+    /// Zone names, in fleet order; empty for an unzoned fleet. Shown in the
+    /// text only: the JSON keeps to the issue's field names.
+    #[serde(skip)]
+    zones: Vec<String>,
+    /// How many `--tenant-k` overrides were given (text only).
+    #[serde(skip)]
+    tenant_k_overrides: usize,
+    pairwise_overlap: OverlapJson,
+    scenarios: Vec<ScenarioJson>,
+    sweep: Option<SweepJson>,
+    load: Option<LoadJson>,
+}
+
+#[derive(Serialize)]
+struct OverlapJson {
+    /// Fraction of tenant pairs sharing at least one shard.
+    fraction: f64,
+    /// `shared_counts[j]`: fraction of pairs sharing exactly `j` shards.
+    shared_counts: Vec<f64>,
+    /// The same under independent uniform placement, or `null` when there
+    /// are too many zones to compute it exactly.
+    expected_shared_counts: Option<Vec<f64>>,
+}
+
+impl OverlapJson {
+    fn new(measured: Overlap, expected: Option<Vec<f64>>) -> Self {
+        Self {
+            fraction: measured.fraction,
+            shared_counts: measured.shared_counts,
+            expected_shared_counts: expected,
+        }
+    }
+}
+
+/// A tenant count and its share of all tenants.
+#[derive(Serialize)]
+struct Count {
+    count: u64,
+    fraction: f64,
+}
+
+#[derive(Serialize)]
+struct ScenarioJson {
+    /// The shard list as given to `--fail`, or a zone's description.
+    name: String,
+    /// The failed zone, for a zone outage; `null` otherwise.
+    zone: Option<String>,
+    /// The failed shards, sorted, without repeats.
+    failed: Vec<ShardIndex>,
+    fully_down: Count,
+    degraded: Count,
+    /// The mean share of its shards a degraded tenant lost.
+    capacity_lost: f64,
+}
+
+impl ScenarioJson {
+    fn new(plan: Planned, impact: Impact, fraction: &dyn Fn(u64) -> f64) -> Self {
+        Self {
+            name: plan.name,
+            zone: plan.zone,
+            fully_down: Count {
+                count: impact.fully_down,
+                fraction: fraction(impact.fully_down),
+            },
+            degraded: Count {
+                count: impact.degraded,
+                fraction: fraction(impact.degraded),
+            },
+            capacity_lost: impact.capacity_lost,
+            failed: impact.failed,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct SweepJson {
+    /// Shards in every failure set.
+    failures: usize,
+    /// Failure sets evaluated.
+    sets: u64,
+    /// Failure sets of this size in the fleet, C(n, failures) (saturating;
+    /// text only).
+    #[serde(skip)]
+    total_sets: u128,
+    /// Whether `sets` was a random sample of them.
+    sampled: bool,
+    /// The seed of the sample, when sampled (text only).
+    #[serde(skip)]
+    seed: Option<u64>,
+    fully_down: FigureJson,
+    degraded: FigureJson,
+}
+
+impl SweepJson {
+    fn new(sweep: Sweep, total_sets: u128, seed: u64, fraction: &dyn Fn(u64) -> f64) -> Self {
+        Self {
+            failures: sweep.failures,
+            sets: sweep.sets,
+            total_sets,
+            sampled: sweep.sampled,
+            seed: sweep.sampled.then_some(seed),
+            fully_down: FigureJson::new(sweep.fully_down, fraction),
+            degraded: FigureJson::new(sweep.degraded, fraction),
+        }
+    }
+}
+
+/// One figure over a sweep; `mean`, `p50` and `p99` are fractions of all
+/// tenants, like every other fraction in the report.
+#[derive(Serialize)]
+struct FigureJson {
+    worst: WorstJson,
+    mean: f64,
+    p50: f64,
+    p99: f64,
+}
+
+#[derive(Serialize)]
+struct WorstJson {
+    count: u64,
+    fraction: f64,
+    /// The first failure set that caused the worst count.
+    failed: Vec<ShardIndex>,
+}
+
+impl FigureJson {
+    fn new(figure: SweepFigure, fraction: &dyn Fn(u64) -> f64) -> Self {
+        // The mean is a count too, just not a whole one.
+        let mean = fraction(1) * figure.mean;
+        Self {
+            worst: WorstJson {
+                count: figure.worst,
+                fraction: fraction(figure.worst),
+                failed: figure.worst_failed,
+            },
+            mean,
+            p50: fraction(figure.p50),
+            p99: fraction(figure.p99),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct LoadJson {
+    /// The `--capacity` given, if any.
+    capacity: Option<f64>,
+    /// Load per shard, by index: each tenant's weight split evenly over its
+    /// shards.
+    per_shard: Vec<f64>,
+    mean: f64,
+    /// Coefficient of variation of the per-shard load.
+    cv: f64,
+    max_over_mean: f64,
+    hottest: ShardIndex,
+    over_capacity: Vec<ShardIndex>,
+    /// For each single-shard failure, the hottest surviving shard once the
+    /// failed shard's tenants spread over their other shards.
+    failover: Vec<FailoverLoad>,
+    /// The tenants carrying most of the hottest shard's load, heaviest
+    /// first.
+    dominant: Vec<DominantJson>,
+}
+
+#[derive(Serialize)]
+struct DominantJson {
+    tenant: String,
+    /// The tenant's load on the hottest shard.
+    load: f64,
+    /// Its share of that shard's load.
+    share: f64,
+}
+
+impl LoadJson {
+    fn new(report: LoadReport, capacity: Option<f64>, population: &Population) -> Self {
+        Self {
+            capacity,
+            dominant: report
+                .dominant
+                .iter()
+                .map(|contributor| DominantJson {
+                    tenant: population.id(contributor.tenant).into_owned(),
+                    load: contributor.load,
+                    share: contributor.share,
+                })
+                .collect(),
+            per_shard: report.per_shard,
+            mean: report.mean,
+            cv: report.cv,
+            max_over_mean: report.max_over_mean,
+            hottest: report.hottest,
+            over_capacity: report.over_capacity,
+            failover: report.failover,
+        }
+    }
+}
+
+/// Lays the report out as text.
+fn render(report: &Report, fleet: &Fleet) -> String {
+    let mut out = String::new();
+    let zones = if report.zones.is_empty() {
+        String::new()
+    } else {
+        format!(", zone-aware over {} zones", report.zones.len())
+    };
+    let overrides = match report.tenant_k_overrides {
+        0 => String::new(),
+        1 => " (1 --tenant-k override)".to_owned(),
+        count => format!(" ({count} --tenant-k overrides)"),
+    };
+    out.push_str(&format!(
+        "Blast radius: {} tenants on {} shards, k = {}{overrides}, {}{zones}\n\n",
+        report.tenants, report.shards, report.k, report.algorithm
+    ));
+    render_overlap(&mut out, &report.pairwise_overlap);
+    if !report.scenarios.is_empty() {
+        render_scenarios(&mut out, &report.scenarios);
+    }
+    if let Some(sweep) = &report.sweep {
+        render_sweep(&mut out, sweep);
+    }
+    if let Some(load) = &report.load {
+        render_load(&mut out, load, fleet);
+    }
+    if report.scenarios.is_empty() && report.sweep.is_none() {
+        out.push_str(
+            "No failure scenario was asked for: add --fail SHARDS, --sweep F or --zone-outage.\n",
+        );
+    }
+    // Sections end in a blank line to separate them; the last needs none.
+    let end = out.trim_end().len();
+    out.truncate(end);
+    out.push('\n');
+    out
+}
+
+fn render_overlap(out: &mut String, overlap: &OverlapJson) {
+    out.push_str(&format!(
+        "Pairwise overlap: {} of tenant pairs share at least one shard.\n",
+        percent(overlap.fraction)
+    ));
+    let mut table = Table::new(&[
+        ("shared shards", Align::Right),
+        ("pairs (measured)", Align::Right),
+        ("expected", Align::Right),
+    ]);
+    let expected = overlap.expected_shared_counts.as_deref().unwrap_or(&[]);
+    let rows = overlap.shared_counts.len().max(expected.len());
+    for j in 0..rows {
+        let cell = |values: &[f64]| values.get(j).map(|&f| percent(f)).unwrap_or_default();
+        table.row(vec![
+            j.to_string(),
+            cell(&overlap.shared_counts),
+            cell(expected),
+        ]);
+    }
+    out.push_str(&table.render(2));
+    if overlap.expected_shared_counts.is_none() {
+        out.push_str("  (no expectation: too many zones to enumerate exactly)\n");
+    }
+    out.push('\n');
+}
+
+fn render_scenarios(out: &mut String, scenarios: &[ScenarioJson]) {
+    out.push_str(
+        "Failure scenarios (fully down: every shard of the tenant failed; degraded: at least one):\n",
+    );
+    let mut table = Table::new(&[
+        ("failed shards", Align::Left),
+        ("fully down", Align::Right),
+        ("degraded", Align::Right),
+        ("capacity lost per degraded tenant", Align::Right),
+    ]);
+    for scenario in scenarios {
+        table.row(vec![
+            scenario.name.clone(),
+            count_of(scenario.fully_down.count, scenario.fully_down.fraction),
+            count_of(scenario.degraded.count, scenario.degraded.fraction),
+            percent(scenario.capacity_lost),
+        ]);
+    }
+    out.push_str(&table.render(2));
+    out.push('\n');
+}
+
+fn render_sweep(out: &mut String, sweep: &SweepJson) {
+    if sweep.sampled {
+        out.push_str(&format!(
+            "Sweep: a random sample of {} of the {} sets of {} failed shards (seed {}; raise --max-sets to evaluate them all).\n",
+            sweep.sets,
+            sweep.total_sets,
+            sweep.failures,
+            sweep.seed.unwrap_or_default()
+        ));
+    } else {
+        out.push_str(&format!(
+            "Sweep: all {} sets of {} failed shards.\n",
+            sweep.sets, sweep.failures
+        ));
+    }
+    let mut table = Table::new(&[
+        ("", Align::Left),
+        ("worst", Align::Right),
+        ("worst failed shards", Align::Left),
+        ("mean", Align::Right),
+        ("p50", Align::Right),
+        ("p99", Align::Right),
+    ]);
+    for (name, figure) in [
+        ("fully down", &sweep.fully_down),
+        ("degraded", &sweep.degraded),
+    ] {
+        table.row(vec![
+            name.to_owned(),
+            count_of(figure.worst.count, figure.worst.fraction),
+            // A worst of zero is no worst at all: the set that happened to
+            // come first would only mislead.
+            if figure.worst.count > 0 {
+                shard_list(&figure.worst.failed)
+            } else {
+                "-".to_owned()
+            },
+            percent(figure.mean),
+            percent(figure.p50),
+            percent(figure.p99),
+        ]);
+    }
+    out.push_str(&table.render(2));
+    out.push('\n');
+}
+
+fn render_load(out: &mut String, load: &LoadJson, fleet: &Fleet) {
+    let id = |index: ShardIndex| fleet.shard(index).id.as_str();
+    out.push_str("Load (each tenant's weight split evenly over its shards):\n");
+    out.push_str(&format!(
+        "  mean {} per shard, coefficient of variation {:.3}, hottest shard {} at {:.2}x the mean\n",
+        number(load.mean),
+        load.cv,
+        id(load.hottest),
+        load.max_over_mean
+    ));
+    let dominant: Vec<String> = load
+        .dominant
+        .iter()
+        .map(|tenant| format!("{} ({})", tenant.tenant, percent(tenant.share)))
+        .collect();
+    out.push_str(&format!(
+        "  tenants dominating shard {}: {}\n",
+        id(load.hottest),
+        dominant.join(", ")
+    ));
+    if let Some(capacity) = load.capacity {
+        let over_after_failure = load.failover.iter().filter(|f| f.over_capacity).count();
+        if load.over_capacity.is_empty() {
+            out.push_str(&format!(
+                "  no shard is over capacity {} in steady state",
+                number(capacity)
+            ));
+        } else {
+            let ids: Vec<&str> = load.over_capacity.iter().map(|&s| id(s)).collect();
+            out.push_str(&format!(
+                "  OVER CAPACITY {} in steady state: shard(s) {}",
+                number(capacity),
+                ids.join(",")
+            ));
+        }
+        out.push_str(&format!(
+            "; {over_after_failure} of {} single-shard failures push a survivor over it\n",
+            load.failover.len()
+        ));
+    }
+
+    let mut order: Vec<usize> = (0..load.per_shard.len()).collect();
+    order.sort_by(|&a, &b| {
+        load.per_shard[b]
+            .total_cmp(&load.per_shard[a])
+            .then(a.cmp(&b))
+    });
+    let shown = if order.len() > ALL_SHARD_ROWS {
+        LOAD_ROWS
+    } else {
+        order.len()
+    };
+    let capacity = load.capacity;
+    let flag = |over: bool| if over { "OVER" } else { "" }.to_owned();
+    let mut columns = vec![
+        ("shard", Align::Left),
+        ("load", Align::Right),
+        ("x mean", Align::Right),
+    ];
+    if capacity.is_some() {
+        columns.push(("", Align::Left));
+    }
+    columns.extend([
+        ("if it fails: hottest survivor", Align::Left),
+        ("its load", Align::Right),
+    ]);
+    if capacity.is_some() {
+        columns.push(("", Align::Left));
+    }
+    let mut table = Table::new(&columns);
+    for &shard in &order[..shown] {
+        let steady = load.per_shard[shard];
+        let failover = &load.failover[shard];
+        let mut row = vec![
+            id(shard as ShardIndex).to_owned(),
+            number(steady),
+            format!("{:.2}", steady / load.mean),
+        ];
+        if capacity.is_some() {
+            row.push(flag(load.over_capacity.contains(&(shard as ShardIndex))));
+        }
+        row.extend([id(failover.hottest).to_owned(), number(failover.load)]);
+        if capacity.is_some() {
+            row.push(flag(failover.over_capacity));
+        }
+        table.row(row);
+    }
+    out.push_str(&table.render(2));
+    if shown < order.len() {
+        out.push_str(&format!(
+            "  ... {} more shards, less loaded; --json lists every shard\n",
+            order.len() - shown
+        ));
+    }
+    out.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_sets_are_shard_ids() {
+        let fleet = Fleet::uniform(16).unwrap();
+        let set = failure_set(&fleet, "3, 15").unwrap();
+        assert_eq!(set.shards, vec![3, 15]);
+        assert_eq!(set.name, "3, 15");
+        let error = failure_set(&fleet, "3,16").unwrap_err().to_string();
+        assert!(
+            error.contains("\"16\"") && error.contains("16 shards"),
+            "{error}"
+        );
+        let error = failure_set(&fleet, "3,,4").unwrap_err().to_string();
+        assert!(error.contains("empty entry"), "{error}");
+    }
+
+    #[test]
+    fn sweeps_are_checked_before_any_work() {
+        assert!(check_sweep(2, 8, 10).is_ok());
+        let error = format!("{:#}", check_sweep(9, 8, 10).unwrap_err());
+        assert!(
+            error.starts_with("--sweep 9: cannot fail 9 shards out of 8"),
+            "{error}"
+        );
+        assert!(check_sweep(0, 8, 10).is_err());
+        assert!(check_sweep(1, 8, 0).is_err());
+    }
+
+    #[test]
+    fn capacity_needs_weights_and_a_positive_number() {
+        let weighted = Population::parse("a\t1\nb\t2\n").unwrap();
+        let plain = Population::synthetic(2);
+        assert_eq!(check_capacity(None, &plain).unwrap(), None);
+        assert_eq!(check_capacity(Some(3.0), &weighted).unwrap(), Some(3.0));
+        assert!(check_capacity(Some(3.0), &plain).is_err());
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(check_capacity(Some(bad), &weighted).is_err(), "{bad}");
+        }
+    }
+}

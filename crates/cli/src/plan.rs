@@ -1,0 +1,177 @@
+//! The `plan` subcommand: measures every candidate `k` against a stated
+//! budget and recommends the smallest one that meets it, or says which
+//! budget binds.
+
+use analysis::plan::{self, Budget, Plan};
+use anyhow::{Result, anyhow, bail};
+use clap::Args;
+use serde::Serialize;
+
+use crate::output::{print_json, print_text};
+use crate::placement_args::{FleetArgs, print_note};
+use crate::population_args::PopulationArgs;
+use crate::progress::with_progress;
+use crate::table::{Align, Table, percent, shard_list};
+
+const AFTER_HELP: &str = "\
+For each k from 1 to min(shards, 8) the table gives: the worst fully-down \
+share over every set of --concurrent-failures failed shards (exact), the \
+worst share degraded by one failure, the capacity a degraded tenant loses on \
+one failure, and the share of tenant pairs that share a shard. The \
+recommendation is the smallest k that meets both budgets.
+
+Example:
+  shuffle-shard plan --shards 16 --tenants 2000 --max-degraded 0.2 \\
+      --max-fully-down 0.001 --concurrent-failures 2";
+
+/// Arguments of `shuffle-shard plan`.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    fleet: FleetArgs,
+
+    #[command(flatten)]
+    population: PopulationArgs,
+
+    /// Largest fraction of tenants one shard failure may degrade, e.g. 0.2
+    #[arg(long, value_name = "FRACTION")]
+    max_degraded: f64,
+
+    /// Largest fraction of tenants that may be fully down when
+    /// --concurrent-failures shards fail together, e.g. 0.001
+    #[arg(long, value_name = "FRACTION")]
+    max_fully_down: f64,
+
+    /// How many shards may fail at the same time, e.g. 2
+    #[arg(long, value_name = "F")]
+    concurrent_failures: usize,
+
+    /// Print one JSON document instead of the table
+    #[arg(long)]
+    json: bool,
+}
+
+/// The plan with the fleet and population it was made for.
+#[derive(Serialize)]
+struct Report<'a> {
+    shards: usize,
+    tenants: usize,
+    algorithm: &'static str,
+    #[serde(flatten)]
+    plan: &'a Plan,
+}
+
+/// Runs `shuffle-shard plan`.
+pub fn run(args: PlanArgs) -> Result<()> {
+    let budget = Budget {
+        max_degraded: fraction("--max-degraded", args.max_degraded)?,
+        max_fully_down: fraction("--max-fully-down", args.max_fully_down)?,
+        concurrent_failures: args.concurrent_failures,
+    };
+    let setup = args.fleet.resolve()?;
+    let population = args.population.load()?;
+    let n = setup.fleet.len();
+    if budget.concurrent_failures == 0 {
+        bail!("--concurrent-failures 0 plans for no failure; pass 1 or more");
+    }
+    if budget.concurrent_failures > n {
+        bail!(
+            "--concurrent-failures {} is more than the {n} shards in the fleet; choose at most {n}",
+            budget.concurrent_failures
+        );
+    }
+
+    let plan = with_progress("measuring k", |report| {
+        plan::plan(
+            &setup.fleet,
+            &setup.key,
+            setup.algorithm,
+            setup.zone_aware,
+            &population,
+            budget,
+            &|done, total| report(u64::from(done), u64::from(total)),
+        )
+    })?;
+    print_note(setup.key_note);
+    let _flow = if args.json {
+        print_json(&Report {
+            shards: n,
+            tenants: population.len(),
+            algorithm: setup.algorithm.name(),
+            plan: &plan,
+        })?
+    } else {
+        print_text(&render(&plan, n, population.len(), setup.algorithm.name()))?
+    };
+    Ok(())
+}
+
+/// Checks that a budget is a fraction of tenants.
+fn fraction(flag: &str, value: f64) -> Result<f64> {
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(anyhow!(
+            "{flag} {value} is not a fraction of tenants; give a number from 0 to 1, e.g. 0.2 for 20%"
+        ))
+    }
+}
+
+fn render(plan: &Plan, shards: usize, tenants: usize, algorithm: &str) -> String {
+    let failures = plan.budget.concurrent_failures;
+    let mut out = format!(
+        "Plan for {tenants} tenants on {shards} shards ({algorithm}). Budget: one failure degrades at most {}; {failures} concurrent failures fully down at most {}.\n\n",
+        percent(plan.budget.max_degraded),
+        percent(plan.budget.max_fully_down),
+    );
+    let worst_header = format!("worst fully down ({failures} failed)");
+    let mut table = Table::new(&[
+        ("k", Align::Right),
+        (&worst_header, Align::Right),
+        ("worst failed set", Align::Left),
+        ("degraded (1 failed)", Align::Right),
+        ("capacity lost", Align::Right),
+        ("overlap", Align::Right),
+        ("meets budget", Align::Left),
+    ]);
+    for row in &plan.rows {
+        table.row(vec![
+            row.k.to_string(),
+            row.worst_fully_down
+                .map_or_else(|| "too many sets to search".to_owned(), percent),
+            // With nobody fully down, the set the search happened to try
+            // first says nothing, so none is shown.
+            if row.worst_fully_down.is_some_and(|fraction| fraction > 0.0) {
+                shard_list(&row.worst_failed)
+            } else {
+                "-".to_owned()
+            },
+            percent(row.degraded_one_failure),
+            percent(row.capacity_lost),
+            percent(row.overlap),
+            if row.meets_budget { "yes" } else { "no" }.to_owned(),
+        ]);
+    }
+    out.push_str(&table.render(0));
+    out.push('\n');
+    out.push_str(&plan.verdict);
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_are_fractions() {
+        assert_eq!(fraction("--x", 0.2).unwrap(), 0.2);
+        assert_eq!(fraction("--x", 0.0).unwrap(), 0.0);
+        assert_eq!(fraction("--x", 1.0).unwrap(), 1.0);
+        for bad in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
+            let error = fraction("--max-degraded", bad).unwrap_err().to_string();
+            assert!(error.starts_with("--max-degraded"), "{error}");
+        }
+    }
+}

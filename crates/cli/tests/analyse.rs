@@ -1,0 +1,855 @@
+//! End-to-end tests of the analyser subcommands `blast`, `plan` and
+//! `migrate`, each run through the real binary: the JSON field names, the
+//! figures against a naive count over `place` output, the text output, and
+//! one-line errors with status 2 for bad input.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+const BIN: &str = "shuffle-shard";
+
+/// The note printed when no key is given; checked by a stable fragment.
+const NOTE: &str = "public recipe key \"shuffle-shard-v1\"";
+
+fn shuffle_shard() -> Command {
+    Command::cargo_bin(BIN).unwrap()
+}
+
+fn temp_file(contents: &[u8]) -> tempfile::NamedTempFile {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(contents).unwrap();
+    file.flush().unwrap();
+    file
+}
+
+/// Runs a command that must succeed and returns (stdout, stderr).
+fn run_ok(command: &mut Command) -> (String, String) {
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        output.status.success(),
+        "status {:?}: {stderr}",
+        output.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (stdout, stderr)
+}
+
+/// Runs a command that must succeed with `--json` and parses its stdout.
+fn run_json(command: &mut Command) -> Value {
+    let (stdout, _) = run_ok(command.arg("--json"));
+    serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("{error}: {stdout}"))
+}
+
+fn keys(value: &Value) -> BTreeSet<&str> {
+    value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+fn set(names: &[&'static str]) -> BTreeSet<&'static str> {
+    names.iter().copied().collect()
+}
+
+fn shards(value: &Value) -> Vec<u64> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {value}"))
+        .iter()
+        .map(|shard| shard.as_u64().unwrap())
+        .collect()
+}
+
+fn f64_of(value: &Value) -> f64 {
+    value
+        .as_f64()
+        .unwrap_or_else(|| panic!("not a number: {value}"))
+}
+
+/// Runs a command expected to fail on bad input and checks the contract:
+/// status 2, nothing on stdout, exactly one `error:` line on stderr.
+/// Returns stderr.
+fn assert_one_line_error(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(output.stdout.is_empty(), "stdout: {:?}", output.stdout);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
+/// Every tenant's shards as `place` computes them, for naive counting.
+fn placed(args: &[&str], tenants: usize) -> Vec<Vec<u64>> {
+    let input: String = (0..tenants).map(|t| format!("tenant-{t}\n")).collect();
+    let (stdout, _) = run_ok(shuffle_shard().arg("place").args(args).write_stdin(input));
+    stdout
+        .lines()
+        .map(|line| {
+            let value: Value = serde_json::from_str(line).unwrap();
+            shards(&value["shards"])
+        })
+        .collect()
+}
+
+#[test]
+fn blast_json_has_exactly_the_issue_field_names() {
+    let weights = temp_file(b"acme\t3\nglobex\t1\ninitech\t2\numbrella\t1\n");
+    let report = run_json(
+        shuffle_shard()
+            .args(["blast", "--shards", "8", "--k", "2", "--tenants-file"])
+            .arg(weights.path())
+            .args(["--fail", "3,7", "--sweep", "2", "--capacity", "2"]),
+    );
+    assert_eq!(
+        keys(&report),
+        set(&[
+            "shards",
+            "k",
+            "tenants",
+            "algorithm",
+            "pairwise_overlap",
+            "scenarios",
+            "sweep",
+            "load",
+        ])
+    );
+    assert_eq!(report["shards"], 8);
+    assert_eq!(report["k"], 2);
+    assert_eq!(report["tenants"], 4);
+    assert_eq!(report["algorithm"], "hmac-modulo");
+    assert_eq!(
+        keys(&report["pairwise_overlap"]),
+        set(&["fraction", "shared_counts", "expected_shared_counts"])
+    );
+    assert_eq!(
+        report["pairwise_overlap"]["shared_counts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        report["pairwise_overlap"]["expected_shared_counts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    let scenario = &report["scenarios"][0];
+    // `name`, `zone` and `capacity_lost` are additions to the issue's names.
+    assert_eq!(
+        keys(scenario),
+        set(&[
+            "failed",
+            "fully_down",
+            "degraded",
+            "capacity_lost",
+            "name",
+            "zone",
+        ])
+    );
+    assert_eq!(shards(&scenario["failed"]), [3, 7]);
+    for figure in ["fully_down", "degraded"] {
+        assert_eq!(keys(&scenario[figure]), set(&["count", "fraction"]));
+    }
+
+    let sweep = &report["sweep"];
+    assert_eq!(
+        keys(sweep),
+        set(&["failures", "sets", "sampled", "fully_down", "degraded"])
+    );
+    for figure in ["fully_down", "degraded"] {
+        assert_eq!(
+            keys(&sweep[figure]),
+            set(&["worst", "mean", "p50", "p99"]),
+            "{figure}"
+        );
+        assert_eq!(
+            keys(&sweep[figure]["worst"]),
+            set(&["count", "fraction", "failed"])
+        );
+    }
+
+    let load = &report["load"];
+    for field in [
+        "per_shard",
+        "cv",
+        "max_over_mean",
+        "hottest",
+        "over_capacity",
+        "failover",
+        "dominant",
+    ] {
+        assert!(load.get(field).is_some(), "load lacks {field}: {load}");
+    }
+    assert_eq!(load["per_shard"].as_array().unwrap().len(), 8);
+    assert_eq!(load["failover"].as_array().unwrap().len(), 8);
+
+    // Without a sweep or weights those two are null, not missing.
+    let plain =
+        run_json(shuffle_shard().args(["blast", "--shards", "8", "--k", "2", "--tenants", "5"]));
+    assert!(
+        plain["sweep"].is_null() && plain["load"].is_null(),
+        "{plain}"
+    );
+    assert_eq!(plain["scenarios"], serde_json::json!([]));
+}
+
+#[test]
+fn one_failure_at_k2_degrades_about_one_eighth_and_downs_nobody() {
+    let mut command = shuffle_shard();
+    command.args(["blast", "--shards", "16", "--k", "2", "--tenants", "2000"]);
+    for shard in 0..16 {
+        command.args(["--fail", &shard.to_string()]);
+    }
+    let report = run_json(&mut command);
+    let scenarios = report["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 16);
+    let mut degraded_total = 0;
+    for scenario in scenarios {
+        assert_eq!(scenario["fully_down"]["count"], 0, "{scenario}");
+        let fraction = f64_of(&scenario["degraded"]["fraction"]);
+        assert!((0.08..=0.17).contains(&fraction), "{scenario}");
+        // With k = 2 every degraded tenant lost exactly half its shards.
+        assert!((f64_of(&scenario["capacity_lost"]) - 0.5).abs() < 1e-9);
+        degraded_total += scenario["degraded"]["count"].as_u64().unwrap();
+    }
+    // Every tenant is degraded by exactly two single failures.
+    assert_eq!(degraded_total, 2 * 2000);
+}
+
+#[test]
+fn figures_match_a_naive_count_over_place_output() {
+    let placement = ["--shards", "12", "--k", "3", "--algorithm", "rendezvous"];
+    let subsets = placed(&placement, 1500);
+    let report = run_json(shuffle_shard().arg("blast").args(placement).args([
+        "--tenants",
+        "1500",
+        "--fail",
+        "2,5,9",
+        "--fail",
+        "0,1",
+    ]));
+    for (scenario, failed) in report["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip([&[2u64, 5, 9][..], &[0, 1]])
+    {
+        let fully_down = subsets
+            .iter()
+            .filter(|subset| subset.iter().all(|shard| failed.contains(shard)))
+            .count();
+        let degraded = subsets
+            .iter()
+            .filter(|subset| subset.iter().any(|shard| failed.contains(shard)))
+            .count();
+        assert_eq!(scenario["fully_down"]["count"], fully_down, "{failed:?}");
+        assert_eq!(scenario["degraded"]["count"], degraded, "{failed:?}");
+    }
+
+    // Pairwise overlap, pair by pair.
+    let mut shared = [0u64; 4];
+    for (i, a) in subsets.iter().enumerate() {
+        for b in &subsets[i + 1..] {
+            shared[a.iter().filter(|shard| b.contains(shard)).count()] += 1;
+        }
+    }
+    let pairs = shared.iter().sum::<u64>() as f64;
+    let measured = report["pairwise_overlap"]["shared_counts"]
+        .as_array()
+        .unwrap();
+    for (j, &count) in shared.iter().enumerate() {
+        let expected = count as f64 / pairs;
+        assert!(
+            (f64_of(&measured[j]) - expected).abs() < 1e-12,
+            "j = {j}: {} vs {expected}",
+            measured[j]
+        );
+    }
+}
+
+#[test]
+fn sweeps_are_exact_up_to_max_sets_and_sampled_beyond() {
+    let base = ["blast", "--shards", "8", "--k", "2", "--tenants", "500"];
+    let report = run_json(shuffle_shard().args(base).args(["--sweep", "2"]));
+    let sweep = &report["sweep"];
+    assert_eq!(sweep["failures"], 2);
+    assert_eq!(sweep["sets"], 28);
+    assert_eq!(sweep["sampled"], false);
+    for figure in ["fully_down", "degraded"] {
+        let figure = &sweep[figure];
+        let worst = f64_of(&figure["worst"]["fraction"]);
+        let (mean, p50, p99) = (
+            f64_of(&figure["mean"]),
+            f64_of(&figure["p50"]),
+            f64_of(&figure["p99"]),
+        );
+        assert!(p50 <= p99 && p99 <= worst && mean <= worst, "{figure}");
+        assert_eq!(shards(&figure["worst"]["failed"]).len(), 2);
+    }
+
+    // The worst set, failed on its own, downs exactly the worst count.
+    let worst_set: Vec<String> = shards(&sweep["fully_down"]["worst"]["failed"])
+        .iter()
+        .map(u64::to_string)
+        .collect();
+    let check = run_json(
+        shuffle_shard()
+            .args(base)
+            .args(["--fail", &worst_set.join(",")]),
+    );
+    assert_eq!(
+        check["scenarios"][0]["fully_down"]["count"],
+        sweep["fully_down"]["worst"]["count"]
+    );
+
+    let sampled = run_json(
+        shuffle_shard()
+            .args(base)
+            .args(["--sweep", "2", "--max-sets", "10"]),
+    );
+    assert_eq!(sampled["sweep"]["sets"], 10);
+    assert_eq!(sampled["sweep"]["sampled"], true);
+
+    // The text says it sampled, and a different seed is still a sample.
+    let (text, _) = run_ok(shuffle_shard().args(base).args([
+        "--sweep",
+        "2",
+        "--max-sets",
+        "10",
+        "--seed",
+        "7",
+    ]));
+    assert!(
+        text.contains("random sample of 10 of the 28 sets"),
+        "{text}"
+    );
+    assert!(text.contains("seed 7"), "{text}");
+    let (text, _) = run_ok(shuffle_shard().args(base).args(["--sweep", "2"]));
+    assert!(text.contains("all 28 sets of 2 failed shards"), "{text}");
+}
+
+#[test]
+fn zone_outages_fail_each_zone_in_turn() {
+    // Three zones and k = 3: every tenant has one shard in each zone, so a
+    // zone outage degrades everyone by a third and downs nobody.
+    let report = run_json(shuffle_shard().args([
+        "blast",
+        "--zones",
+        "a:4,b:4,c:4",
+        "--k",
+        "3",
+        "--tenants",
+        "600",
+        "--zone-outage",
+    ]));
+    let scenarios = report["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 3);
+    for (scenario, (zone, first)) in scenarios.iter().zip([("a", 0), ("b", 4), ("c", 8)]) {
+        assert_eq!(scenario["zone"], zone);
+        assert_eq!(
+            shards(&scenario["failed"]),
+            (first..first + 4).collect::<Vec<u64>>()
+        );
+        assert_eq!(scenario["fully_down"]["count"], 0, "{scenario}");
+        assert_eq!(scenario["degraded"]["count"], 600, "{scenario}");
+        assert!((f64_of(&scenario["capacity_lost"]) - 1.0 / 3.0).abs() < 1e-9);
+    }
+    // With zones the expectation is the per-zone product: one shard per
+    // zone, so no pair shares nothing with probability (3/4)^3.
+    let expected = &report["pairwise_overlap"]["expected_shared_counts"];
+    assert!((f64_of(&expected[0]) - 0.75f64.powi(3)).abs() < 1e-12);
+
+    let (text, _) = run_ok(shuffle_shard().args([
+        "blast",
+        "--zones",
+        "a:4,b:4",
+        "--k",
+        "2",
+        "--tenants",
+        "100",
+        "--zone-outage",
+    ]));
+    assert!(text.contains("zone a (4 shards)"), "{text}");
+    assert!(text.contains("zone b (4 shards)"), "{text}");
+}
+
+#[test]
+fn a_whale_is_named_as_dominating_the_hottest_shard() {
+    let mut tenants = String::from("whale\t500\n");
+    for t in 0..300 {
+        tenants.push_str(&format!("minnow-{t}\t1\n"));
+    }
+    let file = temp_file(tenants.as_bytes());
+    let base = || {
+        let mut command = shuffle_shard();
+        command
+            .args(["blast", "--shards", "16", "--k", "3", "--tenants-file"])
+            .arg(file.path())
+            .args(["--capacity", "100"]);
+        command
+    };
+    let report = run_json(&mut base());
+    let load = &report["load"];
+    assert_eq!(load["dominant"][0]["tenant"], "whale", "{load}");
+    assert!(f64_of(&load["dominant"][0]["share"]) > 0.5, "{load}");
+    // The whale's third of 500 puts its three shards over 100, and no
+    // other shard gets near it.
+    let over = shards(&load["over_capacity"]);
+    assert_eq!(over.len(), 3, "{load}");
+    assert!(over.contains(&load["hottest"].as_u64().unwrap()));
+    assert!(f64_of(&load["max_over_mean"]) > 2.0);
+    assert!(
+        load["failover"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["over_capacity"] == true),
+        "every failure leaves some whale shard over capacity"
+    );
+
+    let (text, _) = run_ok(&mut base());
+    assert!(text.contains("tenants dominating shard"), "{text}");
+    assert!(text.contains("whale ("), "{text}");
+    assert!(text.contains("OVER CAPACITY"), "{text}");
+}
+
+#[test]
+fn tenant_k_gives_one_tenant_a_wider_subset() {
+    let (stdout, _) = run_ok(shuffle_shard().args([
+        "place",
+        "--shards",
+        "16",
+        "--k",
+        "2",
+        "--tenant-k",
+        "whale=6",
+        "whale",
+        "minnow",
+    ]));
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(shards(&lines[0]["shards"]).len(), 6);
+    assert_eq!(shards(&lines[1]["shards"]).len(), 2);
+
+    // The analyser sees the same subsets: failing the whale's six shards
+    // downs it.
+    let whale: Vec<String> = shards(&lines[0]["shards"])
+        .iter()
+        .map(u64::to_string)
+        .collect();
+    let file = temp_file(b"whale\nminnow\n");
+    let report = run_json(
+        shuffle_shard()
+            .args([
+                "blast",
+                "--shards",
+                "16",
+                "--k",
+                "2",
+                "--tenant-k",
+                "whale=6",
+            ])
+            .arg("--tenants-file")
+            .arg(file.path())
+            .args(["--fail", &whale.join(",")]),
+    );
+    assert!(report["scenarios"][0]["fully_down"]["count"].as_u64() >= Some(1));
+    // Pairs can now share up to six shards.
+    assert_eq!(
+        report["pairwise_overlap"]["shared_counts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        7
+    );
+}
+
+#[test]
+fn the_key_note_is_printed_once_and_only_without_a_key() {
+    let (_, stderr) = run_ok(shuffle_shard().args([
+        "blast",
+        "--shards",
+        "8",
+        "--k",
+        "2",
+        "--tenants",
+        "50",
+        "--sweep",
+        "1",
+        "--fail",
+        "0",
+    ]));
+    assert_eq!(stderr.matches(NOTE).count(), 1, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    let key = temp_file(b"a real key");
+    let (_, stderr) = run_ok(
+        shuffle_shard()
+            .args([
+                "blast",
+                "--shards",
+                "8",
+                "--k",
+                "2",
+                "--tenants",
+                "50",
+                "--key-file",
+            ])
+            .arg(key.path()),
+    );
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[test]
+fn plan_recommends_a_k_for_the_chapters_budget() {
+    let budget = [
+        "plan",
+        "--shards",
+        "16",
+        "--tenants",
+        "2000",
+        "--max-degraded",
+        "0.2",
+        "--max-fully-down",
+        "0.001",
+        "--concurrent-failures",
+        "2",
+    ];
+    let plan = run_json(shuffle_shard().args(budget));
+    let rows = plan["rows"].as_array().unwrap();
+    let ks: Vec<u64> = rows.iter().map(|row| row["k"].as_u64().unwrap()).collect();
+    assert_eq!(ks, (1..=8).collect::<Vec<u64>>());
+    let recommended = plan["recommended"]
+        .as_u64()
+        .expect("some k meets the budget");
+    let row = &rows[recommended as usize - 1];
+    assert_eq!(row["meets_budget"], true);
+    assert!(f64_of(&row["degraded_one_failure"]) <= 0.2);
+    assert!(f64_of(&row["worst_fully_down"]) <= 0.001);
+    // Smaller k all fail some budget.
+    assert!(
+        rows[..recommended as usize - 1]
+            .iter()
+            .all(|row| row["meets_budget"] == false)
+    );
+    assert_eq!(plan["budget"]["concurrent_failures"], 2);
+    for field in [
+        "k",
+        "worst_fully_down",
+        "worst_failed",
+        "degraded_one_failure",
+        "capacity_lost",
+        "overlap",
+        "meets_budget",
+    ] {
+        assert!(row.get(field).is_some(), "row lacks {field}");
+    }
+
+    let (text, _) = run_ok(shuffle_shard().args(budget));
+    let verdict = text.lines().last().unwrap();
+    assert!(
+        verdict.starts_with(&format!("k = {recommended} is the smallest k")),
+        "{text}"
+    );
+    // One table row per k, under a header.
+    assert!(text.contains("worst fully down (2 failed)"), "{text}");
+    for k in 1..=8 {
+        assert!(
+            text.lines().any(|line| line.starts_with(&format!("{k} "))),
+            "no row for k = {k}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn plan_says_which_budget_binds_when_nothing_meets_it() {
+    let args = [
+        "plan",
+        "--shards",
+        "16",
+        "--tenants",
+        "2000",
+        "--max-degraded",
+        "0.01",
+        "--max-fully-down",
+        "0.001",
+        "--concurrent-failures",
+        "2",
+    ];
+    let (text, _) = run_ok(shuffle_shard().args(args));
+    let verdict = text.lines().last().unwrap();
+    assert!(verdict.contains("degraded budget"), "{verdict}");
+    assert!(verdict.contains("--max-degraded"), "{verdict}");
+    let plan = run_json(shuffle_shard().args(args));
+    assert!(plan["recommended"].is_null());
+    assert!(
+        plan["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|row| row["meets_budget"] == false)
+    );
+}
+
+#[test]
+fn migrate_shows_rendezvous_moving_few_and_modulo_moving_most() {
+    let args = [
+        "migrate",
+        "--from",
+        "shards=20 k=3 algorithm=rendezvous",
+        "--to",
+        "shards=21;k=3;algorithm=rendezvous",
+        "--tenants",
+        "2000",
+    ];
+    let report = run_json(shuffle_shard().args(args));
+    let changed = f64_of(&report["changed_fraction"]);
+    assert!((changed - 3.0 / 21.0).abs() < 0.03, "{report}");
+    // Adding one shard: each changed tenant gains exactly the new shard.
+    assert_eq!(report["members_moved"], report["changed"]);
+    let histogram: Vec<u64> = report["moved_per_tenant"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|count| count.as_u64().unwrap())
+        .collect();
+    assert_eq!(histogram.len(), 2, "{report}");
+    assert_eq!(histogram.iter().sum::<u64>(), 2000);
+    assert!(!report["changed_sample"].as_array().unwrap().is_empty());
+    assert_eq!(report["from"]["shards"], 20);
+    assert_eq!(report["to"]["algorithm"], "rendezvous");
+
+    let comparison = &report["comparison"];
+    assert_eq!(comparison["algorithm"], "hmac-modulo");
+    assert!(
+        f64_of(&comparison["changed_fraction"]) > 0.9,
+        "{comparison}"
+    );
+
+    let (text, _) = run_ok(shuffle_shard().args(args));
+    assert!(text.contains("under hmac-modulo"), "{text}");
+    assert!(text.contains("e.g. changed: tenant-"), "{text}");
+}
+
+#[test]
+fn migrate_between_key_versions() {
+    let old = temp_file(b"old key");
+    let same = temp_file(b"old key");
+    let new = temp_file(b"new key");
+    let migrate = |to: &tempfile::NamedTempFile| {
+        run_json(
+            shuffle_shard()
+                .args([
+                    "migrate",
+                    "--from",
+                    "shards=32 k=3 key=v1",
+                    "--to",
+                    "shards=32 k=3 key=v2",
+                    "--tenants",
+                    "300",
+                ])
+                .arg("--key")
+                .arg(format!("v1={}", old.path().display()))
+                .arg("--key")
+                .arg(format!("v2={}", to.path().display())),
+        )
+    };
+    assert_eq!(migrate(&same)["changed"], 0);
+    assert!(f64_of(&migrate(&new)["changed_fraction"]) > 0.9);
+
+    // Changing the algorithm itself has nothing to compare with.
+    let report = run_json(shuffle_shard().args([
+        "migrate",
+        "--from",
+        "shards=8 k=2",
+        "--to",
+        "shards=8 k=2 algorithm=rendezvous",
+        "--tenants",
+        "100",
+    ]));
+    assert!(report["comparison"].is_null(), "{report}");
+}
+
+#[test]
+fn bad_input_fails_with_one_line_and_status_2() {
+    let empty = temp_file(b"");
+    let bad_weight = temp_file(b"acme\t2\nglobex\theavy\n");
+    let empty = empty.path().to_str().unwrap();
+    let bad_weight = bad_weight.path().to_str().unwrap();
+    let blast = |extra: &[&str]| {
+        let mut args = vec!["blast", "--shards", "16", "--k", "2"];
+        args.extend_from_slice(extra);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            blast(&["--tenants", "10", "--fail", "3,16"]),
+            "no shard \"16\"",
+        ),
+        (
+            blast(&["--tenants", "10", "--fail", "3,x"]),
+            "no shard \"x\"",
+        ),
+        (blast(&["--tenants", "10", "--sweep", "17"]), "--sweep 17"),
+        (blast(&["--tenants", "10", "--sweep", "0"]), "--sweep 0"),
+        (blast(&["--tenants-file", empty]), "has no tenants"),
+        (blast(&["--tenants-file", bad_weight]), "line 2"),
+        (blast(&["--tenants", "10", "--zone-outage"]), "has no zones"),
+        (
+            blast(&["--tenants", "10", "--capacity", "5"]),
+            "needs tenant weights",
+        ),
+        (blast(&["--tenants", "0"]), "--tenants 0"),
+        (
+            blast(&["--tenants", "10", "--tenant-k", "a=17"]),
+            "--tenant-k a=17",
+        ),
+        (
+            blast(&["--tenants-file", "/nonexistent/shuffle-shard/tenants"]),
+            "/nonexistent/shuffle-shard/tenants",
+        ),
+        (
+            vec!["blast", "--shards", "8", "--k", "9", "--tenants", "10"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            "k = 9",
+        ),
+    ];
+    for (args, fragment) in &cases {
+        let stderr = assert_one_line_error(shuffle_shard().args(args));
+        assert!(stderr.contains(fragment), "{args:?}: {stderr}");
+    }
+
+    let plan = |extra: &[&'static str]| {
+        let mut args = vec!["plan", "--shards", "8", "--tenants", "10"];
+        args.extend_from_slice(extra);
+        args
+    };
+    for (args, fragment) in [
+        (
+            plan(&[
+                "--max-degraded",
+                "0.2",
+                "--max-fully-down",
+                "0.001",
+                "--concurrent-failures",
+                "9",
+            ]),
+            "--concurrent-failures 9",
+        ),
+        (
+            plan(&[
+                "--max-degraded",
+                "1.5",
+                "--max-fully-down",
+                "0.001",
+                "--concurrent-failures",
+                "2",
+            ]),
+            "--max-degraded 1.5",
+        ),
+    ] {
+        let stderr = assert_one_line_error(shuffle_shard().args(&args));
+        assert!(stderr.contains(fragment), "{args:?}: {stderr}");
+    }
+
+    for (from, to, fragment) in [
+        ("shards=8 k=2 key=v1", "shards=8 k=2", "key version \"v1\""),
+        ("shards=8 k=9", "shards=8 k=2", "k = 9"),
+        ("shards=8", "shards=8 k=2", "has no k"),
+        ("shards=8 k=2 size=3", "shards=8 k=2", "unknown item"),
+    ] {
+        let stderr = assert_one_line_error(shuffle_shard().args([
+            "migrate",
+            "--from",
+            from,
+            "--to",
+            to,
+            "--tenants",
+            "10",
+        ]));
+        assert!(stderr.contains(fragment), "{from}: {stderr}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2_without_panicking() {
+    for args in [
+        &["blast", "--shards", "8", "--k", "2"][..],
+        &[
+            "blast",
+            "--shards",
+            "8",
+            "--k",
+            "2",
+            "--tenants",
+            "5",
+            "--tenants-file",
+            "x",
+        ],
+        &["plan", "--shards", "8", "--tenants", "5"],
+        &["migrate", "--from", "shards=8 k=2", "--tenants", "5"],
+    ] {
+        let output = shuffle_shard().args(args).output().unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty());
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn help_documents_each_analyser() {
+    for (command, fragments) in [
+        (
+            "blast",
+            &[
+                "--fail",
+                "--sweep",
+                "--max-sets",
+                "--seed",
+                "--zone-outage",
+                "--capacity",
+                "--json",
+                "--tenants-file",
+                "--tenant-k",
+                "Examples:",
+            ][..],
+        ),
+        (
+            "plan",
+            &[
+                "--max-degraded",
+                "--max-fully-down",
+                "--concurrent-failures",
+                "--zones",
+                "--key-file",
+            ],
+        ),
+        (
+            "migrate",
+            &["--from", "--to", "--key", "SPEC", "rendezvous"],
+        ),
+    ] {
+        let (help, _) = run_ok(shuffle_shard().args([command, "--help"]));
+        for fragment in fragments {
+            assert!(help.contains(fragment), "{command}: missing {fragment:?}");
+        }
+    }
+}
