@@ -1,0 +1,317 @@
+//! A test backend that can be told to misbehave.
+//!
+//! The gateway's tests, the drills and the demo all need shards that fail in
+//! realistic ways: a killed process (connection refused), a hung one that
+//! accepts and never answers (blackhole), a slow one, one that returns
+//! errors at some rate, one that flaps, and one that resets mid-response.
+//! [`Backend`] is one shard: it answers `200` with a small JSON body naming
+//! itself and the tenant the gateway said it was serving, answers its health
+//! path, records every request's headers, and switches behaviour on demand.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Frame;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+/// How the backend behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mode {
+    /// Answers every request.
+    Healthy,
+    /// Not listening: connections are refused.
+    Killed,
+    /// Accepts connections and never answers.
+    Blackhole,
+    /// Answers after a delay.
+    Slow(Duration),
+    /// Answers this status to a share of requests (and health checks).
+    Errors {
+        /// The status to answer.
+        status: u16,
+        /// The share of requests that get it, 0.0–1.0.
+        rate: f64,
+    },
+    /// Alternates between healthy and killed every period.
+    Flapping(Duration),
+    /// Sends response headers, part of the body, then resets the connection.
+    ResetMidResponse,
+}
+
+/// What the backend saw of one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    /// Method.
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Every header, lowercase names, in order.
+    pub headers: Vec<(String, String)>,
+    /// Body length in bytes.
+    pub body_len: usize,
+}
+
+impl Seen {
+    /// The values of one header.
+    pub fn header(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    id: String,
+    health_path: String,
+    mode: Mutex<Mode>,
+    seen: Mutex<Vec<Seen>>,
+    requests: AtomicU64,
+}
+
+/// One running test shard.
+#[derive(Debug)]
+pub struct Backend {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    mode_tx: watch::Sender<Mode>,
+    task: JoinHandle<()>,
+}
+
+impl Backend {
+    /// Starts a backend on `127.0.0.1` with an ephemeral port.
+    pub async fn start(id: &str) -> std::io::Result<Self> {
+        Self::start_on(id, "127.0.0.1:0".parse().expect("address")).await
+    }
+
+    /// Starts a backend on a given address (port 0 for an ephemeral one).
+    pub async fn start_on(id: &str, addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            id: id.to_owned(),
+            health_path: "/healthz".into(),
+            mode: Mutex::new(Mode::Healthy),
+            seen: Mutex::new(Vec::new()),
+            requests: AtomicU64::new(0),
+        });
+        let (mode_tx, mode_rx) = watch::channel(Mode::Healthy);
+        let task = tokio::spawn(supervise(listener, addr, Arc::clone(&shared), mode_rx));
+        Ok(Self {
+            addr,
+            shared,
+            mode_tx,
+            task,
+        })
+    }
+
+    /// The backend's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The backend's base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The shard id it answers as.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// Switches behaviour. Killing closes the listener and every open
+    /// connection; any other mode reopens the listener on the same port.
+    pub fn set_mode(&self, mode: Mode) {
+        *self.shared.mode.lock().expect("mode lock") = mode.clone();
+        let _ = self.mode_tx.send(mode);
+    }
+
+    /// Requests answered or refused by the handler (health checks excluded).
+    pub fn requests(&self) -> u64 {
+        self.shared.requests.load(Ordering::Relaxed)
+    }
+
+    /// Every non-health request seen so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.shared.seen.lock().expect("seen lock").clone()
+    }
+
+    /// Forgets what was seen.
+    pub fn clear_seen(&self) {
+        self.shared.seen.lock().expect("seen lock").clear();
+        self.shared.requests.store(0, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Keeps a listener open while the mode wants one, closing it (and every
+/// open connection) when killed; flapping toggles between the two on a timer.
+async fn supervise(listener: TcpListener, addr: SocketAddr, shared: Arc<Shared>, mut mode: watch::Receiver<Mode>) {
+    let mut listener = Some(listener);
+    let mut flap_up = true;
+    let (stop, _) = broadcast::channel::<()>(1);
+    loop {
+        let current = mode.borrow_and_update().clone();
+        let want = |mode: &Mode, flap_up: bool| match mode {
+            Mode::Killed => false,
+            Mode::Flapping(_) => flap_up,
+            _ => true,
+        };
+        if want(&current, flap_up) && listener.is_none() {
+            listener = rebind(addr).await;
+        }
+        if !want(&current, flap_up) {
+            listener = None;
+        }
+        let flap_timer = async {
+            match &current {
+                Mode::Flapping(period) => tokio::time::sleep(*period).await,
+                _ => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = accept_loop(listener.as_ref(), &shared, &stop) => {}
+            changed = mode.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = flap_timer => flap_up = !flap_up,
+        }
+        // A shard that stops listening also drops the connections it has,
+        // as a killed process would.
+        if !want(&mode.borrow(), flap_up) {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Binds the backend's port again. The old socket may take a moment to
+/// release it, so this retries for up to a second.
+async fn rebind(addr: SocketAddr) -> Option<TcpListener> {
+    for _ in 0..100 {
+        if let Ok(listener) = TcpListener::bind(addr).await {
+            return Some(listener);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+async fn accept_loop(listener: Option<&TcpListener>, shared: &Arc<Shared>, stop: &broadcast::Sender<()>) {
+    let Some(listener) = listener else {
+        return std::future::pending().await;
+    };
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let shared = Arc::clone(shared);
+        let mut stopped = stop.subscribe();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| handle(Arc::clone(&shared), request));
+            let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = connection => {}
+                _ = stopped.recv() => {}
+            }
+        });
+    }
+}
+
+/// The response body type: a full body, or one that breaks off.
+type Body = BoxBody<Bytes, std::io::Error>;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+}
+
+async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let mode = shared.mode.lock().expect("mode lock").clone();
+    let is_health = request.uri().path() == shared.health_path;
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    if !is_health {
+        shared.requests.fetch_add(1, Ordering::Relaxed);
+        shared.seen.lock().expect("seen lock").push(Seen {
+            method: parts.method.to_string(),
+            path: parts.uri.path_and_query().map_or("/".into(), |pq| pq.to_string()),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                .collect(),
+            body_len: body.len(),
+        });
+    }
+    match mode {
+        Mode::Blackhole => std::future::pending::<()>().await,
+        Mode::Slow(delay) => tokio::time::sleep(delay).await,
+        Mode::Errors { status, rate } if fastrand::f64() < rate => {
+            let mut response = Response::new(full(&b"{\"error\":\"injected\"}"[..]));
+            *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return Ok(response);
+        }
+        Mode::ResetMidResponse if !is_health => {
+            // Headers and a first chunk go out, then the stream fails, which
+            // makes hyper abort the connection mid-body.
+            return Ok(Response::new(BrokenBody { sent: false }.boxed()));
+        }
+        _ => {}
+    }
+    let tenant = parts
+        .headers
+        .get("x-shuffle-tenant")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let answer = serde_json::json!({
+        "shard": shared.id,
+        "tenant": tenant,
+        "method": parts.method.as_str(),
+        "path": parts.uri.path(),
+        "body_len": body.len(),
+    });
+    Ok(Response::new(full(answer.to_string())))
+}
+
+/// A body that sends one chunk and then fails.
+struct BrokenBody {
+    sent: bool,
+}
+
+impl hyper::body::Body for BrokenBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        if self.sent {
+            return std::task::Poll::Ready(Some(Err(std::io::Error::other("injected reset"))));
+        }
+        self.sent = true;
+        std::task::Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"{\"partial\":")))))
+    }
+}
