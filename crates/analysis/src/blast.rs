@@ -253,6 +253,17 @@ impl BlastModel {
         }
     }
 
+    /// Runs `f` over the containment table for `m`, using the cached table
+    /// when a sweep has built it and otherwise building one that is dropped
+    /// afterwards: the overlap needs every size once, and keeping all of them
+    /// would multiply peak memory at millions of tenants.
+    pub(crate) fn with_containment<R>(&self, m: usize, f: impl FnOnce(&Table) -> R) -> R {
+        match self.containment[m].get() {
+            Some(table) => f(table),
+            None => f(&self.tables.containment(m)),
+        }
+    }
+
     /// The containment table for sets of size `m` (1 ≤ m ≤ max k).
     pub(crate) fn containment(&self, m: usize) -> &Table {
         self.containment[m].get_or_init(|| self.tables.containment(m))

@@ -51,12 +51,13 @@ pub fn exact(model: &BlastModel) -> Overlap {
     let mut n_m = vec![0u128; max_k + 1];
     n_m[0] = pairs;
     for (m, slot) in n_m.iter_mut().enumerate().skip(1) {
-        *slot = model
-            .containment(m)
-            .rows()
-            .iter()
-            .map(|row| binomial(row.tenants, 2))
-            .sum();
+        *slot = model.with_containment(m, |table| {
+            table
+                .rows()
+                .iter()
+                .map(|row| binomial(row.tenants, 2))
+                .sum()
+        });
     }
     let mut exact_pairs = vec![0u128; max_k + 1];
     for j in (0..=max_k).rev() {

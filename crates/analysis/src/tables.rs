@@ -111,17 +111,19 @@ pub(crate) struct Table {
 impl Table {
     fn from_unsorted(mut rows: Vec<Row>) -> Self {
         rows.par_sort_unstable_by_key(|row| row.key);
-        let mut merged: Vec<Row> = Vec::with_capacity(rows.len());
-        for row in rows {
-            match merged.last_mut() {
-                Some(last) if last.key == row.key => {
-                    last.tenants += row.tenants;
-                }
-                _ => merged.push(row),
+        // Merge equal keys in place, so no second vector is needed.
+        let mut kept = 0;
+        for i in 0..rows.len() {
+            if kept > 0 && rows[kept - 1].key == rows[i].key {
+                rows[kept - 1].tenants += rows[i].tenants;
+            } else {
+                rows[kept] = rows[i];
+                kept += 1;
             }
         }
-        merged.shrink_to_fit();
-        Self { rows: merged }
+        rows.truncate(kept);
+        rows.shrink_to_fit();
+        Self { rows }
     }
 
     pub(crate) fn get(&self, key: u128) -> Option<&Row> {
@@ -167,24 +169,34 @@ impl SubsetTables {
     /// tenants whose subset contains it.
     pub(crate) fn containment(&self, m: usize) -> Table {
         let packer = self.packer;
-        let mut rows: Vec<Row> = Vec::new();
+        // Every row of size `s` contributes exactly C(s, m) sets, so the
+        // output is allocated once and each row fills its own slice: no
+        // intermediate vectors, which at ten million tenants would double
+        // the peak memory.
+        let per_row = |size: usize| crate::overlap::binomial(size as u64, m as u64) as usize;
+        let total: usize = self
+            .exact
+            .iter()
+            .enumerate()
+            .filter(|(size, _)| *size >= m)
+            .map(|(size, table)| table.rows().len() * per_row(size))
+            .sum();
+        let mut rows = vec![Row::new(0, 0); total];
+        let mut rest = rows.as_mut_slice();
         for (size, table) in self.exact.iter().enumerate().filter(|(size, _)| *size >= m) {
-            let mut part = table
-                .rows()
-                .par_iter()
-                .fold(Vec::new, |mut out, row| {
-                    let mut members = Vec::with_capacity(size);
-                    packer.unpack(row.key(), size, &mut members);
-                    for_each_combination(&members, m, |combination| {
-                        out.push(Row::new(packer.pack(combination), row.tenants));
+            let width = per_row(size);
+            let (mine, others) = rest.split_at_mut(table.rows().len() * width);
+            rest = others;
+            mine.par_chunks_mut(width)
+                .zip(table.rows().par_iter())
+                .for_each_init(Vec::new, |members, (out, row)| {
+                    packer.unpack(row.key(), size, members);
+                    let mut slot = out.iter_mut();
+                    for_each_combination(members, m, |combination| {
+                        *slot.next().expect("C(size, m) slots") =
+                            Row::new(packer.pack(combination), row.tenants);
                     });
-                    out
-                })
-                .reduce(Vec::new, |mut a, mut b| {
-                    a.append(&mut b);
-                    a
                 });
-            rows.append(&mut part);
         }
         Table::from_unsorted(rows)
     }
