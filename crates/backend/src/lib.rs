@@ -167,7 +167,12 @@ impl Drop for Backend {
 
 /// Keeps a listener open while the mode wants one, closing it (and every
 /// open connection) when killed; flapping toggles between the two on a timer.
-async fn supervise(listener: TcpListener, addr: SocketAddr, shared: Arc<Shared>, mut mode: watch::Receiver<Mode>) {
+async fn supervise(
+    listener: TcpListener,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    mut mode: watch::Receiver<Mode>,
+) {
     let mut listener = Some(listener);
     let mut flap_up = true;
     let (stop, _) = broadcast::channel::<()>(1);
@@ -219,7 +224,11 @@ async fn rebind(addr: SocketAddr) -> Option<TcpListener> {
     None
 }
 
-async fn accept_loop(listener: Option<&TcpListener>, shared: &Arc<Shared>, stop: &broadcast::Sender<()>) {
+async fn accept_loop(
+    listener: Option<&TcpListener>,
+    shared: &Arc<Shared>,
+    stop: &broadcast::Sender<()>,
+) {
     let Some(listener) = listener else {
         return std::future::pending().await;
     };
@@ -244,23 +253,40 @@ async fn accept_loop(listener: Option<&TcpListener>, shared: &Arc<Shared>, stop:
 type Body = BoxBody<Bytes, std::io::Error>;
 
 fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
 }
 
-async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let mode = shared.mode.lock().expect("mode lock").clone();
     let is_health = request.uri().path() == shared.health_path;
     let (parts, body) = request.into_parts();
-    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     if !is_health {
         shared.requests.fetch_add(1, Ordering::Relaxed);
         shared.seen.lock().expect("seen lock").push(Seen {
             method: parts.method.to_string(),
-            path: parts.uri.path_and_query().map_or("/".into(), |pq| pq.to_string()),
+            path: parts
+                .uri
+                .path_and_query()
+                .map_or("/".into(), |pq| pq.to_string()),
             headers: parts
                 .headers
                 .iter()
-                .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                .map(|(n, v)| {
+                    (
+                        n.as_str().to_owned(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
                 .collect(),
             body_len: body.len(),
         });
@@ -270,7 +296,8 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Result<Respo
         Mode::Slow(delay) => tokio::time::sleep(delay).await,
         Mode::Errors { status, rate } if fastrand::f64() < rate => {
             let mut response = Response::new(full(&b"{\"error\":\"injected\"}"[..]));
-            *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            *response.status_mut() =
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return Ok(response);
         }
         Mode::ResetMidResponse if !is_health => {

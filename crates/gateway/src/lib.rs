@@ -2,14 +2,29 @@
 //! proxy that sends each tenant only to its own subset of shards and fails
 //! over inside that subset.
 //!
-//! A request flows through one module per step:
-//! credential → tenant ([`authenticate`]) → cell and subset ([`cell`]) →
-//! member ([`member`]) → attempt ([`attempt`]) → outcome.
+//! A request flows through one module per step: credential
+//! ([`credential`]) → tenant ([`authenticate`]) → cell and subset ([`cell`])
+//! → member ([`member`]) → attempt ([`attempt`]) → outcome ([`proxy`]).
+//! [`health`] and [`retry_budget`] are the state machines that decide which
+//! members are up and whether a retry is allowed; [`state`] holds the
+//! swappable snapshot and per-shard state; [`server`] is the listener.
 
+pub mod attempt;
+pub mod authenticate;
+pub mod body;
 pub mod cell;
 pub mod config;
+pub mod credential;
+pub mod headers;
 pub mod health;
+pub mod health_check;
+pub mod member;
+pub mod proxy;
 pub mod retry_budget;
+pub mod runtime;
+pub mod server;
+pub mod state;
 pub mod tenants;
 
 pub use config::{ConfigError, GatewayConfig};
+pub use state::{Gateway, Snapshot};

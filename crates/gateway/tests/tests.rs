@@ -1,1 +1,6 @@
-//! Gateway integration tests.
+//! The gateway's integration tests: real sockets on 127.0.0.1, real
+//! backends (the misbehaving test backend), one test binary.
+
+mod util;
+
+mod routing;

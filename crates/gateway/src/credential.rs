@@ -1,0 +1,388 @@
+//! Finding the credential in a request: `Authorization: Bearer <credential>`
+//! or `x-api-key: <key>`, and telling an API key from a JWT.
+//!
+//! Nothing here checks a credential; it only takes it out of the headers
+//! without ever copying it into an error, a log line or `Debug` output.
+
+use http::HeaderMap;
+use http::header::AUTHORIZATION;
+
+use crate::authenticate::AuthError;
+
+/// The header an API key may come in instead of `Authorization`.
+pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// A credential's text. It has no `Display`, and its `Debug` is redacted, so
+/// formatting a request, a credential or an error cannot leak it; the only
+/// way to the text is [`Secret::expose`], which is easy to search for.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a credential's text.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+
+    /// The credential's text, for the code that verifies it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// A credential as presented, not yet verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// An opaque API key, looked up by its SHA-256 digest.
+    ApiKey(Secret),
+    /// A JSON Web Token, verified against the configured key.
+    Jwt(Secret),
+}
+
+/// Takes the credential out of the request headers.
+///
+/// Exactly one credential must be sent: one `Authorization: Bearer …`
+/// header or one `x-api-key` header. Two of anything is refused rather than
+/// resolved, because proxies and servers disagree on which duplicate wins,
+/// and a credential that means different things to different hops is how
+/// request smuggling starts.
+///
+/// A bearer credential shaped like a JWT is a [`Credential::Jwt`] when
+/// `jwt_enabled`, and an API key otherwise; `x-api-key` is always an API key
+/// (so an API key that happens to look like a JWT can still be sent there).
+pub fn extract(headers: &HeaderMap, jwt_enabled: bool) -> Result<Credential, AuthError> {
+    let mut authorization = headers.get_all(AUTHORIZATION).iter();
+    let mut api_key = headers.get_all(API_KEY_HEADER).iter();
+    let (first_authorization, second_authorization) = (authorization.next(), authorization.next());
+    let (first_api_key, second_api_key) = (api_key.next(), api_key.next());
+    if second_authorization.is_some() {
+        return Err(malformed("send one Authorization header, not several"));
+    }
+    if second_api_key.is_some() {
+        return Err(malformed("send one x-api-key header, not several"));
+    }
+    match (first_authorization, first_api_key) {
+        (None, None) => Err(AuthError::Missing),
+        (Some(_), Some(_)) => Err(malformed(
+            "send one credential: Authorization or x-api-key, not both",
+        )),
+        (Some(value), None) => {
+            let token = bearer_token(value.as_bytes())?;
+            if jwt_enabled && looks_like_jwt(token) {
+                Ok(Credential::Jwt(Secret::new(token)))
+            } else {
+                Ok(Credential::ApiKey(Secret::new(token)))
+            }
+        }
+        (None, Some(value)) => {
+            let key = trim_ows(value.as_bytes());
+            if key.is_empty() {
+                return Err(malformed("the x-api-key header is empty"));
+            }
+            let key = visible_ascii(key)
+                .ok_or_else(|| malformed("the x-api-key header must be visible ASCII"))?;
+            Ok(Credential::ApiKey(Secret::new(key)))
+        }
+    }
+}
+
+fn malformed(reason: &'static str) -> AuthError {
+    AuthError::Malformed { reason }
+}
+
+/// The credential of an `Authorization: Bearer <credential>` value.
+fn bearer_token(value: &[u8]) -> Result<&str, AuthError> {
+    let value = trim_ows(value);
+    // The scheme ends at the first space (RFC 9110 §11.4: credentials =
+    // auth-scheme [ 1*SP token68 ]); the scheme name is case-insensitive.
+    let (scheme, rest) = match value.iter().position(|&b| b == b' ') {
+        Some(at) => (&value[..at], &value[at..]),
+        None => (value, &[][..]),
+    };
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return Err(malformed(
+            "use the Bearer scheme: Authorization: Bearer <credential>",
+        ));
+    }
+    let token = trim_ows(rest);
+    if token.is_empty() {
+        return Err(malformed("the Bearer credential is empty"));
+    }
+    // Visible ASCII only, so no space inside: `Bearer a b` is one
+    // credential to one parser and two words to another.
+    visible_ascii(token)
+        .ok_or_else(|| malformed("the Bearer credential must be one word of visible ASCII"))
+}
+
+/// `bytes` as text when every byte is visible ASCII (`!` to `~`).
+fn visible_ascii(bytes: &[u8]) -> Option<&str> {
+    if bytes.iter().all(|b| (b'!'..=b'~').contains(b)) {
+        // Visible ASCII is UTF-8, so this cannot fail.
+        std::str::from_utf8(bytes).ok()
+    } else {
+        None
+    }
+}
+
+/// Strips optional whitespace (spaces and tabs) from both ends.
+fn trim_ows(mut bytes: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = bytes {
+        bytes = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = bytes {
+        bytes = rest;
+    }
+    bytes
+}
+
+/// Whether `token` has a JWS compact serialisation's shape: three base64url
+/// segments joined by dots, header and payload non-empty. The signature may
+/// be empty so that an unsigned (`alg: none`) token is still treated as a
+/// JWT and refused as one, with the reason saying so.
+fn looks_like_jwt(token: &str) -> bool {
+    let mut segments = token.split('.');
+    let (Some(header), Some(payload), Some(signature), None) = (
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+    ) else {
+        return false;
+    };
+    let base64url = |segment: &str| {
+        segment
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    !header.is_empty()
+        && !payload.is_empty()
+        && base64url(header)
+        && base64url(payload)
+        && base64url(signature)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    const JWT: &str = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhY21lIn0.c2lnbmF0dXJl";
+
+    fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    fn reason(result: Result<Credential, AuthError>) -> &'static str {
+        match result {
+            Err(AuthError::Malformed { reason }) => reason,
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bearer_api_key() {
+        let h = headers(&[("authorization", b"Bearer sk_live_123")]);
+        assert_eq!(
+            extract(&h, true).unwrap(),
+            Credential::ApiKey(Secret::new("sk_live_123"))
+        );
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_whitespace_tolerant() {
+        for value in [
+            &b"bearer key1"[..],
+            b"BEARER key1",
+            b"BeArEr   key1",
+            b"  Bearer key1\t",
+        ] {
+            let h = headers(&[("authorization", value)]);
+            assert_eq!(
+                extract(&h, false).unwrap(),
+                Credential::ApiKey(Secret::new("key1")),
+                "{:?}",
+                String::from_utf8_lossy(value)
+            );
+        }
+    }
+
+    #[test]
+    fn x_api_key() {
+        let h = headers(&[("x-api-key", b"key-2")]);
+        assert_eq!(
+            extract(&h, true).unwrap(),
+            Credential::ApiKey(Secret::new("key-2"))
+        );
+    }
+
+    #[test]
+    fn jwt_shaped_bearer_is_a_jwt_only_when_enabled() {
+        let value = format!("Bearer {JWT}");
+        let h = headers(&[("authorization", value.as_bytes())]);
+        assert_eq!(
+            extract(&h, true).unwrap(),
+            Credential::Jwt(Secret::new(JWT))
+        );
+        assert_eq!(
+            extract(&h, false).unwrap(),
+            Credential::ApiKey(Secret::new(JWT))
+        );
+    }
+
+    #[test]
+    fn x_api_key_is_never_a_jwt() {
+        let h = headers(&[("x-api-key", JWT.as_bytes())]);
+        assert_eq!(
+            extract(&h, true).unwrap(),
+            Credential::ApiKey(Secret::new(JWT))
+        );
+    }
+
+    #[test]
+    fn unsigned_token_is_still_a_jwt() {
+        let h = headers(&[(
+            "authorization",
+            b"Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.",
+        )]);
+        assert!(matches!(extract(&h, true).unwrap(), Credential::Jwt(_)));
+    }
+
+    #[test]
+    fn jwt_shape() {
+        assert!(looks_like_jwt(JWT));
+        assert!(looks_like_jwt("a.b."));
+        assert!(!looks_like_jwt("a.b"));
+        assert!(!looks_like_jwt("a.b.c.d"));
+        assert!(!looks_like_jwt(".b.c"));
+        assert!(!looks_like_jwt("a..c"));
+        assert!(!looks_like_jwt("a+b.c.d"));
+        assert!(!looks_like_jwt("a.b=.c"));
+        assert!(!looks_like_jwt(""));
+    }
+
+    #[test]
+    fn missing() {
+        assert!(matches!(
+            extract(&HeaderMap::new(), true),
+            Err(AuthError::Missing)
+        ));
+        let h = headers(&[("cookie", b"session=1")]);
+        assert!(matches!(extract(&h, true), Err(AuthError::Missing)));
+    }
+
+    #[test]
+    fn two_authorization_headers() {
+        let h = headers(&[
+            ("authorization", b"Bearer a"),
+            ("authorization", b"Bearer a"),
+        ]);
+        assert!(reason(extract(&h, true)).contains("one Authorization"));
+    }
+
+    #[test]
+    fn two_api_key_headers() {
+        let h = headers(&[("x-api-key", b"a"), ("x-api-key", b"b")]);
+        assert!(reason(extract(&h, true)).contains("one x-api-key"));
+    }
+
+    #[test]
+    fn both_headers() {
+        let h = headers(&[("authorization", b"Bearer a"), ("x-api-key", b"a")]);
+        assert!(reason(extract(&h, true)).contains("send one credential"));
+    }
+
+    #[test]
+    fn other_scheme() {
+        for value in [
+            &b"Basic dXNlcjpwYXNz"[..],
+            b"Token abc",
+            b"Bearerabc",
+            b"abc",
+        ] {
+            let h = headers(&[("authorization", value)]);
+            assert!(reason(extract(&h, true)).contains("Bearer scheme"));
+        }
+    }
+
+    #[test]
+    fn empty_credentials() {
+        for value in [&b"Bearer"[..], b"Bearer ", b"Bearer \t ", b""] {
+            let h = headers(&[("authorization", value)]);
+            assert!(matches!(
+                extract(&h, true),
+                Err(AuthError::Malformed { .. })
+            ));
+        }
+        let h = headers(&[("x-api-key", b"")]);
+        assert!(reason(extract(&h, true)).contains("empty"));
+        let h = headers(&[("x-api-key", b"   ")]);
+        assert!(reason(extract(&h, true)).contains("empty"));
+    }
+
+    #[test]
+    fn not_visible_ascii() {
+        let secret = "s3cr3t-\u{e9}t\u{e9}";
+        let bearer = format!("Bearer {secret}");
+        for (name, value) in [
+            ("authorization", bearer.as_bytes()),
+            ("authorization", b"Bearer two words"),
+            ("authorization", b"Bearer a\tb"),
+            ("authorization", b"Bearer \xff\xfe"),
+            ("x-api-key", secret.as_bytes()),
+            ("x-api-key", b"two words"),
+            ("x-api-key", b"\x80abc"),
+        ] {
+            let h = headers(&[(name, value)]);
+            let error = extract(&h, true).unwrap_err();
+            assert!(matches!(error, AuthError::Malformed { .. }), "{error:?}");
+            let shown = format!("{error} {error:?} {}", error.public_message());
+            assert!(!shown.contains("s3cr3t"), "{shown}");
+            assert!(!shown.contains("words"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn no_credential_in_any_output() {
+        let secret = "sk_live_TOPSECRET_0123456789";
+        let credential = Credential::ApiKey(Secret::new(secret));
+        assert!(!format!("{credential:?}").contains("TOPSECRET"));
+        assert!(!format!("{:?}", Credential::Jwt(Secret::new(secret))).contains("TOPSECRET"));
+        assert!(!format!("{:#?}", Secret::new(secret)).contains("TOPSECRET"));
+        // Every refusal, for a request that carries the secret somewhere.
+        let bearer = format!("Bearer {secret}");
+        let other = format!("Basic {secret}");
+        let cases: [&[(&str, &[u8])]; 4] = [
+            &[
+                ("authorization", bearer.as_bytes()),
+                ("authorization", bearer.as_bytes()),
+            ],
+            &[
+                ("x-api-key", secret.as_bytes()),
+                ("x-api-key", secret.as_bytes()),
+            ],
+            &[
+                ("authorization", bearer.as_bytes()),
+                ("x-api-key", secret.as_bytes()),
+            ],
+            &[("authorization", other.as_bytes())],
+        ];
+        for case in cases {
+            let error = extract(&headers(case), true).unwrap_err();
+            let shown = format!("{error} {error:?} {error:#?} {}", error.public_message());
+            assert!(!shown.contains("TOPSECRET"), "{shown}");
+        }
+    }
+}

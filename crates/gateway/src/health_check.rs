@@ -1,0 +1,68 @@
+//! The active health checker: every interval, GET the health path on every
+//! shard of every cell, concurrently, and feed the results to each shard's
+//! health state.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use http::{Request, StatusCode};
+use tokio::time::Instant;
+
+use crate::attempt::backend_uri;
+use crate::body::AttemptBody;
+use crate::state::{Gateway, ShardRuntime};
+
+/// Runs checks until the task is dropped. The snapshot is re-read every
+/// round, so reloads take effect at the next round.
+pub async fn run(gateway: Arc<Gateway>) {
+    loop {
+        let snapshot = gateway.snapshot();
+        let settings = snapshot.config.health.clone();
+        let checks = snapshot.all_shards().map(|shard| {
+            let gateway = Arc::clone(&gateway);
+            let shard = Arc::clone(shard);
+            let settings = settings.clone();
+            tokio::spawn(async move {
+                let passed = check(&gateway, &shard, &settings.path, settings.timeout).await;
+                let changed = shard
+                    .health
+                    .lock()
+                    .expect("health lock")
+                    .record_check(passed, Instant::now(), &settings);
+                if changed {
+                    tracing::info!(cell = %shard.cell, shard = %shard.id, passed, "active health changed");
+                }
+            })
+        });
+        let handles: Vec<_> = checks.collect();
+        for handle in handles {
+            let _ = handle.await;
+        }
+        tokio::time::sleep(settings.interval).await;
+    }
+}
+
+/// One check: a 2xx answer within the timeout passes.
+async fn check(
+    gateway: &Gateway,
+    shard: &ShardRuntime,
+    path: &str,
+    timeout: std::time::Duration,
+) -> bool {
+    let Ok(uri) = backend_uri(&shard.url, &path.parse().unwrap_or_default()) else {
+        return false;
+    };
+    let Ok(request) = Request::get(uri).body(AttemptBody::Done) else {
+        return false;
+    };
+    shard.attempts.load(Ordering::Relaxed);
+    match tokio::time::timeout(timeout, gateway.client.request(request)).await {
+        Ok(Ok(response)) => {
+            let status = response.status();
+            // Drain the body so the pooled connection can be reused.
+            let _ = http_body_util::BodyExt::collect(response.into_body()).await;
+            status.is_success() || status == StatusCode::NO_CONTENT
+        }
+        _ => false,
+    }
+}

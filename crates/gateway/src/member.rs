@@ -1,0 +1,72 @@
+//! Choosing the member of the subset that serves an attempt: power of two
+//! choices over in-flight requests among the members that are up and not
+//! yet tried.
+//!
+//! Two random candidates and the less busy of them spreads load almost as
+//! well as scanning every member, without herding every request onto the
+//! single least-loaded shard. A request never leaves its tenant's subset
+//! unless the operator opted into spilling.
+
+use std::sync::Arc;
+
+use placement::ShardIndex;
+
+use crate::config::{Exhausted, GatewayConfig};
+use crate::health::Availability;
+use crate::state::ShardRuntime;
+
+/// The chosen shard for the next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// A member of the tenant's subset.
+    Member(ShardIndex),
+    /// A shard outside the subset (only with `exhausted = "spill"`).
+    Spill(ShardIndex),
+    /// Nothing left to try.
+    Exhausted,
+}
+
+/// Picks the next shard. `tried` holds the shards already attempted for
+/// this request; they are never chosen again.
+pub fn pick(
+    subset: &[ShardIndex],
+    tried: &[ShardIndex],
+    shards: &[Arc<ShardRuntime>],
+    config: &GatewayConfig,
+) -> Pick {
+    let up = |index: &ShardIndex| {
+        !tried.contains(index) && shards[*index as usize].availability(config) == Availability::Up
+    };
+    let members: Vec<ShardIndex> = subset.iter().copied().filter(up).collect();
+    if let Some(index) = power_of_two(&members, shards) {
+        return Pick::Member(index);
+    }
+    if config.routing.exhausted == Exhausted::Spill {
+        let outside: Vec<ShardIndex> = (0..shards.len() as ShardIndex)
+            .filter(|index| !subset.contains(index))
+            .filter(up)
+            .collect();
+        if let Some(index) = power_of_two(&outside, shards) {
+            return Pick::Spill(index);
+        }
+    }
+    Pick::Exhausted
+}
+
+/// The less busy of two random candidates.
+fn power_of_two(candidates: &[ShardIndex], shards: &[Arc<ShardRuntime>]) -> Option<ShardIndex> {
+    match candidates.len() {
+        0 => None,
+        1 => Some(candidates[0]),
+        len => {
+            let first = fastrand::usize(..len);
+            let mut second = fastrand::usize(..len - 1);
+            if second >= first {
+                second += 1;
+            }
+            let (a, b) = (candidates[first], candidates[second]);
+            let load = |index: ShardIndex| shards[index as usize].in_flight();
+            Some(if load(b) < load(a) { b } else { a })
+        }
+    }
+}

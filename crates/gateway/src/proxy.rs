@@ -1,0 +1,256 @@
+//! The request path, one step after another: credential → tenant → cell →
+//! subset → member → attempt → outcome.
+//!
+//! Failover rules: a connection failure (nothing sent) always moves on to
+//! another member; a timeout, reset or retryable status moves on only when
+//! the request is safe to repeat (an idempotent method or an
+//! `Idempotency-Key`) and its body can still be sent again. Each shard is
+//! tried at most once, so at most `k` attempts are made; attempts after a
+//! request may have reached a backend draw on the shared retry budget and
+//! are spaced by a short jittered backoff; and everything happens inside the
+//! overall request deadline.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Body, Incoming};
+use placement::ShardIndex;
+use tokio::time::Instant;
+
+use crate::attempt::{self, Failure};
+use crate::body::{OnDrop, RequestBody, ResponseBody, full};
+use crate::credential;
+use crate::headers;
+use crate::member::{self, Pick};
+use crate::state::{Gateway, ShardRuntime, Snapshot};
+
+/// Handles one client request.
+pub async fn handle(
+    gateway: Arc<Gateway>,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<ResponseBody> {
+    gateway.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let snapshot = gateway.snapshot();
+    let config = &snapshot.config;
+    let started = Instant::now();
+    let deadline = started + config.routing.request_timeout;
+
+    // Credential → tenant.
+    let tenant = match credential::extract(request.headers(), snapshot.authenticator.jwt_enabled())
+        .and_then(|credential| {
+            snapshot
+                .authenticator
+                .authenticate(&credential, &snapshot.tenants)
+        }) {
+        Ok(tenant) => tenant,
+        Err(error) => {
+            gateway.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
+            let mut response = error_response(StatusCode::UNAUTHORIZED, error.public_message());
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return response;
+        }
+    };
+
+    // Tenant → cell → subset.
+    let cell = snapshot.topology.cell_index(tenant.cell.as_deref());
+    let subset = snapshot.topology.subset(cell, &tenant.id);
+    let shards = &snapshot.shards[cell];
+
+    // The body: refuse what is too large, buffer what may be replayed.
+    let (mut parts, incoming) = request.into_parts();
+    let declared_length = incoming.size_hint().exact();
+    if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
+        return error_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+    }
+    let safe_to_repeat =
+        headers::is_idempotent(&parts.method) || parts.headers.contains_key("idempotency-key");
+    let body = if safe_to_repeat
+        && declared_length
+            .is_some_and(|length| length <= config.routing.max_replay_body_bytes as u64)
+    {
+        match Limited::new(incoming, config.routing.max_replay_body_bytes)
+            .collect()
+            .await
+        {
+            Ok(collected) => RequestBody::Buffered(collected.to_bytes()),
+            Err(_) => {
+                return error_response(StatusCode::BAD_REQUEST, "could not read the request body");
+            }
+        }
+    } else if incoming.is_end_stream() {
+        RequestBody::Buffered(Bytes::new())
+    } else {
+        RequestBody::once(incoming)
+    };
+    headers::inbound(&mut parts.headers, &tenant.id, Some(peer.ip()));
+    gateway.budget.record_request(Instant::now());
+
+    // Member → attempt → outcome, until one answers or nothing may be tried.
+    let mut tried: Vec<ShardIndex> = Vec::with_capacity(subset.len());
+    let mut last_failure: Option<(Failure, Option<Response<Incoming>>)> = None;
+    loop {
+        let pick = member::pick(&subset, &tried, shards, config);
+        let index = match pick {
+            Pick::Member(index) => index,
+            Pick::Spill(index) => {
+                gateway.stats.spills.fetch_add(1, Ordering::Relaxed);
+                index
+            }
+            Pick::Exhausted => break,
+        };
+        if !tried.is_empty() {
+            let may_have_reached = last_failure
+                .as_ref()
+                .is_some_and(|(failure, _)| failure.maybe_sent());
+            if may_have_reached {
+                if !(safe_to_repeat && body.replayable()) {
+                    break;
+                }
+                if !gateway.budget.try_withdraw(Instant::now()) {
+                    gateway
+                        .stats
+                        .budget_exhausted
+                        .fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            } else if !body.replayable() {
+                break;
+            }
+            gateway.stats.failovers.fetch_add(1, Ordering::Relaxed);
+            let backoff = backoff(
+                tried.len(),
+                config.routing.backoff_base,
+                config.routing.backoff_max,
+            );
+            if Instant::now() + backoff >= deadline {
+                break;
+            }
+            tokio::time::sleep(backoff).await;
+        }
+        tried.push(index);
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            break;
+        }
+        let shard = &shards[index as usize];
+        headers::set_shard(&mut parts.headers, &shard.id);
+        shard.attempts.fetch_add(1, Ordering::Relaxed);
+        shard.in_flight.fetch_add(1, Ordering::Relaxed);
+        let result = attempt::send(
+            &gateway.client,
+            &shard.url,
+            &parts,
+            body.for_attempt(),
+            config.routing.per_try_timeout.min(remaining),
+        )
+        .await;
+        let failure = match &result {
+            Err(failure) => Some(*failure),
+            Ok(response)
+                if config
+                    .routing
+                    .retry_on_status
+                    .contains(&response.status().as_u16()) =>
+            {
+                Some(Failure::Status(response.status().as_u16()))
+            }
+            Ok(_) => None,
+        };
+        record_outcome(&gateway, &snapshot, shard, failure.is_none());
+        match (result, failure) {
+            (Ok(response), None) => return stream_back(response, Arc::clone(shard)),
+            (result, Some(failure)) => {
+                shard.in_flight.fetch_sub(1, Ordering::Relaxed);
+                last_failure = Some((failure, result.ok()));
+            }
+            (Err(_), None) => unreachable!("an error always has a failure"),
+        }
+    }
+
+    // Nothing (more) to try: answer with the last backend response if there
+    // was one, else say why.
+    match last_failure {
+        Some((_, Some(response))) => {
+            let (mut head, body) = response.into_parts();
+            headers::outbound(&mut head.headers);
+            Response::from_parts(head, body.boxed())
+        }
+        Some((Failure::Timeout, None)) => error_response(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the backend did not answer in time",
+        ),
+        Some((Failure::Reset | Failure::Status(_), None)) => {
+            error_response(StatusCode::BAD_GATEWAY, "the backend failed")
+        }
+        // Nothing was tried, or every member refused the connection: the
+        // subset is out, and the client should come back later.
+        None | Some((Failure::Connect, None)) => {
+            gateway.stats.exhausted.fetch_add(1, Ordering::Relaxed);
+            let mut response = error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no healthy shard is available for this tenant",
+            );
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(config.routing.retry_after_seconds),
+            );
+            response
+        }
+    }
+}
+
+/// Feeds an attempt's outcome to passive outlier detection.
+fn record_outcome(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime, success: bool) {
+    if !success {
+        shard.failures.fetch_add(1, Ordering::Relaxed);
+    }
+    let ejected = shard.health.lock().expect("health lock").record_attempt(
+        success,
+        Instant::now(),
+        &snapshot.config.outlier,
+    );
+    if let Some(reason) = ejected {
+        gateway.stats.ejections.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(cell = %shard.cell, shard = %shard.id, ?reason, "shard ejected");
+    }
+}
+
+/// Streams a backend response to the client, keeping the shard's in-flight
+/// count until the body ends.
+fn stream_back(response: Response<Incoming>, shard: Arc<ShardRuntime>) -> Response<ResponseBody> {
+    let (mut head, body) = response.into_parts();
+    headers::outbound(&mut head.headers);
+    let body = OnDrop::new(body, move || {
+        shard.in_flight.fetch_sub(1, Ordering::Relaxed);
+    });
+    Response::from_parts(head, body.boxed())
+}
+
+/// Exponential backoff with full jitter: a random wait up to
+/// `base × 2^(attempt−1)`, capped.
+fn backoff(attempt: usize, base: Duration, max: Duration) -> Duration {
+    let nominal = base
+        .saturating_mul(1 << attempt.saturating_sub(1).min(16))
+        .min(max);
+    nominal.mul_f64(fastrand::f64())
+}
+
+/// A JSON error response.
+pub fn error_response(status: StatusCode, message: &str) -> Response<ResponseBody> {
+    let body = serde_json::json!({ "error": message, "status": status.as_u16() }).to_string();
+    let mut response = Response::new(full(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

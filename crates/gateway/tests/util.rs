@@ -1,0 +1,238 @@
+//! Test fixtures: a fleet of test backends, a gateway configured over them
+//! with freshly generated keys, and an HTTP client.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use backend::Backend;
+use bytes::Bytes;
+use gateway::runtime::{self, Running};
+use gateway::{GatewayConfig, Snapshot};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sha2::{Digest, Sha256};
+
+/// Knobs a test may turn; everything else has test-friendly defaults.
+pub struct Options {
+    pub shards: usize,
+    pub tenants: usize,
+    pub k: u32,
+    /// Extra lines inside `[routing]`.
+    pub routing: String,
+    /// Extra top-level tables.
+    pub extra: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            shards: 8,
+            tenants: 40,
+            k: 2,
+            routing: String::new(),
+            extra: String::new(),
+        }
+    }
+}
+
+/// A running gateway over a fleet of test backends.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub backends: Vec<Backend>,
+    pub running: Running,
+    /// (tenant id, API key)
+    pub tenants: Vec<(String, String)>,
+    pub client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// A random key of `len` bytes. Tests make their own keys; none is
+/// committed.
+pub fn random_bytes(len: usize) -> Vec<u8> {
+    (0..len).map(|_| fastrand::u8(..)).collect()
+}
+
+pub fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl Fixture {
+    pub async fn start(options: Options) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut backends = Vec::new();
+        for i in 0..options.shards {
+            backends.push(Backend::start(&format!("s{i}")).await.unwrap());
+        }
+        std::fs::write(dir.path().join("placement.key"), random_bytes(32)).unwrap();
+        let tenants: Vec<(String, String)> = (0..options.tenants)
+            .map(|t| {
+                (
+                    format!("tenant-{t}"),
+                    format!("key-{t}-{}", fastrand::u64(..)),
+                )
+            })
+            .collect();
+        let tenants_toml: String = tenants
+            .iter()
+            .map(|(id, key)| {
+                format!(
+                    "[[tenants]]\nid = \"{id}\"\napi_key_sha256 = \"{}\"\n\n",
+                    sha256_hex(key)
+                )
+            })
+            .collect();
+        std::fs::write(dir.path().join("tenants.toml"), tenants_toml).unwrap();
+        let shards: String = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                format!(
+                    "  {{ id = \"{}\", url = \"{}\", zone = \"{}\" }},\n",
+                    b.id(),
+                    b.url(),
+                    ["a", "b"][i % 2]
+                )
+            })
+            .collect();
+        let config = format!(
+            r#"listen = "127.0.0.1:0"
+tenants_file = "tenants.toml"
+
+[placement]
+algorithm = "rendezvous"
+k = {k}
+key_file = "placement.key"
+key_version = "v1"
+
+[health]
+interval_ms = 100
+timeout_ms = 100
+rise = 1
+fall = 2
+
+[routing]
+per_try_timeout_ms = 300
+request_timeout_ms = 3000
+{routing}
+
+[outlier]
+consecutive_failures = 3
+base_ejection_ms = 400
+max_ejection_ms = 2000
+
+[admin]
+listen = "127.0.0.1:0"
+
+{extra}
+
+[[cells]]
+name = "default"
+shards = [
+{shards}]
+"#,
+            k = options.k,
+            routing = options.routing,
+            extra = options.extra,
+        );
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, config).unwrap();
+        let snapshot = Snapshot::load(&path, None).unwrap();
+        let running = runtime::start(snapshot).await.unwrap();
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        Fixture {
+            dir,
+            backends,
+            running,
+            tenants,
+            client,
+        }
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("gateway.toml")
+    }
+
+    pub fn config(&self) -> std::sync::Arc<GatewayConfig> {
+        std::sync::Arc::clone(&self.running.gateway.snapshot().config)
+    }
+
+    /// The shard ids of a tenant's subset, as the gateway's placement says.
+    pub fn subset_ids(&self, tenant: &str) -> Vec<String> {
+        let snapshot = self.running.gateway.snapshot();
+        let cell = &snapshot.topology.cells()[0];
+        cell.placer
+            .subset_ids(tenant)
+            .into_iter()
+            .map(String::from)
+            .collect()
+    }
+
+    pub fn backend(&self, id: &str) -> &Backend {
+        self.backends.iter().find(|b| b.id() == id).unwrap()
+    }
+
+    pub fn api_key(&self, tenant: &str) -> &str {
+        &self.tenants.iter().find(|(id, _)| id == tenant).unwrap().1
+    }
+
+    /// Sends a request as `tenant` (by API key) with extra headers.
+    pub async fn send(
+        &self,
+        tenant: Option<&str>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &'static [u8],
+    ) -> (StatusCode, http::HeaderMap, Bytes) {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", self.running.addr));
+        if let Some(tenant) = tenant {
+            request = request.header("authorization", format!("Bearer {}", self.api_key(tenant)));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response: Response<_> = self
+            .client
+            .request(request.body(Full::new(Bytes::from_static(body))).unwrap())
+            .await
+            .unwrap();
+        let (parts, body) = response.into_parts();
+        (
+            parts.status,
+            parts.headers,
+            body.collect().await.unwrap().to_bytes(),
+        )
+    }
+
+    pub async fn get(&self, tenant: &str, path: &str) -> (StatusCode, Bytes) {
+        let (status, _, body) = self.send(Some(tenant), "GET", path, &[], b"").await;
+        (status, body)
+    }
+
+    pub fn total_backend_requests(&self) -> u64 {
+        self.backends.iter().map(Backend::requests).sum()
+    }
+}
+
+/// Polls `condition` every 10 ms until it holds or `within` passes.
+pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if condition() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
