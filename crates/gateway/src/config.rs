@@ -487,13 +487,26 @@ impl GatewayConfig {
                         ));
                     }
                 };
-                Ok(JwtSettings {
+                for (key, value) in [
+                    ("auth.jwt.issuer", &jwt.issuer),
+                    ("auth.jwt.audience", &jwt.audience),
+                    ("auth.jwt.tenant_claim", &jwt.tenant_claim),
+                ] {
+                    if value.as_deref() == Some("") {
+                        return Err(err(
+                            key,
+                            "must not be empty; remove the key to use the default".into(),
+                        ));
+                    }
+                }
+                let settings = JwtSettings {
                     algorithm,
                     key_file: resolve(&jwt.key_file),
                     issuer: jwt.issuer,
                     audience: jwt.audience,
                     tenant_claim: jwt.tenant_claim.unwrap_or_else(|| "sub".into()),
-                })
+                };
+                Ok(settings)
             })
             .transpose()?;
 
@@ -509,8 +522,7 @@ impl GatewayConfig {
             backoff_max: ms(r.backoff_max_ms.unwrap_or(50)),
             retry_after_seconds: r.retry_after_seconds.unwrap_or(1),
         };
-        positive(&routing.per_try_timeout, "routing.per_try_timeout_ms")
-            .map_err(|p| err("routing.per_try_timeout_ms", p))?;
+        positive(&routing.per_try_timeout).map_err(|p| err("routing.per_try_timeout_ms", p))?;
         if routing.request_timeout < routing.per_try_timeout {
             return Err(err(
                 "routing.request_timeout_ms",
@@ -560,7 +572,7 @@ impl GatewayConfig {
         if !health.path.starts_with('/') {
             return Err(err("health.path", "must start with '/'".into()));
         }
-        positive(&health.interval, "").map_err(|p| err("health.interval_ms", p))?;
+        positive(&health.interval).map_err(|p| err("health.interval_ms", p))?;
         if health.rise == 0 || health.fall == 0 {
             return Err(err(
                 "health.rise",
@@ -636,7 +648,7 @@ impl GatewayConfig {
     }
 }
 
-fn positive(duration: &Duration, _key: &str) -> Result<(), String> {
+fn positive(duration: &Duration) -> Result<(), String> {
     if duration.is_zero() {
         Err("must be greater than zero".into())
     } else {

@@ -26,12 +26,9 @@ use crate::tenants::Tenants;
 /// Why a configuration could not be loaded.
 #[derive(Debug, Error)]
 pub enum LoadError {
-    /// The configuration or tenants file is invalid.
+    /// The configuration, a file it names, or the tenants file is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// Authentication could not be set up (e.g. the JWT key file).
-    #[error("authentication: {0}")]
-    Auth(String),
 }
 
 /// One backend shard at run time.
@@ -115,8 +112,10 @@ impl Snapshot {
         previous: Option<&Snapshot>,
     ) -> Result<Self, LoadError> {
         let topology = Topology::build(&config, &tenants)?;
-        let authenticator =
-            Authenticator::new(config.jwt.as_ref()).map_err(|e| LoadError::Auth(e.to_string()))?;
+        // The key file is read here, once per load; its problems are
+        // reported against the configuration key that names it.
+        let authenticator = Authenticator::new(config.jwt.as_ref())
+            .map_err(|e| ConfigError::new(&config.path, "auth.jwt.key_file", e.to_string()))?;
         let shards = config
             .cells
             .iter()

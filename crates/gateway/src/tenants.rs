@@ -58,11 +58,21 @@ struct RawTenant {
 }
 
 /// All tenants, indexed by id and by API-key digest.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Tenants {
     records: Vec<TenantRecord>,
     by_id: HashMap<String, usize>,
     by_key_digest: HashMap<[u8; 32], usize>,
+}
+
+impl std::fmt::Debug for Tenants {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The digest index is a credential verifier: count it, never print it.
+        f.debug_struct("Tenants")
+            .field("records", &self.records)
+            .field("api_keys", &self.by_key_digest.len())
+            .finish()
+    }
 }
 
 impl Tenants {
@@ -91,6 +101,17 @@ impl Tenants {
             };
             if tenant.id.is_empty() {
                 return Err(err("id", "give the tenant a non-empty id".into()));
+            }
+            // The id travels to backends in the `x-shuffle-tenant` header and
+            // into logs, so it is kept to visible ASCII.
+            if !tenant.id.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(err(
+                    "id",
+                    format!(
+                        "tenant id {:?} must be visible ASCII without spaces (letters, digits, punctuation)",
+                        tenant.id
+                    ),
+                ));
             }
             if tenants.by_id.contains_key(&tenant.id) {
                 return Err(err("id", format!("tenant {:?} is listed twice", tenant.id)));
