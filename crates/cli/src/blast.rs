@@ -2,15 +2,23 @@
 //!
 //! It always reports the exact pairwise overlap next to its closed-form
 //! expectation, then every scenario asked for (declared failure sets, zone
-//! outages, a sweep over every failure set of one size) and, for a weighted
-//! population, how load spreads and where it lands when a shard fails. All
-//! figures come from the `analysis` crate; this module checks the input,
-//! shows progress and lays the answers out.
+//! outages, a sweep over every failure set of one size), what a bad deploy
+//! to each deployment wave would expose and, for a weighted population, how
+//! load spreads and where it lands when a shard fails. All figures come from
+//! the `analysis` crate; this module checks the input, shows progress and
+//! lays the answers out.
+//!
+//! The waves file reader, the per-wave JSON and the shard cells of the wave
+//! tables are shared with `plan-waves`, which writes the files read here.
+
+use std::fs;
+use std::path::{Path, PathBuf};
 
 use analysis::load::{self, FailoverLoad, LoadReport};
 use analysis::overlap::{self, Overlap, binomial};
+use analysis::waves::{self, WaveExposure, Waves};
 use analysis::{AnalysisError, BlastModel, Impact, Placements, Population, Sweep, SweepFigure};
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use placement::{Fleet, ShardIndex};
 use serde::Serialize;
@@ -31,6 +39,10 @@ const ALL_SHARD_ROWS: usize = 32;
 /// Shards listed in the load table of a large fleet.
 const LOAD_ROWS: usize = 20;
 
+/// Shard ids listed in one cell of a wave table before the rest are
+/// counted instead; `--json` lists every shard.
+const WAVE_SHARDS_LISTED: usize = 8;
+
 const AFTER_HELP: &str = "\
 A tenant is fully down when every one of its shards failed, and degraded \
 when at least one did. Every run reports the exact share of tenant pairs \
@@ -41,6 +53,14 @@ Examples:
   shuffle-shard blast --shards 64 --k 3 --tenants 100000 --sweep 2
   shuffle-shard blast --zones a:8,b:8,c:8 --k 3 --tenants 5000 --zone-outage --json
   shuffle-shard blast --shards 32 --k 4 --tenants-file tenants.tsv --capacity 50
+  shuffle-shard blast --shards 12 --k 2 --tenants 1000 --waves waves.txt
+
+A waves file (--waves) assigns every shard to one deployment wave: one \
+`SHARD_ID WAVE` line per shard, e.g. `7 wave-2`; blank lines and lines \
+starting with '#' are skipped. `shuffle-shard plan-waves --out` writes one. \
+For each wave the report gives the tenants fully exposed to a bad deploy \
+there (every shard of the tenant in that wave) and those touched by it (at \
+least one).
 
 A tenants file holds one id per line, optionally followed by a TAB and the \
 tenant's weight (its traffic share); with weights the report adds per-shard \
@@ -81,6 +101,11 @@ pub struct BlastArgs {
     /// (needs a weighted --tenants-file)
     #[arg(long, value_name = "C")]
     capacity: Option<f64>,
+
+    /// Report what a bad deploy to each wave exposes; FILE has one
+    /// `SHARD_ID WAVE` line per shard
+    #[arg(long, value_name = "FILE")]
+    waves: Option<PathBuf>,
 
     /// Print one JSON document instead of tables
     #[arg(long)]
@@ -123,6 +148,11 @@ pub fn run(args: BlastArgs) -> Result<()> {
         }));
     }
     let capacity = check_capacity(args.capacity, &population)?;
+    let deploy_waves = args
+        .waves
+        .as_deref()
+        .map(|path| read_waves(path, fleet))
+        .transpose()?;
 
     let placements = with_progress(&format!("placing {} tenants", population.len()), |_| {
         Placements::compute(&placer, &population)
@@ -153,6 +183,14 @@ pub fn run(args: BlastArgs) -> Result<()> {
         }
         None => None,
     };
+    let waves = deploy_waves.map(|deploy_waves| {
+        with_progress("measuring wave exposure", |_| {
+            waves::exposure(&placements, &deploy_waves)
+        })
+        .into_iter()
+        .map(WaveJson::from)
+        .collect()
+    });
     let load = population.weights().is_some().then(|| {
         LoadJson::new(
             load::load(&placements, &population, capacity, TOP_TENANTS),
@@ -171,6 +209,7 @@ pub fn run(args: BlastArgs) -> Result<()> {
         pairwise_overlap: OverlapJson::new(measured, expected),
         scenarios,
         sweep,
+        waves,
         load,
     };
     print_note(key_note);
@@ -225,6 +264,25 @@ fn check_sweep(failures: usize, n: usize, max_sets: u64) -> Result<()> {
     Ok(())
 }
 
+/// Reads a waves file and checks it against the fleet: every shard in
+/// exactly one wave, and no shard the fleet does not have.
+pub fn read_waves(path: &Path, fleet: &Fleet) -> Result<Waves> {
+    let bytes = fs::read(path).map_err(|error| {
+        anyhow!(
+            "cannot read waves file {}: {error}; check the path",
+            path.display()
+        )
+    })?;
+    let text = String::from_utf8(bytes).map_err(|error| {
+        anyhow!(
+            "waves file {} is not valid UTF-8 (at byte {}); write `SHARD_ID WAVE` lines in UTF-8",
+            path.display(),
+            error.utf8_error().valid_up_to()
+        )
+    })?;
+    Waves::parse(&text, fleet).with_context(|| format!("--waves {}", path.display()))
+}
+
 /// Checks `--capacity`: a positive number, and only with weights, since
 /// without them there is no load to compare it with.
 fn check_capacity(capacity: Option<f64>, population: &Population) -> Result<Option<f64>> {
@@ -259,6 +317,8 @@ struct Report {
     pairwise_overlap: OverlapJson,
     scenarios: Vec<ScenarioJson>,
     sweep: Option<SweepJson>,
+    /// Per-wave exposure, for `--waves`; `null` otherwise.
+    waves: Option<Vec<WaveJson>>,
     load: Option<LoadJson>,
 }
 
@@ -285,9 +345,63 @@ impl OverlapJson {
 
 /// A tenant count and its share of all tenants.
 #[derive(Serialize)]
-struct Count {
-    count: u64,
-    fraction: f64,
+pub struct Count {
+    pub count: u64,
+    pub fraction: f64,
+}
+
+/// What a bad deploy to one wave exposes.
+#[derive(Serialize)]
+pub struct WaveJson {
+    /// The wave's name, as in the waves file.
+    pub wave: String,
+    /// Its shards, ascending.
+    pub shards: Vec<ShardIndex>,
+    /// Tenants with every shard in this wave: a bad deploy here takes them
+    /// fully down.
+    pub fully_exposed: Count,
+    /// Tenants with at least one shard in this wave.
+    pub touched: Count,
+}
+
+impl From<WaveExposure> for WaveJson {
+    fn from(exposure: WaveExposure) -> Self {
+        Self {
+            wave: exposure.wave,
+            shards: exposure.shards,
+            fully_exposed: Count {
+                count: exposure.fully_exposed,
+                fraction: exposure.fully_exposed_fraction,
+            },
+            touched: Count {
+                count: exposure.touched,
+                fraction: exposure.touched_fraction,
+            },
+        }
+    }
+}
+
+/// Tenants fully exposed to some wave. A tenant inside one wave is inside
+/// no other, so the per-wave counts add up without double counting.
+pub fn total_fully_exposed(waves: &[WaveJson], tenants: u64) -> Count {
+    let count = waves.iter().map(|wave| wave.fully_exposed.count).sum();
+    Count {
+        count,
+        fraction: count as f64 / tenants.max(1) as f64,
+    }
+}
+
+/// A wave's shard ids for a table cell: all of them for a small wave, the
+/// first [`WAVE_SHARDS_LISTED`] and a count for a large one.
+pub fn wave_shards_cell(shards: &[ShardIndex], fleet: &Fleet) -> String {
+    let listed: Vec<&str> = fleet
+        .ids(&shards[..shards.len().min(WAVE_SHARDS_LISTED)])
+        .collect();
+    if shards.len() > WAVE_SHARDS_LISTED {
+        format!("{},... ({} shards)", listed.join(","), shards.len())
+    } else {
+        listed.join(",")
+    }
 }
 
 #[derive(Serialize)]
@@ -469,12 +583,15 @@ fn render(report: &Report, fleet: &Fleet) -> String {
     if let Some(sweep) = &report.sweep {
         render_sweep(&mut out, sweep);
     }
+    if let Some(waves) = &report.waves {
+        render_waves(&mut out, waves, report.tenants, fleet);
+    }
     if let Some(load) = &report.load {
         render_load(&mut out, load, fleet);
     }
-    if report.scenarios.is_empty() && report.sweep.is_none() {
+    if report.scenarios.is_empty() && report.sweep.is_none() && report.waves.is_none() {
         out.push_str(
-            "No failure scenario was asked for: add --fail SHARDS, --sweep F or --zone-outage.\n",
+            "No failure scenario was asked for: add --fail SHARDS, --sweep F, --zone-outage or --waves FILE.\n",
         );
     }
     // Sections end in a blank line to separate them; the last needs none.
@@ -576,6 +693,45 @@ fn render_sweep(out: &mut String, sweep: &SweepJson) {
         ]);
     }
     out.push_str(&table.render(2));
+    out.push('\n');
+}
+
+fn render_waves(out: &mut String, waves: &[WaveJson], tenants: u64, fleet: &Fleet) {
+    out.push_str(
+        "Deployment waves (fully exposed: every shard of the tenant is in the wave; touched: at least one):\n",
+    );
+    let mut table = Table::new(&[
+        ("wave", Align::Left),
+        ("shards", Align::Left),
+        ("fully exposed", Align::Right),
+        ("touched", Align::Right),
+    ]);
+    for wave in waves {
+        table.row(vec![
+            wave.wave.clone(),
+            wave_shards_cell(&wave.shards, fleet),
+            count_of(wave.fully_exposed.count, wave.fully_exposed.fraction),
+            count_of(wave.touched.count, wave.touched.fraction),
+        ]);
+    }
+    out.push_str(&table.render(2));
+    let total = total_fully_exposed(waves, tenants);
+    // The first wave with the largest count, so ties name the earlier wave.
+    let worst = waves
+        .iter()
+        .rev()
+        .max_by_key(|wave| wave.fully_exposed.count);
+    match worst {
+        Some(worst) if total.count > 0 => out.push_str(&format!(
+            "  The worst wave, {}, fully exposes {} tenants; {} sit inside a single wave in all (`shuffle-shard plan-waves` proposes waves that keep this low).\n",
+            worst.wave,
+            count_of(worst.fully_exposed.count, worst.fully_exposed.fraction),
+            count_of(total.count, total.fraction)
+        )),
+        _ => out.push_str(
+            "  No tenant has every shard in one wave: a bad deploy to any one wave fully downs nobody.\n",
+        ),
+    }
     out.push('\n');
 }
 

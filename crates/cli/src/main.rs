@@ -7,6 +7,7 @@ mod output;
 mod place;
 mod placement_args;
 mod plan;
+mod plan_waves;
 mod population_args;
 mod progress;
 mod report;
@@ -48,6 +49,8 @@ enum Command {
     Blast(blast::BlastArgs),
     /// Choose k: measure k = 1 to 8 against a blast-radius budget.
     Plan(plan::PlanArgs),
+    /// Propose deployment waves that keep few tenants inside a single wave.
+    PlanWaves(plan_waves::PlanWavesArgs),
     /// Price a placement change: how many tenants move, and how far.
     Migrate(migrate::MigrateArgs),
     /// Write the blast-radius report: one self-contained HTML file with charts.
@@ -60,6 +63,7 @@ impl Command {
             Command::Place(args) => place::run(args),
             Command::Blast(args) => blast::run(args),
             Command::Plan(args) => plan::run(args),
+            Command::PlanWaves(args) => plan_waves::run(args),
             Command::Migrate(args) => migrate::run(args),
             Command::Report(args) => report::run(args),
         }

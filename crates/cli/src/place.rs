@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::{self, BufRead, Read};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
@@ -39,6 +40,23 @@ pub struct PlaceArgs {
     #[command(flatten)]
     placement: PlacementArgs,
 
+    /// Place exactly as the gateway with this configuration does
+    ///
+    /// Uses the configuration's cells, fleets, keys and the tenants file's
+    /// per-tenant k and dedicated shards; the output then always has "cell"
+    /// and "ids". Replaces --shards, --zones, --k and the key options.
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with_all = ["shards", "zones", "key_file", "key_env", "k", "tenant_k"]
+    )]
+    config: Option<PathBuf>,
+
+    /// With --config: the cell to place in (default: each tenant's own cell
+    /// from the tenants file, or the first cell)
+    #[arg(long, value_name = "NAME", requires = "config")]
+    cell: Option<String>,
+
     /// Tenant ids to place; without any, reads one tenant id per line from stdin
     ///
     /// On stdin, a trailing "\n" or "\r\n" ends each line and empty lines are
@@ -55,15 +73,25 @@ pub fn run(args: PlaceArgs) -> Result<()> {
     // Everything that can be checked before output starts is checked first,
     // so that a bad invocation prints nothing on stdout.
     let tenants = tenant_args(args.tenants)?;
-    let PlacementSetup { placer, key_note } = args.placement.placer()?;
-    let algorithm = placer.config().algorithm;
+    let gateway_setup = match &args.config {
+        Some(path) => Some(GatewaySetup::load(path, args.cell.as_deref())?),
+        None => None,
+    };
+    let plain = match &gateway_setup {
+        Some(_) => None,
+        None => Some(args.placement.placer()?),
+    };
+    let (source, note) = match (&gateway_setup, &plain) {
+        (Some(setup), _) => (Source::Gateway(setup), None),
+        (None, Some(PlacementSetup { placer, key_note })) => (Source::Plain(placer), *key_note),
+        (None, None) => unreachable!("one of the two setups is built"),
+    };
 
     let mut emitter = Emitter {
-        with_ids: algorithm == Algorithm::Rendezvous,
-        placer: &placer,
+        source,
         out: JsonLines::stdout(),
-        subset: Vec::with_capacity(args.placement.k as usize),
-        note: key_note,
+        subset: Vec::new(),
+        note,
     };
     let placed = if tenants.is_empty() {
         place_stdin(&mut emitter)
@@ -96,12 +124,63 @@ fn tenant_args(tenants: Vec<OsString>) -> Result<Vec<String>> {
         .collect()
 }
 
+/// A gateway configuration's placement: cells, their placers with the
+/// tenants file's overrides, and which cell each tenant is in.
+struct GatewaySetup {
+    topology: gateway::cell::Topology,
+    tenants: gateway::tenants::Tenants,
+    /// The cell every tenant is placed in, when --cell was given.
+    cell: Option<usize>,
+}
+
+impl GatewaySetup {
+    fn load(path: &std::path::Path, cell: Option<&str>) -> Result<Self> {
+        let config = gateway::GatewayConfig::load(path)?;
+        let tenants = gateway::tenants::Tenants::load(&config)?;
+        let topology = gateway::cell::Topology::build(&config, &tenants)?;
+        let cell = match cell {
+            Some(name) => Some(topology.find(name).ok_or_else(|| {
+                let names: Vec<&str> = config.cells.iter().map(|c| c.name.as_str()).collect();
+                anyhow!(
+                    "--cell {name:?}: {} has no such cell; its cells are {}",
+                    path.display(),
+                    names.join(", ")
+                )
+            })?),
+            None => None,
+        };
+        Ok(Self {
+            topology,
+            tenants,
+            cell,
+        })
+    }
+
+    /// The cell a tenant is placed in.
+    fn cell_of(&self, tenant: &str) -> usize {
+        self.cell.unwrap_or_else(|| {
+            let configured = self
+                .tenants
+                .get(tenant)
+                .and_then(|record| record.cell.as_deref());
+            self.topology.cell_index(configured)
+        })
+    }
+}
+
+/// Where placements come from.
+enum Source<'a> {
+    /// The command-line options.
+    Plain(&'a Placer),
+    /// A gateway configuration.
+    Gateway(&'a GatewaySetup),
+}
+
 /// Places tenants one at a time into a reused buffer and writes them out.
 struct Emitter<'a> {
-    placer: &'a Placer,
+    source: Source<'a>,
     out: JsonLines<io::BufWriter<io::StdoutLock<'static>>>,
     subset: Vec<ShardIndex>,
-    with_ids: bool,
     /// Printed before the first placement, so that runs that fail before
     /// placing anyone print exactly one line on stderr.
     note: Option<&'static str>,
@@ -110,13 +189,25 @@ struct Emitter<'a> {
 impl Emitter<'_> {
     fn place(&mut self, tenant: &str) -> Result<Flow> {
         print_note(self.note.take());
-        self.placer.subset_into(tenant, &mut self.subset);
-        let ids = self.with_ids.then_some(ShardIds {
-            fleet: self.placer.fleet(),
+        let (placer, cell, with_ids) = match &self.source {
+            Source::Plain(placer) => (
+                *placer,
+                None,
+                placer.config().algorithm == Algorithm::Rendezvous,
+            ),
+            Source::Gateway(setup) => {
+                let cell = &setup.topology.cells()[setup.cell_of(tenant)];
+                (&cell.placer, Some(cell.settings.name.as_str()), true)
+            }
+        };
+        placer.subset_into(tenant, &mut self.subset);
+        let ids = with_ids.then_some(ShardIds {
+            fleet: placer.fleet(),
             shards: &self.subset,
         });
         self.out.write(&PlacementLine {
             tenant,
+            cell,
             shards: &self.subset,
             ids,
         })
@@ -127,6 +218,8 @@ impl Emitter<'_> {
 #[derive(Serialize)]
 struct PlacementLine<'a> {
     tenant: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cell: Option<&'a str>,
     shards: &'a [ShardIndex],
     #[serde(skip_serializing_if = "Option::is_none")]
     ids: Option<ShardIds<'a>>,

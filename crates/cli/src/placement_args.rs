@@ -35,7 +35,7 @@ pub struct FleetArgs {
     ///
     /// With --zones it may be left out; if given, it must equal the total of
     /// the zone counts, as a check that the spec says what you meant.
-    #[arg(long, value_name = "N", required_unless_present = "zones")]
+    #[arg(long, value_name = "N")]
     pub shards: Option<u32>,
 
     /// Subset-selection algorithm
@@ -74,9 +74,9 @@ pub struct PlacementArgs {
     #[command(flatten)]
     pub fleet: FleetArgs,
 
-    /// Shards per tenant (the subset size), from 1 to the number of shards
+    /// Shards per tenant (the subset size), from 1 to the number of shards [required]
     #[arg(short = 'k', long = "k", value_name = "K")]
-    pub k: u32,
+    pub k: Option<u32>,
 
     /// Give one tenant its own subset size, e.g. --tenant-k acme=6 (repeatable)
     ///
@@ -121,6 +121,11 @@ impl FleetArgs {
     /// Parses the algorithm, builds the fleet and loads the key, in that
     /// order, so that the cheapest mistakes are reported first.
     pub fn resolve(&self) -> Result<FleetSetup> {
+        // Checked here rather than by clap so that `place --config`, which
+        // shares these options, can do without them.
+        if self.shards.is_none() && self.zones.is_none() {
+            bail!("--shards is required (or --zones, which also defines the shards)");
+        }
         let algorithm: Algorithm = self.algorithm.parse()?;
         let fleet = build_fleet(self.shards, self.zones.as_deref())?;
         let (key, key_note) = load_key(self.key_file.as_deref(), self.key_env.as_deref())?;
@@ -143,9 +148,12 @@ impl PlacementArgs {
             .iter()
             .map(|text| parse_tenant_k(text))
             .collect::<Result<Vec<_>>>()?;
+        let k = self
+            .k
+            .ok_or_else(|| anyhow!("--k is required: the number of shards per tenant"))?;
         let config = PlacementConfig {
             algorithm: setup.algorithm,
-            k: self.k,
+            k,
             zone_aware: setup.zone_aware,
         };
         let mut placer = Placer::new(setup.fleet, &setup.key, config)?;

@@ -120,6 +120,7 @@ fn blast_json_has_exactly_the_issue_field_names() {
             "pairwise_overlap",
             "scenarios",
             "sweep",
+            "waves",
             "load",
         ])
     );
@@ -196,11 +197,11 @@ fn blast_json_has_exactly_the_issue_field_names() {
     assert_eq!(load["per_shard"].as_array().unwrap().len(), 8);
     assert_eq!(load["failover"].as_array().unwrap().len(), 8);
 
-    // Without a sweep or weights those two are null, not missing.
+    // Without a sweep, waves or weights those are null, not missing.
     let plain =
         run_json(shuffle_shard().args(["blast", "--shards", "8", "--k", "2", "--tenants", "5"]));
     assert!(
-        plain["sweep"].is_null() && plain["load"].is_null(),
+        plain["sweep"].is_null() && plain["waves"].is_null() && plain["load"].is_null(),
         "{plain}"
     );
     assert_eq!(plain["scenarios"], serde_json::json!([]));
