@@ -11,6 +11,7 @@ mod plan_waves;
 mod population_args;
 mod progress;
 mod report;
+mod serve;
 mod table;
 
 use std::io::{self, Write};
@@ -55,6 +56,8 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// Write the blast-radius report: one self-contained HTML file with charts.
     Report(report::ReportArgs),
+    /// Run the gateway: authenticate, route to the tenant's subset, fail over inside it.
+    Serve(serve::ServeArgs),
 }
 
 impl Command {
@@ -66,6 +69,7 @@ impl Command {
             Command::PlanWaves(args) => plan_waves::run(args),
             Command::Migrate(args) => migrate::run(args),
             Command::Report(args) => report::run(args),
+            Command::Serve(args) => serve::run(args),
         }
     }
 }

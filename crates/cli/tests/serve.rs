@@ -1,0 +1,213 @@
+//! `shuffle-shard serve` as a real process: it routes each tenant only to
+//! the shards `place --config` names, refuses unsafe keys at start, and
+//! stops cleanly on SIGTERM.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use backend::Backend;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use sha2::{Digest, Sha256};
+
+fn binary() -> std::path::PathBuf {
+    assert_cmd::cargo::cargo_bin("shuffle-shard")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes a configuration over `backends` into `dir`; returns the listen
+/// address and the tenants with their API keys.
+fn write_config(
+    dir: &std::path::Path,
+    backends: &[Backend],
+    key: &[u8],
+) -> (String, Vec<(String, String)>) {
+    std::fs::write(dir.join("placement.key"), key).unwrap();
+    let tenants: Vec<(String, String)> = (0..12)
+        .map(|t| {
+            (
+                format!("tenant-{t}"),
+                format!("api-key-{t}-{}", fastrand::u64(..)),
+            )
+        })
+        .collect();
+    let mut tenants_toml: String = tenants
+        .iter()
+        .map(|(id, key)| {
+            format!(
+                "[[tenants]]\nid = \"{id}\"\napi_key_sha256 = \"{}\"\n",
+                hex(&Sha256::digest(key))
+            )
+        })
+        .collect();
+    tenants_toml.push_str("[[tenants]]\nid = \"whale\"\nk = 4\n");
+    std::fs::write(dir.join("tenants.toml"), tenants_toml).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let shards: String = backends
+        .iter()
+        .map(|b| format!("  {{ id = \"{}\", url = \"{}\" }},\n", b.id(), b.url()))
+        .collect();
+    let config = format!(
+        "listen = \"{listen}\"\ntenants_file = \"tenants.toml\"\n\n[placement]\nalgorithm = \"rendezvous\"\nk = 2\nkey_file = \"placement.key\"\nkey_version = \"v1\"\n\n[admin]\nlisten = \"127.0.0.1:{}\"\n\n[[cells]]\nname = \"main\"\nshards = [\n{shards}]\n",
+        free_port()
+    );
+    std::fs::write(dir.join("gateway.toml"), config).unwrap();
+    (listen, tenants)
+}
+
+/// Waits until something accepts on `addr`, or fails after 10 s.
+fn wait_for_listener(addr: &str, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut stderr)
+                .unwrap();
+            panic!("serve exited with {status}: {stderr}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway did not start listening on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_routes_each_tenant_to_the_subset_place_config_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Vec::new();
+    for i in 0..6 {
+        backends.push(Backend::start(&format!("s{i}")).await.unwrap());
+    }
+    let key: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
+    let (listen, tenants) = write_config(dir.path(), &backends, &key);
+    let config = dir.path().join("gateway.toml");
+
+    let mut child = Command::new(binary())
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_listener(&listen, &mut child);
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    for (tenant, api_key) in &tenants {
+        let placed = Command::new(binary())
+            .args(["place", "--config"])
+            .arg(&config)
+            .args(["--cell", "main", tenant])
+            .output()
+            .unwrap();
+        assert!(
+            placed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&placed.stderr)
+        );
+        let line: serde_json::Value = serde_json::from_slice(&placed.stdout).unwrap();
+        assert_eq!(line["cell"], "main");
+        let expected: BTreeSet<String> = line["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| id.as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(expected.len(), 2);
+
+        let mut served = BTreeSet::new();
+        for _ in 0..10 {
+            let request = http::Request::get(format!("http://{listen}/hello"))
+                .header("authorization", format!("Bearer {api_key}"))
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let response = client.request(request).await.unwrap();
+            assert_eq!(response.status(), 200);
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            served.insert(answer["shard"].as_str().unwrap().to_owned());
+        }
+        assert!(
+            served.is_subset(&expected),
+            "{tenant}: served by {served:?}, place says {expected:?}"
+        );
+    }
+
+    // The tenants file's per-tenant k reaches place --config too.
+    let whale = Command::new(binary())
+        .args(["place", "--config"])
+        .arg(&config)
+        .arg("whale")
+        .output()
+        .unwrap();
+    let line: serde_json::Value = serde_json::from_slice(&whale.stdout).unwrap();
+    assert_eq!(line["ids"].as_array().unwrap().len(), 4);
+
+    // SIGTERM: stop accepting, finish, exit 0.
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn serve_refuses_the_public_recipe_key_and_short_keys() {
+    for (key, expect) in [
+        (&b"shuffle-shard-v1"[..], "public default key"),
+        (&b"short"[..], "5-byte key"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let backend = runtime.block_on(Backend::start("s0")).unwrap();
+        write_config(dir.path(), std::slice::from_ref(&backend), key);
+        let output = Command::new(binary())
+            .args(["serve", "--config"])
+            .arg(dir.path().join("gateway.toml"))
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("placement.key_file") && stderr.contains(expect),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"));
+    }
+}
