@@ -180,6 +180,10 @@ pub struct AdminSettings {
     pub token_file: Option<PathBuf>,
     /// Serve `/metrics` without a token.
     pub metrics_without_token: bool,
+    /// Serve the status page (`GET /`) without a token.
+    pub status_page_without_token: bool,
+    /// The window per-tenant availability and shard utilization cover.
+    pub availability_window: Duration,
 }
 
 /// The validated gateway configuration.
@@ -207,6 +211,10 @@ pub struct GatewayConfig {
     pub admin: AdminSettings,
     /// The cells; the first is the default.
     pub cells: Vec<CellSettings>,
+    /// Apply reloads that move tenants without being asked to.
+    pub reload_allow_migration: bool,
+    /// Log one line per request.
+    pub access_log: bool,
 }
 
 // ---- The file as written -------------------------------------------------
@@ -232,6 +240,22 @@ struct RawConfig {
     limits: RawLimits,
     #[serde(default)]
     admin: RawAdmin,
+    #[serde(default)]
+    reload: RawReload,
+    #[serde(default)]
+    logging: RawLogging,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReload {
+    allow_migration: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLogging {
+    access_log: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -337,6 +361,8 @@ struct RawAdmin {
     listen: Option<String>,
     token_file: Option<String>,
     metrics_without_token: Option<bool>,
+    status_page_without_token: Option<bool>,
+    availability_window_seconds: Option<u64>,
 }
 
 // ---- Loading and validation ---------------------------------------------
@@ -625,7 +651,15 @@ impl GatewayConfig {
                 .map_err(|p| err("admin.listen", p))?,
             token_file: a.token_file.as_deref().map(resolve),
             metrics_without_token: a.metrics_without_token.unwrap_or(false),
+            status_page_without_token: a.status_page_without_token.unwrap_or(false),
+            availability_window: Duration::from_secs(a.availability_window_seconds.unwrap_or(60)),
         };
+        if !(10..=3600).contains(&admin.availability_window.as_secs()) {
+            return Err(err(
+                "admin.availability_window_seconds",
+                "must be between 10 and 3600".into(),
+            ));
+        }
 
         Ok(Self {
             path: path.to_owned(),
@@ -639,6 +673,8 @@ impl GatewayConfig {
             limits,
             admin,
             cells,
+            reload_allow_migration: raw.reload.allow_migration.unwrap_or(false),
+            access_log: raw.logging.access_log.unwrap_or(false),
         })
     }
 

@@ -75,6 +75,15 @@ pub enum EjectReason {
     ConsecutiveFailures,
 }
 
+impl EjectReason {
+    /// A short lowercase name for metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            EjectReason::ConsecutiveFailures => "consecutive_failures",
+        }
+    }
+}
+
 /// The health of one shard.
 #[derive(Debug, Clone)]
 pub struct HealthState {

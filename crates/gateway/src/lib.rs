@@ -9,6 +9,7 @@
 //! members are up and whether a retry is allowed; [`state`] holds the
 //! swappable snapshot and per-shard state; [`server`] is the listener.
 
+pub mod admin;
 pub mod attempt;
 pub mod authenticate;
 pub mod body;
@@ -18,13 +19,17 @@ pub mod credential;
 pub mod headers;
 pub mod health;
 pub mod health_check;
+pub mod live_blast;
 pub mod member;
+pub mod metrics;
 pub mod proxy;
 pub mod retry_budget;
 pub mod runtime;
 pub mod server;
 pub mod state;
+pub mod status_page;
 pub mod tenants;
+pub mod window;
 
 pub use config::{ConfigError, GatewayConfig};
 pub use state::{Gateway, Snapshot};

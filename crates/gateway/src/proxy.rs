@@ -27,14 +27,69 @@ use crate::body::{OnDrop, RequestBody, ResponseBody, full};
 use crate::credential;
 use crate::headers;
 use crate::member::{self, Pick};
+use crate::metrics::Metrics;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
 
-/// Handles one client request.
+/// Who a request was served for, for metrics and logs.
+struct Served {
+    cell: String,
+    tenant: String,
+    attempts: usize,
+}
+
+/// Handles one client request and records its outcome.
 pub async fn handle(
     gateway: Arc<Gateway>,
     request: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<ResponseBody> {
+    let started = Instant::now();
+    let (response, served) = route(&gateway, request, peer).await;
+    let elapsed = started.elapsed();
+    let status = response.status();
+    let outcome = match status.as_u16() {
+        401 => "unauthorized",
+        413 => "too_large",
+        400..=499 => "client_error",
+        502 => "bad_gateway",
+        503 => "unavailable",
+        504 => "timeout",
+        500..=599 => "server_error",
+        _ => "ok",
+    };
+    match served {
+        Some(served) => {
+            gateway.metrics.request(&served.cell, outcome, elapsed);
+            // A tenant's experienced availability: anything but a server
+            // error counts as served.
+            gateway.tenant_windows.record(
+                &served.tenant,
+                !status.is_server_error(),
+                Instant::now(),
+            );
+            if gateway.snapshot().config.access_log {
+                tracing::info!(
+                    tenant = %served.tenant,
+                    cell = %served.cell,
+                    status = status.as_u16(),
+                    attempts = served.attempts,
+                    elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+                    "request"
+                );
+            }
+        }
+        None => gateway.metrics.request("", outcome, elapsed),
+    }
+    response
+}
+
+/// The request path proper; returns the response and, once the tenant is
+/// known, who it was for.
+async fn route(
+    gateway: &Arc<Gateway>,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> (Response<ResponseBody>, Option<Served>) {
     gateway.stats.requests.fetch_add(1, Ordering::Relaxed);
     let snapshot = gateway.snapshot();
     let config = &snapshot.config;
@@ -55,7 +110,7 @@ pub async fn handle(
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return response;
+            return (response, None);
         }
     };
 
@@ -63,12 +118,21 @@ pub async fn handle(
     let cell = snapshot.topology.cell_index(tenant.cell.as_deref());
     let subset = snapshot.topology.subset(cell, &tenant.id);
     let shards = &snapshot.shards[cell];
+    let cell_name = snapshot.config.cells[cell].name.as_str();
+    let mut served = Served {
+        cell: cell_name.to_owned(),
+        tenant: tenant.id.clone(),
+        attempts: 0,
+    };
 
     // The body: refuse what is too large, buffer what may be replayed.
     let (mut parts, incoming) = request.into_parts();
     let declared_length = incoming.size_hint().exact();
     if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
-        return error_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+        return (
+            error_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
+            Some(served),
+        );
     }
     let safe_to_repeat =
         headers::is_idempotent(&parts.method) || parts.headers.contains_key("idempotency-key");
@@ -82,7 +146,10 @@ pub async fn handle(
         {
             Ok(collected) => RequestBody::Buffered(collected.to_bytes()),
             Err(_) => {
-                return error_response(StatusCode::BAD_REQUEST, "could not read the request body");
+                return (
+                    error_response(StatusCode::BAD_REQUEST, "could not read the request body"),
+                    Some(served),
+                );
             }
         }
     } else if incoming.is_end_stream() {
@@ -102,6 +169,7 @@ pub async fn handle(
             Pick::Member(index) => index,
             Pick::Spill(index) => {
                 gateway.stats.spills.fetch_add(1, Ordering::Relaxed);
+                Metrics::cell_event(&gateway.metrics.spills, cell_name);
                 index
             }
             Pick::Exhausted => break,
@@ -119,12 +187,14 @@ pub async fn handle(
                         .stats
                         .budget_exhausted
                         .fetch_add(1, Ordering::Relaxed);
+                    Metrics::cell_event(&gateway.metrics.budget_exhausted, cell_name);
                     break;
                 }
             } else if !body.replayable() {
                 break;
             }
             gateway.stats.failovers.fetch_add(1, Ordering::Relaxed);
+            Metrics::cell_event(&gateway.metrics.failovers, cell_name);
             let backoff = backoff(
                 tried.len(),
                 config.routing.backoff_base,
@@ -144,6 +214,8 @@ pub async fn handle(
         headers::set_shard(&mut parts.headers, &shard.id);
         shard.attempts.fetch_add(1, Ordering::Relaxed);
         shard.in_flight.fetch_add(1, Ordering::Relaxed);
+        served.attempts += 1;
+        let attempt_started = Instant::now();
         let result = attempt::send(
             &gateway.client,
             &shard.url,
@@ -164,9 +236,22 @@ pub async fn handle(
             }
             Ok(_) => None,
         };
-        record_outcome(&gateway, &snapshot, shard, failure.is_none());
+        gateway.metrics.attempt(
+            cell_name,
+            &shard.id,
+            failure.map_or("ok", Failure::name),
+            attempt_started.elapsed(),
+        );
+        gateway.shard_windows.record(
+            &crate::admin::shard_key(shard),
+            failure.is_none(),
+            Instant::now(),
+        );
+        record_outcome(gateway, &snapshot, shard, failure.is_none());
         match (result, failure) {
-            (Ok(response), None) => return stream_back(response, Arc::clone(shard)),
+            (Ok(response), None) => {
+                return (stream_back(response, Arc::clone(shard)), Some(served));
+            }
             (result, Some(failure)) => {
                 shard.in_flight.fetch_sub(1, Ordering::Relaxed);
                 last_failure = Some((failure, result.ok()));
@@ -177,7 +262,7 @@ pub async fn handle(
 
     // Nothing (more) to try: answer with the last backend response if there
     // was one, else say why.
-    match last_failure {
+    let response = match last_failure {
         Some((_, Some(response))) => {
             let (mut head, body) = response.into_parts();
             headers::outbound(&mut head.headers);
@@ -204,7 +289,8 @@ pub async fn handle(
             );
             response
         }
-    }
+    };
+    (response, Some(served))
 }
 
 /// Feeds an attempt's outcome to passive outlier detection.
@@ -219,6 +305,15 @@ fn record_outcome(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime, 
     );
     if let Some(reason) = ejected {
         gateway.stats.ejections.fetch_add(1, Ordering::Relaxed);
+        gateway
+            .metrics
+            .ejections
+            .get_or_create(&crate::metrics::EjectionLabels {
+                cell: shard.cell.clone(),
+                shard: shard.id.clone(),
+                reason: reason.name(),
+            })
+            .inc();
         tracing::warn!(cell = %shard.cell, shard = %shard.id, ?reason, "shard ejected");
     }
 }

@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::admin;
 use crate::health_check;
 use crate::server;
 use crate::state::{Gateway, LoadError, Snapshot};
@@ -37,8 +38,11 @@ pub struct Running {
     pub gateway: Arc<Gateway>,
     /// The bound data address (useful when the configuration said port 0).
     pub addr: SocketAddr,
+    /// The bound admin address.
+    pub admin_addr: SocketAddr,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
+    admin: JoinHandle<()>,
     health: JoinHandle<()>,
 }
 
@@ -48,6 +52,7 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
+        let _ = self.admin.await;
         self.health.abort();
     }
 }
@@ -61,26 +66,54 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
     let addr = listener
         .local_addr()
         .map_err(|source| StartError::Bind { addr, source })?;
+    let admin_addr = snapshot.config.admin.listen;
+    let admin_listener =
+        TcpListener::bind(admin_addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: admin_addr,
+                source,
+            })?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            addr: admin_addr,
+            source,
+        })?;
     let gateway = Gateway::new(snapshot);
     let health = tokio::spawn(health_check::run(Arc::clone(&gateway)));
-    let (stop, mut stopped) = watch::channel(false);
-    let server = tokio::spawn(server::serve(Arc::clone(&gateway), listener, async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
-    }));
+    let (stop, stopped) = watch::channel(false);
+    let server = tokio::spawn(server::serve(
+        Arc::clone(&gateway),
+        listener,
+        stop_signal(stopped.clone()),
+    ));
+    let admin = tokio::spawn(admin::serve(
+        Arc::clone(&gateway),
+        admin_listener,
+        stop_signal(stopped),
+    ));
     Ok(Running {
         gateway,
         addr,
+        admin_addr,
         stop,
         server,
+        admin,
         health,
     })
+}
+
+/// Completes when the stop flag is raised.
+async fn stop_signal(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 /// Runs the gateway from a configuration file until SIGINT or SIGTERM.
 pub async fn run(config: &Path) -> Result<(), StartError> {
     let snapshot = Snapshot::load(config, None)?;
     let running = start(snapshot).await?;
-    tracing::info!(addr = %running.addr, "gateway listening");
+    tracing::info!(addr = %running.addr, admin = %running.admin_addr, "gateway listening");
     let reloads = tokio::spawn(reload_on_hangup(Arc::clone(&running.gateway)));
     wait_for_stop_signal().await;
     tracing::info!("shutting down");
@@ -98,8 +131,8 @@ async fn reload_on_hangup(gateway: Arc<Gateway>) {
         return;
     };
     while hangups.recv().await.is_some() {
-        match gateway.reload() {
-            Ok(()) => tracing::info!("configuration reloaded"),
+        match gateway.reload(false) {
+            Ok(reloaded) => tracing::info!(changed = reloaded.changed, "configuration reloaded"),
             Err(error) => {
                 tracing::error!(%error, "reload failed; the previous configuration keeps serving")
             }

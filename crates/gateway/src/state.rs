@@ -29,6 +29,19 @@ pub enum LoadError {
     /// The configuration, a file it names, or the tenants file is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The new configuration would move tenants to other shards.
+    #[error(
+        "the new configuration moves {changed} of {tenants} tenants ({percent:.2}%) to other shards, a migration; \
+         reload with allow_migration (POST /admin/reload?allow_migration=true, or reload.allow_migration = true in the configuration) to apply it"
+    )]
+    Migration {
+        /// Tenants whose subset would change.
+        changed: u64,
+        /// Tenants compared.
+        tenants: u64,
+        /// `changed / tenants` in percent.
+        percent: f64,
+    },
 }
 
 /// One backend shard at run time.
@@ -93,6 +106,10 @@ pub struct Snapshot {
     pub authenticator: Authenticator,
     /// Per cell, per shard index: the shard's run-time state.
     pub shards: Vec<Vec<Arc<ShardRuntime>>>,
+    /// Per cell: the blast-radius model over the cell's tenants.
+    pub blast: Vec<crate::live_blast::CellModel>,
+    /// The admin bearer token, when one is configured.
+    pub admin_token: Option<crate::credential::Secret>,
 }
 
 impl Snapshot {
@@ -139,12 +156,22 @@ impl Snapshot {
                     .collect()
             })
             .collect();
+        let blast = crate::live_blast::build(&topology, &tenants);
+        let admin_token =
+            match &config.admin.token_file {
+                Some(path) => Some(read_token(path).map_err(|problem| {
+                    ConfigError::new(&config.path, "admin.token_file", problem)
+                })?),
+                None => None,
+            };
         Ok(Self {
             config: Arc::new(config),
             tenants,
             topology,
             authenticator,
             shards,
+            blast,
+            admin_token,
         })
     }
 
@@ -160,6 +187,58 @@ impl Snapshot {
     pub fn all_shards(&self) -> impl Iterator<Item = &Arc<ShardRuntime>> {
         self.shards.iter().flatten()
     }
+
+    /// A tenant's cell index and subset (shard indices).
+    pub fn route(&self, tenant: &str) -> (usize, Vec<placement::ShardIndex>) {
+        let configured = self.tenants.get(tenant).and_then(|t| t.cell.as_deref());
+        let cell = self.topology.cell_index(configured);
+        (cell, self.topology.subset(cell, tenant))
+    }
+
+    /// How many of the tenants known to either snapshot would be served by
+    /// other shards (or another cell) under `next`.
+    pub fn migration_to(&self, next: &Snapshot) -> (u64, u64) {
+        let ids: std::collections::BTreeSet<&str> = self
+            .tenants
+            .iter()
+            .chain(next.tenants.iter())
+            .map(|t| t.id.as_str())
+            .collect();
+        let mut changed = 0;
+        for id in &ids {
+            let (old_cell, old) = self.route(id);
+            let (new_cell, new) = next.route(id);
+            let name = |s: &Snapshot, cell: usize| s.config.cells[cell].name.clone();
+            let set = |s: &Snapshot, cell: usize, subset: &[placement::ShardIndex]| {
+                subset
+                    .iter()
+                    .map(|&i| s.config.cells[cell].shards[i as usize].id.clone())
+                    .collect::<std::collections::BTreeSet<_>>()
+            };
+            if name(self, old_cell) != name(next, new_cell)
+                || set(self, old_cell, &old) != set(next, new_cell, &new)
+            {
+                changed += 1;
+            }
+        }
+        (changed, ids.len() as u64)
+    }
+}
+
+/// Reads the admin token: the file's contents without surrounding
+/// whitespace, at least 16 characters.
+fn read_token(path: &std::path::Path) -> Result<crate::credential::Secret, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.len() < 16 {
+        return Err(format!(
+            "the token in {} is shorter than 16 characters; generate one, e.g. head -c 24 /dev/urandom | base64 > {}",
+            path.display(),
+            path.display()
+        ));
+    }
+    Ok(crate::credential::Secret::new(token))
 }
 
 /// Counters of what the gateway did, read by tests, drills and metrics.
@@ -202,6 +281,12 @@ pub struct Gateway {
     pub budget: RetryBudget,
     /// Counters.
     pub stats: Stats,
+    /// Prometheus metrics.
+    pub metrics: crate::metrics::Metrics,
+    /// Per-tenant success over the availability window.
+    pub tenant_windows: crate::window::Windows,
+    /// Per-shard attempts over the availability window (for utilization).
+    pub shard_windows: crate::window::Windows,
 }
 
 impl Gateway {
@@ -214,11 +299,15 @@ impl Gateway {
             .pool_idle_timeout(std::time::Duration::from_secs(30))
             .build(connector);
         let budget = RetryBudget::new(&snapshot.config.retry_budget, Instant::now());
+        let window = snapshot.config.admin.availability_window;
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
             client,
             budget,
             stats: Stats::default(),
+            metrics: crate::metrics::Metrics::new(),
+            tenant_windows: crate::window::Windows::new(window, Instant::now()),
+            shard_windows: crate::window::Windows::new(window, Instant::now()),
         })
     }
 
@@ -227,12 +316,33 @@ impl Gateway {
         self.snapshot.load_full()
     }
 
-    /// Reloads from the configuration file. On error the old snapshot keeps
-    /// serving and the error is returned.
-    pub fn reload(&self) -> Result<(), LoadError> {
+    /// Reloads from the configuration file. The new configuration is
+    /// validated whole and swapped in atomically; requests in flight finish
+    /// on the snapshot they started with. A configuration that would move
+    /// tenants to other shards is refused unless `allow_migration` is set
+    /// (by the caller, or by `reload.allow_migration` in the new file). On
+    /// any error the old snapshot keeps serving and the error says why.
+    pub fn reload(&self, allow_migration: bool) -> Result<Reloaded, LoadError> {
         let current = self.snapshot();
         let next = Snapshot::load(&current.config.path, Some(&current))?;
+        let (changed, tenants) = current.migration_to(&next);
+        if changed > 0 && !(allow_migration || next.config.reload_allow_migration) {
+            return Err(LoadError::Migration {
+                changed,
+                tenants,
+                percent: 100.0 * changed as f64 / tenants.max(1) as f64,
+            });
+        }
         self.snapshot.store(Arc::new(next));
-        Ok(())
+        Ok(Reloaded { changed, tenants })
     }
+}
+
+/// What a reload changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Reloaded {
+    /// Tenants whose subset changed (0 unless the migration was allowed).
+    pub changed: u64,
+    /// Tenants compared.
+    pub tenants: u64,
 }

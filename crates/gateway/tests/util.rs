@@ -26,6 +26,9 @@ pub struct Options {
     pub routing: String,
     /// Extra top-level tables.
     pub extra: String,
+    /// Shards served by something other than a [`Backend`] (a test's own
+    /// server), as `(id, url)`; listed after the backends' shards.
+    pub custom_shards: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -36,6 +39,7 @@ impl Default for Options {
             k: 2,
             routing: String::new(),
             extra: String::new(),
+            custom_shards: Vec::new(),
         }
     }
 }
@@ -100,6 +104,12 @@ impl Fixture {
                     ["a", "b"][i % 2]
                 )
             })
+            .chain(
+                options
+                    .custom_shards
+                    .iter()
+                    .map(|(id, url)| format!("  {{ id = \"{id}\", url = \"{url}\" }},\n")),
+            )
             .collect();
         let config = format!(
             r#"listen = "127.0.0.1:0"

@@ -1,0 +1,504 @@
+//! The admin listener: Prometheus metrics, the JSON admin API, the status
+//! page, and the operator's levers (fail, restore and drain a shard;
+//! reload).
+//!
+//! Everything here is guarded by the bearer token from `admin.token_file`,
+//! compared in constant time; `/metrics` and the status page can be opened
+//! up separately. Without a token file the guarded endpoints answer 401: an
+//! admin API nobody configured a secret for stays shut. Tenant membership
+//! (which shards serve a tenant) is shown here and nowhere else.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use subtle::ConstantTimeEq;
+use tokio::time::Instant;
+
+use crate::health::Availability;
+use crate::live_blast::LiveBlast;
+use crate::metrics::{AVAILABILITY_BOUNDS, BoundLabels, CellLabels, ShardLabels, ThresholdLabels};
+use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
+
+/// Builds the admin router.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/", get(status_page))
+        .route("/metrics", get(metrics))
+        .route("/admin/shards", get(shards))
+        .route("/admin/shards/{id}/fail", post(fail))
+        .route("/admin/shards/{id}/restore", post(restore))
+        .route("/admin/shards/{id}/drain", post(drain))
+        .route("/admin/tenants", get(worst_tenants))
+        .route("/admin/tenants/{id}", get(tenant))
+        .route("/admin/blast", get(blast))
+        .route("/admin/reload", post(reload))
+        .with_state(gateway)
+}
+
+/// Serves the admin router on `listener` until `shutdown` completes.
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let app = router(gateway);
+    if let Err(error) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!(%error, "admin listener failed");
+    }
+}
+
+/// Which guard an endpoint has.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Admin,
+    Metrics,
+    StatusPage,
+}
+
+/// An admin error answered as JSON.
+struct AdminError(StatusCode, String);
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({ "error": self.1, "status": self.0.as_u16() }));
+        let mut response = (self.0, body).into_response();
+        if self.0 == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+fn authorize(snapshot: &Snapshot, headers: &HeaderMap, access: Access) -> Result<(), AdminError> {
+    let admin = &snapshot.config.admin;
+    if (access == Access::Metrics && admin.metrics_without_token)
+        || (access == Access::StatusPage && admin.status_page_without_token)
+    {
+        return Ok(());
+    }
+    let Some(expected) = &snapshot.admin_token else {
+        return Err(AdminError(
+            StatusCode::UNAUTHORIZED,
+            "the admin API is disabled: set admin.token_file in the configuration".into(),
+        ));
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            value
+                .strip_prefix("Bearer ")
+                .or_else(|| value.strip_prefix("bearer "))
+        })
+        .unwrap_or("");
+    // Constant time over equal lengths; a length mismatch reveals only the
+    // token's length, which is not secret enough to matter.
+    let matches = presented.len() == expected.expose().len()
+        && bool::from(presented.as_bytes().ct_eq(expected.expose().as_bytes()));
+    if matches {
+        Ok(())
+    } else {
+        Err(AdminError(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong admin token".into(),
+        ))
+    }
+}
+
+/// Sets every scrape-time gauge from the current state.
+pub fn refresh_gauges(gateway: &Gateway) {
+    let snapshot = gateway.snapshot();
+    let metrics = &gateway.metrics;
+    let now = Instant::now();
+    let window_seconds = gateway.shard_windows.length().as_secs_f64();
+    for (cell_index, cell) in snapshot.config.cells.iter().enumerate() {
+        let mut rates = Vec::new();
+        for shard in &snapshot.shards[cell_index] {
+            let labels = ShardLabels {
+                cell: cell.name.clone(),
+                shard: shard.id.clone(),
+            };
+            let availability = shard.availability(&snapshot.config);
+            metrics
+                .shard_healthy
+                .get_or_create(&labels)
+                .set(i64::from(availability == Availability::Up));
+            metrics
+                .shard_ejected
+                .get_or_create(&labels)
+                .set(i64::from(availability == Availability::Ejected));
+            metrics
+                .shard_in_flight
+                .get_or_create(&labels)
+                .set(shard.in_flight() as i64);
+            let tally = gateway.shard_windows.tally(&shard_key(shard), now);
+            rates.push(tally.total as f64 / window_seconds);
+        }
+        metrics
+            .utilization_cv
+            .get_or_create(&CellLabels {
+                cell: cell.name.clone(),
+            })
+            .set(coefficient_of_variation(&rates));
+        let live = live_blast(&snapshot, cell_index);
+        metrics
+            .blast_fully_down
+            .get_or_create(&CellLabels {
+                cell: cell.name.clone(),
+            })
+            .set(live.fully_down as i64);
+        metrics
+            .blast_degraded
+            .get_or_create(&CellLabels {
+                cell: cell.name.clone(),
+            })
+            .set(live.degraded as i64);
+    }
+    let ratios: Vec<f64> = gateway
+        .tenant_windows
+        .all(now)
+        .into_iter()
+        .filter_map(|(_, tally)| tally.ratio())
+        .collect();
+    for bound in AVAILABILITY_BOUNDS {
+        metrics
+            .tenants_at_most
+            .get_or_create(&BoundLabels {
+                le: bound.to_string(),
+            })
+            .set(ratios.iter().filter(|&&r| r <= bound).count() as i64);
+    }
+    for (threshold, value) in [("0.99", 0.99), ("0.999", 0.999)] {
+        metrics
+            .tenants_below
+            .get_or_create(&ThresholdLabels { threshold })
+            .set(ratios.iter().filter(|&&r| r < value).count() as i64);
+    }
+}
+
+/// The key a shard's rate window is recorded under.
+pub(crate) fn shard_key(shard: &ShardRuntime) -> String {
+    format!("{}\u{0}{}", shard.cell, shard.id)
+}
+
+fn coefficient_of_variation(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    if mean == 0.0 {
+        return 0.0;
+    }
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / values.len() as f64;
+    variance.sqrt() / mean
+}
+
+/// The live blast radius of one cell.
+pub fn live_blast(snapshot: &Snapshot, cell: usize) -> LiveBlast {
+    let shards = &snapshot.shards[cell];
+    let (indices, ids): (Vec<placement::ShardIndex>, Vec<String>) = shards
+        .iter()
+        .enumerate()
+        .filter(|(_, shard)| shard.availability(&snapshot.config) != Availability::Up)
+        .map(|(index, shard)| (index as placement::ShardIndex, shard.id.clone()))
+        .unzip();
+    snapshot.blast[cell].evaluate(&snapshot.config.cells[cell].name, &indices, &ids)
+}
+
+async fn metrics(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+) -> Result<Response, AdminError> {
+    authorize(&gateway.snapshot(), &headers, Access::Metrics)?;
+    refresh_gauges(&gateway);
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        gateway.metrics.encode(),
+    )
+        .into_response())
+}
+
+#[derive(Serialize)]
+struct ShardView {
+    cell: String,
+    id: String,
+    zone: Option<String>,
+    health: &'static str,
+    ejected: bool,
+    ejections: u32,
+    failed: bool,
+    drained: bool,
+    in_flight: u64,
+    request_rate: f64,
+}
+
+fn shard_view(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime) -> ShardView {
+    let now = Instant::now();
+    let availability = shard.availability(&snapshot.config);
+    let health = shard.health.lock().expect("health lock").clone();
+    ShardView {
+        cell: shard.cell.clone(),
+        id: shard.id.clone(),
+        zone: shard.zone.clone(),
+        health: availability.name(),
+        ejected: health.is_ejected(now),
+        ejections: health.ejections(),
+        failed: health.failed,
+        drained: health.drained,
+        in_flight: shard.in_flight(),
+        request_rate: gateway.shard_windows.tally(&shard_key(shard), now).total as f64
+            / gateway.shard_windows.length().as_secs_f64(),
+    }
+}
+
+async fn shards(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let snapshot = gateway.snapshot();
+    authorize(&snapshot, &headers, Access::Admin)?;
+    let shards: Vec<ShardView> = snapshot
+        .all_shards()
+        .map(|shard| shard_view(&gateway, &snapshot, shard))
+        .collect();
+    Ok(Json(json!({ "shards": shards })))
+}
+
+#[derive(Deserialize)]
+struct CellQuery {
+    cell: Option<String>,
+}
+
+/// Finds a shard by id (and cell, when ids repeat across cells).
+fn find<'s>(
+    snapshot: &'s Snapshot,
+    id: &str,
+    cell: Option<&str>,
+) -> Result<&'s Arc<ShardRuntime>, AdminError> {
+    let matches: Vec<&Arc<ShardRuntime>> = snapshot
+        .all_shards()
+        .filter(|shard| shard.id == id && cell.is_none_or(|c| shard.cell == c))
+        .collect();
+    match matches.as_slice() {
+        [shard] => Ok(shard),
+        [] => Err(AdminError(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no shard {id:?}{}",
+                cell.map_or(String::new(), |c| format!(" in cell {c:?}"))
+            ),
+        )),
+        _ => Err(AdminError(
+            StatusCode::CONFLICT,
+            format!("shard id {id:?} is in several cells; add ?cell=NAME"),
+        )),
+    }
+}
+
+async fn set_operator_state(
+    gateway: Arc<Gateway>,
+    headers: HeaderMap,
+    id: String,
+    cell: Option<String>,
+    change: impl FnOnce(&mut crate::health::HealthState),
+    action: &'static str,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let snapshot = gateway.snapshot();
+    authorize(&snapshot, &headers, Access::Admin)?;
+    let shard = find(&snapshot, &id, cell.as_deref())?;
+    change(&mut shard.health.lock().expect("health lock"));
+    tracing::warn!(cell = %shard.cell, shard = %shard.id, action, "operator changed shard state");
+    Ok(Json(
+        json!({ "shard": shard_view(&gateway, &snapshot, shard) }),
+    ))
+}
+
+async fn fail(
+    State(gateway): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    Query(query): Query<CellQuery>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    set_operator_state(
+        gateway,
+        headers,
+        id,
+        query.cell,
+        |h| h.failed = true,
+        "fail",
+    )
+    .await
+}
+
+async fn restore(
+    State(gateway): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    Query(query): Query<CellQuery>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    set_operator_state(
+        gateway,
+        headers,
+        id,
+        query.cell,
+        |h| {
+            h.failed = false;
+            h.drained = false;
+        },
+        "restore",
+    )
+    .await
+}
+
+async fn drain(
+    State(gateway): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    Query(query): Query<CellQuery>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    set_operator_state(
+        gateway,
+        headers,
+        id,
+        query.cell,
+        |h| h.drained = true,
+        "drain",
+    )
+    .await
+}
+
+async fn tenant(
+    State(gateway): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let snapshot = gateway.snapshot();
+    authorize(&snapshot, &headers, Access::Admin)?;
+    if snapshot.tenants.get(&id).is_none() {
+        return Err(AdminError(
+            StatusCode::NOT_FOUND,
+            format!("no tenant {id:?}"),
+        ));
+    }
+    let (cell, subset) = snapshot.route(&id);
+    let members: Vec<serde_json::Value> = subset
+        .iter()
+        .map(|&index| {
+            let shard = &snapshot.shards[cell][index as usize];
+            json!({ "id": shard.id, "zone": shard.zone, "health": shard.availability(&snapshot.config).name() })
+        })
+        .collect();
+    let tally = gateway.tenant_windows.tally(&id, Instant::now());
+    Ok(Json(json!({
+        "tenant": id,
+        "cell": snapshot.config.cells[cell].name,
+        "subset": subset.iter().map(|&i| snapshot.shards[cell][i as usize].id.clone()).collect::<Vec<_>>(),
+        "members": members,
+        "availability": { "ok": tally.ok, "total": tally.total, "ratio": tally.ratio(), "window_seconds": gateway.tenant_windows.length().as_secs() },
+    })))
+}
+
+#[derive(Deserialize)]
+struct WorstQuery {
+    worst: Option<usize>,
+}
+
+/// The tenants with the lowest success ratio over the window.
+pub fn worst(gateway: &Gateway, count: usize) -> Vec<serde_json::Value> {
+    let mut tallies = gateway.tenant_windows.all(Instant::now());
+    tallies.sort_by(|a, b| {
+        let ratio = |t: &crate::window::Tally| t.ratio().unwrap_or(1.0);
+        ratio(&a.1)
+            .total_cmp(&ratio(&b.1))
+            .then(b.1.total.cmp(&a.1.total))
+            .then(a.0.cmp(&b.0))
+    });
+    tallies
+        .into_iter()
+        .take(count)
+        .map(|(tenant, tally)| json!({ "tenant": tenant, "ok": tally.ok, "total": tally.total, "availability": tally.ratio() }))
+        .collect()
+}
+
+async fn worst_tenants(
+    State(gateway): State<Arc<Gateway>>,
+    Query(query): Query<WorstQuery>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    authorize(&gateway.snapshot(), &headers, Access::Admin)?;
+    let count = query.worst.unwrap_or(10).min(10_000);
+    Ok(Json(
+        json!({ "window_seconds": gateway.tenant_windows.length().as_secs(), "tenants": worst(&gateway, count) }),
+    ))
+}
+
+async fn blast(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let snapshot = gateway.snapshot();
+    authorize(&snapshot, &headers, Access::Admin)?;
+    let cells: Vec<LiveBlast> = (0..snapshot.config.cells.len())
+        .map(|c| live_blast(&snapshot, c))
+        .collect();
+    Ok(Json(json!({ "cells": cells })))
+}
+
+#[derive(Deserialize)]
+struct ReloadQuery {
+    allow_migration: Option<bool>,
+}
+
+async fn reload(
+    State(gateway): State<Arc<Gateway>>,
+    Query(query): Query<ReloadQuery>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    authorize(&gateway.snapshot(), &headers, Access::Admin)?;
+    match gateway.reload(query.allow_migration.unwrap_or(false)) {
+        Ok(reloaded) => {
+            tracing::info!(
+                changed = reloaded.changed,
+                "configuration reloaded through the admin API"
+            );
+            Ok(Json(
+                json!({ "reloaded": true, "changed": reloaded.changed, "tenants": reloaded.tenants }),
+            ))
+        }
+        Err(error @ LoadError::Migration { .. }) => {
+            Err(AdminError(StatusCode::CONFLICT, error.to_string()))
+        }
+        Err(error) => Err(AdminError(StatusCode::BAD_REQUEST, error.to_string())),
+    }
+}
+
+async fn status_page(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+) -> Result<Html<String>, AdminError> {
+    authorize(&gateway.snapshot(), &headers, Access::StatusPage)?;
+    Ok(Html(crate::status_page::render(&gateway)))
+}
+
+/// Binds the admin listener.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}

@@ -1,0 +1,275 @@
+//! Prometheus metrics, names prefixed `shuffle_`.
+//!
+//! Counters and histograms are updated on the request path; gauges that
+//! describe the present (shard health, in-flight, utilization variance,
+//! tenant availability, the live blast radius) are computed when scraped, so
+//! they are never stale and cost nothing between scrapes.
+//!
+//! Per-tenant availability is exported without one series per tenant: the
+//! number of tenants at or below each success-ratio bound (a cumulative,
+//! histogram-shaped gauge family) and the number below 99 % and 99.9 %.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// Success-ratio bounds of the tenant availability distribution.
+pub const AVAILABILITY_BOUNDS: [f64; 8] = [0.5, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999, 1.0];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CellLabels {
+    pub(crate) cell: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct RequestLabels {
+    pub(crate) cell: String,
+    pub(crate) outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ShardLabels {
+    pub(crate) cell: String,
+    pub(crate) shard: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct AttemptLabels {
+    pub(crate) cell: String,
+    pub(crate) shard: String,
+    pub(crate) outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct EjectionLabels {
+    pub(crate) cell: String,
+    pub(crate) shard: String,
+    pub(crate) reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct BoundLabels {
+    pub(crate) le: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ThresholdLabels {
+    pub(crate) threshold: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Every metric family.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) attempts: Family<AttemptLabels, Counter>,
+    pub(crate) failovers: Family<CellLabels, Counter>,
+    pub(crate) spills: Family<CellLabels, Counter>,
+    pub(crate) budget_exhausted: Family<CellLabels, Counter>,
+    pub(crate) ejections: Family<EjectionLabels, Counter>,
+    pub(crate) request_seconds: Family<CellLabels, Histogram>,
+    pub(crate) attempt_seconds: Family<ShardLabels, Histogram>,
+    pub(crate) shard_healthy: Family<ShardLabels, Gauge>,
+    pub(crate) shard_ejected: Family<ShardLabels, Gauge>,
+    pub(crate) shard_in_flight: Family<ShardLabels, Gauge>,
+    pub(crate) utilization_cv: Family<CellLabels, FloatGauge>,
+    pub(crate) tenants_at_most: Family<BoundLabels, Gauge>,
+    pub(crate) tenants_below: Family<ThresholdLabels, Gauge>,
+    pub(crate) blast_fully_down: Family<CellLabels, Gauge>,
+    pub(crate) blast_degraded: Family<CellLabels, Gauge>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms to about 16 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("shuffle");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Client requests by cell and outcome",
+            requests.clone(),
+        );
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            "attempts",
+            "Attempts to shards by cell, shard and outcome",
+            attempts.clone(),
+        );
+        let failovers = Family::<CellLabels, Counter>::default();
+        registry.register(
+            "failovers",
+            "Attempts after the first within one request",
+            failovers.clone(),
+        );
+        let spills = Family::<CellLabels, Counter>::default();
+        registry.register(
+            "spills",
+            "Requests served outside the tenant's subset",
+            spills.clone(),
+        );
+        let budget_exhausted = Family::<CellLabels, Counter>::default();
+        registry.register(
+            "retry_budget_exhausted",
+            "Retries refused because the retry budget was spent",
+            budget_exhausted.clone(),
+        );
+        let ejections = Family::<EjectionLabels, Counter>::default();
+        registry.register(
+            "ejections",
+            "Shard ejections by passive outlier detection",
+            ejections.clone(),
+        );
+        let request_seconds = Family::<CellLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Time to response headers, all attempts included",
+            request_seconds.clone(),
+        );
+        let attempt_seconds = Family::<ShardLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "attempt_duration_seconds",
+            "Time to response headers of one attempt",
+            attempt_seconds.clone(),
+        );
+        let shard_healthy = Family::<ShardLabels, Gauge>::default();
+        registry.register(
+            "shard_healthy",
+            "1 when the shard is in rotation, else 0",
+            shard_healthy.clone(),
+        );
+        let shard_ejected = Family::<ShardLabels, Gauge>::default();
+        registry.register(
+            "shard_ejected",
+            "1 while the shard is ejected",
+            shard_ejected.clone(),
+        );
+        let shard_in_flight = Family::<ShardLabels, Gauge>::default();
+        registry.register(
+            "shard_in_flight",
+            "Requests in flight on the shard",
+            shard_in_flight.clone(),
+        );
+        let utilization_cv = Family::<CellLabels, FloatGauge>::default();
+        registry.register(
+            "shard_utilization_cv",
+            "Coefficient of variation of per-shard request rates over the window (alarm on a rise: a whale has landed)",
+            utilization_cv.clone(),
+        );
+        let tenants_at_most = Family::<BoundLabels, Gauge>::default();
+        registry.register(
+            "tenants_availability_at_most",
+            "Tenants whose success ratio over the window is at most le (cumulative, histogram-shaped)",
+            tenants_at_most.clone(),
+        );
+        let tenants_below = Family::<ThresholdLabels, Gauge>::default();
+        registry.register(
+            "tenants_below_availability",
+            "Tenants whose success ratio over the window is below the threshold",
+            tenants_below.clone(),
+        );
+        let blast_fully_down = Family::<CellLabels, Gauge>::default();
+        registry.register(
+            "blast_fully_down_tenants",
+            "Modeled tenants with every member out of rotation now",
+            blast_fully_down.clone(),
+        );
+        let blast_degraded = Family::<CellLabels, Gauge>::default();
+        registry.register(
+            "blast_degraded_tenants",
+            "Modeled tenants with at least one member out of rotation now",
+            blast_degraded.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            attempts,
+            failovers,
+            spills,
+            budget_exhausted,
+            ejections,
+            request_seconds,
+            attempt_seconds,
+            shard_healthy,
+            shard_ejected,
+            shard_in_flight,
+            utilization_cv,
+            tenants_at_most,
+            tenants_below,
+            blast_fully_down,
+            blast_degraded,
+        }
+    }
+
+    /// Counts a finished client request.
+    pub fn request(&self, cell: &str, outcome: &'static str, elapsed: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                cell: cell.to_owned(),
+                outcome,
+            })
+            .inc();
+        self.request_seconds
+            .get_or_create(&CellLabels {
+                cell: cell.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts an attempt.
+    pub fn attempt(&self, cell: &str, shard: &str, outcome: &'static str, elapsed: Duration) {
+        self.attempts
+            .get_or_create(&AttemptLabels {
+                cell: cell.to_owned(),
+                shard: shard.to_owned(),
+                outcome,
+            })
+            .inc();
+        self.attempt_seconds
+            .get_or_create(&ShardLabels {
+                cell: cell.to_owned(),
+                shard: shard.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts an event per cell.
+    pub(crate) fn cell_event(family: &Family<CellLabels, Counter>, cell: &str) {
+        family
+            .get_or_create(&CellLabels {
+                cell: cell.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The text exposition (call [`crate::admin::refresh_gauges`] first).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}

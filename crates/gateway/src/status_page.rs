@@ -1,0 +1,150 @@
+//! The status page: one self-contained HTML page (no scripts, no external
+//! assets) showing the shard grid by cell and zone, the live blast radius
+//! and the worst tenants. It refreshes itself every few seconds.
+
+use std::fmt::Write;
+
+use tokio::time::Instant;
+
+use crate::admin::{live_blast, shard_key, worst};
+use crate::health::Availability;
+use crate::state::Gateway;
+
+/// Seconds between refreshes.
+const REFRESH_SECONDS: u32 = 3;
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d232a;background:#fafbfc}\
+h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:1.6rem}\
+.zone{margin:.4rem 0}.zone b{display:inline-block;width:7rem}\
+.shard{display:inline-block;min-width:6.5rem;margin:.2rem;padding:.35rem .5rem;border-radius:.4rem;font-size:.85rem;border:1px solid #0002}\
+.up{background:#d6f5dd}.failed,.unhealthy,.ejected{background:#f9d0d0}.drained,.stale{background:#fbeec5}\
+table{border-collapse:collapse;font-size:.9rem}td,th{padding:.25rem .6rem;border-bottom:1px solid #0001;text-align:left}\
+.num{text-align:right;font-variant-numeric:tabular-nums}.note{color:#555;font-size:.85rem}";
+
+/// Renders the page.
+pub fn render(gateway: &Gateway) -> String {
+    let snapshot = gateway.snapshot();
+    let now = Instant::now();
+    let window = gateway.shard_windows.length().as_secs_f64();
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
+         <title>shuffle-shard gateway</title><style>{STYLE}</style></head><body>\
+         <h1>shuffle-shard gateway</h1>\
+         <p class=\"note\">{} tenants, {} cells. Refreshes every {REFRESH_SECONDS} s; rates and availability cover the last {} s.</p>",
+        snapshot.tenants.len(),
+        snapshot.config.cells.len(),
+        window as u64
+    );
+
+    html.push_str("<h2>Shards</h2>");
+    for (cell_index, cell) in snapshot.config.cells.iter().enumerate() {
+        let _ = write!(
+            html,
+            "<section class=\"cell\" id=\"cell-{0}\"><h3>cell {0}</h3>",
+            escape(&cell.name)
+        );
+        let mut zones: Vec<Option<&str>> = Vec::new();
+        for shard in &cell.shards {
+            if !zones.contains(&shard.zone.as_deref()) {
+                zones.push(shard.zone.as_deref());
+            }
+        }
+        for zone in zones {
+            let _ = write!(
+                html,
+                "<div class=\"zone\"><b>{}</b>",
+                escape(zone.unwrap_or("(no zone)"))
+            );
+            for shard in snapshot.shards[cell_index]
+                .iter()
+                .filter(|s| s.zone.as_deref() == zone)
+            {
+                let availability = shard.availability(&snapshot.config);
+                let rate =
+                    gateway.shard_windows.tally(&shard_key(shard), now).total as f64 / window;
+                let _ = write!(
+                    html,
+                    "<span class=\"shard {class}\" data-shard=\"{id}\" data-health=\"{class}\">{id}<br>{class} · {in_flight} in flight · {rate:.1}/s</span>",
+                    class = availability.name(),
+                    id = escape(&shard.id),
+                    in_flight = shard.in_flight(),
+                );
+            }
+            html.push_str("</div>");
+        }
+        html.push_str("</section>");
+    }
+
+    html.push_str("<h2>Live blast radius</h2><table id=\"blast\"><tr><th>cell</th><th>shards out</th><th class=\"num\">tenants</th><th class=\"num\">fully down</th><th class=\"num\">degraded</th><th>fully-down tenants</th></tr>");
+    for cell in 0..snapshot.config.cells.len() {
+        let live = live_blast(&snapshot, cell);
+        let down: Vec<String> = live
+            .fully_down_tenants
+            .iter()
+            .take(20)
+            .map(|t| escape(t))
+            .collect();
+        let more = live.fully_down_tenants.len().saturating_sub(20);
+        let _ = write!(
+            html,
+            "<tr data-cell=\"{cell}\"><td>{cell}</td><td>{out}</td><td class=\"num\">{tenants}</td><td class=\"num fully-down\">{fully}</td><td class=\"num degraded\">{degraded}</td><td>{down}{more}</td></tr>",
+            cell = escape(&live.cell),
+            out = if live.unavailable.is_empty() {
+                "none".to_owned()
+            } else {
+                escape(&live.unavailable.join(", "))
+            },
+            tenants = live.tenants,
+            fully = live.fully_down,
+            degraded = live.degraded,
+            down = down.join(", "),
+            more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+        );
+    }
+    html.push_str("</table>");
+
+    html.push_str("<h2>Worst tenants</h2><table id=\"worst\"><tr><th>tenant</th><th class=\"num\">availability</th><th class=\"num\">requests</th></tr>");
+    let worst = worst(gateway, 10);
+    if worst.is_empty() {
+        html.push_str(
+            "<tr><td colspan=\"3\" class=\"note\">no traffic in the window yet</td></tr>",
+        );
+    }
+    for row in worst {
+        let ratio = row["availability"].as_f64().unwrap_or(1.0);
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td class=\"num\">{:.3}%</td><td class=\"num\">{}</td></tr>",
+            escape(row["tenant"].as_str().unwrap_or("")),
+            ratio * 100.0,
+            row["total"]
+        );
+    }
+    html.push_str("</table>");
+    let up = snapshot
+        .all_shards()
+        .filter(|s| s.availability(&snapshot.config) == Availability::Up)
+        .count();
+    let _ = write!(
+        html,
+        "<p class=\"note\" id=\"summary\">{up} of {} shards up.</p></body></html>",
+        snapshot.all_shards().count()
+    );
+    html
+}

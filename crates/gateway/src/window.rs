@@ -1,0 +1,188 @@
+//! Sliding-window success counters: per tenant (experienced availability)
+//! and per shard (request rate, for the utilization variance).
+//!
+//! A window is a ring of fixed-length buckets. Recording touches only the
+//! current bucket; reading sums the buckets still inside the window. Tenants
+//! are spread over independently locked maps so that recording from many
+//! connections at once rarely contends.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Buckets per window.
+const BUCKETS: usize = 12;
+/// Independently locked parts of a [`Windows`] map.
+const STRIPES: usize = 16;
+
+/// Successes and totals over the window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Successful requests.
+    pub ok: u64,
+    /// All requests.
+    pub total: u64,
+}
+
+impl Tally {
+    /// The success ratio, `None` with no requests.
+    pub fn ratio(self) -> Option<f64> {
+        (self.total > 0).then(|| self.ok as f64 / self.total as f64)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Ring {
+    /// The bucket number (time / bucket length) of each slot's contents.
+    epochs: [u64; BUCKETS],
+    tallies: [Tally; BUCKETS],
+}
+
+impl Ring {
+    fn new() -> Self {
+        Self {
+            epochs: [u64::MAX; BUCKETS],
+            tallies: [Tally::default(); BUCKETS],
+        }
+    }
+
+    fn record(&mut self, epoch: u64, ok: bool) {
+        let slot = (epoch % BUCKETS as u64) as usize;
+        if self.epochs[slot] != epoch {
+            self.epochs[slot] = epoch;
+            self.tallies[slot] = Tally::default();
+        }
+        self.tallies[slot].total += 1;
+        self.tallies[slot].ok += u64::from(ok);
+    }
+
+    fn sum(&self, epoch: u64) -> Tally {
+        let oldest = epoch.saturating_sub(BUCKETS as u64 - 1);
+        self.epochs
+            .iter()
+            .zip(&self.tallies)
+            .filter(|(e, _)| **e != u64::MAX && **e >= oldest && **e <= epoch)
+            .fold(Tally::default(), |sum, (_, t)| Tally {
+                ok: sum.ok + t.ok,
+                total: sum.total + t.total,
+            })
+    }
+}
+
+/// Sliding windows keyed by name.
+#[derive(Debug)]
+pub struct Windows {
+    origin: Instant,
+    bucket: Duration,
+    stripes: Vec<Mutex<HashMap<String, Ring>>>,
+}
+
+impl Windows {
+    /// Windows of `length`, measured from `origin`.
+    pub fn new(length: Duration, origin: Instant) -> Self {
+        Self {
+            origin,
+            bucket: (length / BUCKETS as u32).max(Duration::from_millis(1)),
+            stripes: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    /// The window's length.
+    pub fn length(&self) -> Duration {
+        self.bucket * BUCKETS as u32
+    }
+
+    fn epoch(&self, now: Instant) -> u64 {
+        (now.saturating_duration_since(self.origin).as_nanos() / self.bucket.as_nanos()) as u64
+    }
+
+    fn stripe(&self, key: &str) -> &Mutex<HashMap<String, Ring>> {
+        // FNV-1a: cheap and good enough to spread keys over the stripes.
+        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        &self.stripes[(hash % STRIPES as u64) as usize]
+    }
+
+    /// Records one request.
+    pub fn record(&self, key: &str, ok: bool, now: Instant) {
+        let epoch = self.epoch(now);
+        let mut map = self.stripe(key).lock().expect("window lock");
+        match map.get_mut(key) {
+            Some(ring) => ring.record(epoch, ok),
+            None => {
+                let mut ring = Ring::new();
+                ring.record(epoch, ok);
+                map.insert(key.to_owned(), ring);
+            }
+        }
+    }
+
+    /// One key's tally over the window.
+    pub fn tally(&self, key: &str, now: Instant) -> Tally {
+        let epoch = self.epoch(now);
+        self.stripe(key)
+            .lock()
+            .expect("window lock")
+            .get(key)
+            .map_or_else(Tally::default, |ring| ring.sum(epoch))
+    }
+
+    /// Every key with requests in the window, and its tally. Keys whose
+    /// window has emptied are dropped, so the map does not grow forever.
+    pub fn all(&self, now: Instant) -> Vec<(String, Tally)> {
+        let epoch = self.epoch(now);
+        let mut out = Vec::new();
+        for stripe in &self.stripes {
+            let mut map = stripe.lock().expect("window lock");
+            map.retain(|key, ring| {
+                let tally = ring.sum(epoch);
+                if tally.total > 0 {
+                    out.push((key.clone(), tally));
+                }
+                tally.total > 0
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn counts_slide_out_of_the_window() {
+        let windows = Windows::new(Duration::from_secs(60), Instant::now());
+        windows.record("acme", true, Instant::now());
+        windows.record("acme", false, Instant::now());
+        tokio::time::advance(Duration::from_secs(30)).await;
+        windows.record("acme", true, Instant::now());
+        assert_eq!(
+            windows.tally("acme", Instant::now()),
+            Tally { ok: 2, total: 3 }
+        );
+        tokio::time::advance(Duration::from_secs(35)).await;
+        // The first two fell out; the third is still inside.
+        assert_eq!(
+            windows.tally("acme", Instant::now()),
+            Tally { ok: 1, total: 1 }
+        );
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(windows.tally("acme", Instant::now()), Tally::default());
+        assert!(windows.all(Instant::now()).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn all_lists_every_active_key() {
+        let windows = Windows::new(Duration::from_secs(60), Instant::now());
+        for i in 0..100 {
+            windows.record(&format!("t{i}"), i % 10 != 0, Instant::now());
+        }
+        let all = windows.all(Instant::now());
+        assert_eq!(all.len(), 100);
+        assert_eq!(all.iter().filter(|(_, t)| t.ok == 0).count(), 10);
+    }
+}
