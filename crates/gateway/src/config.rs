@@ -117,6 +117,9 @@ pub struct RoutingSettings {
     pub backoff_max: Duration,
     /// `Retry-After` seconds on a 503 when the subset is exhausted.
     pub retry_after_seconds: u32,
+    /// Route around unavailable members and retry on another member. Off
+    /// only to show, in a drill, what happens without failover.
+    pub failover: bool,
 }
 
 /// The retry budget (tower's `TpsBudget` semantics).
@@ -317,6 +320,7 @@ struct RawRouting {
     backoff_base_ms: Option<u64>,
     backoff_max_ms: Option<u64>,
     retry_after_seconds: Option<u32>,
+    failover: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -547,6 +551,7 @@ impl GatewayConfig {
             backoff_base: ms(r.backoff_base_ms.unwrap_or(2)),
             backoff_max: ms(r.backoff_max_ms.unwrap_or(50)),
             retry_after_seconds: r.retry_after_seconds.unwrap_or(1),
+            failover: r.failover.unwrap_or(true),
         };
         positive(&routing.per_try_timeout).map_err(|p| err("routing.per_try_timeout_ms", p))?;
         if routing.request_timeout < routing.per_try_timeout {

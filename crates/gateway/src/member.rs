@@ -34,8 +34,13 @@ pub fn pick(
     shards: &[Arc<ShardRuntime>],
     config: &GatewayConfig,
 ) -> Pick {
+    // Without failover (a drill's control experiment) every member is a
+    // candidate, whatever its health: exactly the router the design chapter
+    // warns about, which cannot leave a bad shard.
+    let failover = config.routing.failover;
     let up = |index: &ShardIndex| {
-        !tried.contains(index) && shards[*index as usize].availability(config) == Availability::Up
+        !tried.contains(index)
+            && (!failover || shards[*index as usize].availability(config) == Availability::Up)
     };
     let members: Vec<ShardIndex> = subset.iter().copied().filter(up).collect();
     if let Some(index) = power_of_two(&members, shards) {

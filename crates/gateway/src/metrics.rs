@@ -29,6 +29,14 @@ pub(crate) struct CellLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FailoverLabels {
+    pub(crate) cell: String,
+    /// `retry`: an attempt after a failed one; `reroute`: the first attempt
+    /// went to another member because one was out of rotation.
+    pub(crate) kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
     pub(crate) cell: String,
     pub(crate) outcome: &'static str,
@@ -72,7 +80,7 @@ pub struct Metrics {
     registry: Registry,
     pub(crate) requests: Family<RequestLabels, Counter>,
     pub(crate) attempts: Family<AttemptLabels, Counter>,
-    pub(crate) failovers: Family<CellLabels, Counter>,
+    pub(crate) failovers: Family<FailoverLabels, Counter>,
     pub(crate) spills: Family<CellLabels, Counter>,
     pub(crate) budget_exhausted: Family<CellLabels, Counter>,
     pub(crate) ejections: Family<EjectionLabels, Counter>,
@@ -115,10 +123,10 @@ impl Metrics {
             "Attempts to shards by cell, shard and outcome",
             attempts.clone(),
         );
-        let failovers = Family::<CellLabels, Counter>::default();
+        let failovers = Family::<FailoverLabels, Counter>::default();
         registry.register(
             "failovers",
-            "Attempts after the first within one request",
+            "Requests that failed over inside the subset: kind=retry after a failed attempt, kind=reroute around a member out of rotation",
             failovers.clone(),
         );
         let spills = Family::<CellLabels, Counter>::default();
@@ -254,6 +262,16 @@ impl Metrics {
                 shard: shard.to_owned(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a failover.
+    pub(crate) fn failover(&self, cell: &str, kind: &'static str) {
+        self.failovers
+            .get_or_create(&FailoverLabels {
+                cell: cell.to_owned(),
+                kind,
+            })
+            .inc();
     }
 
     /// Counts an event per cell.

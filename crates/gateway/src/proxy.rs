@@ -26,6 +26,7 @@ use crate::attempt::{self, Failure};
 use crate::body::{OnDrop, RequestBody, ResponseBody, full};
 use crate::credential;
 use crate::headers;
+use crate::health::Availability;
 use crate::member::{self, Pick};
 use crate::metrics::Metrics;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
@@ -194,7 +195,7 @@ async fn route(
                 break;
             }
             gateway.stats.failovers.fetch_add(1, Ordering::Relaxed);
-            Metrics::cell_event(&gateway.metrics.failovers, cell_name);
+            gateway.metrics.failover(cell_name, "retry");
             let backoff = backoff(
                 tried.len(),
                 config.routing.backoff_base,
@@ -204,6 +205,20 @@ async fn route(
                 break;
             }
             tokio::time::sleep(backoff).await;
+        }
+        if tried.is_empty()
+            && config.routing.failover
+            && subset
+                .iter()
+                .any(|&member| shards[member as usize].availability(config) != Availability::Up)
+        {
+            // The tenant is being steered around a member that is out: a
+            // failover that happens before any attempt fails.
+            gateway.stats.reroutes.fetch_add(1, Ordering::Relaxed);
+            gateway.metrics.failover(cell_name, "reroute");
+        }
+        if !tried.is_empty() && !config.routing.failover {
+            break;
         }
         tried.push(index);
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -216,14 +231,22 @@ async fn route(
         shard.in_flight.fetch_add(1, Ordering::Relaxed);
         served.attempts += 1;
         let attempt_started = Instant::now();
-        let result = attempt::send(
-            &gateway.client,
-            &shard.url,
-            &parts,
-            body.for_attempt(),
-            config.routing.per_try_timeout.min(remaining),
-        )
-        .await;
+        // A shard an operator failed is down as far as the gateway is
+        // concerned: an attempt on it (only possible with failover off)
+        // fails as a refused connection would, without touching the backend.
+        let operator_failed = shard.health.lock().expect("health lock").failed;
+        let result = if operator_failed {
+            Err(Failure::Connect)
+        } else {
+            attempt::send(
+                &gateway.client,
+                &shard.url,
+                &parts,
+                body.for_attempt(),
+                config.routing.per_try_timeout.min(remaining),
+            )
+            .await
+        };
         let failure = match &result {
             Err(failure) => Some(*failure),
             Ok(response)

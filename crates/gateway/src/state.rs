@@ -250,6 +250,8 @@ pub struct Stats {
     pub unauthorized: AtomicU64,
     /// Attempts after the first, within one request.
     pub failovers: AtomicU64,
+    /// Requests steered to another member because one was out of rotation.
+    pub reroutes: AtomicU64,
     /// Requests served by a shard outside the tenant's subset.
     pub spills: AtomicU64,
     /// Retries refused because the retry budget was spent.
