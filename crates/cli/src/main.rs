@@ -1,7 +1,10 @@
 //! The `shuffle-shard` command: parses arguments, runs one subcommand and
 //! turns its outcome into an exit status.
 
+mod backend_cmd;
 mod blast;
+mod demo;
+mod drill;
 mod migrate;
 mod output;
 mod place;
@@ -58,6 +61,12 @@ enum Command {
     Report(report::ReportArgs),
     /// Run the gateway: authenticate, route to the tenant's subset, fail over inside it.
     Serve(serve::ServeArgs),
+    /// Run a test backend (for demos, drills and benchmarks).
+    Backend(backend_cmd::BackendArgs),
+    /// Fail shards under load and check degraded-not-down, unaffected-unharmed and failover.
+    Drill(drill::DrillArgs),
+    /// The whole idea in one command: shards, a gateway, load, failures, and the model beside the measurements.
+    Demo(demo::DemoArgs),
 }
 
 impl Command {
@@ -70,6 +79,9 @@ impl Command {
             Command::Migrate(args) => migrate::run(args),
             Command::Report(args) => report::run(args),
             Command::Serve(args) => serve::run(args),
+            Command::Backend(args) => backend_cmd::run(args),
+            Command::Drill(args) => drill::run(args),
+            Command::Demo(args) => demo::run(args),
         }
     }
 }
@@ -92,7 +104,9 @@ fn main() -> ExitCode {
 
 /// Chooses the exit status for a failed command.
 fn exit_code(error: &anyhow::Error) -> ExitCode {
-    if error.downcast_ref::<output::OutputFailed>().is_some() {
+    if error.downcast_ref::<output::OutputFailed>().is_some()
+        || error.downcast_ref::<drill::PropertiesViolated>().is_some()
+    {
         ExitCode::from(EXIT_FAILURE)
     } else {
         ExitCode::from(EXIT_BAD_INPUT)

@@ -1,0 +1,46 @@
+//! `shuffle-shard demo --json`: every phase matches the model and the JSON
+//! has the documented per-phase fields.
+
+#[test]
+fn the_demo_matches_the_model_in_every_phase() {
+    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+        .args(["demo", "--tenants", "400", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let phases = summary["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 4);
+    for phase in phases {
+        for field in [
+            "failed",
+            "fully_down",
+            "degraded",
+            "unaffected_errors",
+            "failovers",
+            "modeled_fully_down",
+            "modeled_degraded",
+        ] {
+            assert!(phase.get(field).is_some(), "{field} missing in {phase}");
+        }
+        assert_eq!(phase["fully_down"], phase["modeled_fully_down"], "{phase}");
+        assert_eq!(phase["degraded"], phase["modeled_degraded"], "{phase}");
+        assert_eq!(phase["unaffected_errors"], 0, "{phase}");
+        assert_eq!(phase["violations"].as_array().unwrap().len(), 0, "{phase}");
+    }
+    assert_eq!(
+        phases[1]["fully_down"], 0,
+        "one failure downs nobody at k = 2"
+    );
+    assert!(phases[1]["failovers"].as_f64().unwrap() > 0.0);
+    assert!(
+        summary["status_page"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.1:")
+    );
+}

@@ -1,0 +1,179 @@
+//! `shuffle-shard drill` against a real gateway with real test shards: the
+//! measured sets equal the analyser's for a single and a double failure,
+//! and with failover turned off the drill reports the violation (exit 1).
+
+use std::process::Command;
+
+use backend::Backend;
+use gateway::runtime::Running;
+use sha2::{Digest, Sha256};
+
+struct Setup {
+    dir: tempfile::TempDir,
+    _backends: Vec<Backend>,
+    running: Running,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 8 shards in 2 zones, zone-aware k = 2, 300 tenants, a drill tenants file.
+async fn setup(routing: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Vec::new();
+    for i in 0..8 {
+        backends.push(Backend::start(&format!("s{i}")).await.unwrap());
+    }
+    std::fs::write(
+        dir.path().join("placement.key"),
+        (0..32).map(|_| fastrand::u8(..)).collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("admin.token"),
+        "drill-test-admin-token-0123456789",
+    )
+    .unwrap();
+    let mut tenants = String::new();
+    let mut drill_tenants = String::new();
+    for t in 0..300 {
+        let key = format!("drill-key-{t}-{}", fastrand::u64(..));
+        tenants.push_str(&format!(
+            "[[tenants]]\nid = \"tenant-{t}\"\napi_key_sha256 = \"{}\"\n",
+            hex(&Sha256::digest(&key))
+        ));
+        drill_tenants.push_str(&format!("tenant-{t}\t{key}\n"));
+    }
+    std::fs::write(dir.path().join("tenants.toml"), tenants).unwrap();
+    std::fs::write(dir.path().join("drill.tsv"), drill_tenants).unwrap();
+    let shards: String = backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            format!(
+                "  {{ id = \"{}\", url = \"{}\", zone = \"{}\" }},\n",
+                b.id(),
+                b.url(),
+                if i < 4 { "a" } else { "b" }
+            )
+        })
+        .collect();
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\n[placement]\nalgorithm = \"rendezvous\"\nk = 2\nkey_file = \"placement.key\"\nkey_version = \"v1\"\nzone_aware = true\n\n[routing]\n{routing}\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\n\n[[cells]]\nname = \"main\"\nshards = [\n{shards}]\n"
+    );
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config).unwrap();
+    let running = gateway::runtime::start(gateway::Snapshot::load(&path, None).unwrap())
+        .await
+        .unwrap();
+    Setup {
+        dir,
+        _backends: backends,
+        running,
+    }
+}
+
+/// Runs the drill binary (off the async runtime, which serves the gateway).
+async fn drill(setup: &Setup, fail: &str) -> (Option<i32>, serde_json::Value, String) {
+    let args = vec![
+        "drill".to_owned(),
+        "--gateway".into(),
+        format!("http://{}", setup.running.addr),
+        "--admin".into(),
+        format!("http://{}", setup.running.admin_addr),
+        "--admin-token-file".into(),
+        setup.dir.path().join("admin.token").display().to_string(),
+        "--tenants-file".into(),
+        setup.dir.path().join("drill.tsv").display().to_string(),
+        "--fail".into(),
+        fail.into(),
+        "--requests-per-tenant".into(),
+        "4".into(),
+        "--json".into(),
+    ];
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let report = serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null);
+    (output.status.code(), report, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_failure_degrades_without_downing_anyone() {
+    let setup = setup("").await;
+    let (code, report, stderr) = drill(&setup, "s1").await;
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    let verdict = &report["verdict"];
+    assert_eq!(verdict["fully_down"], 0);
+    assert_eq!(verdict["modeled_fully_down"], 0);
+    assert!(verdict["degraded"].as_u64().unwrap() > 0);
+    assert_eq!(verdict["degraded"], verdict["modeled_degraded"]);
+    assert_eq!(verdict["fully_down_matches"], true);
+    assert_eq!(verdict["degraded_matches"], true);
+    assert_eq!(verdict["unaffected_errors"], 0);
+    assert!(verdict["failovers"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        report["phases"][2]["errors"], 0,
+        "after restore nobody fails"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_double_failure_downs_exactly_the_modeled_tenants() {
+    let setup = setup("").await;
+    // One shard in each zone: with zone-aware k = 2, the tenants on exactly
+    // this pair lose both members.
+    let (code, report, stderr) = drill(&setup, "s1,s6").await;
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    let verdict = &report["verdict"];
+    assert_eq!(verdict["fully_down"], verdict["modeled_fully_down"]);
+    assert!(
+        verdict["fully_down"].as_u64().unwrap() > 0,
+        "300 tenants over 16 pairs: someone is on s1+s6"
+    );
+    assert_eq!(verdict["degraded"], verdict["modeled_degraded"]);
+    assert_eq!(verdict["fully_down_matches"], true);
+    assert_eq!(verdict["degraded_matches"], true);
+    assert_eq!(verdict["unaffected_errors"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_failover_the_drill_reports_the_violation() {
+    let setup = setup("failover = false").await;
+    let (code, report, stderr) = drill(&setup, "s1").await;
+    assert_eq!(code, Some(1), "{stderr}\n{report:#}");
+    let violations = report["verdict"]["violations"].to_string();
+    assert!(violations.contains("degraded tenant"), "{violations}");
+    assert!(stderr.contains("drill failed"), "{stderr}");
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let output = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+        .args([
+            "drill",
+            "--gateway",
+            "http://127.0.0.1:1",
+            "--admin",
+            "http://127.0.0.1:1",
+        ])
+        .args([
+            "--admin-token-file",
+            "/nonexistent/token",
+            "--tenants-file",
+            "/nonexistent/t",
+            "--fail",
+            "s1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("panicked"));
+}

@@ -1,0 +1,159 @@
+//! A small client for the gateway's admin API: inject and clear faults,
+//! read tenants' subsets and shard health, and read the failover counter.
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+use crate::error::DrillError;
+
+/// The admin API of one gateway.
+#[derive(Clone)]
+pub struct AdminClient {
+    base: String,
+    token: String,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl std::fmt::Debug for AdminClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminClient")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A shard as the admin API reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardState {
+    /// The cell.
+    pub cell: String,
+    /// The id.
+    pub id: String,
+    /// `up`, `failed`, `ejected`, …
+    pub health: String,
+}
+
+impl AdminClient {
+    /// A client for the admin API at `base` (e.g. `http://127.0.0.1:9901`).
+    pub fn new(base: &Uri, token: &str) -> Self {
+        Self {
+            base: base.to_string().trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    async fn call(&self, method: Method, path: &str) -> Result<(StatusCode, Bytes), DrillError> {
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("authorization", format!("Bearer {}", self.token))
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| DrillError::Input(format!("bad admin URL {}: {e}", self.base)))?;
+        let response = self.client.request(request).await.map_err(|e| {
+            DrillError::Gateway(format!("admin API at {} unreachable: {e}", self.base))
+        })?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| DrillError::Gateway(format!("admin API {path}: {e}")))?
+            .to_bytes();
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(DrillError::Input(
+                "the admin API refused the token (401); check --admin-token-file".into(),
+            ));
+        }
+        Ok((status, body))
+    }
+
+    async fn json(&self, method: Method, path: &str) -> Result<Value, DrillError> {
+        let (status, body) = self.call(method, path).await?;
+        if !status.is_success() {
+            return Err(DrillError::Gateway(format!(
+                "admin API {path} answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            )));
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| DrillError::Gateway(format!("admin API {path}: not JSON: {e}")))
+    }
+
+    /// Makes the gateway treat a shard as down.
+    pub async fn fail(&self, shard: &str) -> Result<(), DrillError> {
+        self.json(Method::POST, &format!("/admin/shards/{shard}/fail"))
+            .await
+            .map(drop)
+    }
+
+    /// Clears a fail or drain.
+    pub async fn restore(&self, shard: &str) -> Result<(), DrillError> {
+        self.json(Method::POST, &format!("/admin/shards/{shard}/restore"))
+            .await
+            .map(drop)
+    }
+
+    /// Every shard and its health.
+    pub async fn shards(&self) -> Result<Vec<ShardState>, DrillError> {
+        let value = self.json(Method::GET, "/admin/shards").await?;
+        Ok(value["shards"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|shard| ShardState {
+                cell: shard["cell"].as_str().unwrap_or("").to_owned(),
+                id: shard["id"].as_str().unwrap_or("").to_owned(),
+                health: shard["health"].as_str().unwrap_or("").to_owned(),
+            })
+            .collect())
+    }
+
+    /// A tenant's cell and subset (shard ids).
+    pub async fn subset(&self, tenant: &str) -> Result<(String, Vec<String>), DrillError> {
+        let value = self
+            .json(Method::GET, &format!("/admin/tenants/{tenant}"))
+            .await?;
+        let subset = value["subset"]
+            .as_array()
+            .ok_or_else(|| {
+                DrillError::Gateway(format!("admin API has no subset for tenant {tenant:?}"))
+            })?
+            .iter()
+            .filter_map(|id| id.as_str().map(str::to_owned))
+            .collect();
+        Ok((value["cell"].as_str().unwrap_or("").to_owned(), subset))
+    }
+
+    /// Whether the gateway reports any member of a tenant's subset out of
+    /// rotation right now.
+    pub async fn has_member_out(&self, tenant: &str) -> Result<bool, DrillError> {
+        let value = self
+            .json(Method::GET, &format!("/admin/tenants/{tenant}"))
+            .await?;
+        Ok(value["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|member| member["health"].as_str() != Some("up")))
+    }
+
+    /// The sum of `shuffle_failovers_total` over every cell and kind.
+    pub async fn failovers(&self) -> Result<f64, DrillError> {
+        let (status, body) = self.call(Method::GET, "/metrics").await?;
+        if !status.is_success() {
+            return Err(DrillError::Gateway(format!("/metrics answered {status}")));
+        }
+        let text = String::from_utf8_lossy(&body);
+        Ok(text
+            .lines()
+            .filter(|line| line.starts_with("shuffle_failovers_total"))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
+    }
+}

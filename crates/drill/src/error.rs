@@ -1,0 +1,16 @@
+//! The drill's typed errors.
+
+use thiserror::Error;
+
+/// Why a drill could not run (as opposed to a drill that ran and found a
+/// violated property, which is a report, not an error).
+#[derive(Debug, Error)]
+pub enum DrillError {
+    /// Bad arguments or input files.
+    #[error("{0}")]
+    Input(String),
+    /// The gateway or its admin API could not be reached or answered
+    /// unexpectedly.
+    #[error("{0}")]
+    Gateway(String),
+}

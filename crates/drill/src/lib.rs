@@ -1,0 +1,21 @@
+//! Drills: fail shards under synthetic load and prove that affected tenants
+//! degrade rather than drop, unaffected tenants feel nothing, and the
+//! gateway really failed over, tenant by tenant against the analyser's
+//! prediction for the same failure set.
+//!
+//! The crate talks to a running gateway over HTTP only (its data listener
+//! and its admin API), so the same drill runs against a gateway in this
+//! process (the demo, the tests) or in production.
+
+pub mod admin;
+pub mod credentials;
+mod error;
+pub mod load;
+pub mod run;
+pub mod session;
+
+pub use admin::AdminClient;
+pub use credentials::TenantCredential;
+pub use error::DrillError;
+pub use load::LoadShape;
+pub use session::{Phase, Session, ShardRef, Thresholds, Verdict};

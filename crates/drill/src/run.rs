@@ -1,0 +1,176 @@
+//! The drill as operators run it: a baseline, a fault, load during the
+//! fault, recovery, load after; then the verdict.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::DrillError;
+use crate::session::{Phase, Session, ShardRef, Thresholds, Verdict};
+
+/// How the fault is injected.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// The drill marks the shards failed through the admin API and restores
+    /// them afterwards: nothing is touched but the gateway's view.
+    Admin(Vec<String>),
+    /// The operator breaks these shards for real (kills the process,
+    /// blackholes it); the drill waits up to `timeout` for the gateway to
+    /// see them out, and afterwards for them to come back.
+    Wait {
+        /// The shards being broken.
+        shards: Vec<String>,
+        /// How long to wait for the gateway to notice.
+        timeout: Duration,
+    },
+}
+
+/// A phase's load summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseSummary {
+    /// `before`, `during` or `after`.
+    pub name: String,
+    /// Requests sent.
+    pub requests: u64,
+    /// Failed requests.
+    pub errors: u64,
+    /// Median latency, ms.
+    pub p50_ms: f64,
+    /// 99th percentile latency, ms.
+    pub p99_ms: f64,
+}
+
+/// Everything a drill found.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrillReport {
+    /// Tenants driven.
+    pub tenants: usize,
+    /// Load per phase.
+    pub phases: Vec<PhaseSummary>,
+    /// The verdict on the fault phase.
+    pub verdict: Verdict,
+    /// Whether every property held.
+    pub passed: bool,
+}
+
+fn summarize(name: &str, phase: &Phase) -> PhaseSummary {
+    let mut all: Vec<u32> = phase
+        .samples
+        .iter()
+        .flat_map(|s| s.latencies_us.iter().copied())
+        .collect();
+    PhaseSummary {
+        name: name.to_owned(),
+        requests: phase.samples.iter().map(|s| s.total).sum(),
+        errors: phase.samples.iter().map(|s| s.errors()).sum(),
+        p50_ms: crate::load::quantile_ms(&mut all, 0.5),
+        p99_ms: crate::load::quantile_ms(&mut all, 0.99),
+    }
+}
+
+/// Resolves shard ids to `(cell, id)` using the admin API's shard list.
+async fn resolve(session: &Session, ids: &[String]) -> Result<Vec<ShardRef>, DrillError> {
+    let shards = session.admin().shards().await?;
+    ids.iter()
+        .map(|id| {
+            let matches: Vec<&crate::admin::ShardState> =
+                shards.iter().filter(|s| &s.id == id).collect();
+            match matches.as_slice() {
+                [one] => Ok((one.cell.clone(), one.id.clone())),
+                [] => Err(DrillError::Input(format!(
+                    "the gateway has no shard {id:?}"
+                ))),
+                _ => Err(DrillError::Input(format!(
+                    "shard id {id:?} is in several cells"
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// Polls the admin API until `done` holds for the out-of-rotation set, or
+/// the timeout passes.
+async fn wait_for(
+    session: &Session,
+    timeout: Duration,
+    done: impl Fn(&[ShardRef]) -> bool,
+) -> Result<bool, DrillError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if done(&session.out_of_rotation().await?) {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs the drill.
+pub async fn run(
+    session: &Session,
+    fault: &Fault,
+    thresholds: Thresholds,
+) -> Result<DrillReport, DrillError> {
+    let ids = match fault {
+        Fault::Admin(ids) | Fault::Wait { shards: ids, .. } => ids,
+    };
+    let failed = resolve(session, ids).await?;
+    let before = session.measure().await;
+
+    match fault {
+        Fault::Admin(ids) => {
+            for id in ids {
+                session.admin().fail(id).await?;
+            }
+        }
+        Fault::Wait { timeout, .. } => {
+            let all_out = |out: &[ShardRef]| failed.iter().all(|f| out.contains(f));
+            if !wait_for(session, *timeout, all_out).await? {
+                return Err(DrillError::Gateway(format!(
+                    "the gateway did not report {} out of rotation within {:?}; was the fault injected?",
+                    ids.join(", "),
+                    timeout
+                )));
+            }
+        }
+    }
+    let failovers_before = session.admin().failovers().await?;
+    let during = session.measure().await;
+    let failovers_after = session.admin().failovers().await?;
+    let measured_degraded = session.measured_degraded().await?;
+
+    match fault {
+        Fault::Admin(ids) => {
+            for id in ids {
+                session.admin().restore(id).await?;
+            }
+        }
+        Fault::Wait { timeout, .. } => {
+            let none_failed = |out: &[ShardRef]| !failed.iter().any(|f| out.contains(f));
+            wait_for(session, *timeout, none_failed).await?;
+        }
+    }
+    let after = session.measure().await;
+
+    let verdict = session.evaluate(
+        "during",
+        &before,
+        &during,
+        &failed,
+        &measured_degraded,
+        failovers_after - failovers_before,
+        thresholds,
+    );
+    Ok(DrillReport {
+        tenants: session.tenants(),
+        phases: vec![
+            summarize("before", &before),
+            summarize("during", &during),
+            summarize("after", &after),
+        ],
+        passed: verdict.violations.is_empty(),
+        verdict,
+    })
+}
