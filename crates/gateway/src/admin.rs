@@ -120,10 +120,12 @@ fn authorize(snapshot: &Snapshot, headers: &HeaderMap, access: Access) -> Result
     }
 }
 
-/// Sets every scrape-time gauge from the current state.
+/// Sets every scrape-time gauge from the current state (series of shards
+/// and cells that no longer exist are dropped).
 pub fn refresh_gauges(gateway: &Gateway) {
     let snapshot = gateway.snapshot();
     let metrics = &gateway.metrics;
+    metrics.clear_present_gauges();
     let now = Instant::now();
     let window_seconds = gateway.shard_windows.length().as_secs_f64();
     for (cell_index, cell) in snapshot.config.cells.iter().enumerate() {
@@ -225,13 +227,13 @@ async fn metrics(
     headers: HeaderMap,
 ) -> Result<Response, AdminError> {
     authorize(&gateway.snapshot(), &headers, Access::Metrics)?;
-    refresh_gauges(&gateway);
+    let text = gateway.metrics.scrape(|| refresh_gauges(&gateway));
     Ok((
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        gateway.metrics.encode(),
+        text,
     )
         .into_response())
 }
@@ -483,10 +485,19 @@ async fn reload(
                 json!({ "reloaded": true, "changed": reloaded.changed, "tenants": reloaded.tenants }),
             ))
         }
-        Err(error @ LoadError::Migration { .. }) => {
-            Err(AdminError(StatusCode::CONFLICT, error.to_string()))
+        Err(error) => {
+            // Logged as SIGHUP's failures are: whoever watches the logs
+            // learns the reload did not happen, not only the caller.
+            tracing::error!(
+                %error,
+                "reload through the admin API refused; the previous configuration keeps serving"
+            );
+            let status = match error {
+                LoadError::Migration { .. } => StatusCode::CONFLICT,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            Err(AdminError(status, error.to_string()))
         }
-        Err(error) => Err(AdminError(StatusCode::BAD_REQUEST, error.to_string())),
     }
 }
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 use http::request::Parts;
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
+use tokio::time::Instant;
 
-use crate::body::AttemptBody;
+use crate::body::RequestBody;
 use crate::state::BackendClient;
 
 /// How an attempt failed.
@@ -53,26 +54,105 @@ pub fn backend_uri(base: &Uri, request: &Uri) -> Result<Uri, http::Error> {
     Ok(Uri::from_parts(parts)?)
 }
 
+/// How many times one attempt may be resent because the connection it went
+/// out on was closed by the backend before any answer. One is enough for
+/// the keep-alive race (the dead connection is retired, and connections a
+/// backend closes together are noticed together) and bounds what a backend
+/// that always closes without answering receives to two copies; beyond
+/// that, the usual failover rules (and the retry budget) apply.
+const MAX_STALE_RESENDS: usize = 1;
+
 /// Sends one attempt. `parts` is the prepared request head (headers
 /// already cleaned); the caller sets the shard header.
+///
+/// The per-try timeout runs from the moment the whole request body has been
+/// read from the client (at once for a buffered body), so a long upload is
+/// not taken for a slow backend; `deadline` (the request's) bounds
+/// everything.
+///
+/// When the request may be repeated (`safe_to_repeat`) and its body can be
+/// sent again, a request that meets a connection the backend closed before
+/// answering anything (an idle pooled connection the backend had just
+/// dropped, or closed as the request arrived) is resent on another
+/// connection to the same shard. That is not a failover and is not counted
+/// as one: the backend never answered, and a keep-alive race is not a
+/// failing shard.
 pub async fn send(
     client: &BackendClient,
     base: &Uri,
     parts: &Parts,
-    body: AttemptBody,
-    timeout: Duration,
+    body: &RequestBody,
+    per_try_timeout: Duration,
+    deadline: Instant,
+    safe_to_repeat: bool,
 ) -> Result<Response<Incoming>, Failure> {
     let uri = backend_uri(base, &parts.uri).map_err(|_| Failure::Connect)?;
-    let mut request = Request::new(body);
-    *request.method_mut() = parts.method.clone();
-    *request.uri_mut() = uri;
-    *request.headers_mut() = parts.headers.clone();
-    match tokio::time::timeout(timeout, client.request(request)).await {
-        Err(_elapsed) => Err(Failure::Timeout),
-        Ok(Err(error)) if error.is_connect() => Err(Failure::Connect),
-        Ok(Err(_)) => Err(Failure::Reset),
-        Ok(Ok(response)) => Ok(response),
+    let mut resends = 0;
+    loop {
+        let mut request = Request::new(body.for_attempt());
+        *request.method_mut() = parts.method.clone();
+        *request.uri_mut() = uri.clone();
+        *request.headers_mut() = parts.headers.clone();
+        let uploaded = body.uploaded();
+        let per_try = async move {
+            uploaded.await;
+            tokio::time::sleep(per_try_timeout).await;
+        };
+        let result = tokio::select! {
+            result = client.request(request) => result,
+            () = per_try => return Err(Failure::Timeout),
+            () = tokio::time::sleep_until(deadline) => return Err(Failure::Timeout),
+        };
+        let error = match result {
+            Ok(response) => return Ok(response),
+            Err(error) => error,
+        };
+        if error.is_connect() {
+            // Also after a resend: the backend closed its connection without
+            // answering and now refuses new ones, so it is down (a killed
+            // process), and a request that may be repeated anyway fails
+            // over as it would on any refused connection.
+            return Err(Failure::Connect);
+        }
+        if safe_to_repeat
+            && resends < MAX_STALE_RESENDS
+            && closed_before_answering(&error)
+            && body.replayable()
+        {
+            resends += 1;
+            tracing::debug!(%uri, resends, "backend closed the connection before answering; resending on another connection");
+            continue;
+        }
+        return Err(Failure::Reset);
     }
+}
+
+/// Whether the backend closed the connection (EOF or reset) before sending
+/// any of its response, as opposed to failing mid-response, the client's
+/// body failing, or a protocol error.
+fn closed_before_answering(error: &hyper_util::client::legacy::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(hyper_error) = cause.downcast_ref::<hyper::Error>() {
+            if hyper_error.is_user() {
+                // The request body (the client's) failed, not the connection.
+                return false;
+            }
+            if hyper_error.is_incomplete_message() {
+                return true;
+            }
+        }
+        if let Some(io_error) = cause.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io_error.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        source = cause.source();
+    }
+    false
 }
 
 #[cfg(test)]

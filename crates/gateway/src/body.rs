@@ -3,11 +3,17 @@
 //!
 //! A request body is either *buffered* (small enough, and the request safe
 //! to replay: every attempt gets the same bytes) or *taken once*: the
-//! client's stream sits in a shared slot and the first attempt that actually
-//! polls it takes it. An attempt whose connection failed never polled its
-//! body, so the stream is still in the slot and the request can go to
+//! client's stream sits in a shared [`Upload`] and the first attempt that
+//! actually polls it takes it. An attempt whose connection failed never
+//! polled its body, so the stream is still there and the request can go to
 //! another shard; once taken, it cannot, and the proxy knows that because
 //! the slot is empty.
+//!
+//! A streamed body is also where the client's part of a failed attempt
+//! shows: the stream enforces `limits.max_body_bytes` as the bytes pass
+//! (a chunked body declares no length up front), and it records whether the
+//! client's body broke off or was still awaited when time ran out, so the
+//! proxy answers the client (413, 400, 408) instead of blaming the shard.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -17,6 +23,7 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio::sync::watch;
 
 /// The body type of responses the gateway sends.
 pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
@@ -28,27 +35,119 @@ pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
         .boxed()
 }
 
+/// How the client's own body made an attempt fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientFault {
+    /// The body grew past `limits.max_body_bytes` while streaming.
+    TooLarge,
+    /// The body could not be read: the client went away or broke the
+    /// framing mid-body.
+    Broken,
+    /// The client stopped sending its body and time ran out waiting for it.
+    Stalled,
+}
+
+/// Why an attempt's body stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum AttemptBodyError {
+    /// The client's body is larger than the limit; the rest is not sent.
+    #[error("the request body is larger than limits.max_body_bytes")]
+    TooLarge,
+    /// Reading the client's body failed.
+    #[error("reading the client's request body failed")]
+    Client(#[source] hyper::Error),
+}
+
 /// The client's body, shared by the attempts of one request.
 #[derive(Clone, Debug)]
 pub enum RequestBody {
     /// Every attempt sends these bytes.
     Buffered(Bytes),
     /// The first attempt to poll takes the stream.
-    Once(Arc<Mutex<Option<Incoming>>>),
+    Once(Arc<Upload>),
+}
+
+/// A client's streamed body and what became of it.
+#[derive(Debug)]
+pub struct Upload {
+    slot: Mutex<Option<Incoming>>,
+    limit: u64,
+    progress: Mutex<Progress>,
+    finished: watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    received: u64,
+    /// The last poll of the client's stream found nothing ready: the
+    /// upload is waiting on the client, not on the backend.
+    waiting_on_client: bool,
+    fault: Option<ClientFault>,
+}
+
+impl Upload {
+    /// Records one poll of the client's stream, enforcing the size limit.
+    fn observe(
+        &self,
+        polled: Poll<Option<Result<Frame<Bytes>, hyper::Error>>>,
+        at_end: bool,
+    ) -> Poll<Option<Result<Frame<Bytes>, AttemptBodyError>>> {
+        let mut progress = self.progress.lock().expect("upload progress");
+        progress.waiting_on_client = polled.is_pending();
+        let outcome = match polled {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => None,
+            Poll::Ready(Some(Err(error))) => {
+                progress.fault = Some(ClientFault::Broken);
+                Some(Err(AttemptBodyError::Client(error)))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                progress.received += frame.data_ref().map_or(0, |data| data.len() as u64);
+                if progress.received > self.limit {
+                    progress.fault = Some(ClientFault::TooLarge);
+                    Some(Err(AttemptBodyError::TooLarge))
+                } else {
+                    Some(Ok(frame))
+                }
+            }
+        };
+        let finished = match &outcome {
+            None => true,
+            Some(Ok(_)) => at_end,
+            Some(Err(_)) => false,
+        };
+        if finished {
+            self.finished.send_replace(true);
+        }
+        Poll::Ready(outcome)
+    }
 }
 
 impl RequestBody {
     /// A body that streams the client's body to the first attempt that reads
-    /// it.
-    pub fn once(incoming: Incoming) -> Self {
-        RequestBody::Once(Arc::new(Mutex::new(Some(incoming))))
+    /// it, cut off (and the request failed) once it exceeds `limit` bytes.
+    pub fn once(incoming: Incoming, limit: u64) -> Self {
+        RequestBody::Once(Arc::new(Upload {
+            slot: Mutex::new(Some(incoming)),
+            limit,
+            progress: Mutex::new(Progress::default()),
+            finished: watch::Sender::new(false),
+        }))
     }
 
     /// Whether another attempt can still send this body.
     pub fn replayable(&self) -> bool {
         match self {
             RequestBody::Buffered(_) => true,
-            RequestBody::Once(slot) => slot.lock().expect("body slot").is_some(),
+            RequestBody::Once(upload) => upload.slot.lock().expect("body slot").is_some(),
+        }
+    }
+
+    /// Whether the client's body has been read to its end.
+    pub fn fully_read(&self) -> bool {
+        match self {
+            RequestBody::Buffered(_) => true,
+            RequestBody::Once(upload) => *upload.finished.borrow(),
         }
     }
 
@@ -56,8 +155,39 @@ impl RequestBody {
     pub fn for_attempt(&self) -> AttemptBody {
         match self {
             RequestBody::Buffered(bytes) => AttemptBody::Buffered(Some(bytes.clone())),
-            RequestBody::Once(slot) => AttemptBody::Waiting(Arc::clone(slot)),
+            RequestBody::Once(upload) => AttemptBody::Waiting(Arc::clone(upload)),
         }
+    }
+
+    /// Completes once the whole body has been read from the client (at once
+    /// for a buffered body). An attempt's per-try timeout starts here, so a
+    /// long upload is not mistaken for a slow backend.
+    pub fn uploaded(&self) -> impl Future<Output = ()> + Send + 'static {
+        let finished = match self {
+            RequestBody::Buffered(_) => None,
+            RequestBody::Once(upload) => Some(upload.finished.subscribe()),
+        };
+        async move {
+            if let Some(mut finished) = finished {
+                // The sender lives as long as the body; if it is gone, so is
+                // the attempt waiting here.
+                let _ = finished.wait_for(|done| *done).await;
+            }
+        }
+    }
+
+    /// The client's part in a failed attempt, if it had one: its body was
+    /// too large or broke off, or (when the attempt ran out of time) the
+    /// gateway was still waiting for it.
+    pub fn client_fault(&self, timed_out: bool) -> Option<ClientFault> {
+        let RequestBody::Once(upload) = self else {
+            return None;
+        };
+        let progress = upload.progress.lock().expect("upload progress");
+        progress.fault.or_else(|| {
+            (timed_out && progress.waiting_on_client && !*upload.finished.borrow())
+                .then_some(ClientFault::Stalled)
+        })
     }
 }
 
@@ -67,21 +197,21 @@ pub enum AttemptBody {
     /// Bytes not yet sent (`None` once sent).
     Buffered(Option<Bytes>),
     /// The client's stream, not yet taken from the slot.
-    Waiting(Arc<Mutex<Option<Incoming>>>),
+    Waiting(Arc<Upload>),
     /// The client's stream, taken by this attempt.
-    Streaming(Incoming),
+    Streaming(Incoming, Arc<Upload>),
     /// Nothing left.
     Done,
 }
 
 impl Body for AttemptBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = AttemptBodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, AttemptBodyError>>> {
         let this = &mut *self;
         loop {
             match this {
@@ -93,15 +223,22 @@ impl Body for AttemptBody {
                             .map(|b| Ok(Frame::data(b))),
                     );
                 }
-                AttemptBody::Waiting(slot) => {
-                    let taken = slot.lock().expect("body slot").take();
+                AttemptBody::Waiting(upload) => {
+                    let taken = upload.slot.lock().expect("body slot").take();
                     *this = match taken {
-                        Some(incoming) => AttemptBody::Streaming(incoming),
+                        Some(incoming) => AttemptBody::Streaming(incoming, Arc::clone(upload)),
                         // Another attempt took it first: this one has nothing to send.
                         None => AttemptBody::Done,
                     };
                 }
-                AttemptBody::Streaming(incoming) => return Pin::new(incoming).poll_frame(cx),
+                AttemptBody::Streaming(incoming, upload) => {
+                    let polled = Pin::new(&mut *incoming).poll_frame(cx);
+                    let observed = upload.observe(polled, incoming.is_end_stream());
+                    if matches!(observed, Poll::Ready(None | Some(Err(_)))) {
+                        *this = AttemptBody::Done;
+                    }
+                    return observed;
+                }
                 AttemptBody::Done => return Poll::Ready(None),
             }
         }
@@ -111,7 +248,7 @@ impl Body for AttemptBody {
         match self {
             AttemptBody::Buffered(bytes) => bytes.as_ref().is_none_or(Bytes::is_empty),
             AttemptBody::Waiting(_) => false,
-            AttemptBody::Streaming(incoming) => incoming.is_end_stream(),
+            AttemptBody::Streaming(incoming, _) => incoming.is_end_stream(),
             AttemptBody::Done => true,
         }
     }
@@ -121,7 +258,7 @@ impl Body for AttemptBody {
             AttemptBody::Buffered(bytes) => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
-            AttemptBody::Streaming(incoming) => incoming.size_hint(),
+            AttemptBody::Streaming(incoming, _) => incoming.size_hint(),
             _ => SizeHint::default(),
         }
     }

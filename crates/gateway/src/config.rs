@@ -15,6 +15,10 @@ use placement::{Algorithm, PlacementKey};
 use serde::Deserialize;
 use thiserror::Error;
 
+/// The JWT signature algorithms, re-exported so callers need not depend on
+/// `jsonwebtoken` to configure one.
+pub use jsonwebtoken::Algorithm as JwtAlgorithm;
+
 /// The shortest placement key the gateway serves with. Shorter keys can be
 /// guessed, and a guessed key makes every tenant's shards public.
 pub const MIN_KEY_BYTES: usize = 16;

@@ -9,6 +9,7 @@
 //! number of tenants at or below each success-ratio bound (a cumulative,
 //! histogram-shaped gauge family) and the number below 99 % and 99.9 %.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -78,6 +79,9 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// One scrape at a time: the scrape-time gauges are cleared, set and
+    /// encoded as one step.
+    scrape: Mutex<()>,
     pub(crate) requests: Family<RequestLabels, Counter>,
     pub(crate) attempts: Family<AttemptLabels, Counter>,
     pub(crate) failovers: Family<FailoverLabels, Counter>,
@@ -213,6 +217,7 @@ impl Metrics {
         );
         Self {
             registry,
+            scrape: Mutex::new(()),
             requests,
             attempts,
             failovers,
@@ -283,7 +288,28 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition (call [`crate::admin::refresh_gauges`] first).
+    /// Drops every series of the scrape-time gauges that describe shards
+    /// and cells, so that a shard or cell a reload removed stops being
+    /// reported instead of keeping its last value for ever.
+    pub(crate) fn clear_present_gauges(&self) {
+        self.shard_healthy.clear();
+        self.shard_ejected.clear();
+        self.shard_in_flight.clear();
+        self.utilization_cv.clear();
+        self.blast_fully_down.clear();
+        self.blast_degraded.clear();
+    }
+
+    /// One scrape: `refresh` sets the scrape-time gauges, then everything
+    /// is encoded, with no other scrape in between.
+    pub fn scrape(&self, refresh: impl FnOnce()) -> String {
+        let _one_at_a_time = self.scrape.lock().unwrap_or_else(PoisonError::into_inner);
+        refresh();
+        self.encode()
+    }
+
+    /// The text exposition (call [`crate::admin::refresh_gauges`] first, or
+    /// use [`Metrics::scrape`]).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.

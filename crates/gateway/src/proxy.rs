@@ -23,7 +23,7 @@ use placement::ShardIndex;
 use tokio::time::Instant;
 
 use crate::attempt::{self, Failure};
-use crate::body::{OnDrop, RequestBody, ResponseBody, full};
+use crate::body::{ClientFault, OnDrop, RequestBody, ResponseBody, full};
 use crate::credential;
 use crate::headers;
 use crate::health::Availability;
@@ -45,7 +45,20 @@ pub async fn handle(
     peer: SocketAddr,
 ) -> Response<ResponseBody> {
     let started = Instant::now();
-    let (response, served) = route(&gateway, request, peer).await;
+    let had_body = !request.body().is_end_stream();
+    let mut body = None;
+    let (mut response, served) = route(&gateway, request, peer, &mut body).await;
+    if had_body && body.as_ref().is_none_or(|body| !body.fully_read()) {
+        // Answered without reading the whole request body (401, 413, 408,
+        // a backend that answered early, ...): the rest of it is still on
+        // the connection, so the connection cannot carry another request.
+        // hyper closes it, but only notices after the head is written; say
+        // so in the head, or a keep-alive client sends its next request
+        // into a connection that is closing.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     let elapsed = started.elapsed();
     let status = response.status();
     let outcome = match status.as_u16() {
@@ -85,11 +98,13 @@ pub async fn handle(
 }
 
 /// The request path proper; returns the response and, once the tenant is
-/// known, who it was for.
+/// known, who it was for. `request_body` receives the request body once it
+/// is set up, so the caller can tell whether it was read to the end.
 async fn route(
     gateway: &Arc<Gateway>,
     request: Request<Incoming>,
     peer: SocketAddr,
+    request_body: &mut Option<RequestBody>,
 ) -> (Response<ResponseBody>, Option<Served>) {
     gateway.stats.requests.fetch_add(1, Ordering::Relaxed);
     let snapshot = gateway.snapshot();
@@ -141,23 +156,26 @@ async fn route(
         && declared_length
             .is_some_and(|length| length <= config.routing.max_replay_body_bytes as u64)
     {
-        match Limited::new(incoming, config.routing.max_replay_body_bytes)
-            .collect()
-            .await
-        {
-            Ok(collected) => RequestBody::Buffered(collected.to_bytes()),
-            Err(_) => {
-                return (
-                    error_response(StatusCode::BAD_REQUEST, "could not read the request body"),
-                    Some(served),
-                );
-            }
+        // A client that sends its head and then stalls its body must not
+        // hold the request (and its connection) open for ever.
+        let collected = tokio::time::timeout_at(
+            deadline,
+            Limited::new(incoming, config.routing.max_replay_body_bytes).collect(),
+        )
+        .await;
+        match collected {
+            Ok(Ok(collected)) => RequestBody::Buffered(collected.to_bytes()),
+            Ok(Err(_)) => return (client_fault_response(ClientFault::Broken), Some(served)),
+            Err(_elapsed) => return (client_fault_response(ClientFault::Stalled), Some(served)),
         }
     } else if incoming.is_end_stream() {
         RequestBody::Buffered(Bytes::new())
     } else {
-        RequestBody::once(incoming)
+        // Streamed: a chunked body declares no length, so the limit is
+        // enforced as the bytes pass.
+        RequestBody::once(incoming, config.limits.max_body_bytes)
     };
+    *request_body = Some(body.clone());
     headers::inbound(&mut parts.headers, &tenant.id, Some(peer.ip()));
     gateway.budget.record_request(Instant::now());
 
@@ -242,11 +260,22 @@ async fn route(
                 &gateway.client,
                 &shard.url,
                 &parts,
-                body.for_attempt(),
-                config.routing.per_try_timeout.min(remaining),
+                &body,
+                config.routing.per_try_timeout,
+                deadline,
+                safe_to_repeat,
             )
             .await
         };
+        // The client's body, not the shard, ended the attempt: answer the
+        // client, and neither blame the shard nor try another.
+        if let Err(failure) = &result
+            && let Some(fault) = body.client_fault(*failure == Failure::Timeout)
+        {
+            shard.in_flight.fetch_sub(1, Ordering::Relaxed);
+            tracing::debug!(cell = %cell_name, shard = %shard.id, ?fault, "the client's request body ended the attempt");
+            return (client_fault_response(fault), Some(served));
+        }
         let failure = match &result {
             Err(failure) => Some(*failure),
             Ok(response)
@@ -359,6 +388,22 @@ fn backoff(attempt: usize, base: Duration, max: Duration) -> Duration {
         .saturating_mul(1 << attempt.saturating_sub(1).min(16))
         .min(max);
     nominal.mul_f64(fastrand::f64())
+}
+
+/// The answer when the client's own body failed the request.
+fn client_fault_response(fault: ClientFault) -> Response<ResponseBody> {
+    match fault {
+        ClientFault::TooLarge => {
+            error_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+        }
+        ClientFault::Broken => {
+            error_response(StatusCode::BAD_REQUEST, "could not read the request body")
+        }
+        ClientFault::Stalled => error_response(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body did not arrive in time",
+        ),
+    }
 }
 
 /// A JSON error response.

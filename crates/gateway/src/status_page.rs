@@ -22,12 +22,24 @@ fn escape(text: &str) -> String {
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d232a;background:#fafbfc}\
-h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:1.6rem}\
-.zone{margin:.4rem 0}.zone b{display:inline-block;width:7rem}\
-.shard{display:inline-block;min-width:6.5rem;margin:.2rem;padding:.35rem .5rem;border-radius:.4rem;font-size:.85rem;border:1px solid #0002}\
-.up{background:#d6f5dd}.failed,.unhealthy,.ejected{background:#f9d0d0}.drained,.stale{background:#fbeec5}\
+h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:1.6rem}h3{font-size:1rem;margin:.8rem 0 .3rem}\
+.zone{display:flex;flex-wrap:wrap;align-items:center;margin:.3rem 0}\
+.zone b{width:6rem;font-size:.85rem;color:#555;font-weight:600}\
+.shard{min-width:6.5rem;margin:.2rem;padding:.35rem .5rem;border-radius:.4rem;font-size:.85rem;border:1px solid #0002}\
+.shard strong{font-size:.95rem}\
+.up{background:#d6f5dd}.failed,.unhealthy,.ejected{background:#f9d0d0;border-color:#b0002055}.drained,.stale{background:#fbeec5}\
 table{border-collapse:collapse;font-size:.9rem}td,th{padding:.25rem .6rem;border-bottom:1px solid #0001;text-align:left}\
-.num{text-align:right;font-variant-numeric:tabular-nums}.note{color:#555;font-size:.85rem}";
+th.num,.num{text-align:right;font-variant-numeric:tabular-nums}.note{color:#555;font-size:.85rem}\
+.bad{color:#b00020;font-weight:600}";
+
+/// `count` and `noun`, with an `s` unless the count is one.
+fn counted(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("{count} {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
 
 /// Renders the page.
 pub fn render(gateway: &Gateway) -> String {
@@ -42,9 +54,9 @@ pub fn render(gateway: &Gateway) -> String {
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
          <title>shuffle-shard gateway</title><style>{STYLE}</style></head><body>\
          <h1>shuffle-shard gateway</h1>\
-         <p class=\"note\">{} tenants, {} cells. Refreshes every {REFRESH_SECONDS} s; rates and availability cover the last {} s.</p>",
-        snapshot.tenants.len(),
-        snapshot.config.cells.len(),
+         <p class=\"note\">{}, {}. Refreshes every {REFRESH_SECONDS} s; rates and availability cover the last {} s.</p>",
+        counted(snapshot.tenants.len(), "tenant"),
+        counted(snapshot.config.cells.len(), "cell"),
         window as u64
     );
 
@@ -65,7 +77,7 @@ pub fn render(gateway: &Gateway) -> String {
             let _ = write!(
                 html,
                 "<div class=\"zone\"><b>{}</b>",
-                escape(zone.unwrap_or("(no zone)"))
+                zone.map_or_else(|| "no zone".to_owned(), |z| format!("zone {}", escape(z)))
             );
             for shard in snapshot.shards[cell_index]
                 .iter()
@@ -76,7 +88,7 @@ pub fn render(gateway: &Gateway) -> String {
                     gateway.shard_windows.tally(&shard_key(shard), now).total as f64 / window;
                 let _ = write!(
                     html,
-                    "<span class=\"shard {class}\" data-shard=\"{id}\" data-health=\"{class}\">{id}<br>{class} · {in_flight} in flight · {rate:.1}/s</span>",
+                    "<span class=\"shard {class}\" data-shard=\"{id}\" data-health=\"{class}\"><strong>{id}</strong><br>{class} · {in_flight} in flight · {rate:.1}/s</span>",
                     class = availability.name(),
                     id = escape(&shard.id),
                     in_flight = shard.in_flight(),
@@ -99,7 +111,7 @@ pub fn render(gateway: &Gateway) -> String {
         let more = live.fully_down_tenants.len().saturating_sub(20);
         let _ = write!(
             html,
-            "<tr data-cell=\"{cell}\"><td>{cell}</td><td>{out}</td><td class=\"num\">{tenants}</td><td class=\"num fully-down\">{fully}</td><td class=\"num degraded\">{degraded}</td><td>{down}{more}</td></tr>",
+            "<tr data-cell=\"{cell}\"><td>{cell}</td><td>{out}</td><td class=\"num\">{tenants}</td><td class=\"num fully-down{alarm}\">{fully}</td><td class=\"num degraded\">{degraded}</td><td>{down}{more}</td></tr>",
             cell = escape(&live.cell),
             out = if live.unavailable.is_empty() {
                 "none".to_owned()
@@ -108,6 +120,7 @@ pub fn render(gateway: &Gateway) -> String {
             },
             tenants = live.tenants,
             fully = live.fully_down,
+            alarm = if live.fully_down > 0 { " bad" } else { "" },
             degraded = live.degraded,
             down = down.join(", "),
             more = if more > 0 {
@@ -130,8 +143,9 @@ pub fn render(gateway: &Gateway) -> String {
         let ratio = row["availability"].as_f64().unwrap_or(1.0);
         let _ = write!(
             html,
-            "<tr><td>{}</td><td class=\"num\">{:.3}%</td><td class=\"num\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"num{}\">{:.3}%</td><td class=\"num\">{}</td></tr>",
             escape(row["tenant"].as_str().unwrap_or("")),
+            if ratio < 0.99 { " bad" } else { "" },
             ratio * 100.0,
             row["total"]
         );

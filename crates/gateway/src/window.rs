@@ -75,6 +75,9 @@ impl Ring {
 #[derive(Debug)]
 pub struct Windows {
     origin: Instant,
+    /// The configured length (`bucket × BUCKETS` can fall a few
+    /// nanoseconds short of it, which would make a 10 s window read 9 s).
+    length: Duration,
     bucket: Duration,
     stripes: Vec<Mutex<HashMap<String, Ring>>>,
 }
@@ -82,16 +85,18 @@ pub struct Windows {
 impl Windows {
     /// Windows of `length`, measured from `origin`.
     pub fn new(length: Duration, origin: Instant) -> Self {
+        let bucket = (length / BUCKETS as u32).max(Duration::from_millis(1));
         Self {
             origin,
-            bucket: (length / BUCKETS as u32).max(Duration::from_millis(1)),
+            length: length.max(bucket * BUCKETS as u32),
+            bucket,
             stripes: (0..STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
         }
     }
 
     /// The window's length.
     pub fn length(&self) -> Duration {
-        self.bucket * BUCKETS as u32
+        self.length
     }
 
     fn epoch(&self, now: Instant) -> u64 {
@@ -173,6 +178,14 @@ mod tests {
         tokio::time::advance(Duration::from_secs(60)).await;
         assert_eq!(windows.tally("acme", Instant::now()), Tally::default());
         assert!(windows.all(Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn the_length_is_the_configured_one() {
+        for seconds in [10, 60, 3600] {
+            let windows = Windows::new(Duration::from_secs(seconds), Instant::now());
+            assert_eq!(windows.length().as_secs(), seconds);
+        }
     }
 
     #[tokio::test(start_paused = true)]

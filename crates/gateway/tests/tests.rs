@@ -3,4 +3,12 @@
 
 mod util;
 
+mod admin;
+mod deploy;
+mod logs;
+mod metrics;
+mod reload;
+mod replicas;
 mod routing;
+mod status_page;
+mod transport;

@@ -29,6 +29,16 @@ pub struct Options {
     /// Shards served by something other than a [`Backend`] (a test's own
     /// server), as `(id, url)`; listed after the backends' shards.
     pub custom_shards: Vec<(String, String)>,
+    /// Lines inside `[health]`; keys it names replace the fast test
+    /// defaults (e.g. `interval_ms = 60000` so that only passive ejection
+    /// and the operator move shards).
+    pub health: String,
+    /// Lines inside `[outlier]`; keys it names replace the test defaults.
+    pub outlier: String,
+    /// Extra lines inside `[admin]` (which already binds 127.0.0.1:0).
+    pub admin: String,
+    /// When set, written to `admin.token` and named by `admin.token_file`.
+    pub admin_token: Option<String>,
 }
 
 impl Default for Options {
@@ -40,6 +50,10 @@ impl Default for Options {
             routing: String::new(),
             extra: String::new(),
             custom_shards: Vec::new(),
+            health: String::new(),
+            outlier: String::new(),
+            admin: String::new(),
+            admin_token: None,
         }
     }
 }
@@ -52,6 +66,8 @@ pub struct Fixture {
     /// (tenant id, API key)
     pub tenants: Vec<(String, String)>,
     pub client: Client<HttpConnector, Full<Bytes>>,
+    /// The admin bearer token, when `Options::admin_token` set one.
+    pub admin_token: Option<String>,
 }
 
 /// A random key of `len` bytes. Tests make their own keys; none is
@@ -111,6 +127,36 @@ impl Fixture {
                     .map(|(id, url)| format!("  {{ id = \"{id}\", url = \"{url}\" }},\n")),
             )
             .collect();
+        // Test-friendly timeouts unless the test sets its own.
+        let mut routing = String::new();
+        for (key, default) in [("per_try_timeout_ms", 300), ("request_timeout_ms", 3000)] {
+            if !options.routing.contains(key) {
+                routing.push_str(&format!("{key} = {default}\n"));
+            }
+        }
+        routing.push_str(&options.routing);
+        let health = with_defaults(
+            &options.health,
+            &[
+                ("interval_ms", "100"),
+                ("timeout_ms", "100"),
+                ("rise", "1"),
+                ("fall", "2"),
+            ],
+        );
+        let outlier = with_defaults(
+            &options.outlier,
+            &[
+                ("consecutive_failures", "3"),
+                ("base_ejection_ms", "400"),
+                ("max_ejection_ms", "2000"),
+            ],
+        );
+        let mut admin = options.admin.clone();
+        if let Some(token) = &options.admin_token {
+            std::fs::write(dir.path().join("admin.token"), format!("{token}\n")).unwrap();
+            admin.push_str("\ntoken_file = \"admin.token\"\n");
+        }
         let config = format!(
             r#"listen = "127.0.0.1:0"
 tenants_file = "tenants.toml"
@@ -122,23 +168,17 @@ key_file = "placement.key"
 key_version = "v1"
 
 [health]
-interval_ms = 100
-timeout_ms = 100
-rise = 1
-fall = 2
+{health}
 
 [routing]
-per_try_timeout_ms = 300
-request_timeout_ms = 3000
 {routing}
 
 [outlier]
-consecutive_failures = 3
-base_ejection_ms = 400
-max_ejection_ms = 2000
+{outlier}
 
 [admin]
 listen = "127.0.0.1:0"
+{admin}
 
 {extra}
 
@@ -148,7 +188,7 @@ shards = [
 {shards}]
 "#,
             k = options.k,
-            routing = options.routing,
+            routing = routing,
             extra = options.extra,
         );
         let path = dir.path().join("gateway.toml");
@@ -162,6 +202,7 @@ shards = [
             running,
             tenants,
             client,
+            admin_token: options.admin_token,
         }
     }
 
@@ -230,6 +271,90 @@ shards = [
 
     pub fn total_backend_requests(&self) -> u64 {
         self.backends.iter().map(Backend::requests).sum()
+    }
+}
+
+/// `lines`, preceded by a `key = value` line for each default whose key
+/// `lines` does not set.
+fn with_defaults(lines: &str, defaults: &[(&str, &str)]) -> String {
+    let sets = |key: &str| {
+        lines
+            .lines()
+            .any(|line| line.split('=').next().map(str::trim) == Some(key))
+    };
+    let mut out: String = defaults
+        .iter()
+        .filter(|(key, _)| !sets(key))
+        .map(|(key, value)| format!("{key} = {value}\n"))
+        .collect();
+    out.push_str(lines);
+    out.push('\n');
+    out
+}
+
+/// Sends a request to `addr` (a gateway's admin listener, usually) with an
+/// optional bearer token.
+pub async fn request_to(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, http::HeaderMap, Bytes) {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    (
+        parts.status,
+        parts.headers,
+        body.collect().await.unwrap().to_bytes(),
+    )
+}
+
+impl Fixture {
+    /// Sends a request to the admin listener, with `token` as the bearer
+    /// token when given.
+    pub async fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+    ) -> (StatusCode, http::HeaderMap, Bytes) {
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = bearer
+            .as_deref()
+            .map(|b| ("authorization", b))
+            .into_iter()
+            .collect();
+        request_to(
+            &self.client,
+            self.running.admin_addr,
+            method,
+            path,
+            &headers,
+        )
+        .await
+    }
+
+    /// An admin call with the fixture's token that must succeed; its JSON.
+    pub async fn admin_json(&self, method: &str, path: &str) -> serde_json::Value {
+        let token = self.admin_token.as_deref().expect("Options::admin_token");
+        let (status, _, body) = self.admin(method, path, Some(token)).await;
+        assert!(
+            status.is_success(),
+            "{method} {path}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+        serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {body:?}"))
     }
 }
 

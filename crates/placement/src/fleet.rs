@@ -78,8 +78,10 @@ impl Fleet {
     /// only keeps weighted scores finite.
     pub const MAX_WEIGHT: f64 = 1e12;
 
-    /// The largest fleet a placement addresses.
-    pub const MAX_SHARDS: u64 = u32::MAX as u64;
+    /// The largest fleet accepted. Every shard has an id string, so a
+    /// fleet is memory proportional to its size; ten million shards is far
+    /// beyond any real fleet and still fits comfortably.
+    pub const MAX_SHARDS: u64 = 10_000_000;
 
     /// Validates a list of shards: at least one, ids non-empty and unique,
     /// weights positive and at most [`MAX_WEIGHT`](Self::MAX_WEIGHT).
@@ -135,6 +137,7 @@ impl Fleet {
 
     /// `n` shards with ids `"0"` … `"n-1"`, no zones, equal weights.
     pub fn uniform(n: u32) -> Result<Self, PlacementError> {
+        check_size(u64::from(n))?;
         Self::new((0..n).map(|i| Shard::new(i.to_string())).collect())
     }
 
@@ -170,6 +173,8 @@ impl Fleet {
                     zone: name.to_owned(),
                 });
             }
+            // Checked before allocating: a spec is user input.
+            check_size(shards.len() as u64 + u64::from(count))?;
             let first = shards.len();
             shards.extend(
                 (first..first + count as usize).map(|i| Shard::new(i.to_string()).in_zone(name)),
@@ -226,9 +231,37 @@ impl Fleet {
     }
 }
 
+fn check_size(n: u64) -> Result<(), PlacementError> {
+    if n > Fleet::MAX_SHARDS {
+        return Err(PlacementError::FleetTooLarge {
+            n,
+            max: Fleet::MAX_SHARDS,
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_fleets_are_refused_before_allocating() {
+        // Found by the zone-spec fuzz target: this once tried to allocate
+        // tens of gigabytes.
+        assert!(matches!(
+            Fleet::from_zone_spec("a:4000000000"),
+            Err(PlacementError::FleetTooLarge { .. })
+        ));
+        assert!(matches!(
+            Fleet::from_zone_spec("a:6000000,b:6000000"),
+            Err(PlacementError::FleetTooLarge { .. })
+        ));
+        assert!(matches!(
+            Fleet::uniform(u32::MAX),
+            Err(PlacementError::FleetTooLarge { .. })
+        ));
+    }
 
     #[test]
     fn rejects_bad_fleets() {

@@ -1,0 +1,308 @@
+//! The fuzz targets: every parser of untrusted input, fed its corpus, then
+//! mutations of it and arbitrary bytes, must return a value or a typed
+//! error and never panic.
+
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+
+/// Cases per target; CI's default keeps the whole suite near a minute.
+fn cases() -> u32 {
+    std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
+fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target)
+}
+
+/// Every file of a target's corpus.
+fn corpus(target: &str) -> Vec<Vec<u8>> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(corpus_dir(target))
+        .unwrap_or_else(|e| panic!("fuzz corpus for {target} missing: {e}"))
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    entries.sort();
+    let files: Vec<Vec<u8>> = entries.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    assert!(!files.is_empty(), "the {target} corpus is empty");
+    files
+}
+
+/// One edit to an input.
+#[derive(Debug, Clone)]
+enum Edit {
+    Flip(usize, u8),
+    Insert(usize, Vec<u8>),
+    Delete(usize, usize),
+    Duplicate(usize, usize),
+    Splice(usize, usize),
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    // Bytes that matter to the formats being fuzzed, plus anything at all.
+    let interesting = prop_oneof![
+        Just(b'\n'),
+        Just(b'\t'),
+        Just(b'='),
+        Just(b'"'),
+        Just(b'['),
+        Just(b']'),
+        Just(b','),
+        Just(b':'),
+        Just(b'.'),
+        Just(b'0'),
+        Just(0u8),
+        Just(0xff),
+        any::<u8>(),
+    ];
+    prop_oneof![
+        (any::<usize>(), interesting).prop_map(|(at, byte)| Edit::Flip(at, byte)),
+        (
+            any::<usize>(),
+            proptest::collection::vec(any::<u8>(), 1..16)
+        )
+            .prop_map(|(at, bytes)| Edit::Insert(at, bytes)),
+        (any::<usize>(), 1usize..32).prop_map(|(at, len)| Edit::Delete(at, len)),
+        (any::<usize>(), 1usize..64).prop_map(|(at, len)| Edit::Duplicate(at, len)),
+        (any::<usize>(), any::<usize>()).prop_map(|(at, from)| Edit::Splice(at, from)),
+    ]
+}
+
+fn apply(mut data: Vec<u8>, edits: &[Edit], other: &[u8]) -> Vec<u8> {
+    for edit in edits {
+        let len = data.len();
+        match edit {
+            Edit::Flip(at, byte) if len > 0 => data[at % len] = *byte,
+            Edit::Insert(at, bytes) => {
+                let at = at % (len + 1);
+                data.splice(at..at, bytes.iter().copied());
+            }
+            Edit::Delete(at, n) if len > 0 => {
+                let at = at % len;
+                data.drain(at..(at + n).min(len));
+            }
+            Edit::Duplicate(at, n) if len > 0 => {
+                let at = at % len;
+                let piece: Vec<u8> = data[at..(at + n).min(len)].to_vec();
+                data.splice(at..at, piece);
+            }
+            Edit::Splice(at, from) if !other.is_empty() => {
+                let at = at % (len + 1);
+                let from = from % other.len();
+                data.truncate(at);
+                data.extend_from_slice(&other[from..]);
+            }
+            _ => {}
+        }
+    }
+    data
+}
+
+/// One named corpus file, as text.
+fn seed(target: &str, name: &str) -> String {
+    std::fs::read_to_string(corpus_dir(target).join(name)).unwrap()
+}
+
+/// The corpus, its mutations and arbitrary bytes.
+fn inputs(target: &str) -> BoxedStrategy<Vec<u8>> {
+    let seeds = corpus(target);
+    let mutated = (
+        proptest::sample::select(seeds.clone()),
+        proptest::sample::select(seeds),
+        proptest::collection::vec(edit(), 1..8),
+    )
+        .prop_map(|(seed, other, edits)| apply(seed, &edits, &other));
+    prop_oneof![4 => mutated, 1 => proptest::collection::vec(any::<u8>(), 0..512)].boxed()
+}
+
+/// Replays the corpus, then fuzzes, calling `check` on every input.
+fn fuzz(target: &str, check: impl Fn(&[u8])) {
+    for seed in corpus(target) {
+        check(&seed);
+    }
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&inputs(target), |input| {
+        check(&input);
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!(
+            "{target}: {failure}\nAdd the minimal input to fuzz/corpus/{target}/ as a regression seed once fixed."
+        );
+    }
+}
+
+/// A directory with a valid placement key, for configuration targets.
+fn key_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("placement.key"),
+        b"fuzzing key, 32 bytes long......",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn gateway_configuration() {
+    let dir = key_dir();
+    let path = dir.path().join("gateway.toml");
+    fuzz("config", |input| {
+        let text = String::from_utf8_lossy(input);
+        let _ = gateway::GatewayConfig::parse(&path, &text);
+    });
+}
+
+#[test]
+fn gateway_tenants_file() {
+    let dir = key_dir();
+    let config = gateway::GatewayConfig::parse(
+        &dir.path().join("gateway.toml"),
+        &seed("config", "minimal.toml"),
+    )
+    .expect("the minimal corpus configuration is valid");
+    let path = dir.path().join("tenants.toml");
+    fuzz("tenants", |input| {
+        let text = String::from_utf8_lossy(input);
+        if let Ok(tenants) = gateway::tenants::Tenants::parse(&path, &text, &config) {
+            // Whatever was accepted must also be placeable.
+            let _ = gateway::cell::Topology::build(&config, &tenants);
+        }
+    });
+}
+
+#[test]
+fn credentials() {
+    let dir = key_dir();
+    let config = gateway::GatewayConfig::parse(
+        &dir.path().join("gateway.toml"),
+        &seed("config", "full.toml"),
+    )
+    .expect("the full corpus configuration is valid");
+    let tenants = gateway::tenants::Tenants::parse(
+        &dir.path().join("tenants.toml"),
+        "[[tenants]]\nid = \"acme\"\napi_key_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n",
+        &config,
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("jwt.key"), [7u8; 32]).unwrap();
+    let jwt = gateway::config::JwtSettings {
+        algorithm: jsonwebtoken_algorithm(),
+        key_file: dir.path().join("jwt.key"),
+        issuer: Some("fuzz".into()),
+        audience: None,
+        tenant_claim: "sub".into(),
+    };
+    let authenticator = gateway::authenticate::Authenticator::new(Some(&jwt)).unwrap();
+    fuzz("credentials", |input| {
+        for name in ["authorization", "x-api-key"] {
+            let Ok(value) = http::HeaderValue::from_bytes(input) else {
+                return;
+            };
+            let mut headers = http::HeaderMap::new();
+            headers.insert(http::HeaderName::from_static(name), value);
+            for jwt_enabled in [false, true] {
+                if let Ok(credential) = gateway::credential::extract(&headers, jwt_enabled) {
+                    let result = authenticator.authenticate(&credential, &tenants);
+                    // Only the one real key may authenticate, and nothing
+                    // fuzzed can be that key's preimage by accident.
+                    assert!(result.is_err() || input.ends_with(b"test"));
+                }
+            }
+        }
+    });
+}
+
+fn jsonwebtoken_algorithm() -> gateway::config::JwtAlgorithm {
+    gateway::config::JwtAlgorithm::HS256
+}
+
+#[test]
+fn inbound_header_filter() {
+    fuzz("headers", |input| {
+        let mut headers = http::HeaderMap::new();
+        for line in input.split(|&b| b == b'\n') {
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                continue;
+            };
+            let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(line[..colon].trim_ascii()),
+                http::HeaderValue::from_bytes(line[colon + 1..].trim_ascii()),
+            ) else {
+                continue;
+            };
+            headers.append(name, value);
+        }
+        gateway::headers::inbound(&mut headers, "tenant-a", None);
+        // The invariant: nothing in the gateway's namespace survives but the
+        // tenant the gateway set, and no credential or hop-by-hop header.
+        for name in headers.keys() {
+            let name = name.as_str();
+            assert!(
+                !name.starts_with("x-shuffle-") || name == "x-shuffle-tenant",
+                "{name} survived"
+            );
+            assert!(
+                ![
+                    "authorization",
+                    "x-api-key",
+                    "connection",
+                    "transfer-encoding",
+                    "te",
+                    "upgrade"
+                ]
+                .contains(&name),
+                "{name} survived"
+            );
+        }
+        assert_eq!(
+            headers
+                .get_all("x-shuffle-tenant")
+                .iter()
+                .collect::<Vec<_>>(),
+            ["tenant-a"]
+        );
+    });
+}
+
+#[test]
+fn analyser_tenants_file() {
+    fuzz("population", |input| {
+        let text = String::from_utf8_lossy(input);
+        if let Ok(population) = analysis::Population::parse(&text) {
+            assert!(!population.is_empty());
+            if let Some(weights) = population.weights() {
+                assert!(weights.iter().all(|w| w.is_finite() && *w > 0.0));
+            }
+        }
+        let _ = drill::credentials::parse(&text);
+    });
+}
+
+#[test]
+fn zone_specs_and_hex_keys() {
+    fuzz("zone_spec", |input| {
+        let text = String::from_utf8_lossy(input);
+        // Building a fleet of millions of shards is legitimate but slow in a
+        // debug build; the size limit itself has its own unit test, so the
+        // fuzzer keeps to specs whose counts it can afford.
+        let affordable = text
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|digits| digits.parse::<u64>().ok())
+            .sum::<u64>()
+            <= 100_000;
+        if affordable && let Ok(fleet) = placement::Fleet::from_zone_spec(&text) {
+            assert!(!fleet.is_empty());
+        }
+        let _ = placement::PlacementKey::from_hex(&text);
+    });
+}

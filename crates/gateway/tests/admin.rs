@@ -1,0 +1,573 @@
+//! The admin API on its own listener: the bearer token guards every
+//! endpoint (and an unconfigured token shuts them all); each endpoint
+//! answers the documented JSON; fail, restore and drain steer real traffic;
+//! the live blast radius equals the analyser's for the same failed shards;
+//! and the data listener never reveals which shards serve a tenant.
+
+use std::collections::BTreeSet;
+
+use analysis::{BlastModel, Placements, Population};
+use http::StatusCode;
+use placement::ShardIndex;
+use serde_json::Value;
+
+use crate::util::{Fixture, Options};
+
+pub const TOKEN: &str = "admin-test-token-5f0c2a9e71d84b36";
+
+/// Options with the admin token set and health checks that run once at
+/// start, so only the operator (and passive ejection) moves shards.
+pub fn options() -> Options {
+    Options {
+        admin_token: Some(TOKEN.into()),
+        health: "interval_ms = 60000\ntimeout_ms = 2000\n".into(),
+        ..Options::default()
+    }
+}
+
+/// Every endpoint, with a path that exists.
+const ENDPOINTS: [(&str, &str); 12] = [
+    ("GET", "/"),
+    ("GET", "/metrics"),
+    ("GET", "/admin/shards"),
+    ("GET", "/admin/tenants/tenant-1"),
+    ("GET", "/admin/tenants?worst=5"),
+    ("GET", "/admin/tenants"),
+    ("GET", "/admin/blast"),
+    ("POST", "/admin/shards/s1/fail"),
+    ("POST", "/admin/shards/s1/restore"),
+    ("POST", "/admin/shards/s1/drain"),
+    ("POST", "/admin/reload"),
+    ("POST", "/admin/reload?allow_migration=true"),
+];
+
+fn json(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(body)))
+}
+
+fn keys(value: &Value) -> BTreeSet<&str> {
+    value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect()
+}
+
+fn assert_unauthorized(status: StatusCode, headers: &http::HeaderMap, body: &[u8], what: &str) {
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}");
+    assert_eq!(headers["www-authenticate"], "Bearer", "{what}");
+    let error = json(body);
+    assert_eq!(error["status"], 401, "{what}");
+    assert!(
+        error["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{what}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_needs_the_right_token() {
+    let fixture = Fixture::start(options()).await;
+    let api_key = fixture.api_key("tenant-1").to_owned();
+    let basic = format!("Basic {TOKEN}");
+    let longer = format!("Bearer {TOKEN}x");
+    let shorter = format!("Bearer {}", &TOKEN[..TOKEN.len() - 1]);
+    let tenant_key = format!("Bearer {api_key}");
+    let wrong: [Option<&str>; 7] = [
+        None,
+        Some("Bearer wrong-token"),
+        Some(TOKEN),
+        Some(&basic),
+        Some(&longer),
+        Some(&shorter),
+        Some(&tenant_key),
+    ];
+    for (method, path) in ENDPOINTS {
+        for authorization in wrong {
+            let headers: Vec<(&str, &str)> = authorization
+                .map(|a| ("authorization", a))
+                .into_iter()
+                .collect();
+            let (status, response_headers, body) = crate::util::request_to(
+                &fixture.client,
+                fixture.running.admin_addr,
+                method,
+                path,
+                &headers,
+            )
+            .await;
+            assert_unauthorized(
+                status,
+                &response_headers,
+                &body,
+                &format!("{method} {path} with {authorization:?}"),
+            );
+            let text = String::from_utf8_lossy(&body);
+            assert!(!text.contains(TOKEN) && !text.contains(&api_key));
+        }
+    }
+    // Nothing a refused call asked for happened.
+    let snapshot = fixture.running.gateway.snapshot();
+    for shard in snapshot.all_shards() {
+        let health = shard.health.lock().unwrap();
+        assert!(!health.failed && !health.drained, "{}", shard.id);
+    }
+
+    // With the token: 2xx, and the documented shape.
+    assert_eq!(fixture.get("tenant-1", "/").await.0, StatusCode::OK);
+    let (status, headers, body) = fixture.admin("GET", "/", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(String::from_utf8_lossy(&body).contains("<h2>Shards</h2>"));
+    let (status, _, body) = fixture.admin("GET", "/metrics", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&body).contains("# TYPE shuffle_requests counter"));
+
+    let shards = fixture.admin_json("GET", "/admin/shards").await;
+    let shards = shards["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), fixture.backends.len());
+    for (shard, backend) in shards.iter().zip(&fixture.backends) {
+        assert_eq!(
+            keys(shard),
+            BTreeSet::from([
+                "cell",
+                "id",
+                "zone",
+                "health",
+                "ejected",
+                "ejections",
+                "failed",
+                "drained",
+                "in_flight",
+                "request_rate"
+            ])
+        );
+        assert_eq!(shard["cell"], "default");
+        assert_eq!(shard["id"], backend.id());
+        assert!(shard["zone"].is_string());
+        assert_eq!(shard["health"], "up");
+        assert_eq!(shard["ejected"], false);
+        assert_eq!(shard["failed"], false);
+        assert_eq!(shard["drained"], false);
+        assert!(shard["in_flight"].is_u64());
+        assert!(shard["request_rate"].as_f64().unwrap() >= 0.0);
+    }
+    assert!(
+        shards
+            .iter()
+            .any(|s| s["request_rate"].as_f64().unwrap() > 0.0),
+        "tenant-1's request shows in a rate"
+    );
+
+    let tenant = fixture.admin_json("GET", "/admin/tenants/tenant-1").await;
+    assert_eq!(
+        keys(&tenant),
+        BTreeSet::from(["tenant", "cell", "subset", "members", "availability"])
+    );
+    assert_eq!(tenant["tenant"], "tenant-1");
+    assert_eq!(tenant["cell"], "default");
+    let subset: Vec<String> = tenant["subset"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(subset, fixture.subset_ids("tenant-1"));
+    let members = tenant["members"].as_array().unwrap();
+    assert_eq!(members.len(), 2);
+    for (member, id) in members.iter().zip(&subset) {
+        assert_eq!(keys(member), BTreeSet::from(["id", "zone", "health"]));
+        assert_eq!(member["id"], id.as_str());
+        assert_eq!(member["health"], "up");
+    }
+    let availability = &tenant["availability"];
+    assert_eq!(availability["ok"], 1);
+    assert_eq!(availability["total"], 1);
+    assert_eq!(availability["ratio"], 1.0);
+    assert_eq!(availability["window_seconds"], 60);
+    // A tenant with no traffic yet has no ratio.
+    let quiet = fixture.admin_json("GET", "/admin/tenants/tenant-2").await;
+    assert_eq!(quiet["availability"]["total"], 0);
+    assert!(quiet["availability"]["ratio"].is_null());
+
+    for tenant in ["tenant-2", "tenant-3", "tenant-4"] {
+        assert_eq!(fixture.get(tenant, "/").await.0, StatusCode::OK);
+    }
+    let worst = fixture.admin_json("GET", "/admin/tenants?worst=3").await;
+    assert_eq!(worst["window_seconds"], 60);
+    let rows = worst["tenants"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for row in rows {
+        assert_eq!(
+            keys(row),
+            BTreeSet::from(["tenant", "ok", "total", "availability"])
+        );
+        assert_eq!(row["availability"], 1.0);
+    }
+    let all = fixture.admin_json("GET", "/admin/tenants?worst=100").await;
+    assert_eq!(
+        all["tenants"].as_array().unwrap().len(),
+        4,
+        "only tenants with traffic"
+    );
+
+    let blast = fixture.admin_json("GET", "/admin/blast").await;
+    let cells = blast["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 1);
+    assert_eq!(
+        keys(&cells[0]),
+        BTreeSet::from([
+            "cell",
+            "unavailable",
+            "tenants",
+            "fully_down",
+            "degraded",
+            "fully_down_tenants"
+        ])
+    );
+    assert_eq!(cells[0]["cell"], "default");
+    assert_eq!(cells[0]["tenants"], 40);
+    assert_eq!(cells[0]["fully_down"], 0);
+    assert_eq!(cells[0]["degraded"], 0);
+    assert_eq!(cells[0]["unavailable"], serde_json::json!([]));
+
+    for (action, health, failed, drained) in [
+        ("fail", "failed", true, false),
+        ("restore", "up", false, false),
+        ("drain", "drained", false, true),
+        ("restore", "up", false, false),
+    ] {
+        let answer = fixture
+            .admin_json("POST", &format!("/admin/shards/s1/{action}"))
+            .await;
+        let shard = &answer["shard"];
+        assert_eq!(shard["id"], "s1", "{action}");
+        assert_eq!(shard["health"], health, "{action}");
+        assert_eq!(shard["failed"], failed, "{action}");
+        assert_eq!(shard["drained"], drained, "{action}");
+    }
+
+    let reload = fixture.admin_json("POST", "/admin/reload").await;
+    assert_eq!(
+        reload,
+        serde_json::json!({ "reloaded": true, "changed": 0, "tenants": 40 })
+    );
+
+    // What does not exist, and the wrong method.
+    for (method, path, expected) in [
+        ("POST", "/admin/shards/s99/fail", StatusCode::NOT_FOUND),
+        ("GET", "/admin/tenants/nobody", StatusCode::NOT_FOUND),
+        ("GET", "/admin/reload", StatusCode::METHOD_NOT_ALLOWED),
+        ("POST", "/admin/shards", StatusCode::METHOD_NOT_ALLOWED),
+        ("GET", "/admin/nothing-here", StatusCode::NOT_FOUND),
+    ] {
+        let (status, _, _) = fixture.admin(method, path, Some(TOKEN)).await;
+        assert_eq!(status, expected, "{method} {path}");
+    }
+    // Without the token, an unknown tenant and a known one look the same.
+    let (status, _, _) = fixture.admin("GET", "/admin/tenants/nobody", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_file_the_admin_api_stays_shut() {
+    let fixture = Fixture::start(Options {
+        health: "interval_ms = 60000\ntimeout_ms = 2000\n".into(),
+        ..Options::default()
+    })
+    .await;
+    let bearer = format!("Bearer {TOKEN}");
+    for (method, path) in ENDPOINTS {
+        for headers in [vec![], vec![("authorization", bearer.as_str())]] {
+            let (status, response_headers, body) = crate::util::request_to(
+                &fixture.client,
+                fixture.running.admin_addr,
+                method,
+                path,
+                &headers,
+            )
+            .await;
+            let what = format!("{method} {path} {headers:?}");
+            assert_unauthorized(status, &response_headers, &body, &what);
+            assert!(
+                json(&body)["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("admin.token_file"),
+                "{what}: the error says how to open it"
+            );
+        }
+    }
+    let snapshot = fixture.running.gateway.snapshot();
+    let shard = snapshot.find_shard("default", "s1").unwrap();
+    assert!(!shard.health.lock().unwrap().failed);
+}
+
+/// Which shard served a GET, from the test backend's answer.
+async fn served_by(fixture: &Fixture, tenant: &str) -> String {
+    let (status, body) = fixture.get(tenant, "/").await;
+    assert_eq!(status, StatusCode::OK, "{tenant}");
+    json(&body)["shard"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_restore_and_drain_steer_real_traffic() {
+    let fixture = Fixture::start(options()).await;
+    let victim = "s2";
+    let on_victim: Vec<String> = fixture
+        .tenants
+        .iter()
+        .map(|(t, _)| t.clone())
+        .filter(|t| fixture.subset_ids(t).contains(&victim.to_owned()))
+        .collect();
+    assert!(on_victim.len() >= 3, "the test needs tenants on {victim}");
+
+    // Before: the victim serves its tenants.
+    let mut seen = BTreeSet::new();
+    for tenant in &on_victim {
+        for _ in 0..10 {
+            seen.insert(served_by(&fixture, tenant).await);
+        }
+    }
+    assert!(seen.contains(victim));
+
+    // fail: its tenants fail over, and nothing reaches it.
+    fixture
+        .admin_json("POST", &format!("/admin/shards/{victim}/fail"))
+        .await;
+    let before = fixture.backend(victim).requests();
+    for tenant in &on_victim {
+        for _ in 0..10 {
+            let shard = served_by(&fixture, tenant).await;
+            assert_ne!(shard, victim, "{tenant} was served by a failed shard");
+            assert!(
+                fixture.subset_ids(tenant).contains(&shard),
+                "{tenant} left its subset"
+            );
+        }
+        let view = fixture
+            .admin_json("GET", &format!("/admin/tenants/{tenant}"))
+            .await;
+        let member = view["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == victim)
+            .unwrap()
+            .clone();
+        assert_eq!(member["health"], "failed");
+    }
+    assert_eq!(fixture.backend(victim).requests(), before);
+
+    // restore: with the other members failed, only the victim can serve.
+    fixture
+        .admin_json("POST", &format!("/admin/shards/{victim}/restore"))
+        .await;
+    let tenant = &on_victim[0];
+    let others: Vec<String> = fixture
+        .subset_ids(tenant)
+        .into_iter()
+        .filter(|s| s != victim)
+        .collect();
+    for other in &others {
+        fixture
+            .admin_json("POST", &format!("/admin/shards/{other}/fail"))
+            .await;
+    }
+    for _ in 0..5 {
+        assert_eq!(served_by(&fixture, tenant).await, victim);
+    }
+    for other in &others {
+        fixture
+            .admin_json("POST", &format!("/admin/shards/{other}/restore"))
+            .await;
+    }
+
+    // drain: no new requests reach it.
+    fixture
+        .admin_json("POST", &format!("/admin/shards/{victim}/drain"))
+        .await;
+    let before = fixture.backend(victim).requests();
+    for tenant in &on_victim {
+        for _ in 0..10 {
+            assert_ne!(served_by(&fixture, tenant).await, victim);
+        }
+    }
+    assert_eq!(fixture.backend(victim).requests(), before);
+    let shards = fixture.admin_json("GET", "/admin/shards").await;
+    let drained = shards["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == victim)
+        .unwrap()
+        .clone();
+    assert_eq!(drained["health"], "drained");
+    assert_eq!(drained["drained"], true);
+
+    // restore undoes a drain too.
+    fixture
+        .admin_json("POST", &format!("/admin/shards/{victim}/restore"))
+        .await;
+    let mut seen = BTreeSet::new();
+    for _ in 0..40 {
+        seen.insert(served_by(&fixture, &on_victim[0]).await);
+        if seen.contains(victim) {
+            break;
+        }
+    }
+    assert!(
+        seen.contains(victim),
+        "a restored shard takes traffic again"
+    );
+}
+
+/// What the analyser says failing `failed` does to the fixture's tenants,
+/// computed from scratch: the cell's placer from the snapshot, the tenants
+/// of the configuration, the analysis crate's model.
+pub fn analyser(fixture: &Fixture, failed: &[&str]) -> (u64, u64, Vec<String>) {
+    let snapshot = fixture.running.gateway.snapshot();
+    let cell = &snapshot.topology.cells()[0];
+    let ids: Vec<String> = snapshot.tenants.iter().map(|t| t.id.clone()).collect();
+    let population = Population::listed(ids.clone(), None);
+    let placements = Placements::compute(&cell.placer, &population);
+    let model = BlastModel::new(&placements).unwrap();
+    let indices: Vec<ShardIndex> = failed
+        .iter()
+        .map(|id| {
+            snapshot.config.cells[0]
+                .shards
+                .iter()
+                .position(|s| s.id == *id)
+                .unwrap() as ShardIndex
+        })
+        .collect();
+    let impact = model.impact(&indices).unwrap();
+    let fully_down: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .filter(|(t, _)| placements.subset(*t).iter().all(|s| indices.contains(s)))
+        .map(|(_, id)| id.clone())
+        .collect();
+    (impact.fully_down, impact.degraded, fully_down)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_blast_radius_matches_the_analyser() {
+    let fixture = Fixture::start(Options {
+        tenants: 300,
+        ..options()
+    })
+    .await;
+    // Two shards that are some tenant's whole subset, so failing both takes
+    // at least that tenant fully down.
+    let pair = fixture.subset_ids("tenant-0");
+    let live = |blast: &Value| -> (u64, u64, Vec<String>, Vec<String>) {
+        let cell = &blast["cells"][0];
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_owned())
+                .collect()
+        };
+        (
+            cell["fully_down"].as_u64().unwrap(),
+            cell["degraded"].as_u64().unwrap(),
+            strings(&cell["fully_down_tenants"]),
+            strings(&cell["unavailable"]),
+        )
+    };
+
+    let mut failed: Vec<&str> = Vec::new();
+    for shard in &pair {
+        fixture
+            .admin_json("POST", &format!("/admin/shards/{shard}/fail"))
+            .await;
+        failed.push(shard);
+        let (fully_down, degraded, down_list, unavailable) =
+            live(&fixture.admin_json("GET", "/admin/blast").await);
+        let (expected_down, expected_degraded, expected_list) = analyser(&fixture, &failed);
+        let mut sorted = failed.clone();
+        sorted.sort_unstable();
+        let mut unavailable = unavailable;
+        unavailable.sort_unstable();
+        assert_eq!(unavailable, sorted);
+        assert_eq!(
+            (fully_down, degraded),
+            (expected_down, expected_degraded),
+            "failed {failed:?}"
+        );
+        assert_eq!(down_list, expected_list, "failed {failed:?}");
+        assert_eq!(down_list.len() as u64, fully_down);
+        // And by hand, from each tenant's subset as the gateway routes it.
+        let out: BTreeSet<String> = failed.iter().map(|s| (*s).to_owned()).collect();
+        let by_hand = fixture
+            .tenants
+            .iter()
+            .filter(|(t, _)| {
+                let members: BTreeSet<String> = fixture.subset_ids(t).into_iter().collect();
+                !members.is_disjoint(&out)
+            })
+            .count() as u64;
+        assert_eq!(degraded, by_hand);
+    }
+    let (fully_down, degraded, down_list, _) =
+        live(&fixture.admin_json("GET", "/admin/blast").await);
+    assert!(fully_down >= 1 && down_list.contains(&"tenant-0".to_owned()));
+    assert!(degraded > fully_down);
+
+    for shard in &pair {
+        fixture
+            .admin_json("POST", &format!("/admin/shards/{shard}/restore"))
+            .await;
+    }
+    let (fully_down, degraded, down_list, unavailable) =
+        live(&fixture.admin_json("GET", "/admin/blast").await);
+    assert_eq!((fully_down, degraded), (0, 0));
+    assert!(down_list.is_empty() && unavailable.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_listener_never_shows_placement() {
+    let fixture = Fixture::start(options()).await;
+    for path in [
+        "/",
+        "/admin/tenants/tenant-1",
+        "/admin/shards",
+        "/admin/blast",
+        "/metrics",
+    ] {
+        // Without a credential: 401, and nothing about the gateway's state.
+        let (status, headers, body) = fixture.send(None, "GET", path, &[], b"").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        assert!(headers.keys().all(|h| !h.as_str().starts_with("x-shuffle")));
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            !text.contains("subset") && !text.contains("\"s1\""),
+            "{path}: {text}"
+        );
+
+        // With a valid key: the backend's own answer, forwarded, and no
+        // placement header on the way back.
+        let (status, headers, body) = fixture.send(Some("tenant-1"), "GET", path, &[], b"").await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        for name in headers.keys() {
+            assert!(!name.as_str().starts_with("x-shuffle"), "{path}: {name}");
+        }
+        let answer = json(&body);
+        assert_eq!(
+            answer["path"],
+            path.split('?').next().unwrap(),
+            "proxied, not answered"
+        );
+        assert_eq!(answer["tenant"], "tenant-1");
+        assert!(answer.get("subset").is_none() && answer.get("members").is_none());
+    }
+}

@@ -1,0 +1,794 @@
+//! `GET /metrics` on the admin listener, scraped after real traffic (good
+//! requests, a 401, a failover off a killed shard, a spent retry budget,
+//! ejections, a spill) and parsed as the text exposition: every family is
+//! there, with values that agree with what the test did and with the
+//! gateway's own counters, and no secret appears anywhere in it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use backend::Mode;
+use gateway::health::Availability;
+use gateway::state::Stats;
+use http::StatusCode;
+
+use crate::util::{Fixture, Options, eventually};
+
+/// One sample line: `name{label="value",...} value`.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// A parsed text exposition (Prometheus text format or OpenMetrics).
+#[derive(Debug, Default)]
+pub struct Exposition {
+    /// `# TYPE` per family name.
+    pub types: HashMap<String, String>,
+    /// `# HELP` per family name.
+    pub helps: HashMap<String, String>,
+    pub samples: Vec<Sample>,
+}
+
+/// Reads a label value up to its closing quote, undoing the escapes the
+/// format allows (`\\`, `\"`, `\n`). Returns the value and the rest.
+fn label_value(text: &str) -> (String, &str) {
+    let mut value = String::new();
+    let mut chars = text.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => return (value, &text[at + 1..]),
+            '\\' => match chars.next() {
+                Some((_, 'n')) => value.push('\n'),
+                Some((_, escaped)) => value.push(escaped),
+                None => panic!("a label value ends in a backslash: {text:?}"),
+            },
+            c => value.push(c),
+        }
+    }
+    panic!("an unterminated label value: {text:?}")
+}
+
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().enumerate().all(|(i, c)| {
+            c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+        })
+}
+
+/// Parses an exposition; panics (failing the test) on any line it does not
+/// understand.
+pub fn parse(text: &str) -> Exposition {
+    let mut out = Exposition::default();
+    let mut ended = false;
+    for line in text.lines() {
+        assert!(!ended, "a line after # EOF: {line:?}");
+        if line.is_empty() {
+            continue;
+        }
+        if line == "# EOF" {
+            ended = true;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let (kind, name, value) = (
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or(""),
+            );
+            assert!(is_name(name), "a bad family name in {line:?}");
+            match kind {
+                "TYPE" => {
+                    assert!(
+                        [
+                            "counter",
+                            "gauge",
+                            "histogram",
+                            "summary",
+                            "unknown",
+                            "gaugehistogram",
+                            "stateset",
+                            "info"
+                        ]
+                        .contains(&value),
+                        "an unknown type in {line:?}"
+                    );
+                    assert!(
+                        out.types
+                            .insert(name.to_owned(), value.to_owned())
+                            .is_none(),
+                        "two TYPE lines for {name}"
+                    );
+                }
+                "HELP" => {
+                    out.helps.insert(name.to_owned(), value.to_owned());
+                }
+                "UNIT" => {}
+                _ => panic!("an unknown comment line {line:?}"),
+            }
+            continue;
+        }
+        let name_end = line
+            .find(['{', ' '])
+            .unwrap_or_else(|| panic!("a sample without a value: {line:?}"));
+        let name = &line[..name_end];
+        assert!(is_name(name), "a bad metric name in {line:?}");
+        let mut rest = &line[name_end..];
+        let mut labels = BTreeMap::new();
+        if let Some(after) = rest.strip_prefix('{') {
+            rest = after;
+            loop {
+                if let Some(after) = rest.strip_prefix('}') {
+                    rest = after;
+                    break;
+                }
+                let eq = rest
+                    .find("=\"")
+                    .unwrap_or_else(|| panic!("a label without a value in {line:?}"));
+                let label = &rest[..eq];
+                assert!(is_name(label), "a bad label name {label:?} in {line:?}");
+                let (value, after) = label_value(&rest[eq + 2..]);
+                assert!(
+                    labels.insert(label.to_owned(), value).is_none(),
+                    "label {label} twice in {line:?}"
+                );
+                rest = after.strip_prefix(',').unwrap_or(after);
+            }
+        }
+        let rest = rest
+            .strip_prefix(' ')
+            .unwrap_or_else(|| panic!("no space before the value in {line:?}"));
+        // An exemplar (` # {...} v`) may follow; a timestamp may follow.
+        let rest = rest.split(" # ").next().unwrap_or(rest);
+        let value = rest.split(' ').next().unwrap_or("");
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            "NaN" => f64::NAN,
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("value {v:?} is not a number in {line:?}")),
+        };
+        out.samples.push(Sample {
+            name: name.to_owned(),
+            labels,
+            value,
+        });
+    }
+    assert!(ended, "the exposition does not end with # EOF");
+    // Every sample belongs to a declared family, with its help text.
+    for sample in &out.samples {
+        let family = out.family_of(&sample.name);
+        assert!(
+            out.types.contains_key(&family),
+            "{} has no # TYPE {family}",
+            sample.name
+        );
+        assert!(
+            out.helps.get(&family).is_some_and(|h| !h.is_empty()),
+            "{family} has no help text"
+        );
+    }
+    out
+}
+
+impl Exposition {
+    /// The family a sample name belongs to (`x_total` → `x` for counters,
+    /// `x_bucket`/`x_sum`/`x_count` → `x` for histograms).
+    pub fn family_of(&self, name: &str) -> String {
+        for (suffix, kinds) in [
+            ("_total", &["counter"][..]),
+            ("_created", &["counter", "histogram", "summary"][..]),
+            ("_bucket", &["histogram", "gaugehistogram"][..]),
+            ("_sum", &["histogram", "summary"][..]),
+            ("_count", &["histogram", "summary"][..]),
+        ] {
+            if let Some(family) = name.strip_suffix(suffix)
+                && self
+                    .types
+                    .get(family)
+                    .is_some_and(|t| kinds.contains(&t.as_str()))
+            {
+                return family.to_owned();
+            }
+        }
+        name.to_owned()
+    }
+
+    /// The type of a family.
+    pub fn kind(&self, family: &str) -> Option<&str> {
+        self.types.get(family).map(String::as_str)
+    }
+
+    /// Every sample with this exact name.
+    pub fn series(&self, name: &str) -> Vec<&Sample> {
+        self.samples.iter().filter(|s| s.name == name).collect()
+    }
+
+    /// Samples named `name` whose labels include every pair of `labels`.
+    pub fn matching(&self, name: &str, labels: &[(&str, &str)]) -> Vec<&Sample> {
+        self.samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
+            .collect()
+    }
+
+    /// The value of the one sample named `name` with exactly these labels.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let wanted: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let found: Vec<&Sample> = self
+            .samples
+            .iter()
+            .filter(|s| s.name == name && s.labels == wanted)
+            .collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one {name}{wanted:?}, found {found:?}"
+        );
+        found[0].value
+    }
+
+    /// The sum over samples named `name` matching `labels`.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.matching(name, labels).iter().map(|s| s.value).sum()
+    }
+}
+
+#[test]
+fn the_parser_reads_labels_escapes_and_histograms() {
+    let text = "# HELP a_requests Requests.\n# TYPE a_requests counter\n\
+                a_requests_total{cell=\"x\\\"y\",outcome=\"ok\"} 3\n\
+                # HELP a_latency Latency.\n# TYPE a_latency histogram\n\
+                a_latency_sum 1.5\na_latency_count 2\n\
+                a_latency_bucket{le=\"0.5\"} 1\na_latency_bucket{le=\"+Inf\"} 2\n\
+                # HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n# EOF\n";
+    let parsed = parse(text);
+    assert_eq!(
+        parsed.value("a_requests_total", &[("cell", "x\"y"), ("outcome", "ok")]),
+        3.0
+    );
+    assert_eq!(parsed.family_of("a_latency_bucket"), "a_latency");
+    assert_eq!(parsed.value("a_latency_bucket", &[("le", "+Inf")]), 2.0);
+    assert_eq!(parsed.value("a_up", &[]), 1.0);
+}
+
+#[test]
+#[should_panic(expected = "has no # TYPE")]
+fn the_parser_refuses_an_undeclared_family() {
+    parse("# HELP a A.\n# TYPE a gauge\na 1\nb 2\n# EOF\n");
+}
+
+#[test]
+#[should_panic(expected = "does not end with # EOF")]
+fn the_parser_refuses_a_truncated_exposition() {
+    parse("# HELP a A.\n# TYPE a gauge\na 1\n");
+}
+
+/// The histogram `family`'s series with labels `labels` (le excluded) is
+/// well formed: buckets cumulative in `le` order, `+Inf` equal to `_count`.
+/// Returns the count.
+fn check_histogram(metrics: &Exposition, family: &str, labels: &[(&str, &str)]) -> f64 {
+    assert_eq!(metrics.kind(family), Some("histogram"), "{family}");
+    let mut buckets: Vec<(f64, f64)> = metrics
+        .matching(&format!("{family}_bucket"), labels)
+        .iter()
+        .map(|s| {
+            let le = &s.labels["le"];
+            let bound = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap()
+            };
+            (bound, s.value)
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert!(buckets.len() >= 10, "{family}{labels:?}: {buckets:?}");
+    assert_eq!(buckets.last().unwrap().0, f64::INFINITY);
+    for pair in buckets.windows(2) {
+        assert!(
+            pair[0].1 <= pair[1].1,
+            "{family}: not cumulative: {buckets:?}"
+        );
+    }
+    let count = metrics.value(&format!("{family}_count"), labels);
+    assert_eq!(buckets.last().unwrap().1, count, "{family}: +Inf ≠ _count");
+    let sum = metrics.value(&format!("{family}_sum"), labels);
+    assert!(
+        count == 0.0 || sum > 0.0,
+        "{family}: {count} observations summing to {sum}"
+    );
+    count
+}
+
+const TOKEN: &str = "metrics-test-admin-token-0123456789";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_family_is_exported_with_values_that_match_the_traffic() {
+    let fixture = Fixture::start(Options {
+        // Only passive ejection and the test move shards: health checks
+        // run once at start, and ejections outlast the test.
+        health: "interval_ms = 60000\ntimeout_ms = 2000\n".into(),
+        outlier: "consecutive_failures = 3\nbase_ejection_ms = 60000\nmax_ejection_ms = 60000\n"
+            .into(),
+        routing: "exhausted = \"spill\"\n".into(),
+        // No retries after a request may have reached a backend; failover
+        // after a refused connection needs no budget.
+        extra: "[retry_budget]\nratio = 0.0\nmin_per_second = 0\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    let gateway = &fixture.running.gateway;
+    let tenants: Vec<String> = fixture.tenants.iter().map(|(t, _)| t.clone()).collect();
+    // The victim tenant's two members: one is killed, the other answers 503.
+    let victim = &tenants[0];
+    let subset = fixture.subset_ids(victim);
+    let (killed, erroring) = (subset[0].clone(), subset[1].clone());
+    let on = |shard: &str| -> Vec<String> {
+        tenants
+            .iter()
+            .filter(|t| fixture.subset_ids(t).contains(&shard.to_owned()))
+            .cloned()
+            .collect()
+    };
+
+    // Good traffic: every tenant, twice.
+    for tenant in &tenants {
+        for _ in 0..2 {
+            assert_eq!(fixture.get(tenant, "/").await.0, StatusCode::OK);
+        }
+    }
+    // One bad credential.
+    let (status, _, _) = fixture
+        .send(None, "GET", "/", &[("x-api-key", "not-a-key")], b"")
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let shard_state = |id: &str| {
+        gateway
+            .snapshot()
+            .find_shard("default", id)
+            .unwrap()
+            .availability(&fixture.config())
+    };
+    // A killed member: refused connections fail over (no budget needed)
+    // until it is ejected.
+    fixture.backend(&killed).set_mode(Mode::Killed);
+    let others: Vec<String> = on(&killed).into_iter().filter(|t| t != victim).collect();
+    assert!(
+        !others.is_empty(),
+        "the test needs other tenants on {killed}"
+    );
+    for (sent, tenant) in others.iter().cycle().enumerate() {
+        if shard_state(&killed) == Availability::Ejected {
+            break;
+        }
+        assert!(sent < 500, "{killed} was never ejected");
+        let (status, _) = fixture.get(tenant, "/").await;
+        assert_eq!(status, StatusCode::OK, "{tenant} failed over");
+    }
+    // An erroring member: its 503s may not be retried (the budget is
+    // spent), so some clients see them, until it too is ejected.
+    fixture.backend(&erroring).set_mode(Mode::Errors {
+        status: 503,
+        rate: 1.0,
+    });
+    let mut unavailable = 0;
+    // Tenants whose other member is healthy (the killed one is ejected).
+    let others: Vec<String> = on(&erroring)
+        .into_iter()
+        .filter(|t| !fixture.subset_ids(t).contains(&killed))
+        .collect();
+    assert!(
+        !others.is_empty(),
+        "the test needs other tenants on {erroring}"
+    );
+    for (sent, tenant) in others.iter().cycle().enumerate() {
+        if shard_state(&erroring) == Availability::Ejected {
+            break;
+        }
+        assert!(sent < 500, "{erroring} was never ejected");
+        let (status, _) = fixture.get(tenant, "/").await;
+        assert!(
+            status == StatusCode::OK || status == StatusCode::SERVICE_UNAVAILABLE,
+            "{tenant}: {status}"
+        );
+        unavailable += usize::from(status == StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert_eq!(
+        unavailable, 3,
+        "each of the 3 ejecting failures reached a client"
+    );
+    // The victim's whole subset is out: its request spills.
+    assert_eq!(fixture.get(victim, "/").await.0, StatusCode::OK);
+    // Responses are complete; wait for the in-flight counts to drain.
+    assert!(
+        eventually(Duration::from_secs(5), || gateway
+            .snapshot()
+            .all_shards()
+            .all(|s| s.in_flight() == 0))
+        .await
+    );
+
+    let (status, headers, body) = fixture.admin("GET", "/metrics", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text"),
+        "{headers:?}"
+    );
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    let metrics = parse(&text);
+    let cell = [("cell", "default")];
+    let shard_ids: Vec<String> = fixture.backends.iter().map(|b| b.id().to_owned()).collect();
+
+    // Every family, under the name the encoder gives it.
+    for (family, kind) in [
+        ("shuffle_requests", "counter"),
+        ("shuffle_attempts", "counter"),
+        ("shuffle_failovers", "counter"),
+        ("shuffle_spills", "counter"),
+        ("shuffle_retry_budget_exhausted", "counter"),
+        ("shuffle_ejections", "counter"),
+        ("shuffle_request_duration_seconds", "histogram"),
+        ("shuffle_attempt_duration_seconds", "histogram"),
+        ("shuffle_shard_healthy", "gauge"),
+        ("shuffle_shard_ejected", "gauge"),
+        ("shuffle_shard_in_flight", "gauge"),
+        ("shuffle_shard_utilization_cv", "gauge"),
+        ("shuffle_tenants_availability_at_most", "gauge"),
+        ("shuffle_tenants_below_availability", "gauge"),
+        ("shuffle_blast_fully_down_tenants", "gauge"),
+        ("shuffle_blast_degraded_tenants", "gauge"),
+    ] {
+        assert_eq!(metrics.kind(family), Some(kind), "{family}\n{text}");
+    }
+
+    // Requests by outcome: every good GET, the 401 (no cell: no tenant),
+    // the 503s.
+    let ok = metrics.value(
+        "shuffle_requests_total",
+        &[("cell", "default"), ("outcome", "ok")],
+    );
+    let good_requests = 2 * tenants.len() as u64 + 1;
+    assert!(ok >= good_requests as f64, "ok = {ok}");
+    assert_eq!(
+        metrics.value(
+            "shuffle_requests_total",
+            &[("cell", ""), ("outcome", "unauthorized")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metrics.value(
+            "shuffle_requests_total",
+            &[("cell", "default"), ("outcome", "unavailable")]
+        ),
+        3.0
+    );
+    let requests = metrics.sum("shuffle_requests_total", &cell);
+    assert_eq!(requests, Stats::get(&gateway.stats.requests) as f64 - 1.0);
+
+    // Attempts by shard and outcome.
+    assert_eq!(
+        metrics.value(
+            "shuffle_attempts_total",
+            &[
+                ("cell", "default"),
+                ("shard", &killed),
+                ("outcome", "connect")
+            ]
+        ),
+        3.0
+    );
+    assert_eq!(
+        metrics.value(
+            "shuffle_attempts_total",
+            &[
+                ("cell", "default"),
+                ("shard", &erroring),
+                ("outcome", "status")
+            ]
+        ),
+        3.0
+    );
+    let attempts = metrics.sum("shuffle_attempts_total", &cell);
+    let backend_attempts: u64 = gateway
+        .snapshot()
+        .all_shards()
+        .map(|s| Stats::get(&s.attempts))
+        .sum();
+    assert_eq!(attempts, backend_attempts as f64);
+    for sample in metrics.series("shuffle_attempts_total") {
+        assert!(shard_ids.contains(&sample.labels["shard"]), "{sample:?}");
+        assert!(
+            ["ok", "connect", "timeout", "reset", "status"]
+                .contains(&sample.labels["outcome"].as_str()),
+            "{sample:?}"
+        );
+    }
+
+    // Failovers: retries (each refused connection moved the request on)
+    // and reroutes (first attempts steered around a member that was out);
+    // the spent budget (each 503 that could not be retried), the spill,
+    // ejections.
+    let retries = metrics.value(
+        "shuffle_failovers_total",
+        &[("cell", "default"), ("kind", "retry")],
+    );
+    assert_eq!(retries, Stats::get(&gateway.stats.failovers) as f64);
+    assert_eq!(retries, 3.0, "one retry per refused connection");
+    let reroutes = metrics.value(
+        "shuffle_failovers_total",
+        &[("cell", "default"), ("kind", "reroute")],
+    );
+    assert_eq!(reroutes, Stats::get(&gateway.stats.reroutes) as f64);
+    assert!(
+        reroutes >= 1.0,
+        "the victim's request went around its members"
+    );
+    assert_eq!(
+        metrics.value("shuffle_retry_budget_exhausted_total", &cell),
+        3.0
+    );
+    assert_eq!(metrics.value("shuffle_spills_total", &cell), 1.0);
+    for shard in [&killed, &erroring] {
+        assert_eq!(
+            metrics.value(
+                "shuffle_ejections_total",
+                &[
+                    ("cell", "default"),
+                    ("shard", shard),
+                    ("reason", "consecutive_failures")
+                ]
+            ),
+            1.0,
+            "{shard}"
+        );
+    }
+    assert_eq!(metrics.sum("shuffle_ejections_total", &[]), 2.0);
+
+    // Per-shard gauges: every shard has one of each.
+    for id in &shard_ids {
+        let labels = [("cell", "default"), ("shard", id.as_str())];
+        let out = *id == killed || *id == erroring;
+        assert_eq!(
+            metrics.value("shuffle_shard_healthy", &labels),
+            if out { 0.0 } else { 1.0 },
+            "{id}"
+        );
+        assert_eq!(
+            metrics.value("shuffle_shard_ejected", &labels),
+            if out { 1.0 } else { 0.0 },
+            "{id}"
+        );
+        assert_eq!(
+            metrics.value("shuffle_shard_in_flight", &labels),
+            0.0,
+            "{id}"
+        );
+    }
+
+    // Latency histograms: one observation per request, one per attempt.
+    let observed = check_histogram(&metrics, "shuffle_request_duration_seconds", &cell);
+    assert_eq!(observed, requests);
+    for id in &shard_ids {
+        let labels = [("cell", "default"), ("shard", id.as_str())];
+        let observed = check_histogram(&metrics, "shuffle_attempt_duration_seconds", &labels);
+        assert_eq!(
+            observed,
+            metrics.sum("shuffle_attempts_total", &labels),
+            "{id}"
+        );
+    }
+
+    // Utilization variance: the admin API's per-shard rates give the same
+    // coefficient of variation; two ejected shards make it clearly positive.
+    let shards = fixture.admin_json("GET", "/admin/shards").await;
+    let rates: Vec<f64> = shards["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["request_rate"].as_f64().unwrap())
+        .collect();
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+    let cv =
+        (rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rates.len() as f64).sqrt() / mean;
+    let exported = metrics.value("shuffle_shard_utilization_cv", &cell);
+    assert!(
+        (exported - cv).abs() < 1e-9,
+        "exported {exported}, from rates {cv}"
+    );
+    assert!(exported > 0.0);
+
+    // Tenant availability, from the admin API's tallies of every tenant.
+    let worst = fixture.admin_json("GET", "/admin/tenants?worst=1000").await;
+    let ratios: Vec<f64> = worst["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["availability"].as_f64().unwrap())
+        .collect();
+    assert_eq!(ratios.len(), tenants.len(), "every tenant had traffic");
+    assert!(ratios.iter().any(|&r| r < 0.99), "some tenant saw a 503");
+    let mut previous = 0.0;
+    for le in [
+        "0.5", "0.9", "0.95", "0.99", "0.995", "0.999", "0.9999", "1",
+    ] {
+        let bound: f64 = le.parse().unwrap();
+        let value = metrics.value("shuffle_tenants_availability_at_most", &[("le", le)]);
+        assert_eq!(
+            value,
+            ratios.iter().filter(|&&r| r <= bound).count() as f64,
+            "le = {le}"
+        );
+        assert!(value >= previous, "not cumulative at le = {le}");
+        previous = value;
+    }
+    assert_eq!(previous, tenants.len() as f64);
+    for threshold in ["0.99", "0.999"] {
+        let bound: f64 = threshold.parse().unwrap();
+        let value = metrics.value(
+            "shuffle_tenants_below_availability",
+            &[("threshold", threshold)],
+        );
+        assert_eq!(value, ratios.iter().filter(|&&r| r < bound).count() as f64);
+        assert!(value > 0.0);
+    }
+
+    // The live blast radius of the two ejected shards, counted by hand.
+    let out: BTreeSet<String> = [killed.clone(), erroring.clone()].into();
+    let (mut fully_down, mut degraded) = (0.0, 0.0);
+    for tenant in &tenants {
+        let members: BTreeSet<String> = fixture.subset_ids(tenant).into_iter().collect();
+        fully_down += f64::from(u8::from(members.is_subset(&out)));
+        degraded += f64::from(u8::from(!members.is_disjoint(&out)));
+    }
+    assert!(fully_down >= 1.0, "the victim is fully down");
+    assert_eq!(
+        metrics.value("shuffle_blast_fully_down_tenants", &cell),
+        fully_down
+    );
+    assert_eq!(
+        metrics.value("shuffle_blast_degraded_tenants", &cell),
+        degraded
+    );
+
+    // Nothing secret, and nothing per tenant.
+    for (tenant, key) in &fixture.tenants {
+        assert!(!text.contains(key.as_str()), "an API key is in the metrics");
+        assert!(
+            !text.contains(&format!("\"{tenant}\"")),
+            "{tenant} has a series"
+        );
+    }
+    assert!(!text.contains(TOKEN), "the admin token is in the metrics");
+    let key = std::fs::read(fixture.dir.path().join("placement.key")).unwrap();
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        !text.contains(&hex),
+        "the placement key (hex) is in the metrics"
+    );
+    assert!(
+        !text.contains(String::from_utf8_lossy(&key[..8]).as_ref()),
+        "placement key bytes are in the metrics"
+    );
+    for sample in &metrics.samples {
+        for label in sample.labels.keys() {
+            assert!(
+                [
+                    "cell",
+                    "shard",
+                    "outcome",
+                    "reason",
+                    "kind",
+                    "le",
+                    "threshold"
+                ]
+                .contains(&label.as_str()),
+                "unexpected label {label} on {}",
+                sample.name
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_can_be_opened_without_the_token_and_nothing_else_is() {
+    let fixture = Fixture::start(Options {
+        admin: "metrics_without_token = true\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    assert_eq!(fixture.get("tenant-1", "/").await.0, StatusCode::OK);
+    let (status, _, body) = fixture.admin("GET", "/metrics", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = parse(std::str::from_utf8(&body).unwrap());
+    assert!(
+        metrics.value(
+            "shuffle_requests_total",
+            &[("cell", "default"), ("outcome", "ok")]
+        ) >= 1.0
+    );
+    for (method, path) in [
+        ("GET", "/admin/shards"),
+        ("GET", "/"),
+        ("POST", "/admin/reload"),
+    ] {
+        let (status, _, _) = fixture.admin(method, path, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_removed_by_a_reload_stops_being_reported() {
+    let fixture = Fixture::start(Options {
+        shards: 4,
+        admin: "metrics_without_token = true\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    let scrape = async || {
+        let (status, _, body) = fixture.admin("GET", "/metrics", None).await;
+        assert_eq!(status, StatusCode::OK);
+        parse(std::str::from_utf8(&body).unwrap())
+    };
+    let shards = |metrics: &Exposition, family: &str| -> BTreeSet<String> {
+        metrics
+            .series(family)
+            .iter()
+            .map(|s| s.labels["shard"].clone())
+            .collect()
+    };
+    let all: BTreeSet<String> = ["s0", "s1", "s2", "s3"].map(String::from).into();
+    let before = scrape().await;
+    for family in [
+        "shuffle_shard_healthy",
+        "shuffle_shard_ejected",
+        "shuffle_shard_in_flight",
+    ] {
+        assert_eq!(shards(&before, family), all, "{family}");
+    }
+
+    // Decommission s3 (a migration: its tenants move).
+    let path = fixture.config_path();
+    let config = std::fs::read_to_string(&path).unwrap();
+    let line = config
+        .lines()
+        .find(|l| l.contains("id = \"s3\""))
+        .unwrap()
+        .to_owned();
+    std::fs::write(&path, config.replace(&format!("{line}\n"), "")).unwrap();
+    let (status, _, body) = fixture
+        .admin("POST", "/admin/reload?allow_migration=true", Some(TOKEN))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+
+    let after = scrape().await;
+    let remaining: BTreeSet<String> = ["s0", "s1", "s2"].map(String::from).into();
+    for family in [
+        "shuffle_shard_healthy",
+        "shuffle_shard_ejected",
+        "shuffle_shard_in_flight",
+    ] {
+        assert_eq!(shards(&after, family), remaining, "{family}");
+    }
+    assert_eq!(after.series("shuffle_blast_degraded_tenants").len(), 1);
+}

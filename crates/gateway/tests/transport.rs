@@ -1,0 +1,1147 @@
+//! The transport end to end: request head and body limits, the slowloris
+//! timeout, streamed responses, backends that break off or drop idle
+//! connections, graceful shutdown, and response header hygiene.
+//!
+//! Where the test backend cannot misbehave in the way a test needs (a huge
+//! or held-open response body, placement headers on the response, a
+//! keep-alive connection closed just as it is reused), the test runs its
+//! own small server as the shard (`Options::custom_shards`).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use backend::Mode;
+use bytes::Bytes;
+use gateway::health::Availability;
+use gateway::state::Stats;
+use http::{Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout};
+
+use crate::util::{Fixture, Options, eventually};
+
+/// How long anything in these tests may take before it counts as a hang.
+const DEADLINE: Duration = Duration::from_secs(2);
+
+// ---------------------------------------------------------------------------
+// Helpers: raw connections, bodies, and a test's own shard.
+
+/// Reads until the peer closes the connection (EOF or reset); panics if it
+/// is still open after [`DEADLINE`].
+async fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
+    let mut received = Vec::new();
+    let mut buffer = [0_u8; 4096];
+    timeout(DEADLINE, async {
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&buffer[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the gateway neither answered nor closed the connection");
+    received
+}
+
+/// Sends `bytes` on a fresh connection and returns everything the gateway
+/// sends back before it closes the connection.
+async fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // The gateway may answer (and stop reading) before it has read all of
+    // an oversized request, so a failed write is not a failure here.
+    let _ = stream.write_all(bytes).await;
+    String::from_utf8_lossy(&read_until_closed(&mut stream).await).into_owned()
+}
+
+/// The status line of a raw answer, for assertion messages.
+fn status_line(answer: &str) -> &str {
+    answer.lines().next().unwrap_or("<nothing>")
+}
+
+/// A request to the gateway as the fixture's first tenant.
+fn request(fixture: &Fixture, method: &str, path: &str) -> http::request::Builder {
+    let (_, key) = &fixture.tenants[0];
+    Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", fixture.running.addr))
+        .header("authorization", format!("Bearer {key}"))
+}
+
+fn empty() -> Full<Bytes> {
+    Full::new(Bytes::new())
+}
+
+/// `count` copies of `chunk`, declaring their total length or not (then
+/// hyper sends them chunked).
+struct Chunks {
+    chunk: Bytes,
+    count: usize,
+    declare_length: bool,
+}
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.count == 0 {
+            return Poll::Ready(None);
+        }
+        self.count -= 1;
+        Poll::Ready(Some(Ok(Frame::data(self.chunk.clone()))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.count == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.declare_length {
+            SizeHint::with_exact((self.chunk.len() * self.count) as u64)
+        } else {
+            SizeHint::default()
+        }
+    }
+}
+
+/// A body whose chunks the test hands over one by one: it ends when the
+/// sender is dropped, stays open while the sender is held, and fails (hyper
+/// then aborts the connection) when the test sends an error.
+struct ChannelBody(mpsc::Receiver<std::io::Result<Bytes>>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|chunk| chunk.map(Frame::data)))
+    }
+}
+
+type ShardBody = BoxBody<Bytes, std::io::Error>;
+
+fn text(status: u16, body: &'static str) -> Response<ShardBody> {
+    let mut response = Response::new(
+        Full::new(Bytes::from_static(body.as_bytes()))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    response
+}
+
+/// A test's own shard: a hyper server that answers `/healthz` itself and
+/// every other request with `handler`.
+struct CustomShard {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Drop for CustomShard {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl CustomShard {
+    async fn start<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<ShardBody>> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handler = Arc::new(handler);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let handler = Arc::clone(&handler);
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        let handler = Arc::clone(&handler);
+                        async move {
+                            if request.uri().path() == "/healthz" {
+                                return Ok::<_, Infallible>(text(200, "ok"));
+                            }
+                            Ok(handler(request).await)
+                        }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self { addr, task }
+    }
+
+    /// A gateway whose only shard is this one (so every tenant lands on it).
+    fn options(&self) -> Options {
+        only_shard(self.addr)
+    }
+}
+
+fn only_shard(addr: SocketAddr) -> Options {
+    Options {
+        shards: 0,
+        tenants: 2,
+        k: 1,
+        custom_shards: vec![("c0".into(), format!("http://{addr}"))],
+        ..Options::default()
+    }
+}
+
+fn limits(lines: &str) -> String {
+    format!("[limits]\n{lines}\n")
+}
+
+// ---------------------------------------------------------------------------
+// 1. Request head size.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_request_heads_get_431_and_reach_nobody() {
+    let fixture = Fixture::start(Options {
+        shards: 2,
+        tenants: 2,
+        extra: limits("max_header_bytes = 16384"),
+        ..Options::default()
+    })
+    .await;
+    let addr = fixture.running.addr;
+    let key = fixture.tenants[0].1.clone();
+
+    let one_big_header = format!(
+        "GET / HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\nx-big: {}\r\n\r\n",
+        "a".repeat(32 * 1024)
+    );
+    let answer = raw_exchange(addr, one_big_header.as_bytes()).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 431"),
+        "{}",
+        status_line(&answer)
+    );
+
+    let many_headers: String = (0..70)
+        .map(|i| format!("x-h{i}: {}\r\n", "b".repeat(300)))
+        .collect();
+    let many =
+        format!("GET / HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\n{many_headers}\r\n");
+    let answer = raw_exchange(addr, many.as_bytes()).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 431"),
+        "{}",
+        status_line(&answer)
+    );
+    assert_eq!(fixture.total_backend_requests(), 0);
+
+    // A head under the limit passes.
+    let fits = format!(
+        "GET / HTTP/1.1\r\nhost: gw\r\nconnection: close\r\nauthorization: Bearer {key}\r\nx-big: {}\r\n\r\n",
+        "c".repeat(12 * 1024)
+    );
+    let answer = raw_exchange(addr, fits.as_bytes()).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{}",
+        status_line(&answer)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_limit_below_hypers_minimum_buffer_is_still_enforced() {
+    // hyper's read buffer cannot be smaller than 8 KiB; a smaller
+    // configured limit must still be the limit.
+    let fixture = Fixture::start(Options {
+        shards: 2,
+        tenants: 2,
+        extra: limits("max_header_bytes = 4096"),
+        ..Options::default()
+    })
+    .await;
+    let addr = fixture.running.addr;
+    let key = fixture.tenants[0].1.clone();
+    let head = |filler: usize| {
+        format!(
+            "GET / HTTP/1.1\r\nhost: gw\r\nconnection: close\r\nauthorization: Bearer {key}\r\nx-fill: {}\r\n\r\n",
+            "d".repeat(filler)
+        )
+    };
+    let answer = raw_exchange(addr, head(6 * 1024).as_bytes()).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 431"),
+        "a 6 KiB head with a 4 KiB limit: {}",
+        status_line(&answer)
+    );
+    assert_eq!(fixture.total_backend_requests(), 0);
+    let answer = raw_exchange(addr, head(3 * 1024).as_bytes()).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "a 3 KiB head with a 4 KiB limit: {}",
+        status_line(&answer)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 2. Request body size.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_bodies_over_the_limit_get_413_and_reach_nobody() {
+    let fixture = Fixture::start(Options {
+        shards: 2,
+        tenants: 2,
+        extra: limits("max_body_bytes = 65536"),
+        ..Options::default()
+    })
+    .await;
+    let key = fixture.tenants[0].1.clone();
+
+    // Only the head: the gateway must not wait for a body it will refuse.
+    let head = format!(
+        "PUT /upload HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\ncontent-length: 1000000\r\n\r\n"
+    );
+    let answer = raw_exchange(fixture.running.addr, head.as_bytes()).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 413"),
+        "{}",
+        status_line(&answer)
+    );
+
+    // A client that sends the whole body anyway still reads the 413.
+    for method in ["PUT", "POST"] {
+        let body = Full::new(Bytes::from(vec![b'x'; 256 * 1024]));
+        let response = timeout(
+            DEADLINE,
+            fixture
+                .client
+                .request(request(&fixture, method, "/upload").body(body).unwrap()),
+        )
+        .await
+        .expect("never a hang")
+        .expect("the client reads the answer");
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE, "{method}");
+    }
+    assert_eq!(fixture.total_backend_requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_still_uploading_when_refused_can_finish_and_read_the_413() {
+    // Many clients write the whole body before they read anything. Here
+    // the body (4 MiB) is far larger than the limit and than the socket
+    // buffers, so the gateway answers 413 before the client has finished
+    // writing. The gateway must keep reading (and discarding) the rest for
+    // a while instead of closing at once: closing with unread data resets
+    // the connection, the client's write fails and it never sees the 413.
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 2,
+        k: 1,
+        extra: limits("max_body_bytes = 65536"),
+        ..Options::default()
+    })
+    .await;
+    let key = fixture.tenants[0].1.clone();
+    let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let mut request = format!(
+        "POST /upload HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\ncontent-length: 4194304\r\n\r\n"
+    )
+    .into_bytes();
+    request.extend_from_slice(&vec![b'z'; 4 * 1024 * 1024]);
+    timeout(DEADLINE, stream.write_all(&request))
+        .await
+        .expect("the gateway stopped reading without closing")
+        .expect("the gateway reset the connection while the client was still sending");
+    let mut received = Vec::new();
+    let mut buffer = [0_u8; 4096];
+    let ended = timeout(DEADLINE, async {
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) => return Ok(()),
+                Ok(n) => received.extend_from_slice(&buffer[..n]),
+                Err(error) => return Err(error),
+            }
+        }
+    })
+    .await
+    .expect("the gateway neither answered nor closed the connection");
+    let answer = String::from_utf8_lossy(&received).to_ascii_lowercase();
+    assert!(
+        answer.starts_with("http/1.1 413"),
+        "{}",
+        status_line(&answer)
+    );
+    assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    assert!(ended.is_ok(), "the connection was reset: {ended:?}");
+    assert_eq!(fixture.total_backend_requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_over_the_limit_is_cut_off_and_answered_413() {
+    // Decided behaviour: the gateway stops forwarding at the limit and
+    // aborts the backend request (the backend sees a truncated body and a
+    // closed connection, never the whole body); the client gets 413. The
+    // shard is not blamed: the client's oversized body is not a shard
+    // failure.
+    const LIMIT: usize = 64 * 1024;
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 2,
+        k: 1,
+        extra: limits(&format!("max_body_bytes = {LIMIT}")),
+        ..Options::default()
+    })
+    .await;
+    let client: Client<HttpConnector, Chunks> = Client::builder(TokioExecutor::new()).build_http();
+    for (method, headers) in [
+        ("POST", &[][..]),
+        ("PUT", &[][..]),
+        ("POST", &[("idempotency-key", "k1")][..]),
+    ] {
+        let body = Chunks {
+            chunk: Bytes::from(vec![b'y'; 16 * 1024]),
+            count: 16,
+            declare_length: false,
+        };
+        let mut builder = request(&fixture, method, "/upload");
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let response = timeout(DEADLINE, client.request(builder.body(body).unwrap()))
+            .await
+            .expect("never a hang")
+            .expect("the client reads the answer");
+        assert_eq!(
+            response.status(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{method} {headers:?}"
+        );
+    }
+    for seen in fixture.backends[0].seen() {
+        assert!(
+            seen.body_len <= LIMIT,
+            "the backend received {} bytes of a body over the {LIMIT}-byte limit",
+            seen.body_len
+        );
+    }
+    let shard = fixture
+        .running
+        .gateway
+        .snapshot()
+        .find_shard("default", "s0")
+        .unwrap()
+        .clone();
+    assert_eq!(Stats::get(&shard.failures), 0, "the shard was blamed");
+    // The gateway and the shard still serve.
+    let (status, _) = fixture.get(&fixture.tenants[0].0.clone(), "/").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stalls_its_body_is_answered_and_the_shard_not_blamed() {
+    // Slow-body (R.U.D.Y.) clients: the head arrives in time, the body never
+    // does. Bodies buffered for replay and streamed bodies are both bounded
+    // by the request deadline, and the stall is the client's, not the
+    // shard's.
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 2,
+        k: 1,
+        routing: "request_timeout_ms = 400\n".into(),
+        ..Options::default()
+    })
+    .await;
+    let key = fixture.tenants[0].1.clone();
+    for (method, length) in [("PUT", 100), ("POST", 100_000)] {
+        let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
+        let head = format!(
+            "{method} /upload HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\ncontent-length: {length}\r\n\r\n0123456789"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let started = Instant::now();
+        let answer = String::from_utf8_lossy(&read_until_closed(&mut stream).await).into_owned();
+        assert!(
+            answer.starts_with("HTTP/1.1 408"),
+            "{method}: {}",
+            status_line(&answer)
+        );
+        assert!(started.elapsed() < Duration::from_millis(1500), "{method}");
+    }
+    let shard = fixture
+        .running
+        .gateway
+        .snapshot()
+        .find_shard("default", "s0")
+        .unwrap()
+        .clone();
+    assert_eq!(Stats::get(&shard.failures), 0, "the shard was blamed");
+}
+
+// ---------------------------------------------------------------------------
+// 3. Slowloris.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slowloris_connection_is_closed_after_the_header_timeout() {
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 2,
+        k: 1,
+        extra: limits("header_read_timeout_ms = 300"),
+        ..Options::default()
+    })
+    .await;
+    let addr = fixture.running.addr;
+
+    // A head trickled one line every 50 ms, never finished.
+    let started = Instant::now();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let trickle = tokio::spawn(async move {
+        let mut pace = tokio::time::interval(Duration::from_millis(50));
+        writer.write_all(b"GET / HTTP/1.1\r\n").await?;
+        for i in 0_u32.. {
+            pace.tick().await;
+            writer
+                .write_all(format!("x-slow-{i}: 1\r\n").as_bytes())
+                .await?;
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    let closed = timeout(DEADLINE, async {
+        let mut buffer = [0_u8; 1024];
+        loop {
+            match reader.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    trickle.abort();
+    let elapsed = started.elapsed();
+    assert!(
+        closed.is_ok(),
+        "a trickling client was still connected after {DEADLINE:?}"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(250),
+        "closed after {elapsed:?}, before the header timeout"
+    );
+
+    // A client that connects and sends nothing at all.
+    let started = Instant::now();
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    assert!(read_until_closed(&mut silent).await.is_empty());
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(fixture.total_backend_requests(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// 4. Streaming.
+
+/// A shard whose first response streams what the test sends on the
+/// returned channel.
+async fn streaming_shard() -> (CustomShard, mpsc::Sender<std::io::Result<Bytes>>) {
+    let (chunks, held) = mpsc::channel(4);
+    let held = Arc::new(Mutex::new(Some(held)));
+    let shard = CustomShard::start(move |_request| {
+        let body = held.lock().unwrap().take();
+        async move {
+            match body {
+                Some(body) => Response::new(ChannelBody(body).boxed()),
+                None => text(500, "one streamed response per test"),
+            }
+        }
+    })
+    .await;
+    (shard, chunks)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_reach_the_client_before_the_backend_has_finished() {
+    let (shard, chunks) = streaming_shard().await;
+    let fixture = Fixture::start(shard.options()).await;
+    chunks
+        .send(Ok(Bytes::from_static(b"first;")))
+        .await
+        .unwrap();
+    let response = timeout(
+        DEADLINE,
+        fixture
+            .client
+            .request(request(&fixture, "GET", "/stream").body(empty()).unwrap()),
+    )
+    .await
+    .expect("the head arrives while the backend still holds the body")
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let first = timeout(DEADLINE, body.frame())
+        .await
+        .expect("the first chunk arrives while the backend still holds the rest")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.into_data().unwrap(), "first;");
+    chunks
+        .send(Ok(Bytes::from_static(b"second")))
+        .await
+        .unwrap();
+    drop(chunks);
+    let rest = timeout(DEADLINE, body.collect())
+        .await
+        .expect("the body ends when the backend's does")
+        .unwrap()
+        .to_bytes();
+    assert_eq!(rest, "second");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_larger_than_every_limit_streams_through() {
+    const CHUNK: usize = 64 * 1024;
+    const CHUNKS: usize = 128; // 8 MiB
+    let shard = CustomShard::start(|_request| async {
+        let body = Chunks {
+            chunk: Bytes::from((0..CHUNK).map(|i| (i % 251) as u8).collect::<Vec<u8>>()),
+            count: CHUNKS,
+            declare_length: true,
+        };
+        Response::new(body.map_err(|never| match never {}).boxed())
+    })
+    .await;
+    let fixture = Fixture::start(Options {
+        extra: limits("max_body_bytes = 1024\nmax_header_bytes = 1024"),
+        routing: "max_replay_body_bytes = 1024\n".into(),
+        ..shard.options()
+    })
+    .await;
+    let response = timeout(
+        DEADLINE,
+        fixture
+            .client
+            .request(request(&fixture, "GET", "/large").body(empty()).unwrap()),
+    )
+    .await
+    .expect("never a hang")
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["content-length"],
+        (CHUNK * CHUNKS).to_string()
+    );
+    let mut body = response.into_body();
+    let mut received = 0_usize;
+    let read_all = timeout(Duration::from_secs(5), async {
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            for (offset, byte) in data.iter().enumerate() {
+                assert_eq!(*byte, ((received + offset) % CHUNK % 251) as u8);
+            }
+            received += data.len();
+        }
+    })
+    .await;
+    assert!(read_all.is_ok(), "stalled after {received} bytes");
+    assert_eq!(received, CHUNK * CHUNKS);
+}
+
+// ---------------------------------------------------------------------------
+// 5. A backend that resets mid-response.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_mid_response_is_a_clean_error_for_the_client() {
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 2,
+        k: 1,
+        ..Options::default()
+    })
+    .await;
+    fixture.backends[0].set_mode(Mode::ResetMidResponse);
+    let outcome = timeout(DEADLINE, async {
+        let response = fixture
+            .client
+            .request(request(&fixture, "GET", "/").body(empty()).unwrap())
+            .await?;
+        let status = response.status();
+        let body = response.into_body().collect().await;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, body.map(|b| b.to_bytes())))
+    })
+    .await
+    .expect("the client hangs on a backend that reset mid-response");
+    match outcome {
+        // The backend's head never left it (hyper aborts before flushing
+        // it): nothing reached the client yet, so the gateway answers 502.
+        Ok((StatusCode::BAD_GATEWAY, body)) => assert!(body.is_ok()),
+        // The head was already on its way: the body must fail, not end as
+        // if it were complete.
+        Ok((status, body)) => {
+            assert_eq!(status, StatusCode::OK);
+            assert!(body.is_err(), "a truncated body ended cleanly: {body:?}");
+        }
+        Err(_closed) => {}
+    }
+    let shard = fixture
+        .running
+        .gateway
+        .snapshot()
+        .find_shard("default", "s0")
+        .unwrap()
+        .clone();
+    assert!(
+        eventually(DEADLINE, || shard.in_flight() == 0).await,
+        "the broken response is still counted in flight"
+    );
+    fixture.backends[0].set_mode(Mode::Healthy);
+    let (status, _) = fixture.get(&fixture.tenants[0].0.clone(), "/").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_after_the_client_got_part_of_the_body_fails_the_body() {
+    let (shard, chunks) = streaming_shard().await;
+    let fixture = Fixture::start(shard.options()).await;
+    chunks
+        .send(Ok(Bytes::from_static(b"{\"partial\":")))
+        .await
+        .unwrap();
+    let response = timeout(
+        DEADLINE,
+        fixture
+            .client
+            .request(request(&fixture, "GET", "/").body(empty()).unwrap()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let first = timeout(DEADLINE, body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.into_data().unwrap(), "{\"partial\":");
+    chunks
+        .send(Err(std::io::Error::other("injected reset")))
+        .await
+        .unwrap();
+    let rest = timeout(DEADLINE, body.collect())
+        .await
+        .expect("the client hangs after the backend reset");
+    assert!(rest.is_err(), "a truncated body ended cleanly: {rest:?}");
+}
+
+// ---------------------------------------------------------------------------
+// 6. Backends that close idle keep-alive connections.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_after_a_backend_restart_do_not_fail_on_stale_connections() {
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 2,
+        k: 1,
+        ..Options::default()
+    })
+    .await;
+    let tenant = fixture.tenants[0].0.clone();
+    let backend = &fixture.backends[0];
+    // Fill the gateway's pool with several idle connections.
+    let warm = (0..8).map(|_| fixture.get(&tenant, "/warm"));
+    for (status, _) in join_all(warm).await {
+        assert_eq!(status, StatusCode::OK);
+    }
+    // Restart the backend's listener: it drops every open connection.
+    backend.set_mode(Mode::Killed);
+    assert!(
+        eventually(DEADLINE, || std::net::TcpStream::connect(backend.addr())
+            .is_err())
+        .await,
+        "the backend did not stop listening"
+    );
+    backend.set_mode(Mode::Healthy);
+    assert!(
+        eventually(DEADLINE, || std::net::TcpStream::connect(backend.addr())
+            .is_ok())
+        .await,
+        "the backend did not listen again"
+    );
+    let shard = fixture
+        .running
+        .gateway
+        .snapshot()
+        .find_shard("default", "s0")
+        .unwrap()
+        .clone();
+    let config = fixture.config();
+    assert!(
+        eventually(DEADLINE, || shard.availability(&config) == Availability::Up).await,
+        "the health checker did not readmit the restarted backend"
+    );
+    let failures_before = Stats::get(&shard.failures);
+    for _ in 0..10 {
+        let (status, _) = fixture.get(&tenant, "/after").await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let burst = (0..8).map(|_| fixture.get(&tenant, "/burst"));
+    for (status, _) in join_all(burst).await {
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(Stats::get(&shard.failures), failures_before);
+}
+
+/// Awaits every future concurrently; the outputs in order.
+async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut pending: Vec<_> = futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (slot, output) in pending.iter_mut().zip(&mut outputs) {
+            if let Some(future) = slot
+                && let Poll::Ready(value) = future.as_mut().poll(cx)
+            {
+                *output = Some(value);
+                *slot = None;
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().map(Option::unwrap).collect()
+}
+
+/// A raw HTTP/1.1 shard that answers the first request on each connection
+/// and keeps it alive, then closes the connection without answering as soon
+/// as a second request arrives on it: the race of a backend closing an idle
+/// keep-alive connection just as the gateway reuses it, made deterministic.
+/// With `dies`, it also stops listening (first) as a killed process would.
+struct ClosesReusedConnections {
+    addr: SocketAddr,
+    answered: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ClosesReusedConnections {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ClosesReusedConnections {
+    async fn start(dies: bool) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let answered = Arc::new(AtomicU64::new(0));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (a, d) = (Arc::clone(&answered), Arc::clone(&dropped));
+        // A connection that is about to close asks the accept loop to stop
+        // listening and waits until it has.
+        let (die, mut dying) = mpsc::channel::<oneshot::Sender<()>>(1);
+        let task = tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok(accepted) => accepted,
+                        Err(_) => continue,
+                    },
+                    Some(stopped) = dying.recv() => {
+                        drop(listener);
+                        let _ = stopped.send(());
+                        return;
+                    }
+                };
+                let (answered, dropped, die) = (Arc::clone(&a), Arc::clone(&d), die.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buffer = [0_u8; 4096];
+                    let mut served = 0;
+                    loop {
+                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut buffer).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => head.extend_from_slice(&buffer[..n]),
+                            }
+                        }
+                        if head.starts_with(b"GET /healthz ") {
+                            let _ = stream
+                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+                                .await;
+                            return;
+                        }
+                        if served == 1 {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                            if dies {
+                                let (stopped, listening_stopped) = oneshot::channel();
+                                if die.send(stopped).await.is_ok() {
+                                    let _ = listening_stopped.await;
+                                }
+                            }
+                            return;
+                        }
+                        served += 1;
+                        answered.fetch_add(1, Ordering::Relaxed);
+                        head.clear();
+                        if stream
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self {
+            addr,
+            answered,
+            dropped,
+            task,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_request_on_a_connection_the_backend_just_closed_succeeds() {
+    let shard = ClosesReusedConnections::start(false).await;
+    let fixture = Fixture::start(only_shard(shard.addr)).await;
+    let tenant = fixture.tenants[0].0.clone();
+    for i in 0..5 {
+        let (status, body) = fixture.get(&tenant, "/").await;
+        assert_eq!(status, StatusCode::OK, "request {i}");
+        assert_eq!(body, "ok");
+    }
+    assert_eq!(shard.answered.load(Ordering::Relaxed), 5);
+    assert!(
+        shard.dropped.load(Ordering::Relaxed) >= 1,
+        "the test never made the gateway reuse a connection the backend closed"
+    );
+
+    // A POST without an idempotency key may have been received before the
+    // connection closed, so it is not sent again.
+    let dropped = shard.dropped.load(Ordering::Relaxed);
+    let answered = shard.answered.load(Ordering::Relaxed);
+    let (status, _, _) = fixture.send(Some(&tenant), "POST", "/", &[], b"").await;
+    let replayed = shard.answered.load(Ordering::Relaxed) > answered;
+    let was_dropped = shard.dropped.load(Ordering::Relaxed) > dropped;
+    assert!(
+        (status == StatusCode::BAD_GATEWAY && was_dropped && !replayed)
+            || (status == StatusCode::OK && !was_dropped),
+        "POST: {status}, dropped {was_dropped}, replayed {replayed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_killed_as_its_pooled_connection_is_reused_costs_no_failed_get() {
+    // The member dies (stops listening, drops its connections) just as the
+    // gateway reuses a pooled connection to it. Nothing was answered and
+    // the backend now refuses connections: the GET fails over to the other
+    // member as on any refused connection, without the retry budget
+    // (spent here on purpose).
+    let dying = ClosesReusedConnections::start(true).await;
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 2,
+        k: 2,
+        custom_shards: vec![("c0".into(), format!("http://{}", dying.addr))],
+        extra: "[retry_budget]\nratio = 0.0\nmin_per_second = 0\n".into(),
+        ..Options::default()
+    })
+    .await;
+    let tenant = fixture.tenants[0].0.clone();
+    // Power of two choices alternates between the members at random; keep
+    // going until a request has reused a connection to the dying member.
+    let mut sent = 0;
+    while dying.dropped.load(Ordering::Relaxed) == 0 {
+        assert!(sent < 200, "the gateway never reused a connection to c0");
+        sent += 1;
+        let (status, _) = fixture.get(&tenant, "/").await;
+        assert_eq!(status, StatusCode::OK, "request {sent}");
+    }
+    for _ in 0..5 {
+        let (status, _) = fixture.get(&tenant, "/").await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(
+        Stats::get(&fixture.running.gateway.stats.budget_exhausted),
+        0
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 7. Graceful shutdown.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_in_flight_requests_then_refuses_connections() {
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 2,
+        k: 1,
+        routing: "per_try_timeout_ms = 1000\n".into(),
+        ..Options::default()
+    })
+    .await;
+    let backend = &fixture.backends[0];
+    backend.set_mode(Mode::Slow(Duration::from_millis(300)));
+    let addr = fixture.running.addr;
+    let in_flight = {
+        let client = fixture.client.clone();
+        let request = request(&fixture, "GET", "/slow").body(empty()).unwrap();
+        tokio::spawn(async move {
+            let response = client.request(request).await?;
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, body))
+        })
+    };
+    assert!(
+        eventually(DEADLINE, || backend.requests() == 1).await,
+        "the slow request never reached the backend"
+    );
+    let Fixture { running, .. } = fixture;
+    let shutdown = tokio::spawn(running.shutdown());
+    // The listener closes as soon as shutdown starts, while the slow
+    // request is still in flight: new clients are refused at once rather
+    // than left waiting in the accept queue.
+    assert!(
+        eventually(Duration::from_millis(250), || {
+            std::net::TcpStream::connect(addr).is_err()
+        })
+        .await,
+        "the listener still accepts connections during the shutdown grace period"
+    );
+    assert!(!in_flight.is_finished());
+    let (status, body) = timeout(DEADLINE, in_flight)
+        .await
+        .expect("the in-flight request did not finish")
+        .unwrap()
+        .expect("the in-flight request failed");
+    assert_eq!(status, StatusCode::OK);
+    let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["path"], "/slow");
+    timeout(DEADLINE, shutdown)
+        .await
+        .expect("shutdown did not return")
+        .unwrap();
+    assert!(TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cuts_responses_that_outlast_the_grace_period() {
+    // A response the backend never finishes: shutdown waits the grace
+    // period, then the connection is closed rather than left running.
+    let (shard, chunks) = streaming_shard().await;
+    let fixture = Fixture::start(Options {
+        extra: limits("shutdown_grace_ms = 200"),
+        ..shard.options()
+    })
+    .await;
+    chunks
+        .send(Ok(Bytes::from_static(b"begun;")))
+        .await
+        .unwrap();
+    let response = timeout(
+        DEADLINE,
+        fixture
+            .client
+            .request(request(&fixture, "GET", "/forever").body(empty()).unwrap()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let mut body = response.into_body();
+    let first = timeout(DEADLINE, body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.into_data().unwrap(), "begun;");
+    let Fixture { running, .. } = fixture;
+    let started = Instant::now();
+    timeout(DEADLINE, running.shutdown())
+        .await
+        .expect("shutdown did not return after its grace period");
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    let end = timeout(DEADLINE, body.frame())
+        .await
+        .expect("the response outlived the shutdown grace period");
+    assert!(!matches!(end, Some(Ok(_))), "data after shutdown: {end:?}");
+    drop(chunks);
+}
+
+// ---------------------------------------------------------------------------
+// 8. Response header hygiene.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_and_hop_by_hop_headers_never_reach_the_client() {
+    let shard = CustomShard::start(|request| async move {
+        let mut response = if request.uri().path() == "/fail" {
+            text(503, "down")
+        } else {
+            text(200, "up")
+        };
+        let headers = response.headers_mut();
+        headers.insert("x-shuffle-shard", "c0".parse().unwrap());
+        headers.insert("x-shuffle-tenant", "someone".parse().unwrap());
+        headers.insert("x-shuffle-subset", "c0,c1".parse().unwrap());
+        headers.insert("connection", "x-hop".parse().unwrap());
+        headers.insert("x-hop", "1".parse().unwrap());
+        headers.insert("keep-alive", "timeout=5".parse().unwrap());
+        headers.insert("x-kept", "1".parse().unwrap());
+        response
+    })
+    .await;
+    let fixture = Fixture::start(shard.options()).await;
+    let tenant = fixture.tenants[0].0.clone();
+    // A served response, and a retryable status passed on as the last
+    // answer once nothing else may be tried.
+    for (path, expected) in [
+        ("/ok", StatusCode::OK),
+        ("/fail", StatusCode::SERVICE_UNAVAILABLE),
+    ] {
+        let (status, headers, _) = fixture.send(Some(&tenant), "GET", path, &[], b"").await;
+        assert_eq!(status, expected, "{path}");
+        for name in headers.keys() {
+            assert!(
+                !name.as_str().starts_with("x-shuffle-"),
+                "{path}: {name} reached the client"
+            );
+        }
+        for gone in ["x-hop", "keep-alive"] {
+            assert!(
+                headers.get(gone).is_none(),
+                "{path}: {gone} reached the client"
+            );
+        }
+        assert_eq!(headers["x-kept"], "1", "{path}");
+    }
+}
