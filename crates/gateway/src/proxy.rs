@@ -184,16 +184,17 @@ async fn route(
     let mut last_failure: Option<(Failure, Option<Response<Incoming>>)> = None;
     loop {
         let pick = member::pick(&subset, &tried, shards, config);
-        let index = match pick {
-            Pick::Member(index) => index,
-            Pick::Spill(index) => {
-                gateway.stats.spills.fetch_add(1, Ordering::Relaxed);
-                Metrics::cell_event(&gateway.metrics.spills, cell_name);
-                index
-            }
+        let (index, spill) = match pick {
+            Pick::Member(index) => (index, false),
+            Pick::Spill(index) => (index, true),
             Pick::Exhausted => break,
         };
         if !tried.is_empty() {
+            // Without failover (a drill's control experiment) one attempt
+            // is all a request gets.
+            if !config.routing.failover {
+                break;
+            }
             let may_have_reached = last_failure
                 .as_ref()
                 .is_some_and(|(failure, _)| failure.maybe_sent());
@@ -235,8 +236,10 @@ async fn route(
             gateway.stats.reroutes.fetch_add(1, Ordering::Relaxed);
             gateway.metrics.failover(cell_name, "reroute");
         }
-        if !tried.is_empty() && !config.routing.failover {
-            break;
+        if spill {
+            // Counted only now that the attempt will really be made.
+            gateway.stats.spills.fetch_add(1, Ordering::Relaxed);
+            Metrics::cell_event(&gateway.metrics.spills, cell_name);
         }
         tried.push(index);
         let remaining = deadline.saturating_duration_since(Instant::now());

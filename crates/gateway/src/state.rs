@@ -195,32 +195,31 @@ impl Snapshot {
         (cell, self.topology.subset(cell, tenant))
     }
 
-    /// How many of the tenants known to either snapshot would be served by
-    /// other shards (or another cell) under `next`.
+    /// How many tenants configured in both snapshots would be served by
+    /// other shards (or another cell) under `next`. Tenants that are new or
+    /// removed have nowhere to move from or to, so they do not count.
     pub fn migration_to(&self, next: &Snapshot) -> (u64, u64) {
-        let ids: std::collections::BTreeSet<&str> = self
+        let ids: Vec<&str> = self
             .tenants
             .iter()
-            .chain(next.tenants.iter())
             .map(|t| t.id.as_str())
+            .filter(|id| next.tenants.get(id).is_some())
             .collect();
-        let mut changed = 0;
-        for id in &ids {
-            let (old_cell, old) = self.route(id);
-            let (new_cell, new) = next.route(id);
-            let name = |s: &Snapshot, cell: usize| s.config.cells[cell].name.clone();
-            let set = |s: &Snapshot, cell: usize, subset: &[placement::ShardIndex]| {
-                subset
-                    .iter()
-                    .map(|&i| s.config.cells[cell].shards[i as usize].id.clone())
-                    .collect::<std::collections::BTreeSet<_>>()
-            };
-            if name(self, old_cell) != name(next, new_cell)
-                || set(self, old_cell, &old) != set(next, new_cell, &new)
-            {
-                changed += 1;
-            }
-        }
+        let shard_ids = |s: &Snapshot, cell: usize, subset: &[placement::ShardIndex]| {
+            subset
+                .iter()
+                .map(|&i| s.config.cells[cell].shards[i as usize].id.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let changed = ids
+            .iter()
+            .filter(|id| {
+                let (old_cell, old) = self.route(id);
+                let (new_cell, new) = next.route(id);
+                self.config.cells[old_cell].name != next.config.cells[new_cell].name
+                    || shard_ids(self, old_cell, &old) != shard_ids(next, new_cell, &new)
+            })
+            .count() as u64;
         (changed, ids.len() as u64)
     }
 }
