@@ -160,9 +160,12 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         shape,
     )
     .await?;
+    // The bound is generous because the demo runs shards, gateway and load
+    // generator on the same cores: tail latency there says more about the
+    // machine than about the gateway.
     let thresholds = Thresholds {
         min_success: 0.999,
-        latency_bound_ms: 50.0,
+        latency_bound_ms: 250.0,
     };
 
     let cell = "demo".to_owned();

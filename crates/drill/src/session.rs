@@ -341,3 +341,147 @@ impl Session {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::TenantSample;
+
+    /// A session over fixed subsets, with no gateway behind it.
+    fn session(subsets: &[&[&str]]) -> Session {
+        let tenants = (0..subsets.len())
+            .map(|t| TenantCredential::new(format!("t{t}"), "k"))
+            .collect();
+        let ids: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
+        Session {
+            gateway: "http://127.0.0.1:1".into(),
+            admin: AdminClient::new(&"http://127.0.0.1:1".parse().unwrap(), "token"),
+            tenants,
+            subsets: subsets
+                .iter()
+                .map(|s| {
+                    (
+                        "c".to_owned(),
+                        s.iter().map(|id| (*id).to_owned()).collect(),
+                    )
+                })
+                .collect(),
+            cells: [("c".to_owned(), ids)].into(),
+            shape: LoadShape {
+                requests_per_tenant: 1,
+                concurrency: 1,
+                timeout: std::time::Duration::from_secs(1),
+            },
+        }
+    }
+
+    fn phase(samples: &[(u64, u64, u32)]) -> Phase {
+        Phase {
+            samples: samples
+                .iter()
+                .map(|&(ok, total, micros)| TenantSample {
+                    ok,
+                    total,
+                    latencies_us: vec![micros; total as usize],
+                })
+                .collect(),
+        }
+    }
+
+    const THRESHOLDS: Thresholds = Thresholds {
+        min_success: 0.999,
+        latency_bound_ms: 10.0,
+    };
+
+    #[test]
+    fn a_clean_single_failure_passes() {
+        let session = session(&[&["s0", "s1"], &["s2", "s3"]]);
+        let failed = [("c".to_owned(), "s0".to_owned())];
+        let baseline = phase(&[(10, 10, 1000), (10, 10, 1000)]);
+        let during = phase(&[(10, 10, 1500), (10, 10, 1200)]);
+        let verdict = session.evaluate(
+            "d",
+            &baseline,
+            &during,
+            &failed,
+            &[0].into(),
+            10.0,
+            THRESHOLDS,
+        );
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        assert_eq!(
+            (verdict.degraded, verdict.fully_down, verdict.unaffected),
+            (1, 0, 1)
+        );
+        assert_eq!(
+            (verdict.modeled_degraded, verdict.modeled_fully_down),
+            (1, 0)
+        );
+    }
+
+    #[test]
+    fn each_property_can_fail() {
+        let session = session(&[&["s0", "s1"], &["s2", "s3"], &["s0", "s2"]]);
+        let failed = [("c".to_owned(), "s0".to_owned())];
+        let baseline = phase(&[(10, 10, 1000), (10, 10, 1000), (10, 10, 1000)]);
+        let degraded: BTreeSet<usize> = [0, 2].into();
+
+        // A degraded tenant lost requests.
+        let during = phase(&[(9, 10, 1000), (10, 10, 1000), (10, 10, 1000)]);
+        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
+        assert!(
+            v.violations
+                .iter()
+                .any(|v| v.contains("degraded tenant t0")),
+            "{:?}",
+            v.violations
+        );
+
+        // An unaffected tenant saw an error, and its p99 rose past the bound.
+        let during = phase(&[(10, 10, 1000), (9, 10, 30_000), (10, 10, 1000)]);
+        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
+        assert!(
+            v.violations
+                .iter()
+                .any(|v| v.contains("unaffected tenants saw 1 errors"))
+        );
+        assert!(v.violations.iter().any(|v| v.contains("p99 latency")));
+
+        // No failover counted although degraded tenants were served.
+        let during = phase(&[(10, 10, 1000), (10, 10, 1000), (10, 10, 1000)]);
+        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 0.0, THRESHOLDS);
+        assert!(v.violations.iter().any(|v| v.contains("failover counter")));
+
+        // The gateway's view of who is degraded differs from the model's.
+        let v = session.evaluate(
+            "d",
+            &baseline,
+            &during,
+            &failed,
+            &[0].into(),
+            5.0,
+            THRESHOLDS,
+        );
+        assert!(!v.degraded_matches);
+
+        // A tenant down that the model says should be up.
+        let during = phase(&[(10, 10, 1000), (0, 10, 1000), (10, 10, 1000)]);
+        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
+        assert!(!v.fully_down_matches);
+    }
+
+    #[test]
+    fn a_double_failure_predicts_the_tenants_on_both() {
+        let session = session(&[&["s0", "s1"], &["s0", "s2"], &["s2", "s3"]]);
+        let failed = [
+            ("c".to_owned(), "s0".to_owned()),
+            ("c".to_owned(), "s1".to_owned()),
+        ];
+        let (per_tenant, fully_down, degraded) = session.predict(&failed);
+        assert_eq!(
+            per_tenant,
+            vec![(true, true), (false, true), (false, false)]
+        );
+        assert_eq!((fully_down, degraded), (1, 2));
+    }
+}
