@@ -9,91 +9,16 @@
 //! `SHUFFLE_SHARD_REQUIRE_BROWSER=1` (set by `.ci/run`) makes that a failure.
 //! `SHUFFLE_SHARD_KEEP_STATUS_PAGE=DIR` keeps the DOM and the screenshot
 //! there, for looking at them.
-//!
-//! The Chromium helpers are a trimmed copy of those in
-//! `crates/report/tests/browser.rs` (integration tests of two crates cannot
-//! share a module without a crate of their own), with a URL instead of a
-//! file and no dependency on the report crate.
 
 use std::env;
-use std::fs::{self, File};
-use std::io::{self, Write as _};
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
 
 use http::StatusCode;
+use testkit::browser;
 
 use crate::admin::{TOKEN, analyser, options};
 use crate::util::{Fixture, Options};
-
-/// How long one Chromium run may take before the test gives up on it.
-const BROWSER_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// How often to ask whether Chromium has exited while waiting for it.
-const POLL: Duration = Duration::from_millis(25);
-
-/// The browser to use, if any.
-fn find_chromium() -> Option<PathBuf> {
-    if let Some(path) = env::var_os("CHROMIUM").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    let path = env::var_os("PATH")?;
-    env::split_paths(&path)
-        .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
-        .find(|candidate| candidate.is_file())
-}
-
-/// Runs Chromium headless on `url` with `extra` arguments, its output into
-/// files, in a fresh profile; waits (polling against a deadline) for it to
-/// exit. Blocking: call it from `spawn_blocking`.
-fn run_chromium(
-    browser: &Path,
-    profile: &Path,
-    url: &str,
-    extra: &[String],
-    stdout: &Path,
-    stderr: &Path,
-) -> ExitStatus {
-    fs::create_dir_all(profile).unwrap();
-    let mut child = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(extra)
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(File::create(stdout).unwrap())
-        .stderr(File::create(stderr).unwrap())
-        .spawn()
-        .unwrap_or_else(|error| panic!("could not start {}: {error}", browser.display()));
-    let deadline = Instant::now() + BROWSER_TIMEOUT;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{} did not finish within {BROWSER_TIMEOUT:?}; its stderr:\n{}",
-                browser.display(),
-                fs::read_to_string(stderr).unwrap_or_default()
-            );
-        }
-        thread::sleep(POLL);
-    }
-}
 
 /// Runs Chromium on a blocking thread, so the gateway under test keeps
 /// serving the page on the runtime's threads.
@@ -103,23 +28,16 @@ async fn chromium(
     name: &str,
     url: &str,
     extra: Vec<String>,
-) -> (ExitStatus, PathBuf, PathBuf) {
-    let (browser, profile, url) = (
+) -> browser::Run {
+    let (browser, dir, name, url) = (
         browser.to_owned(),
-        dir.join(format!("profile-{name}")),
+        dir.to_owned(),
+        name.to_owned(),
         url.to_owned(),
     );
-    let (stdout, stderr) = (
-        dir.join(format!("{name}.stdout")),
-        dir.join(format!("{name}.stderr")),
-    );
-    let (out, err) = (stdout.clone(), stderr.clone());
-    let status = tokio::task::spawn_blocking(move || {
-        run_chromium(&browser, &profile, &url, &extra, &out, &err)
-    })
-    .await
-    .unwrap();
-    (status, stdout, stderr)
+    tokio::task::spawn_blocking(move || browser::run(&browser, &dir, &name, &url, &extra))
+        .await
+        .unwrap()
 }
 
 /// The serialised element that starts with `start`, up to `end`.
@@ -131,19 +49,7 @@ fn element<'a>(dom: &'a str, start: &str, end: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() {
-    let Some(browser) = find_chromium() else {
-        if env::var("SHUFFLE_SHARD_REQUIRE_BROWSER").as_deref() == Ok("1") {
-            panic!(
-                "SHUFFLE_SHARD_REQUIRE_BROWSER=1 but no Chromium was found: install Debian's \
-                 `chromium`, put `chromium` or `chromium-browser` on PATH, or set CHROMIUM"
-            );
-        }
-        // Straight to the process's stderr: the test harness captures
-        // `eprintln!` from passing tests, and a skip must be seen.
-        let _ = writeln!(
-            io::stderr(),
-            "SKIPPED: chromium not found; set SHUFFLE_SHARD_REQUIRE_BROWSER=1 to make this fatal"
-        );
+    let Some(browser) = browser::find_or_skip() else {
         return;
     };
 
@@ -187,7 +93,7 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
 
     let dir = tempfile::tempdir().unwrap();
     let url = format!("http://{}/", fixture.running.admin_addr);
-    let (status, dom_path, err_path) = chromium(
+    let run = chromium(
         &browser,
         dir.path(),
         "dom",
@@ -195,11 +101,12 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
         vec!["--dump-dom".to_owned()],
     )
     .await;
-    let dom = fs::read_to_string(&dom_path).unwrap();
+    let dom = run.stdout;
     assert!(
-        status.success() && !dom.is_empty(),
-        "chromium --dump-dom failed ({status}); stderr:\n{}",
-        fs::read_to_string(&err_path).unwrap_or_default()
+        run.status.success() && !dom.is_empty(),
+        "chromium --dump-dom failed ({}); stderr:\n{}",
+        run.status,
+        run.stderr
     );
 
     assert!(dom.contains("<h1>shuffle-shard gateway</h1>"), "{dom}");
@@ -269,7 +176,7 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
 
     // A screenshot: the page lays out and paints.
     let png = dir.path().join("status.png");
-    let (status, _, err_path) = chromium(
+    let run = chromium(
         &browser,
         dir.path(),
         "shot",
@@ -282,9 +189,10 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
     )
     .await;
     assert!(
-        status.success(),
-        "chromium --screenshot failed ({status}); stderr:\n{}",
-        fs::read_to_string(&err_path).unwrap_or_default()
+        run.status.success(),
+        "chromium --screenshot failed ({}); stderr:\n{}",
+        run.status,
+        run.stderr
     );
     let image = fs::read(&png).unwrap_or_else(|error| panic!("no screenshot at {png:?}: {error}"));
     assert_eq!(

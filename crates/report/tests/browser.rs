@@ -9,38 +9,17 @@
 //! for looking at them.
 
 use std::env;
-use std::fs::{self, File};
-use std::io::{self, Write as _};
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::fs;
+use std::path::PathBuf;
 
 use analysis::plan::{self, Budget};
 use analysis::{BlastModel, Placements, Population, load, overlap};
 use placement::{Algorithm, Fleet, PlacementConfig, PlacementKey, Placer};
 use report::{ReportInput, render};
-
-/// How long one Chromium run may take before the test gives up on it. A
-/// cold start on a busy CI machine takes seconds, not minutes.
-const BROWSER_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// How often to ask whether Chromium has exited while waiting for it.
-const POLL: Duration = Duration::from_millis(25);
+use testkit::browser;
 
 const SHARDS: u32 = 16;
 const TENANTS: usize = 2000;
-
-/// The browser to use, if any.
-fn find_chromium() -> Option<PathBuf> {
-    if let Some(path) = env::var_os("CHROMIUM").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    let path = env::var_os("PATH")?;
-    env::split_paths(&path)
-        .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
-        .find(|candidate| candidate.is_file())
-}
 
 /// A realistic report: 2,000 tenants on 16 shards, one of them a whale, so
 /// the load chart has something to show.
@@ -106,59 +85,6 @@ fn realistic_report() -> String {
     .unwrap()
 }
 
-/// Runs Chromium headless on `page` with `extra` arguments, its stdout into
-/// `stdout` and stderr into `stderr`, in a fresh profile. Files rather than
-/// pipes: nothing has to drain them while we wait, and a helper process
-/// that outlives the browser cannot hold the test up.
-fn run_chromium(
-    browser: &Path,
-    profile: &Path,
-    page: &Path,
-    extra: &[String],
-    stdout: &Path,
-    stderr: &Path,
-) -> ExitStatus {
-    fs::create_dir_all(profile).unwrap();
-    let mut child = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(extra)
-        .arg(format!("file://{}", page.display()))
-        .stdin(Stdio::null())
-        .stdout(File::create(stdout).unwrap())
-        .stderr(File::create(stderr).unwrap())
-        .spawn()
-        .unwrap_or_else(|error| panic!("could not start {}: {error}", browser.display()));
-    // Poll for exit against a deadline: std has no wait-with-timeout, and the
-    // exit itself is what we wait for, so nothing is assumed about timing.
-    let deadline = Instant::now() + BROWSER_TIMEOUT;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{} did not finish within {BROWSER_TIMEOUT:?}; its stderr:\n{}",
-                browser.display(),
-                fs::read_to_string(stderr).unwrap_or_default()
-            );
-        }
-        thread::sleep(POLL);
-    }
-}
-
 /// The serialised `<figure id="{id}">` element, if the DOM has one.
 fn figure<'a>(dom: &'a str, id: &str) -> Option<&'a str> {
     let start = dom.find(&format!("<figure id=\"{id}\">"))?;
@@ -168,19 +94,7 @@ fn figure<'a>(dom: &'a str, id: &str) -> Option<&'a str> {
 
 #[test]
 fn chromium_renders_the_report_charts() {
-    let Some(browser) = find_chromium() else {
-        if env::var("SHUFFLE_SHARD_REQUIRE_BROWSER").as_deref() == Ok("1") {
-            panic!(
-                "SHUFFLE_SHARD_REQUIRE_BROWSER=1 but no Chromium was found: install Debian's \
-                 `chromium`, put `chromium` or `chromium-browser` on PATH, or set CHROMIUM"
-            );
-        }
-        // Straight to the process's stderr: the test harness captures
-        // `eprintln!` from passing tests, and a skip must be seen.
-        let _ = writeln!(
-            io::stderr(),
-            "SKIPPED: chromium not found; set SHUFFLE_SHARD_REQUIRE_BROWSER=1 to make this fatal"
-        );
+    let Some(browser) = browser::find_or_skip() else {
         return;
     };
 
@@ -190,21 +104,20 @@ fn chromium_renders_the_report_charts() {
 
     // The DOM as the browser parsed it: proves the inline SVG became SVG
     // elements inside the figures, not text.
-    let dom_path = dir.path().join("dom.html");
-    let err_path = dir.path().join("dom.stderr");
-    let status = run_chromium(
+    let target = format!("file://{}", page.display());
+    let run = browser::run(
         &browser,
-        &dir.path().join("profile-dom"),
-        &page,
+        dir.path(),
+        "dom",
+        &target,
         &["--dump-dom".to_owned()],
-        &dom_path,
-        &err_path,
     );
-    let dom = fs::read_to_string(&dom_path).unwrap();
+    let dom = run.stdout;
     assert!(
-        status.success() && !dom.is_empty(),
-        "chromium --dump-dom failed ({status}); stderr:\n{}",
-        fs::read_to_string(&err_path).unwrap_or_default()
+        run.status.success() && !dom.is_empty(),
+        "chromium --dump-dom failed ({}); stderr:\n{}",
+        run.status,
+        run.stderr
     );
     assert!(dom.contains("<h1>Blast radius: 16 shards, 2,000 tenants</h1>"));
     assert!(dom.contains("class=\"verdict\""));
@@ -228,23 +141,22 @@ fn chromium_renders_the_report_charts() {
 
     // A screenshot: the page lays out and paints to a full-size image.
     let png = dir.path().join("report.png");
-    let err_path = dir.path().join("screenshot.stderr");
-    let status = run_chromium(
+    let run = browser::run(
         &browser,
-        &dir.path().join("profile-shot"),
-        &page,
+        dir.path(),
+        "shot",
+        &target,
         &[
             format!("--screenshot={}", png.display()),
             "--window-size=1200,2000".to_owned(),
             "--hide-scrollbars".to_owned(),
         ],
-        &dir.path().join("screenshot.stdout"),
-        &err_path,
     );
     assert!(
-        status.success(),
-        "chromium --screenshot failed ({status}); stderr:\n{}",
-        fs::read_to_string(&err_path).unwrap_or_default()
+        run.status.success(),
+        "chromium --screenshot failed ({}); stderr:\n{}",
+        run.status,
+        run.stderr
     );
     let image = fs::read(&png).unwrap_or_else(|error| panic!("no screenshot at {png:?}: {error}"));
     assert_eq!(

@@ -1,0 +1,115 @@
+//! Headless Chromium for browser tests.
+//!
+//! Chromium comes from `$CHROMIUM` or `chromium` / `chromium-browser` on the
+//! `PATH`. Without one a test skips with a visible message on stderr, unless
+//! `SHUFFLE_SHARD_REQUIRE_BROWSER=1` (set by `.ci/run`) makes that a failure.
+//! Chromium runs with the flags this workplace's closed network needs, in a
+//! fresh profile, its output in files (nothing has to drain pipes while we
+//! wait), and is waited for by polling against a deadline.
+
+use std::env;
+use std::fs::{self, File};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long one Chromium run may take. A cold start on a busy CI machine
+/// takes seconds, not minutes.
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How often to ask whether Chromium has exited.
+const POLL: Duration = Duration::from_millis(25);
+
+/// The browser to use. `None` means the caller should return: the skip has
+/// been reported. Panics when a browser is required and missing.
+pub fn find_or_skip() -> Option<PathBuf> {
+    if let Some(path) = env::var_os("CHROMIUM").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let found = env::var_os("PATH").and_then(|path| {
+        env::split_paths(&path)
+            .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
+            .find(|candidate| candidate.is_file())
+    });
+    if found.is_none() {
+        if env::var("SHUFFLE_SHARD_REQUIRE_BROWSER").as_deref() == Ok("1") {
+            panic!(
+                "SHUFFLE_SHARD_REQUIRE_BROWSER=1 but no Chromium was found: install Debian's \
+                 `chromium`, put `chromium` or `chromium-browser` on PATH, or set CHROMIUM"
+            );
+        }
+        // Straight to the process's stderr: the test harness captures
+        // `eprintln!` from passing tests, and a skip must be seen.
+        let _ = writeln!(
+            io::stderr(),
+            "SKIPPED: chromium not found; set SHUFFLE_SHARD_REQUIRE_BROWSER=1 to make this fatal"
+        );
+    }
+    found
+}
+
+/// One finished Chromium run.
+#[derive(Debug)]
+pub struct Run {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// What it printed (the DOM, with `--dump-dom`).
+    pub stdout: String,
+    /// Its diagnostics, for failure messages.
+    pub stderr: String,
+}
+
+/// Runs Chromium headless on `target` (a URL) with `extra` arguments, in a
+/// fresh profile under `dir` named after `name`. Blocking: from async code,
+/// call it on `spawn_blocking` so the server under test keeps serving.
+pub fn run(browser: &Path, dir: &Path, name: &str, target: &str, extra: &[String]) -> Run {
+    let profile = dir.join(format!("profile-{name}"));
+    let (stdout, stderr) = (
+        dir.join(format!("{name}.stdout")),
+        dir.join(format!("{name}.stderr")),
+    );
+    fs::create_dir_all(&profile).unwrap();
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(target)
+        .stdin(Stdio::null())
+        .stdout(File::create(&stdout).unwrap())
+        .stderr(File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap_or_else(|error| panic!("could not start {}: {error}", browser.display()));
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{} did not finish within {TIMEOUT:?}; its stderr:\n{}",
+                browser.display(),
+                fs::read_to_string(&stderr).unwrap_or_default()
+            );
+        }
+        thread::sleep(POLL);
+    };
+    Run {
+        status,
+        stdout: fs::read_to_string(&stdout).unwrap_or_default(),
+        stderr: fs::read_to_string(&stderr).unwrap_or_default(),
+    }
+}
