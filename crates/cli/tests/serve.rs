@@ -1,6 +1,7 @@
 //! `shuffle-shard serve` as a real process: it routes each tenant only to
 //! the shards `place --config` names, refuses unsafe keys at start, and
-//! stops cleanly on SIGTERM.
+//! stops cleanly on SIGTERM; two replicas started from one configuration
+//! route every tenant to the same subset without talking to each other.
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -210,4 +211,129 @@ fn serve_refuses_the_public_recipe_key_and_short_keys() {
         );
         assert!(!stderr.contains("panicked"));
     }
+}
+
+/// Starts `serve` and reads the bound data and admin addresses from its
+/// log line, so several replicas can run from one configuration that says
+/// port 0.
+fn start_replica(config: &std::path::Path) -> (Child, String, String) {
+    use std::io::BufRead;
+    let mut child = Command::new(binary())
+        .args(["serve", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    // The first log line says where it listens; `lines()` ends if the
+    // process exits, so this cannot wait for ever.
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.contains("gateway listening") {
+            let field = |name: &str| {
+                line.split(&format!("{name}="))
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .unwrap()
+                    .to_owned()
+            };
+            let (addr, admin) = (field(" addr").replace(' ', ""), field("admin"));
+            // Keep draining stderr so the replica never blocks on a full pipe.
+            std::thread::spawn(move || lines.for_each(drop));
+            return (child, addr, admin);
+        }
+    }
+    panic!("serve exited before listening: {:?}", child.wait());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_from_one_configuration_route_every_tenant_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Vec::new();
+    for i in 0..6 {
+        backends.push(Backend::start(&format!("s{i}")).await.unwrap());
+    }
+    let key: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
+    let (_, tenants) = write_config(dir.path(), &backends, &key);
+    // One configuration for both replicas: ephemeral ports and an admin token.
+    let config = dir.path().join("gateway.toml");
+    let text = with_ephemeral_ports(&std::fs::read_to_string(&config).unwrap());
+    std::fs::write(&config, text).unwrap();
+    std::fs::write(
+        dir.path().join("admin.token"),
+        "replica-test-admin-token-0123",
+    )
+    .unwrap();
+
+    let (mut first, first_addr, first_admin) = start_replica(&config);
+    let (mut second, second_addr, second_admin) = start_replica(&config);
+    assert_ne!(first_addr, second_addr);
+
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let get = |url: String, auth: String| {
+        let client = client.clone();
+        async move {
+            let request = http::Request::get(url)
+                .header("authorization", auth)
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let response = client.request(request).await.unwrap();
+            assert_eq!(response.status(), 200);
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+        }
+    };
+    let admin_auth = "Bearer replica-test-admin-token-0123".to_owned();
+    for (tenant, api_key) in &tenants {
+        let from_first = get(
+            format!("http://{first_admin}/admin/tenants/{tenant}"),
+            admin_auth.clone(),
+        )
+        .await;
+        let from_second = get(
+            format!("http://{second_admin}/admin/tenants/{tenant}"),
+            admin_auth.clone(),
+        )
+        .await;
+        assert_eq!(from_first["subset"], from_second["subset"], "{tenant}");
+        let subset: BTreeSet<String> = from_first["subset"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| id.as_str().unwrap().to_owned())
+            .collect();
+        // And traffic through either replica lands only there.
+        for addr in [&first_addr, &second_addr] {
+            for _ in 0..4 {
+                let answer = get(format!("http://{addr}/x"), format!("Bearer {api_key}")).await;
+                assert!(
+                    subset.contains(answer["shard"].as_str().unwrap()),
+                    "{tenant} via {addr}"
+                );
+            }
+        }
+    }
+    for child in [&mut first, &mut second] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// Sets both listeners to port 0 and adds the admin token file, so one
+/// configuration can start several replicas.
+fn with_ephemeral_ports(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        if line.starts_with("listen = ") {
+            out.push_str("listen = \"127.0.0.1:0\"\n");
+            if out.contains("[admin]") {
+                out.push_str("token_file = \"admin.token\"\n");
+            }
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
