@@ -40,6 +40,8 @@ FLAPPING=${FLAPPING:-s3}  # the shard that flaps
 FLAP_MS=${FLAP_MS:-2000}  # flapping half-period
 CONNS=${CONNS:-8}         # wrk connections per instance
 DELAY_MS=${DELAY_MS:-20}  # pause before each request on a connection (pacing)
+HEALTH_MS=${HEALTH_MS:-250}             # the gateway's health-check interval
+MAX_EJECTION_MS=${MAX_EJECTION_MS:-5000} # the longest passive ejection
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -52,7 +54,7 @@ die() {
     exit 2
 }
 
-for value in DURATION SAMPLE TENANTS FLAP_MS CONNS; do
+for value in DURATION SAMPLE TENANTS FLAP_MS CONNS HEALTH_MS MAX_EJECTION_MS; do
     [[ ${!value} =~ ^[1-9][0-9]*$ ]] || die "$value must be a positive whole number, not '${!value}'"
 done
 [[ $DELAY_MS =~ ^[0-9]+$ ]] || die "DELAY_MS must be a whole number, not '$DELAY_MS'"
@@ -180,6 +182,19 @@ algorithm = "rendezvous"
 k = 2
 key_file = "placement.key"
 key_version = "soak"
+
+# Quick health checks and short ejections, so the flapping shard really
+# comes back into rotation (and is taken out again) throughout the run,
+# with requests in flight on it when it dies, instead of staying out.
+[health]
+interval_ms = $HEALTH_MS
+timeout_ms = $((HEALTH_MS < 500 ? HEALTH_MS : 500))
+rise = 1
+fall = 1
+
+[outlier]
+base_ejection_ms = $((MAX_EJECTION_MS < 1000 ? MAX_EJECTION_MS : 1000))
+max_ejection_ms = $MAX_EJECTION_MS
 
 [admin]
 listen = "127.0.0.1:0"
@@ -313,13 +328,17 @@ for group in unaffected affected; do
     WRK_PIDS+=($!)
 done
 
+TICKS=$(getconf CLK_TCK)
 sample() {
-    local rss fds
+    local rss fds cpu
     rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/$GATEWAY_PID/status")
     fds=$(find "/proc/$GATEWAY_PID/fd" -mindepth 1 -maxdepth 1 | wc -l)
-    printf '%s,%s,%s\n' "$1" "$rss" "$fds"
+    # utime + stime (fields 14 and 15; the command name in field 2 has no
+    # spaces here).
+    cpu=$(awk -v hz="$TICKS" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$GATEWAY_PID/stat")
+    printf '%s,%s,%s,%s\n' "$1" "$rss" "$fds" "$cpu"
 }
-echo "elapsed_s,rss_kib,fds" >soak.csv
+echo "elapsed_s,rss_kib,fds,cpu_s" >soak.csv
 START=$EPOCHREALTIME
 for ((t = 0; t <= DURATION; t += SAMPLE)); do
     # Sampling ticks, measured from the start so they do not drift.
@@ -341,7 +360,8 @@ done <subsets.tsv
 
 cp soak.csv "$RESULTS/soak.csv"
 DURATION=$DURATION SAMPLE=$SAMPLE FLAPPING=$FLAPPING FLAP_MS=$FLAP_MS CONNS=$CONNS \
-    DELAY_MS=$DELAY_MS TENANTS=$TENANTS REVISION=$REVISION \
+    DELAY_MS=$DELAY_MS TENANTS=$TENANTS REVISION=$REVISION HEALTH_MS=$HEALTH_MS \
+    MAX_EJECTION_MS=$MAX_EJECTION_MS \
     python3 - "$RESULTS/soak.md" <<'PY'
 import os, re, sys, statistics
 
@@ -350,13 +370,14 @@ env = os.environ
 duration, sample, flap_ms = int(env["DURATION"]), int(env["SAMPLE"]), int(env["FLAP_MS"])
 conns, delay_ms, tenants = int(env["CONNS"]), int(env["DELAY_MS"]), int(env["TENANTS"])
 flapping, revision = env["FLAPPING"], env["REVISION"]
+health_ms, max_ejection_ms = int(env["HEALTH_MS"]), int(env["MAX_EJECTION_MS"])
 
 rows = []
 with open("soak.csv") as f:
     next(f)
     for line in f:
-        t, rss, fds = line.strip().split(",")
-        rows.append((float(t), int(rss), int(fds)))
+        t, rss, fds, cpu = line.strip().split(",")
+        rows.append((float(t), int(rss), int(fds), float(cpu)))
 
 def slope(points):
     """Least-squares slope of (minutes, value)."""
@@ -369,9 +390,10 @@ def slope(points):
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
 
 half = [r for r in rows if r[0] >= duration / 2]
-rss_all, rss_half = slope([(t, r) for t, r, _ in rows]), slope([(t, r) for t, r, _ in half])
-fds_all, fds_half = slope([(t, f) for t, _, f in rows]), slope([(t, f) for t, _, f in half])
-rss_mean_half = statistics.fmean(r for _, r, _ in half)
+rss_all, rss_half = slope([(r[0], r[1]) for r in rows]), slope([(r[0], r[1]) for r in half])
+fds_all, fds_half = slope([(r[0], r[2]) for r in rows]), slope([(r[0], r[2]) for r in half])
+rss_mean_half = statistics.fmean(r[1] for r in half)
+cpu_share = (rows[-1][3] - rows[0][3]) / max(rows[-1][0] - rows[0][0], 1e-9)
 
 def wrk(group):
     text = open(f"wrk-{group}.txt").read()
@@ -416,8 +438,10 @@ unaffected_clean = load["unaffected"]["server_error"] == 0 and load["unaffected"
     and load["unaffected"]["timeouts"] == 0 and gateway_errors["unaffected"] == 0
 # "Flat": the second half's trend would add under 5 % of the RSS in an
 # hour, and the descriptor count does not trend by a whole fd a minute.
-rss_flat = abs(rss_half) * 60 < 0.05 * rss_mean_half
-fds_flat = abs(fds_half) < 1.0
+# A run under five minutes is too short to call either way.
+judge = lambda flat: "n/a (run under 5 min)" if duration < 300 else ("yes" if flat else "no")
+rss_flat = judge(abs(rss_half) * 60 < 0.05 * rss_mean_half)
+fds_flat = judge(abs(fds_half) < 1.0)
 
 def n(x):
     return f"{x:,.0f}"
@@ -429,8 +453,10 @@ lines = [
     f"(listening, then killed with its connections dropped, every {flap_ms} ms), "
     f"measured by `bench/soak.sh` (revision {revision}).",
     "",
-    f"Set-up: 8 test shards, {tenants} tenants with API keys, k = 2 (rendezvous), defaults for "
-    f"health checks, outlier ejection, timeouts and the retry budget. Two wrk instances, one per "
+    f"Set-up: 8 test shards, {tenants} tenants with API keys, k = 2 (rendezvous); health checks "
+    f"every {health_ms} ms with rise = fall = 1 and passive ejections of 1 s growing to at most {max_ejection_ms} ms, "
+    f"so {flapping} keeps coming back into rotation and dying with requests in flight; defaults for "
+    f"timeouts and the retry budget. Two wrk instances, one per "
     f"group of tenants, {conns} connections each, every connection pausing {delay_ms} ms before "
     f"each request; the mix per tenant: 40 % GET, 20 % PUT with a body (64 B to 4 KiB), "
     f"20 % POST with an Idempotency-Key and a body, 20 % DELETE. Affected tenants are those "
@@ -452,7 +478,9 @@ lines += [
     "wrk counts what its connections received; the gateway's columns are the per-tenant "
     "availability windows of the admin API (stretched to 3600 s so they cover the run), "
     "summed over each group's tenants. A 5xx in the gateway's column is a server error the "
-    "gateway answered that tenant.",
+    "gateway answered that tenant."
+    + (" This run is longer than the window covers (3300 s at least), so the gateway's "
+       "columns count only its last hour or so." if duration > 3300 else ""),
     "",
     f"Gateway /metrics at the end: {n(sum(outcomes.values()))} requests, "
     + ", ".join(f"{o} {n(v)}" for o, v in sorted(outcomes.items()))
@@ -464,14 +492,16 @@ lines += [
     "",
     "## Memory and file descriptors",
     "",
-    f"Sampled every {sample} s from /proc (`soak.csv`: elapsed_s, rss_kib, fds).",
+    f"Sampled every {sample} s from /proc (`soak.csv`: elapsed_s, rss_kib, fds, cpu_s). "
+    f"The gateway used {cpu_share:.1%} of one CPU on average "
+    f"({(rows[-1][3] - rows[0][3]) * 1e6 / max(sum(load[g]['requests'] for g in load), 1):.0f} µs of CPU per request).",
     "",
     "| | start | end | min | max | slope (whole run) | slope (second half) | flat |",
     "|---|---:|---:|---:|---:|---:|---:|---|",
-    f"| RSS (KiB) | {n(rows[0][1])} | {n(rows[-1][1])} | {n(min(r for _, r, _ in rows))} | {n(max(r for _, r, _ in rows))} | "
-    f"{rss_all:+,.1f} KiB/min | {rss_half:+,.1f} KiB/min | {'yes' if rss_flat else 'no'} |",
-    f"| open fds | {rows[0][2]} | {rows[-1][2]} | {min(f for _, _, f in rows)} | {max(f for _, _, f in rows)} | "
-    f"{fds_all:+.2f}/min | {fds_half:+.2f}/min | {'yes' if fds_flat else 'no'} |",
+    f"| RSS (KiB) | {n(rows[0][1])} | {n(rows[-1][1])} | {n(min(r[1] for r in rows))} | {n(max(r[1] for r in rows))} | "
+    f"{rss_all:+,.1f} KiB/min | {rss_half:+,.1f} KiB/min | {rss_flat} |",
+    f"| open fds | {rows[0][2]} | {rows[-1][2]} | {min(r[2] for r in rows)} | {max(r[2] for r in rows)} | "
+    f"{fds_all:+.2f}/min | {fds_half:+.2f}/min | {fds_flat} |",
     "",
     "Slopes are least-squares fits over the samples. The first samples include the warm-up "
     "(connection pools, allocator arenas, the availability windows filling), so the second "

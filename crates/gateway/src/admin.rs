@@ -148,7 +148,7 @@ pub fn refresh_gauges(gateway: &Gateway) {
                 .shard_in_flight
                 .get_or_create(&labels)
                 .set(shard.in_flight() as i64);
-            let tally = gateway.shard_windows.tally(&shard_key(shard), now);
+            let tally = gateway.shard_windows.tally(shard_key(shard), now);
             rates.push(tally.total as f64 / window_seconds);
         }
         metrics
@@ -194,8 +194,8 @@ pub fn refresh_gauges(gateway: &Gateway) {
 }
 
 /// The key a shard's rate window is recorded under.
-pub(crate) fn shard_key(shard: &ShardRuntime) -> String {
-    format!("{}\u{0}{}", shard.cell, shard.id)
+pub(crate) fn shard_key(shard: &ShardRuntime) -> &str {
+    &shard.window_key
 }
 
 fn coefficient_of_variation(values: &[f64]) -> f64 {
@@ -266,7 +266,7 @@ fn shard_view(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime) -> S
         failed: health.failed,
         drained: health.drained,
         in_flight: shard.in_flight(),
-        request_rate: gateway.shard_windows.tally(&shard_key(shard), now).total as f64
+        request_rate: gateway.shard_windows.tally(shard_key(shard), now).total as f64
             / gateway.shard_windows.length().as_secs_f64(),
     }
 }

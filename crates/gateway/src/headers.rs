@@ -2,11 +2,12 @@
 //! trusted to steer placement, and what the backend returns never reveals
 //! it.
 //!
-//! Inbound, every header in the gateway's namespace (`x-shuffle-*`) and
-//! every hop-by-hop header is removed, as are the client's credentials (the
-//! gateway has consumed them; backends get the authenticated tenant
-//! instead). Outbound, the same namespace is stripped from responses, since
-//! which shards serve a tenant is for the admin API alone.
+//! Inbound, every header in the gateway's namespace (`x-shuffle-*`, also
+//! spelled with underscores) and every hop-by-hop header is removed, as are
+//! the client's credentials (the gateway has consumed them; backends get the
+//! authenticated tenant instead). Outbound, the same namespace is stripped
+//! from responses, since which shards serve a tenant is for the admin API
+//! alone.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
@@ -35,9 +36,20 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
+/// Whether a header is in the gateway's namespace, counting `_` as `-`.
+///
+/// Many backend stacks cannot tell the two apart: CGI, WSGI, Rack and PHP
+/// turn both `x-shuffle-tenant` and `x_shuffle_tenant` into
+/// `HTTP_X_SHUFFLE_TENANT`, so a look-alike that got through would sit
+/// beside (or replace) the tenant the gateway sets.
 fn in_namespace(name: &HeaderName) -> bool {
-    // Header names are lowercase in `http`, so a prefix test is exact.
-    name.as_str().starts_with(NAMESPACE)
+    // Header names are lowercase in `http`, so a byte comparison is exact.
+    let name = name.as_str().as_bytes();
+    name.len() >= NAMESPACE.len()
+        && name
+            .iter()
+            .zip(NAMESPACE.as_bytes())
+            .all(|(&got, &want)| got == want || (got == b'_' && want == b'-'))
 }
 
 /// Removes hop-by-hop headers, including any the `Connection` header names.
@@ -69,8 +81,12 @@ pub fn inbound(headers: &mut HeaderMap, tenant: &str, peer: Option<std::net::IpA
     }
     headers.remove(header::AUTHORIZATION);
     headers.remove(API_KEY);
+    // `x-forwarded-host` is the gateway's to set: a client's own (sent
+    // without a `Host`, which HTTP/1.0 allows) would otherwise pass as ours.
+    let forwarded_host = HeaderName::from_static("x-forwarded-host");
+    headers.remove(&forwarded_host);
     if let Some(host) = headers.remove(header::HOST) {
-        headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+        headers.insert(forwarded_host, host);
     }
     if let Some(peer) = peer
         && let Ok(value) = HeaderValue::from_str(&peer.to_string())
@@ -133,6 +149,10 @@ mod tests {
         headers.insert("x-shuffle-tenant", "victim".parse().unwrap());
         headers.insert("X-Shuffle-Shard", "s9".parse().unwrap());
         headers.append("x-shuffle-anything", "1".parse().unwrap());
+        headers.insert("x_shuffle_tenant", "victim".parse().unwrap());
+        headers.insert("X-Shuffle_Shard", "s9".parse().unwrap());
+        headers.insert("x-shuffle_", "1".parse().unwrap());
+        headers.insert("x-shufflers", "kept".parse().unwrap());
         headers.insert("connection", "keep-alive, x-secret-hop".parse().unwrap());
         headers.insert("x-secret-hop", "1".parse().unwrap());
         headers.insert("transfer-encoding", "chunked".parse().unwrap());
@@ -151,6 +171,9 @@ mod tests {
         for gone in [
             "x-shuffle-shard",
             "x-shuffle-anything",
+            "x_shuffle_tenant",
+            "x-shuffle_shard",
+            "x-shuffle_",
             "connection",
             "x-secret-hop",
             "transfer-encoding",
@@ -163,12 +186,22 @@ mod tests {
         assert_eq!(headers["x-forwarded-host"], "gateway.example");
         assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
         assert_eq!(headers["accept"], "*/*");
+        assert_eq!(headers["x-shufflers"], "kept");
+    }
+
+    #[test]
+    fn a_clients_forwarded_host_never_passes_as_the_gateways() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-host", "victim.example".parse().unwrap());
+        inbound(&mut headers, "acme", None);
+        assert!(headers.get("x-forwarded-host").is_none());
     }
 
     #[test]
     fn responses_never_reveal_placement() {
         let mut headers = HeaderMap::new();
         headers.insert("x-shuffle-shard", "s3".parse().unwrap());
+        headers.insert("x_shuffle_shard", "s3".parse().unwrap());
         headers.insert("keep-alive", "timeout=5".parse().unwrap());
         headers.insert("content-type", "text/plain".parse().unwrap());
         outbound(&mut headers);

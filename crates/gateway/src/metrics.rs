@@ -75,6 +75,28 @@ pub(crate) struct ThresholdLabels {
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// Attempt outcomes, in the order of [`ShardHandles::attempts`].
+pub(crate) const ATTEMPT_OUTCOMES: [&str; 5] = ["ok", "connect", "timeout", "reset", "status"];
+
+/// One shard's attempt counters (by outcome) and latency histogram.
+#[derive(Debug, Clone)]
+pub(crate) struct ShardHandles {
+    attempts: [Counter; 5],
+    seconds: Histogram,
+}
+
+impl ShardHandles {
+    /// Counts an attempt with one of [`ATTEMPT_OUTCOMES`].
+    pub(crate) fn attempt(&self, outcome: &str, elapsed: Duration) {
+        let index = ATTEMPT_OUTCOMES
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or(0);
+        self.attempts[index].inc();
+        self.seconds.observe(elapsed.as_secs_f64());
+    }
+}
+
 /// Every metric family.
 #[derive(Debug)]
 pub struct Metrics {
@@ -237,6 +259,29 @@ impl Metrics {
         }
     }
 
+    /// Handles for one shard's attempt series, looked up once and kept with
+    /// the shard so the request path neither allocates label strings nor
+    /// hashes them.
+    pub(crate) fn shard_handles(&self, cell: &str, shard: &str) -> ShardHandles {
+        let attempts = ATTEMPT_OUTCOMES.map(|outcome| {
+            self.attempts
+                .get_or_create(&AttemptLabels {
+                    cell: cell.to_owned(),
+                    shard: shard.to_owned(),
+                    outcome,
+                })
+                .clone()
+        });
+        let seconds = self
+            .attempt_seconds
+            .get_or_create(&ShardLabels {
+                cell: cell.to_owned(),
+                shard: shard.to_owned(),
+            })
+            .clone();
+        ShardHandles { attempts, seconds }
+    }
+
     /// Counts a finished client request.
     pub fn request(&self, cell: &str, outcome: &'static str, elapsed: Duration) {
         self.requests
@@ -248,23 +293,6 @@ impl Metrics {
         self.request_seconds
             .get_or_create(&CellLabels {
                 cell: cell.to_owned(),
-            })
-            .observe(elapsed.as_secs_f64());
-    }
-
-    /// Counts an attempt.
-    pub fn attempt(&self, cell: &str, shard: &str, outcome: &'static str, elapsed: Duration) {
-        self.attempts
-            .get_or_create(&AttemptLabels {
-                cell: cell.to_owned(),
-                shard: shard.to_owned(),
-                outcome,
-            })
-            .inc();
-        self.attempt_seconds
-            .get_or_create(&ShardLabels {
-                cell: cell.to_owned(),
-                shard: shard.to_owned(),
             })
             .observe(elapsed.as_secs_f64());
     }

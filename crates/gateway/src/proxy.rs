@@ -150,6 +150,11 @@ async fn route(
             Some(served),
         );
     }
+    // The headers are cleaned before anything is decided from them: a
+    // header the client named in `Connection` (`Connection: Idempotency-Key`)
+    // is hop-by-hop and never reaches the backend, so it cannot make the
+    // request safe to repeat either.
+    headers::inbound(&mut parts.headers, &tenant.id, Some(peer.ip()));
     let safe_to_repeat =
         headers::is_idempotent(&parts.method) || parts.headers.contains_key("idempotency-key");
     let body = if safe_to_repeat
@@ -175,8 +180,22 @@ async fn route(
         // enforced as the bytes pass.
         RequestBody::once(incoming, config.limits.max_body_bytes)
     };
+    if let RequestBody::Once(_) = body {
+        // A streamed body's framing is the gateway's to state: the client's
+        // `Transfer-Encoding` is hop-by-hop and gone, its `Content-Length`
+        // may have been named in `Connection`, and without either the
+        // backend client sends a GET's body as no body at all.
+        match declared_length {
+            Some(length) => parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(length)),
+            None => parts.headers.insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            ),
+        };
+    }
     *request_body = Some(body.clone());
-    headers::inbound(&mut parts.headers, &tenant.id, Some(peer.ip()));
     gateway.budget.record_request(Instant::now());
 
     // Member → attempt → outcome, until one answers or nothing may be tried.
@@ -291,14 +310,12 @@ async fn route(
             }
             Ok(_) => None,
         };
-        gateway.metrics.attempt(
-            cell_name,
-            &shard.id,
+        shard.metrics(&gateway.metrics).attempt(
             failure.map_or("ok", Failure::name),
             attempt_started.elapsed(),
         );
         gateway.shard_windows.record(
-            &crate::admin::shard_key(shard),
+            crate::admin::shard_key(shard),
             failure.is_none(),
             Instant::now(),
         );

@@ -63,6 +63,10 @@ pub struct ShardRuntime {
     pub attempts: AtomicU64,
     /// Attempts that failed (connect error, timeout, reset, retryable status).
     pub failures: AtomicU64,
+    /// The key of this shard's request-rate window.
+    pub(crate) window_key: String,
+    /// This shard's metric series, looked up on first use.
+    metrics: std::sync::OnceLock<crate::metrics::ShardHandles>,
 }
 
 impl ShardRuntime {
@@ -76,7 +80,18 @@ impl ShardRuntime {
             in_flight: AtomicU64::new(0),
             attempts: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            window_key: format!("{cell}\u{0}{id}"),
+            metrics: std::sync::OnceLock::new(),
         }
+    }
+
+    /// This shard's attempt metrics.
+    pub(crate) fn metrics(
+        &self,
+        metrics: &crate::metrics::Metrics,
+    ) -> &crate::metrics::ShardHandles {
+        self.metrics
+            .get_or_init(|| metrics.shard_handles(&self.cell, &self.id))
     }
 
     /// Whether and why the shard is out of rotation now.

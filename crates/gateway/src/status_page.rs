@@ -84,8 +84,7 @@ pub fn render(gateway: &Gateway) -> String {
                 .filter(|s| s.zone.as_deref() == zone)
             {
                 let availability = shard.availability(&snapshot.config);
-                let rate =
-                    gateway.shard_windows.tally(&shard_key(shard), now).total as f64 / window;
+                let rate = gateway.shard_windows.tally(shard_key(shard), now).total as f64 / window;
                 let _ = write!(
                     html,
                     "<span class=\"shard {class}\" data-shard=\"{id}\" data-health=\"{class}\"><strong>{id}</strong><br>{class} · {in_flight} in flight · {rate:.1}/s</span>",

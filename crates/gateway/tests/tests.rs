@@ -4,6 +4,7 @@
 mod util;
 
 mod admin;
+mod adversarial;
 mod deploy;
 mod logs;
 mod metrics;

@@ -39,6 +39,11 @@ pub struct Options {
     pub admin: String,
     /// When set, written to `admin.token` and named by `admin.token_file`.
     pub admin_token: Option<String>,
+    /// When set, JWTs are accepted: a fresh 32-byte HS256 secret is written
+    /// to `jwt.key`, and `[auth.jwt]` gets `algorithm = "HS256"`,
+    /// `key_file = "jwt.key"` and these extra lines (`audience`, `issuer`,
+    /// `tenant_claim`). Mint tokens with [`Fixture::mint_hs256`].
+    pub jwt_hs256: Option<String>,
 }
 
 impl Default for Options {
@@ -54,6 +59,7 @@ impl Default for Options {
             outlier: String::new(),
             admin: String::new(),
             admin_token: None,
+            jwt_hs256: None,
         }
     }
 }
@@ -68,6 +74,8 @@ pub struct Fixture {
     pub client: Client<HttpConnector, Full<Bytes>>,
     /// The admin bearer token, when `Options::admin_token` set one.
     pub admin_token: Option<String>,
+    /// The HS256 secret, when `Options::jwt_hs256` configured JWTs.
+    pub jwt_secret: Option<Vec<u8>>,
 }
 
 /// A random key of `len` bytes. Tests make their own keys; none is
@@ -157,6 +165,15 @@ impl Fixture {
             std::fs::write(dir.path().join("admin.token"), format!("{token}\n")).unwrap();
             admin.push_str("\ntoken_file = \"admin.token\"\n");
         }
+        let mut extra = options.extra.clone();
+        let jwt_secret = options.jwt_hs256.as_ref().map(|lines| {
+            let secret = random_bytes(32);
+            std::fs::write(dir.path().join("jwt.key"), &secret).unwrap();
+            extra.push_str(&format!(
+                "\n[auth.jwt]\nalgorithm = \"HS256\"\nkey_file = \"jwt.key\"\n{lines}\n"
+            ));
+            secret
+        });
         let config = format!(
             r#"listen = "127.0.0.1:0"
 tenants_file = "tenants.toml"
@@ -189,7 +206,7 @@ shards = [
 "#,
             k = options.k,
             routing = routing,
-            extra = options.extra,
+            extra = extra,
         );
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, config).unwrap();
@@ -203,6 +220,7 @@ shards = [
             tenants,
             client,
             admin_token: options.admin_token,
+            jwt_secret,
         }
     }
 
@@ -370,4 +388,177 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Seconds since the Unix epoch, for JWT claims.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// An HS256 JWT over `claims`, signed with `secret`.
+pub fn hs256_token(claims: &serde_json::Value, secret: &[u8]) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Base64url without padding, as JWTs use it (for hand-made tokens such as
+/// `alg: none`, which `jsonwebtoken` refuses to produce).
+pub fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0_u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+        }
+    }
+    out
+}
+
+impl Fixture {
+    /// An HS256 JWT over `claims`, signed with the fixture's secret
+    /// (`Options::jwt_hs256` must be set).
+    pub fn mint_hs256(&self, claims: &serde_json::Value) -> String {
+        let secret = self.jwt_secret.as_deref().expect("Options::jwt_hs256");
+        hs256_token(claims, secret)
+    }
+}
+
+/// One HTTP/1.1 response read off a raw connection.
+#[derive(Debug)]
+pub struct RawResponse {
+    /// The status code, 0 when the connection closed before a status line.
+    pub status: u16,
+    /// The head as received (status line and header lines).
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl RawResponse {
+    /// The value of a response header (case-insensitive name), if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// Reads what is available into `received`; false once the peer has
+/// closed the connection (or reset it).
+async fn read_more(stream: &mut tokio::net::TcpStream, received: &mut Vec<u8>) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = [0_u8; 8192];
+    match stream.read(&mut buffer).await {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            received.extend_from_slice(&buffer[..n]);
+            true
+        }
+    }
+}
+
+/// Writes `request` verbatim on a fresh connection to `addr` and reads one
+/// final response (interim `1xx` answers such as `100 Continue` are skipped),
+/// framed by its `Content-Length`, chunked encoding, or the connection
+/// closing (no body for `HEAD`, 204 and 304). For requests
+/// a client library would normalise (duplicate, folded or conflicting
+/// headers). A connection closed before a complete head gives status 0.
+/// Panics if nothing complete arrives within five seconds.
+pub async fn raw_request(addr: std::net::SocketAddr, request: &[u8]) -> RawResponse {
+    use tokio::io::AsyncWriteExt;
+    let head_request = request.starts_with(b"HEAD ");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The gateway may answer (and close) before reading all of a request
+    // it refuses, so a failed write is not a failure here.
+    let _ = stream.write_all(request).await;
+    tokio::time::timeout(Duration::from_secs(5), async move {
+        let mut received = Vec::new();
+        let head_end = loop {
+            if let Some(at) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+                if received.starts_with(b"HTTP/1.1 1") && !received.starts_with(b"HTTP/1.1 101") {
+                    // An interim response: the final one follows.
+                    received.drain(..at + 4);
+                    continue;
+                }
+                break at + 4;
+            }
+            if !read_more(&mut stream, &mut received).await {
+                return RawResponse {
+                    status: 0,
+                    head: String::from_utf8_lossy(&received).into_owned(),
+                    body: Vec::new(),
+                };
+            }
+        };
+        let head = String::from_utf8_lossy(&received[..head_end - 4]).into_owned();
+        let status: u16 = head
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or(0);
+        let mut response = RawResponse {
+            status,
+            head,
+            body: Vec::new(),
+        };
+        let mut received = received.split_off(head_end);
+        if head_request || status == 101 || status == 204 || status == 304 {
+            return response;
+        }
+        if let Some(length) = response.header("content-length") {
+            let length: usize = length.parse().unwrap();
+            while received.len() < length && read_more(&mut stream, &mut received).await {}
+            received.truncate(length);
+            response.body = received;
+        } else if response
+            .header("transfer-encoding")
+            .is_some_and(|te| te.eq_ignore_ascii_case("chunked"))
+        {
+            // Decode chunks until the last (zero-size) one.
+            let mut at = 0;
+            loop {
+                let line_end = loop {
+                    if let Some(i) = received[at..].windows(2).position(|w| w == b"\r\n") {
+                        break at + i;
+                    }
+                    assert!(
+                        read_more(&mut stream, &mut received).await,
+                        "the connection closed mid-chunk"
+                    );
+                };
+                let size_line = String::from_utf8_lossy(&received[at..line_end]).into_owned();
+                let size =
+                    usize::from_str_radix(size_line.split(';').next().unwrap().trim(), 16).unwrap();
+                at = line_end + 2;
+                if size == 0 {
+                    break;
+                }
+                while received.len() < at + size + 2 {
+                    assert!(
+                        read_more(&mut stream, &mut received).await,
+                        "the connection closed mid-chunk"
+                    );
+                }
+                response.body.extend_from_slice(&received[at..at + size]);
+                at += size + 2;
+            }
+        } else {
+            while read_more(&mut stream, &mut received).await {}
+            response.body = received;
+        }
+        response
+    })
+    .await
+    .expect("no complete response within five seconds")
 }
