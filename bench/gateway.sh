@@ -255,7 +255,7 @@ NGINX_PID=$!
 PIDS+=("$NGINX_PID")
 wait_ready "http://127.0.0.1:$NGINX_PORT/x" "$NGINX_PID" nginx
 
-TOKIO_WORKER_THREADS=1 "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --config "$WORK/gateway.toml" \
+"${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config "$WORK/gateway.toml" \
     >"$WORK/gateway.log" 2>&1 &
 GATEWAY_PID=$!
 PIDS+=("$GATEWAY_PID")
@@ -264,12 +264,14 @@ wait_ready "http://127.0.0.1:$GATEWAY_PORT/x" "$GATEWAY_PID" gateway -H "$AUTH"
 grep -q '"tenant":"bench"' "$WORK/gateway.probe" ||
     die "the gateway answered, but not with the backend's body for tenant bench: $(cat "$WORK/gateway.probe")"
 
-# One worker each: the tokio runtime names its workers tokio-rt-worker.
+# One worker each: the tokio runtime names its workers tokio-rt-worker; the
+# gateway with --workers 1 runs a single-threaded event loop on its main
+# thread, so it has none.
 workers_of() { cat /proc/"$1"/task/*/comm 2>/dev/null | grep -c '^tokio-rt-worker' || true; }
 GATEWAY_WORKERS=$(workers_of "$GATEWAY_PID")
 BACKEND_WORKERS=$(workers_of "$BACKEND_PID")
 NGINX_WORKERS=$(pgrep -P "$NGINX_PID" | wc -l)
-[[ $GATEWAY_WORKERS == 1 ]] || die "the gateway runs $GATEWAY_WORKERS tokio workers, not 1 (TOKIO_WORKER_THREADS ignored?)"
+[[ $GATEWAY_WORKERS == 0 ]] || die "the gateway runs $GATEWAY_WORKERS multi-threaded tokio workers; --workers 1 should give a single-threaded event loop"
 [[ $BACKEND_WORKERS == 1 ]] || die "the backend runs $BACKEND_WORKERS tokio workers, not 1"
 [[ $NGINX_WORKERS == 1 ]] || die "nginx runs $NGINX_WORKERS worker processes, not 1"
 
@@ -526,7 +528,7 @@ CPU_HEADER=${CPU_HEADER%/}
     echo "Command: \`$COMMAND\` (warm-up ${WARMUP}s per target). Load average before/after: $LOAD_BEFORE / $LOAD_AFTER; background busy ($CPU_HEADER) with nothing running: $BACKGROUND."
     echo
     echo "Same backend (\`shuffle-shard backend --workers 1\`) behind every target; one worker each"
-    echo "(gateway: TOKIO_WORKER_THREADS=1; nginx: worker_processes 1, upstream keepalive 64); $PINNING."
+    echo "(gateway: serve --workers 1, a single-threaded event loop; nginx: worker_processes 1, upstream keepalive 64); $PINNING."
     echo "Each round runs every target in turn; median [min–max] over $ROUNDS rounds."
     echo "req/s: \`wrk -t1 -c$CONNS -d${DURATION}s\`; p50: \`wrk -t1 -c1 -d${DURATION}s --latency\`; GET /x, every response checked 2xx."
     echo "Proxy CPU per request and the CPUs' busy share are measured during the $CONNS-connection run."

@@ -25,6 +25,11 @@ pub struct ServeArgs {
     /// The gateway configuration file (TOML)
     #[arg(long, value_name = "PATH")]
     config: PathBuf,
+
+    /// Worker threads (default: one per CPU). With 1 the gateway runs on a
+    /// single-threaded event loop, like one nginx worker process.
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
 }
 
 /// Runs `shuffle-shard serve`.
@@ -38,10 +43,23 @@ pub fn run(args: ServeArgs) -> Result<()> {
         // pipelines they are noise.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    // One worker means one thread: the single-threaded scheduler then
+    // skips the cross-thread queues and wake-ups the multi-threaded one
+    // pays even with a single worker.
+    let runtime = match args.workers {
+        Some(0) => anyhow::bail!("--workers must be at least 1"),
+        Some(1) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Some(workers) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build(),
+        None => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+    }
+    .context("cannot start the async runtime")?;
     runtime.block_on(gateway::runtime::run(&args.config))?;
     Ok(())
 }
