@@ -34,9 +34,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/", get(status_page))
         .route("/metrics", get(metrics))
         .route("/admin/shards", get(shards))
-        .route("/admin/shards/{id}/fail", post(fail))
-        .route("/admin/shards/{id}/restore", post(restore))
-        .route("/admin/shards/{id}/drain", post(drain))
+        .route("/admin/shards/{id}/{action}", post(shard_action))
         .route("/admin/tenants", get(worst_tenants))
         .route("/admin/tenants/{id}", get(tenant))
         .route("/admin/blast", get(blast))
@@ -315,76 +313,38 @@ fn find<'s>(
     }
 }
 
-async fn set_operator_state(
-    gateway: Arc<Gateway>,
+/// `POST /admin/shards/{id}/fail|restore|drain`: the operator's levers.
+/// `fail` makes the gateway treat the shard as down (how drills inject a
+/// fault without touching a backend), `drain` stops new requests to it,
+/// `restore` clears both.
+async fn shard_action(
+    State(gateway): State<Arc<Gateway>>,
+    Path((id, action)): Path<(String, String)>,
+    Query(query): Query<CellQuery>,
     headers: HeaderMap,
-    id: String,
-    cell: Option<String>,
-    change: impl FnOnce(&mut crate::health::HealthState),
-    action: &'static str,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let snapshot = gateway.snapshot();
     authorize(&snapshot, &headers, Access::Admin)?;
-    let shard = find(&snapshot, &id, cell.as_deref())?;
+    let change: fn(&mut crate::health::HealthState) = match action.as_str() {
+        "fail" => |health| health.failed = true,
+        "drain" => |health| health.drained = true,
+        "restore" => |health| {
+            health.failed = false;
+            health.drained = false;
+        },
+        _ => {
+            return Err(AdminError(
+                StatusCode::NOT_FOUND,
+                format!("no shard action {action:?}: use fail, drain or restore"),
+            ));
+        }
+    };
+    let shard = find(&snapshot, &id, query.cell.as_deref())?;
     change(&mut shard.health.lock().expect("health lock"));
-    tracing::warn!(cell = %shard.cell, shard = %shard.id, action, "operator changed shard state");
+    tracing::warn!(cell = %shard.cell, shard = %shard.id, action = %action, "operator changed shard state");
     Ok(Json(
         json!({ "shard": shard_view(&gateway, &snapshot, shard) }),
     ))
-}
-
-async fn fail(
-    State(gateway): State<Arc<Gateway>>,
-    Path(id): Path<String>,
-    Query(query): Query<CellQuery>,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, AdminError> {
-    set_operator_state(
-        gateway,
-        headers,
-        id,
-        query.cell,
-        |h| h.failed = true,
-        "fail",
-    )
-    .await
-}
-
-async fn restore(
-    State(gateway): State<Arc<Gateway>>,
-    Path(id): Path<String>,
-    Query(query): Query<CellQuery>,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, AdminError> {
-    set_operator_state(
-        gateway,
-        headers,
-        id,
-        query.cell,
-        |h| {
-            h.failed = false;
-            h.drained = false;
-        },
-        "restore",
-    )
-    .await
-}
-
-async fn drain(
-    State(gateway): State<Arc<Gateway>>,
-    Path(id): Path<String>,
-    Query(query): Query<CellQuery>,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, AdminError> {
-    set_operator_state(
-        gateway,
-        headers,
-        id,
-        query.cell,
-        |h| h.drained = true,
-        "drain",
-    )
-    .await
 }
 
 async fn tenant(
