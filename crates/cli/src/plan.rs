@@ -2,13 +2,14 @@
 //! budget and recommends the smallest one that meets it, or says which
 //! budget binds.
 
+use analysis::Population;
 use analysis::plan::{self, Budget, Plan};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use serde::Serialize;
 
 use crate::output::{print_json, print_text};
-use crate::placement_args::{FleetArgs, print_note};
+use crate::placement_args::{FleetArgs, FleetSetup, print_note};
 use crate::population_args::PopulationArgs;
 use crate::progress::with_progress;
 use crate::table::{Align, Table, percent, shard_list};
@@ -64,35 +65,15 @@ struct Report<'a> {
 
 /// Runs `shuffle-shard plan`.
 pub fn run(args: PlanArgs) -> Result<()> {
-    let budget = Budget {
-        max_degraded: fraction("--max-degraded", args.max_degraded)?,
-        max_fully_down: fraction("--max-fully-down", args.max_fully_down)?,
-        concurrent_failures: args.concurrent_failures,
-    };
+    let budget = budget(
+        args.max_degraded,
+        args.max_fully_down,
+        args.concurrent_failures,
+    )?;
     let setup = args.fleet.resolve()?;
     let population = args.population.load()?;
     let n = setup.fleet.len();
-    if budget.concurrent_failures == 0 {
-        bail!("--concurrent-failures 0 plans for no failure; pass 1 or more");
-    }
-    if budget.concurrent_failures > n {
-        bail!(
-            "--concurrent-failures {} is more than the {n} shards in the fleet; choose at most {n}",
-            budget.concurrent_failures
-        );
-    }
-
-    let plan = with_progress("measuring k", |report| {
-        plan::plan(
-            &setup.fleet,
-            &setup.key,
-            setup.algorithm,
-            setup.zone_aware,
-            &population,
-            budget,
-            &|done, total| report(u64::from(done), u64::from(total)),
-        )
-    })?;
+    let plan = measure(&setup, &population, budget)?;
     print_note(setup.key_note);
     let _flow = if args.json {
         print_json(&Report {
@@ -105,6 +86,44 @@ pub fn run(args: PlanArgs) -> Result<()> {
         print_text(&render(&plan, n, population.len(), setup.algorithm.name()))?
     };
     Ok(())
+}
+
+/// Checks the budget flags; `plan` and `report` share them.
+pub fn budget(
+    max_degraded: f64,
+    max_fully_down: f64,
+    concurrent_failures: usize,
+) -> Result<Budget> {
+    if concurrent_failures == 0 {
+        bail!("--concurrent-failures 0 plans for no failure; pass 1 or more");
+    }
+    Ok(Budget {
+        max_degraded: fraction("--max-degraded", max_degraded)?,
+        max_fully_down: fraction("--max-fully-down", max_fully_down)?,
+        concurrent_failures,
+    })
+}
+
+/// Measures k = 1 to 8 against the budget, with a progress bar.
+pub fn measure(setup: &FleetSetup, population: &Population, budget: Budget) -> Result<Plan> {
+    let n = setup.fleet.len();
+    if budget.concurrent_failures > n {
+        bail!(
+            "--concurrent-failures {} is more than the {n} shards in the fleet; choose at most {n}",
+            budget.concurrent_failures
+        );
+    }
+    Ok(with_progress("measuring k", |report| {
+        plan::plan(
+            &setup.fleet,
+            &setup.key,
+            setup.algorithm,
+            setup.zone_aware,
+            population,
+            budget,
+            &|done, total| report(u64::from(done), u64::from(total)),
+        )
+    })?)
 }
 
 /// Checks that a budget is a fraction of tenants.

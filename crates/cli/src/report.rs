@@ -10,9 +10,9 @@ use std::fs;
 use std::path::PathBuf;
 
 use analysis::overlap::{self, binomial};
-use analysis::plan::{self, Budget};
+
 use analysis::{BlastModel, Placements, load};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 // `::` because this module is itself named `report`.
 use ::report::{ReportInput, render};
@@ -76,36 +76,16 @@ pub struct ReportArgs {
 pub fn run(args: ReportArgs) -> Result<()> {
     // Every check that does not need the placements runs first, so that a
     // mistake is reported at once rather than after the analysis.
-    let budget = Budget {
-        max_degraded: fraction("--max-degraded", args.max_degraded)?,
-        max_fully_down: fraction("--max-fully-down", args.max_fully_down)?,
-        concurrent_failures: args.concurrent_failures,
-    };
+    let budget = crate::plan::budget(
+        args.max_degraded,
+        args.max_fully_down,
+        args.concurrent_failures,
+    )?;
     let setup = args.placement.fleet.resolve()?;
     let PlacementSetup { placer, key_note } = args.placement.placer()?;
     let population = args.population.load()?;
     let n = setup.fleet.len();
-    if budget.concurrent_failures == 0 {
-        bail!("--concurrent-failures 0 plans for no failure; pass 1 or more");
-    }
-    if budget.concurrent_failures > n {
-        bail!(
-            "--concurrent-failures {} is more than the {n} shards in the fleet; choose at most {n}",
-            budget.concurrent_failures
-        );
-    }
-
-    let plan = with_progress("measuring k", |report| {
-        plan::plan(
-            &setup.fleet,
-            &setup.key,
-            setup.algorithm,
-            setup.zone_aware,
-            &population,
-            budget,
-            &|done, total| report(u64::from(done), u64::from(total)),
-        )
-    })?;
+    let plan = crate::plan::measure(&setup, &population, budget)?;
     let placements = with_progress(&format!("placing {} tenants", population.len()), |_| {
         Placements::compute(&placer, &population)
     });
@@ -152,29 +132,4 @@ pub fn run(args: ReportArgs) -> Result<()> {
     print_note(key_note);
     let _flow = print_text(&format!("{}\n", args.out.display()))?;
     Ok(())
-}
-
-/// Checks that a budget is a fraction of tenants.
-fn fraction(flag: &str, value: f64) -> Result<f64> {
-    if (0.0..=1.0).contains(&value) {
-        Ok(value)
-    } else {
-        Err(anyhow!(
-            "{flag} {value} is not a fraction of tenants; give a number from 0 to 1, e.g. 0.2 for 20%"
-        ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn budgets_are_fractions() {
-        assert_eq!(fraction("--x", 0.001).unwrap(), 0.001);
-        for bad in [-0.1, 1.5, f64::NAN] {
-            let error = fraction("--max-fully-down", bad).unwrap_err().to_string();
-            assert!(error.starts_with("--max-fully-down"), "{error}");
-        }
-    }
 }
