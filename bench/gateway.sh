@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gateway benchmark: requests/s at 32 connections and p50 latency at 1 connection for the backend direct, nginx as a reverse proxy and the shuffle-shard gateway, same backend, one worker each, same run.
+# Gateway benchmark: requests/s and p50/p99 at 1, 32 and 128 connections, and p50/p99 at a fixed rate corrected for coordinated omission, for the backend direct, nginx, HAProxy and the shuffle-shard gateway (same backend, one worker each, same run); then the gateway while one of its shards is killed mid-run, and its RSS with 100,000 tenants.
 #
 # Usage (from anywhere; paths are relative to the repository):
 #   bench/gateway.sh                    # or: bench/run.sh gateway
@@ -14,7 +14,14 @@ trap 'echo "bench/gateway.sh: line $LINENO: $BASH_COMMAND failed" >&2' ERR
 DURATION=${DURATION:-5}   # seconds per measured wrk run
 ROUNDS=${ROUNDS:-3}       # rounds; each round runs every target once
 WARMUP=${WARMUP:-2}       # seconds of warm-up per target
-CONNS=${CONNS:-32}        # connections for the throughput run
+CONNS=${CONNS:-32}        # connections for the throughput run (with CPU accounting)
+HIGH_CONNS=${HIGH_CONNS:-128} # connections for the high-concurrency run
+RATE=${RATE:-auto}        # fixed rate (req/s) for the oha run; auto = half the slowest proxy's median peak at $CONNS conns
+RATE_DURATION=${RATE_DURATION:-$DURATION} # seconds per fixed-rate run
+FAIL_DURATION=${FAIL_DURATION:-10} # seconds of the shard-kill run
+FAIL_KILL_AT=${FAIL_KILL_AT:-3}    # seconds into it when backend b is killed
+TENANTS_BIG=${TENANTS_BIG:-100000} # tenants configured for the memory run
+OHA_BUILD_TIMEOUT=${OHA_BUILD_TIMEOUT:-270} # seconds allowed for `cargo install oha` when oha is missing
 NICE=${NICE:-0}           # e.g. -19 (root only) to run everything benchmarked ahead of other load
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,9 +34,11 @@ die() {
     exit 1
 }
 
-for value in DURATION ROUNDS WARMUP CONNS; do
+for value in DURATION ROUNDS WARMUP CONNS HIGH_CONNS RATE_DURATION FAIL_DURATION FAIL_KILL_AT TENANTS_BIG OHA_BUILD_TIMEOUT; do
     [[ ${!value} =~ ^[1-9][0-9]*$ ]] || die "$value must be a positive whole number, not '${!value}'"
 done
+[[ $RATE == auto || $RATE =~ ^[1-9][0-9]*$ ]] || die "RATE must be auto or a positive whole number, not '$RATE'"
+((FAIL_KILL_AT < FAIL_DURATION)) || die "FAIL_KILL_AT ($FAIL_KILL_AT) must be less than FAIL_DURATION ($FAIL_DURATION)"
 [[ $NICE =~ ^-?[0-9]+$ ]] || die "NICE must be a whole number, not '$NICE'"
 NICE_CMD=()
 if ((NICE != 0)); then
@@ -47,6 +56,7 @@ find_tool() {
 install_missing() {
     local missing=()
     [[ -n $(find_tool nginx) ]] || missing+=(nginx)
+    [[ -n $(find_tool haproxy) ]] || missing+=(haproxy)
     [[ -n $(find_tool wrk) ]] || missing+=(wrk)
     [[ -n $(find_tool taskset) ]] || missing+=(util-linux)
     [[ -n $(find_tool curl) ]] || missing+=(curl)
@@ -73,7 +83,41 @@ install_missing() {
 
 install_missing
 NGINX=$(find_tool nginx)
+HAPROXY=$(find_tool haproxy)
 WRK=$(find_tool wrk)
+
+# The fixed-rate load generator: oha (with --latency-correction). Debian's
+# package when there is one; otherwise `cargo install oha --locked`, given
+# OHA_BUILD_TIMEOUT seconds; if it does not build in time the fixed-rate part
+# is skipped and the report says so. (Debian has no wrk2 package either.)
+OHA=""
+OHA_NOTE=""
+find_oha() {
+    OHA=$(find_tool oha)
+    [[ -z $OHA && -x ${CARGO_HOME:-$HOME/.cargo}/bin/oha ]] && OHA=${CARGO_HOME:-$HOME/.cargo}/bin/oha
+    true
+}
+find_oha
+if [[ -z $OHA ]] && apt-cache policy oha 2>/dev/null | grep -q 'Candidate: [^(]'; then
+    say "installing oha (Debian package)"
+    sudo_cmd=()
+    ((EUID == 0)) || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends oha >/dev/null || true
+    find_oha
+fi
+if [[ -z $OHA ]]; then
+    say "oha is not installed and Debian has no package for it (nor for wrk2): trying cargo install oha --locked (at most ${OHA_BUILD_TIMEOUT}s)"
+    oha_start=$EPOCHREALTIME
+    if timeout "$OHA_BUILD_TIMEOUT" cargo install oha --locked >"${TMPDIR:-/tmp}/ss-gateway-oha-build.log" 2>&1; then
+        find_oha
+        OHA_NOTE="oha built with cargo install oha --locked in $(awk -v a="$oha_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s."
+    else
+        OHA_NOTE="Fixed-rate run skipped: oha is not packaged for Debian (nor wrk2), and cargo install oha --locked did not finish within ${OHA_BUILD_TIMEOUT}s (see ${TMPDIR:-/tmp}/ss-gateway-oha-build.log)."
+    fi
+    say "${OHA_NOTE:-oha built}"
+fi
+OHA_VERSION=""
+[[ -n $OHA ]] && OHA_VERSION=$("$OHA" --version 2>/dev/null | awk '{ print $2 }')
 
 say "building: cargo build --release -p shuffle-shard-cli"
 cargo build --release -p shuffle-shard-cli >&2
@@ -99,7 +143,7 @@ case ${#CPUS[@]} in
     2) PROXY_CPU=${CPUS[0]} BACKEND_CPU=${CPUS[1]} WRK_CPU=${CPUS[1]} ;;
     *) PROXY_CPU=${CPUS[0]} BACKEND_CPU=${CPUS[1]} WRK_CPU=${CPUS[2]} ;;
 esac
-PINNING="proxy (nginx or gateway) on CPU $PROXY_CPU, backend on CPU $BACKEND_CPU, wrk on CPU $WRK_CPU"
+PINNING="proxy (nginx, HAProxy or gateway) on CPU $PROXY_CPU, backend on CPU $BACKEND_CPU, wrk on CPU $WRK_CPU"
 if ((${#CPUS[@]} == 1)); then
     PINNING="$PINNING (1 CPU available: everything shares it)"
 elif ((${#CPUS[@]} == 2)); then
@@ -133,6 +177,15 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
+# Drops a process we stopped ourselves from the clean-up list, so its id,
+# once reused by the system, is never signalled.
+forget_pid() {
+    local pid keep=()
+    for pid in "${PIDS[@]}"; do
+        [[ $pid == "$1" ]] || keep+=("$pid")
+    done
+    PIDS=("${keep[@]}")
+}
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
@@ -155,6 +208,7 @@ hex_random() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 BACKEND_PORT=$(free_port)
 NGINX_PORT=$(free_port)
+HAPROXY_PORT=$(free_port)
 GATEWAY_PORT=$(free_port)
 ADMIN_PORT=$(free_port)
 API_KEY="bench-$(hex_random 24)"
@@ -227,7 +281,35 @@ http {
 }
 EOF
 
-# --- start the three processes ---------------------------------------------------
+# HAProxy: one thread, keep-alive on both sides, server connections reused
+# by any client (http-reuse always), like nginx's upstream keepalive pool.
+mkdir -p "$WORK/haproxy"
+cat >"$WORK/haproxy.cfg" <<EOF
+global
+    nbthread 1
+    maxconn 4096
+    pidfile $WORK/haproxy/haproxy.pid
+
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    timeout http-keep-alive 30s
+
+frontend bench
+    bind 127.0.0.1:$HAPROXY_PORT
+    default_backend backend
+
+backend backend
+    server s0 127.0.0.1:$BACKEND_PORT
+EOF
+"$HAPROXY" -c -q -f "$WORK/haproxy.cfg" >"$WORK/haproxy-check.log" 2>&1 ||
+    die "haproxy rejects the generated configuration: $(cat "$WORK/haproxy-check.log")"
+
+# --- start the four processes ---------------------------------------------------
 
 # Waits until GET $1 answers 2xx (extra arguments go to curl), or fails.
 wait_ready() {
@@ -255,12 +337,28 @@ NGINX_PID=$!
 PIDS+=("$NGINX_PID")
 wait_ready "http://127.0.0.1:$NGINX_PORT/x" "$NGINX_PID" nginx
 
+# -db: foreground, no daemon, no master process.
+"${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$HAPROXY" -db -f "$WORK/haproxy.cfg" \
+    >"$WORK/haproxy.log" 2>&1 &
+HAPROXY_PID=$!
+PIDS+=("$HAPROXY_PID")
+wait_ready "http://127.0.0.1:$HAPROXY_PORT/x" "$HAPROXY_PID" haproxy
+
+# Seconds since $1 (an $EPOCHREALTIME reading).
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
+# A process's resident set (VmRSS) and its peak (VmHWM), in KiB.
+rss_kib() { awk -v f="$2:" '$1 == f { print $2 }' /proc/"$1"/status; }
+
+GATEWAY_START=$EPOCHREALTIME
 "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config "$WORK/gateway.toml" \
     >"$WORK/gateway.log" 2>&1 &
 GATEWAY_PID=$!
 PIDS+=("$GATEWAY_PID")
 AUTH="Authorization: Bearer $API_KEY"
 wait_ready "http://127.0.0.1:$GATEWAY_PORT/x" "$GATEWAY_PID" gateway -H "$AUTH"
+SMALL_STARTUP_S=$(since "$GATEWAY_START")
+SMALL_RSS_KIB=$(rss_kib "$GATEWAY_PID" VmRSS)
+SMALL_HWM_KIB=$(rss_kib "$GATEWAY_PID" VmHWM)
 grep -q '"tenant":"bench"' "$WORK/gateway.probe" ||
     die "the gateway answered, but not with the backend's body for tenant bench: $(cat "$WORK/gateway.probe")"
 
@@ -274,6 +372,8 @@ NGINX_WORKERS=$(pgrep -P "$NGINX_PID" | wc -l)
 [[ $GATEWAY_WORKERS == 0 ]] || die "the gateway runs $GATEWAY_WORKERS multi-threaded tokio workers; --workers 1 should give a single-threaded event loop"
 [[ $BACKEND_WORKERS == 1 ]] || die "the backend runs $BACKEND_WORKERS tokio workers, not 1"
 [[ $NGINX_WORKERS == 1 ]] || die "nginx runs $NGINX_WORKERS worker processes, not 1"
+HAPROXY_THREADS=$(find /proc/"$HAPROXY_PID"/task -mindepth 1 -maxdepth 1 | wc -l)
+[[ $HAPROXY_THREADS == 1 ]] || die "haproxy runs $HAPROXY_THREADS threads, not 1 (nbthread 1)"
 
 # --- measuring -----------------------------------------------------------------
 
@@ -312,17 +412,20 @@ to_us() {
 declare -A URL=(
     [backend]="http://127.0.0.1:$BACKEND_PORT/x"
     [nginx]="http://127.0.0.1:$NGINX_PORT/x"
+    [haproxy]="http://127.0.0.1:$HAPROXY_PORT/x"
     [gateway]="http://127.0.0.1:$GATEWAY_PORT/x"
 )
 declare -A PROXY_PIDS=(
     [backend]=""
     [nginx]="$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"
+    [haproxy]="$HAPROXY_PID"
     [gateway]="$GATEWAY_PID"
 )
-TARGETS=(backend nginx gateway)
+TARGETS=(backend nginx haproxy gateway)
 declare -A LABEL=(
     [backend]="backend direct"
     [nginx]="nginx $("$NGINX" -v 2>&1 | sed 's|.*nginx/||') (reverse proxy)"
+    [haproxy]="HAProxy $("$HAPROXY" -v 2>&1 | awk 'NR == 1 { print $3 }')"
     [gateway]="shuffle-shard gateway"
 )
 
@@ -388,6 +491,7 @@ measure() {
     done
     RPS_ALL[$target]+="$RPS "
     P99_32_ALL[$target]+="$P99_US "
+    record_at "$target" "$CONNS"
     BUSY_ALL[$target,$round]=$busy
     PROXY_US_ALL[$target]+="$(per_request_us $((proxy_after - proxy_before)) "$REQUESTS") "
     PROXY_SYS_US_ALL[$target]+="$(per_request_us $((proxy_sys_after - proxy_sys_before)) "$REQUESTS") "
@@ -398,7 +502,21 @@ measure() {
 
     run_wrk "$target" 1 "$DURATION" "c1-round$round"
     P50_ALL[$target]+="$P50_US "
-    say "  round $round  $(printf '%-8s' "$target") 1 conn:   p50 $(printf '%8.1f' "$P50_US") us"
+    record_at "$target" 1
+    say "  round $round  $(printf '%-8s' "$target") 1 conn:   $(printf '%9.0f' "$RPS") req/s  p50 $(printf '%8.1f' "$P50_US") us  p99 $(printf '%8.1f' "$P99_US") us"
+
+    run_wrk "$target" "$HIGH_CONNS" "$DURATION" "c$HIGH_CONNS-round$round"
+    record_at "$target" "$HIGH_CONNS"
+    say "  round $round  $(printf '%-8s' "$target") $HIGH_CONNS conns: $(printf '%9.0f' "$RPS") req/s  p50 $(printf '%8.1f' "$P50_US") us  p99 $(printf '%8.1f' "$P99_US") us"
+}
+
+# Every target at every connection count: req/s, p50 and p99 per round.
+declare -A RPS_AT P50_AT P99_AT
+CONN_COUNTS=(1 "$CONNS" "$HIGH_CONNS")
+record_at() {
+    RPS_AT[$1,$2]+="$RPS "
+    P50_AT[$1,$2]+="$P50_US "
+    P99_AT[$1,$2]+="$P99_US "
 }
 
 # median min max of a list of numbers.
@@ -445,13 +563,198 @@ say "warm-up: ${WARMUP}s at $CONNS connections per target"
 for target in "${TARGETS[@]}"; do
     run_wrk "$target" "$CONNS" "$WARMUP" warmup
 done
-say "measuring: $ROUNDS rounds of ${DURATION}s at $CONNS connections and ${DURATION}s at 1 connection per target"
+say "measuring: $ROUNDS rounds of ${DURATION}s at $CONNS, 1 and $HIGH_CONNS connections per target"
 for round in $(seq "$ROUNDS"); do
     for target in "${TARGETS[@]}"; do
         measure "$target" "$round"
     done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- fixed rate: oha with --latency-correction ----------------------------------
+
+# At a fixed rate, latency is measured from when each request was due, not
+# from when it was sent, so a stall shows in the percentiles instead of
+# silently lowering the offered load (coordinated omission).
+declare -A FR_RPS FR_P50 FR_P99 FR_ERRORS
+RATE_USED=""
+if [[ -n $OHA ]]; then
+    if [[ $RATE == auto ]]; then
+        slowest=""
+        for target in nginx haproxy gateway; do
+            read -r m _ _ < <(stats "${RPS_ALL[$target]}")
+            slowest=$(awk -v a="${slowest:-$m}" -v b="$m" 'BEGIN { print (b < a) ? b : a }')
+        done
+        RATE_USED=$(awk -v s="$slowest" 'BEGIN { r = int(s / 2 / 500) * 500; print (r < 500) ? 500 : r }')
+    else
+        RATE_USED=$RATE
+    fi
+    OHA_FORMAT=(-j)
+    "$OHA" --help 2>&1 | grep -q -- '--output-format' && OHA_FORMAT=(--output-format json)
+    # Requests still in flight at the deadline are waited for, not aborted
+    # (oha would count an aborted one as an error).
+    "$OHA" --help 2>&1 | grep -q -- '--wait-ongoing-requests-after-deadline' && OHA_FORMAT+=(-w)
+    say "fixed rate: $ROUNDS rounds of ${RATE_DURATION}s at $RATE_USED req/s ($CONNS connections, oha --latency-correction) per target"
+    for round in $(seq "$ROUNDS"); do
+        for target in "${TARGETS[@]}"; do
+            out="$WORK/oha-$target-round$round.json"
+            args=(--no-tui -z "${RATE_DURATION}s" -c "$CONNS" -q "$RATE_USED" --latency-correction "${OHA_FORMAT[@]}")
+            [[ $target == gateway ]] && args+=(-H "$AUTH")
+            "${NICE_CMD[@]}" taskset -c "$WRK_CPU" "$OHA" "${args[@]}" "${URL[$target]}" >"$out" 2>"$out.err" ||
+                die "oha failed against $target: $(cat "$out.err")"
+            read -r rps p50 p99 errors < <(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["summary"]; p = d["latencyPercentiles"]
+codes = d.get("statusCodeDistribution", {})
+bad = sum(n for c, n in codes.items() if not 200 <= int(c) < 300)
+bad += sum(n for e, n in d.get("errorDistribution", {}).items() if "deadline" not in e)
+print("%.1f %.2f %.2f %d" % (s["requestsPerSec"], (p["p50"] or 0) * 1e6, (p["p99"] or 0) * 1e6, bad))' "$out") ||
+                die "cannot read oha's output in $out"
+            FR_RPS[$target]+="$rps "
+            FR_P50[$target]+="$p50 "
+            FR_P99[$target]+="$p99 "
+            FR_ERRORS[$target]+="$errors "
+            say "  round $round  $(printf '%-8s' "$target") @$RATE_USED/s: $(printf '%9.0f' "$rps") req/s  p50 $(printf '%8.1f' "$p50") us  p99 $(printf '%8.1f' "$p99") us  errors $errors"
+        done
+    done
+else
+    say "$OHA_NOTE"
+fi
+
+# --- a shard killed mid-run -------------------------------------------------------
+
+# A second gateway over two backend processes (shards a and b, k = 2, so the
+# tenant's shuffle shard is both); wrk runs FAIL_DURATION seconds and backend
+# b is killed (SIGKILL) FAIL_KILL_AT seconds in. Errors are counted, not fatal.
+BACKEND_A_PORT=$(free_port)
+BACKEND_B_PORT=$(free_port)
+FAIL_PORT=$(free_port)
+FAIL_ADMIN_PORT=$(free_port)
+mkdir -p "$WORK/failover"
+cp "$WORK/placement.key" "$WORK/tenants.toml" "$WORK/failover/"
+cat >"$WORK/failover/gateway.toml" <<CONF
+listen = "127.0.0.1:$FAIL_PORT"
+tenants_file = "tenants.toml"
+
+[placement]
+algorithm = "rendezvous"
+k = 2
+key_file = "placement.key"
+key_version = "bench"
+
+[admin]
+listen = "127.0.0.1:$FAIL_ADMIN_PORT"
+
+[[cells]]
+name = "default"
+shards = [
+  { id = "a", url = "http://127.0.0.1:$BACKEND_A_PORT" },
+  { id = "b", url = "http://127.0.0.1:$BACKEND_B_PORT" },
+]
+CONF
+"${NICE_CMD[@]}" taskset -c "$BACKEND_CPU" "$BIN" backend --listen "127.0.0.1:$BACKEND_A_PORT" --id a --workers 1 \
+    >"$WORK/backend-a.log" 2>&1 &
+BACKEND_A_PID=$!
+PIDS+=("$BACKEND_A_PID")
+"${NICE_CMD[@]}" taskset -c "$BACKEND_CPU" "$BIN" backend --listen "127.0.0.1:$BACKEND_B_PORT" --id b --workers 1 \
+    >"$WORK/backend-b.log" 2>&1 &
+BACKEND_B_PID=$!
+PIDS+=("$BACKEND_B_PID")
+wait_ready "http://127.0.0.1:$BACKEND_A_PORT/x" "$BACKEND_A_PID" backend-a
+wait_ready "http://127.0.0.1:$BACKEND_B_PORT/x" "$BACKEND_B_PID" backend-b
+(cd "$WORK/failover" && exec "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config gateway.toml) \
+    >"$WORK/gateway-failover.log" 2>&1 &
+FAIL_GW_PID=$!
+PIDS+=("$FAIL_GW_PID")
+wait_ready "http://127.0.0.1:$FAIL_PORT/x" "$FAIL_GW_PID" gateway-failover -H "$AUTH"
+# Both shards must serve the tenant before the kill, or the run proves nothing.
+for _ in $(seq 40); do
+    curl -fsS -H "$AUTH" "http://127.0.0.1:$FAIL_PORT/x" 2>/dev/null
+    echo
+done >"$WORK/failover-before.txt"
+FAIL_SHARDS_BEFORE=$(grep -o '"\(shard\|id\|backend\)":"[ab]"' "$WORK/failover-before.txt" | sort -u | paste -sd' ' - || true)
+say "shard kill: wrk ${FAIL_DURATION}s at $CONNS connections on a gateway over backends a and b; b is killed at ${FAIL_KILL_AT}s (before: answers from ${FAIL_SHARDS_BEFORE:-?})"
+out="$WORK/wrk-failover.txt"
+"${NICE_CMD[@]}" taskset -c "$WRK_CPU" "$WRK" -t1 "-c$CONNS" "-d${FAIL_DURATION}s" --latency -H "$AUTH" \
+    "http://127.0.0.1:$FAIL_PORT/x" >"$out" 2>&1 &
+FAIL_WRK_PID=$!
+sleep "$FAIL_KILL_AT"
+kill -KILL "$BACKEND_B_PID"
+wait "$BACKEND_B_PID" 2>/dev/null || true
+forget_pid "$BACKEND_B_PID"
+wait "$FAIL_WRK_PID" || die "wrk failed in the shard-kill run: $(cat "$out")"
+FAIL_RPS=$(awk '/^Requests\/sec:/ { print $2 }' "$out")
+FAIL_REQUESTS=$(awk '/requests in/ { print $1 }' "$out")
+FAIL_NON2XX=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' "$out")
+FAIL_NON2XX=${FAIL_NON2XX:-0}
+read -r FAIL_CONNECT FAIL_READ FAIL_WRITE FAIL_TIMEOUT < <(awk '/Socket errors:/ {
+    gsub(",", ""); print $4, $6, $8, $10 }' "$out") || true
+FAIL_CONNECT=${FAIL_CONNECT:-0} FAIL_READ=${FAIL_READ:-0} FAIL_WRITE=${FAIL_WRITE:-0} FAIL_TIMEOUT=${FAIL_TIMEOUT:-0}
+FAIL_SOCKET=$((FAIL_CONNECT + FAIL_READ + FAIL_WRITE + FAIL_TIMEOUT))
+FAIL_P50=$(to_us "$(awk '$1 == "50%" { print $2 }' "$out")")
+FAIL_P99=$(to_us "$(awk '$1 == "99%" { print $2 }' "$out")")
+FAIL_MAX=$(to_us "$(awk '$1 == "Latency" { print $4 }' "$out")")
+[[ -n $FAIL_RPS && -n $FAIL_REQUESTS ]] || die "cannot read wrk's output in $out"
+# The tenant must still be served, by a alone, after the run.
+curl -fsS -H "$AUTH" "http://127.0.0.1:$FAIL_PORT/x" >"$WORK/failover-after.txt" 2>&1 ||
+    die "the gateway does not serve the tenant after backend b was killed: $(cat "$WORK/failover-after.txt")"
+curl -fsS "http://127.0.0.1:$FAIL_ADMIN_PORT/metrics" >"$WORK/failover-metrics.txt" 2>/dev/null || true
+say "  shard kill: $(printf '%.0f' "$FAIL_RPS") req/s, $FAIL_REQUESTS requests, $FAIL_NON2XX non-2xx, $FAIL_SOCKET socket errors (connect $FAIL_CONNECT, read $FAIL_READ, write $FAIL_WRITE, timeout $FAIL_TIMEOUT); p99 $FAIL_P99 us, max $FAIL_MAX us"
+for pid in "$FAIL_GW_PID" "$BACKEND_A_PID"; do
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    forget_pid "$pid"
+done
+
+# --- memory with many tenants -----------------------------------------------------
+
+# A gateway with TENANTS_BIG tenants, each with its own API-key digest: the
+# time from launch until it answers an authenticated request, then VmRSS.
+BIG_PORT=$(free_port)
+BIG_ADMIN_PORT=$(free_port)
+mkdir -p "$WORK/big"
+cp "$WORK/placement.key" "$WORK/big/"
+BIG_KEY=$(python3 - "$WORK/big/tenants.toml" "$TENANTS_BIG" <<'PY'
+import hashlib, os, sys
+path, n = sys.argv[1], int(sys.argv[2])
+salt = os.urandom(12).hex()
+with open(path, "w") as f:
+    for i in range(n):
+        key = f"bench-{salt}-{i}"
+        f.write(f'[[tenants]]\nid = "t{i:06d}"\napi_key_sha256 = "{hashlib.sha256(key.encode()).hexdigest()}"\n\n')
+print(f"bench-{salt}-{n - 1}")
+PY
+)
+sed -e "s/127.0.0.1:$GATEWAY_PORT\"/127.0.0.1:$BIG_PORT\"/" -e "s/127.0.0.1:$ADMIN_PORT\"/127.0.0.1:$BIG_ADMIN_PORT\"/" \
+    "$WORK/gateway.toml" >"$WORK/big/gateway.toml"
+BIG_FILE_MB=$(awk -v b="$(stat -c %s "$WORK/big/tenants.toml")" 'BEGIN { printf "%.1f", b / 1048576 }')
+say "memory: a gateway with $TENANTS_BIG tenants (tenants.toml $BIG_FILE_MB MB)"
+BIG_START=$EPOCHREALTIME
+(cd "$WORK/big" && exec "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config gateway.toml) \
+    >"$WORK/gateway-big.log" 2>&1 &
+BIG_PID=$!
+PIDS+=("$BIG_PID")
+BIG_READY=""
+for _ in $(seq 3000); do
+    kill -0 "$BIG_PID" 2>/dev/null || die "the $TENANTS_BIG-tenant gateway exited at start; see $WORK/gateway-big.log"
+    if curl -fsS -o "$WORK/big.probe" -H "Authorization: Bearer $BIG_KEY" "http://127.0.0.1:$BIG_PORT/x" 2>/dev/null; then
+        BIG_READY=1
+        break
+    fi
+    sleep 0.02
+done
+[[ -n $BIG_READY ]] || die "the $TENANTS_BIG-tenant gateway did not answer within 60 s; see $WORK/gateway-big.log"
+BIG_STARTUP_S=$(since "$BIG_START")
+grep -q "\"tenant\":\"t$(printf '%06d' $((TENANTS_BIG - 1)))\"" "$WORK/big.probe" ||
+    die "the $TENANTS_BIG-tenant gateway answered, but not for the last tenant: $(cat "$WORK/big.probe")"
+BIG_RSS_KIB=$(rss_kib "$BIG_PID" VmRSS)
+BIG_HWM_KIB=$(rss_kib "$BIG_PID" VmHWM)
+kib_mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+say "  $TENANTS_BIG tenants: answered after ${BIG_STARTUP_S}s; VmRSS $(kib_mb "$BIG_RSS_KIB") MiB (peak $(kib_mb "$BIG_HWM_KIB") MiB); with 1 tenant: ${SMALL_STARTUP_S}s, VmRSS $(kib_mb "$SMALL_RSS_KIB") MiB"
+kill -TERM "$BIG_PID" 2>/dev/null || true
+wait "$BIG_PID" 2>/dev/null || true
+forget_pid "$BIG_PID"
 
 # PERF=1: where the proxies spend their CPU, from perf sampling during one
 # more run at $CONNS connections each (not part of the numbers above).
@@ -507,8 +810,9 @@ if [[ $GIT_REV != unknown ]] && ! git diff --quiet HEAD -- 2>/dev/null; then
     GIT_REV="$GIT_REV (with uncommitted changes)"
 fi
 NGINX_VERSION=$("$NGINX" -v 2>&1 | sed 's|.*nginx/||')
+HAPROXY_VERSION=$("$HAPROXY" -v 2>&1 | awk 'NR == 1 { print $3 }')
 WRK_VERSION=$("$WRK" --version 2>&1 | head -1 | awk '{ print $2 }' || true)
-COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS${NICE_CMD[*]:+ NICE=$NICE} bench/run.sh gateway"
+COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS RATE=$RATE${NICE_CMD[*]:+ NICE=$NICE} bench/run.sh gateway"
 
 read -r NGINX_RPS _ _ < <(stats "${RPS_ALL[nginx]}")
 read -r NGINX_P50 _ _ < <(stats "${P50_ALL[nginx]}")
@@ -523,12 +827,13 @@ CPU_HEADER=${CPU_HEADER%/}
 {
     echo "# Gateway benchmark"
     echo
-    echo "$DATE · git $GIT_REV · $NPROC CPUs ($CPU_MODEL) · Linux $KERNEL · nginx $NGINX_VERSION · wrk $WRK_VERSION"
+    echo "$DATE · git $GIT_REV · $NPROC CPUs ($CPU_MODEL) · Linux $KERNEL · nginx $NGINX_VERSION · HAProxy $HAPROXY_VERSION · wrk $WRK_VERSION${OHA_VERSION:+ · oha $OHA_VERSION}"
     echo
     echo "Command: \`$COMMAND\` (warm-up ${WARMUP}s per target). Load average before/after: $LOAD_BEFORE / $LOAD_AFTER; background busy ($CPU_HEADER) with nothing running: $BACKGROUND."
     echo
     echo "Same backend (\`shuffle-shard backend --workers 1\`) behind every target; one worker each"
-    echo "(gateway: serve --workers 1, a single-threaded event loop; nginx: worker_processes 1, upstream keepalive 64); $PINNING."
+    echo "(gateway: serve --workers 1, a single-threaded event loop; nginx: worker_processes 1, upstream keepalive 64;"
+    echo "HAProxy: nbthread 1, option http-keep-alive, http-reuse always); $PINNING."
     echo "Each round runs every target in turn; median [min–max] over $ROUNDS rounds."
     echo "req/s: \`wrk -t1 -c$CONNS -d${DURATION}s\`; p50: \`wrk -t1 -c1 -d${DURATION}s --latency\`; GET /x, every response checked 2xx."
     echo "Proxy CPU per request and the CPUs' busy share are measured during the $CONNS-connection run."
@@ -557,6 +862,58 @@ CPU_HEADER=${CPU_HEADER%/}
     rps_ok=$(awk -v g="$grm" -v n="$NGINX_RPS" 'BEGIN { print ((g >= n) ? "met" : "missed") }')
     p50_ok=$(awk -v g="$gpm" -v n="$NGINX_P50" 'BEGIN { print ((g <= n) ? "met" : "missed") }')
     echo "Target (issue 4): at least nginx's req/s — $rps_ok ($(ratio "$grm" "$NGINX_RPS")×); no more than nginx's p50 — $p50_ok ($(ratio "$gpm" "$NGINX_P50")×)."
+    echo
+    echo "## By connection count"
+    echo
+    echo "\`wrk -t1 -cN -d${DURATION}s --latency\`, the same rounds as above; median [min–max] over $ROUNDS rounds."
+    echo
+    echo "| target | conns | req/s | p50 | p99 |"
+    echo "|---|---:|---:|---:|---:|"
+    for target in "${TARGETS[@]}"; do
+        for c in "${CONN_COUNTS[@]}"; do
+            read -r rm rlo rhi < <(stats "${RPS_AT[$target,$c]}")
+            read -r pm plo phi < <(stats "${P50_AT[$target,$c]}")
+            read -r qm qlo qhi < <(stats "${P99_AT[$target,$c]}")
+            echo "| ${LABEL[$target]} | $c | $(fmt_int "$rm") [$(fmt_int "$rlo")–$(fmt_int "$rhi")] | $(fmt_us "$pm") [$(fmt_us "$plo")–$(fmt_us "$phi")] | $(fmt_us "$qm") [$(fmt_us "$qlo")–$(fmt_us "$qhi")] |"
+        done
+    done
+    echo
+    echo "## Fixed rate, corrected for coordinated omission"
+    echo
+    if [[ -n $OHA ]]; then
+        echo "\`oha -z ${RATE_DURATION}s -c $CONNS -q $RATE_USED --latency-correction\` (oha $OHA_VERSION, $OHA${OHA_NOTE:+; $OHA_NOTE}): every target offered the same $RATE_USED req/s$([[ $RATE == auto ]] && echo ", half the slowest proxy's median peak at $CONNS connections"); latency counted from when each request was due. Median [min–max] over $ROUNDS rounds; errors are non-2xx answers plus failed requests, summed over the rounds."
+        echo
+        echo "| target | offered req/s | achieved req/s | p50 | p99 | errors |"
+        echo "|---|---:|---:|---:|---:|---:|"
+        for target in "${TARGETS[@]}"; do
+            read -r rm rlo rhi < <(stats "${FR_RPS[$target]}")
+            read -r pm plo phi < <(stats "${FR_P50[$target]}")
+            read -r qm qlo qhi < <(stats "${FR_P99[$target]}")
+            errs=$(printf '%s\n' ${FR_ERRORS[$target]} | awk '{ t += $1 } END { print t + 0 }')
+            echo "| ${LABEL[$target]} | $RATE_USED | $(fmt_int "$rm") [$(fmt_int "$rlo")–$(fmt_int "$rhi")] | $(fmt_us "$pm") [$(fmt_us "$plo")–$(fmt_us "$phi")] | $(fmt_us "$qm") [$(fmt_us "$qlo")–$(fmt_us "$qhi")] | $errs |"
+        done
+    else
+        echo "$OHA_NOTE"
+    fi
+    echo
+    echo "## A shard killed mid-run"
+    echo
+    echo "A second gateway (serve --workers 1, k = 2, rendezvous) over two backend processes, shards a and b (\`backend --workers 1\`, both on CPU $BACKEND_CPU);"
+    echo "\`wrk -t1 -c$CONNS -d${FAIL_DURATION}s --latency\`, backend b killed with SIGKILL ${FAIL_KILL_AT}s in. One run."
+    echo "Before the kill the tenant was answered by: ${FAIL_SHARDS_BEFORE:-unknown}."
+    echo
+    echo "| req/s | requests | non-2xx | socket errors (connect/read/write/timeout) | p50 | p99 | max |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| $(fmt_int "$FAIL_RPS") | $FAIL_REQUESTS | $FAIL_NON2XX | $FAIL_SOCKET ($FAIL_CONNECT/$FAIL_READ/$FAIL_WRITE/$FAIL_TIMEOUT) | $(fmt_us "$FAIL_P50") | $(fmt_us "$FAIL_P99") | $(fmt_us "$FAIL_MAX") |"
+    echo
+    echo "## Memory with $TENANTS_BIG tenants"
+    echo
+    echo "| tenants configured | tenants.toml | launch to first answer | VmRSS after the first answer | VmHWM |"
+    echo "|---:|---:|---:|---:|---:|"
+    echo "| 1 | — | ${SMALL_STARTUP_S} s | $(kib_mb "$SMALL_RSS_KIB") MiB | $(kib_mb "$SMALL_HWM_KIB") MiB |"
+    echo "| $TENANTS_BIG | $BIG_FILE_MB MB | ${BIG_STARTUP_S} s | $(kib_mb "$BIG_RSS_KIB") MiB | $(kib_mb "$BIG_HWM_KIB") MiB |"
+    echo
+    echo "Each tenant has its own API-key digest (SHA-256); the probe authenticates as the last one. Launch-to-answer includes process start and curl polling every 20 ms (1 tenant: 100 ms)."
 } >"$RESULTS/gateway.md"
 
 json_list() { printf '%s\n' $1 | paste -sd, -; }
@@ -572,8 +929,8 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
     echo "  \"git_rev\": $(json_string "$GIT_REV"),"
     echo "  \"command\": $(json_string "$COMMAND"),"
     echo "  \"machine\": {\"nproc\": $NPROC, \"cpu_model\": $(json_string "$CPU_MODEL"), \"kernel\": $(json_string "$KERNEL"), \"loadavg_before\": $(json_string "$LOAD_BEFORE"), \"loadavg_after\": $(json_string "$LOAD_AFTER"), \"background_busy\": $(json_string "$BACKGROUND")},"
-    echo "  \"versions\": {\"nginx\": $(json_string "$NGINX_VERSION"), \"wrk\": $(json_string "$WRK_VERSION")},"
-    echo "  \"settings\": {\"duration_s\": $DURATION, \"rounds\": $ROUNDS, \"warmup_s\": $WARMUP, \"connections\": $CONNS, \"nice\": $NICE, \"pinning\": $(json_string "$PINNING"), \"proxy_cpu\": $PROXY_CPU, \"backend_cpu\": $BACKEND_CPU, \"wrk_cpu\": $WRK_CPU},"
+    echo "  \"versions\": {\"nginx\": $(json_string "$NGINX_VERSION"), \"haproxy\": $(json_string "$HAPROXY_VERSION"), \"wrk\": $(json_string "$WRK_VERSION"), \"oha\": $(json_string "$OHA_VERSION")},"
+    echo "  \"settings\": {\"duration_s\": $DURATION, \"rounds\": $ROUNDS, \"warmup_s\": $WARMUP, \"connections\": $CONNS, \"high_connections\": $HIGH_CONNS, \"rate\": $(json_string "$RATE"), \"rate_duration_s\": $RATE_DURATION, \"fail_duration_s\": $FAIL_DURATION, \"fail_kill_at_s\": $FAIL_KILL_AT, \"tenants_big\": $TENANTS_BIG, \"nice\": $NICE, \"pinning\": $(json_string "$PINNING"), \"proxy_cpu\": $PROXY_CPU, \"backend_cpu\": $BACKEND_CPU, \"wrk_cpu\": $WRK_CPU},"
     echo "  \"targets\": ["
     last=${TARGETS[-1]}
     for target in "${TARGETS[@]}"; do
@@ -593,6 +950,18 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
         echo "      \"requests_per_second_at_${CONNS}\": $(json_stats "${RPS_ALL[$target]}"),"
         echo "      \"p50_us_at_1\": $(json_stats "${P50_ALL[$target]}"),"
         echo "      \"p99_us_at_${CONNS}\": $(json_stats "${P99_32_ALL[$target]}"),"
+        echo "      \"by_connections\": {"
+        for c in "${CONN_COUNTS[@]}"; do
+            sep=","
+            [[ $c == "${CONN_COUNTS[-1]}" ]] && sep=""
+            echo "        \"$c\": {\"requests_per_second\": $(json_stats "${RPS_AT[$target,$c]}"), \"p50_us\": $(json_stats "${P50_AT[$target,$c]}"), \"p99_us\": $(json_stats "${P99_AT[$target,$c]}")}$sep"
+        done
+        echo "      },"
+        if [[ -n $OHA ]]; then
+            echo "      \"fixed_rate\": {\"offered_per_second\": $RATE_USED, \"connections\": $CONNS, \"achieved_per_second\": $(json_stats "${FR_RPS[$target]}"), \"p50_us\": $(json_stats "${FR_P50[$target]}"), \"p99_us\": $(json_stats "${FR_P99[$target]}"), \"errors\": [$(json_list "${FR_ERRORS[$target]}")]},"
+        else
+            echo "      \"fixed_rate\": null,"
+        fi
         if [[ $target != backend ]]; then
             echo "      \"proxy_cpu_us_per_request_at_${CONNS}\": $(json_stats "${PROXY_US_ALL[$target]}"),"
             echo "      \"proxy_kernel_cpu_us_per_request_at_${CONNS}\": $(json_stats "${PROXY_SYS_US_ALL[$target]}"),"
@@ -602,7 +971,13 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
         echo "      \"cpu_busy_percent_at_${CONNS}\": $busy"
         if [[ $target == "$last" ]]; then echo "    }"; else echo "    },"; fi
     done
-    echo "  ]"
+    echo "  ],"
+    echo "  \"fixed_rate_note\": $(json_string "${OHA_NOTE:-}"),"
+    echo "  \"shard_kill\": {\"duration_s\": $FAIL_DURATION, \"kill_at_s\": $FAIL_KILL_AT, \"connections\": $CONNS, \"answered_by_before\": $(json_string "$FAIL_SHARDS_BEFORE"), \"requests_per_second\": $FAIL_RPS, \"requests\": $FAIL_REQUESTS, \"non_2xx\": $FAIL_NON2XX, \"socket_errors\": {\"connect\": $FAIL_CONNECT, \"read\": $FAIL_READ, \"write\": $FAIL_WRITE, \"timeout\": $FAIL_TIMEOUT, \"total\": $FAIL_SOCKET}, \"p50_us\": $FAIL_P50, \"p99_us\": $FAIL_P99, \"max_us\": $FAIL_MAX},"
+    echo "  \"memory\": {"
+    echo "    \"one_tenant\": {\"startup_s\": $SMALL_STARTUP_S, \"vm_rss_kib\": $SMALL_RSS_KIB, \"vm_hwm_kib\": $SMALL_HWM_KIB},"
+    echo "    \"many_tenants\": {\"tenants\": $TENANTS_BIG, \"tenants_file_mb\": $BIG_FILE_MB, \"startup_s\": $BIG_STARTUP_S, \"vm_rss_kib\": $BIG_RSS_KIB, \"vm_hwm_kib\": $BIG_HWM_KIB}"
+    echo "  }"
     echo "}"
 } >"$RESULTS/gateway.json"
 
