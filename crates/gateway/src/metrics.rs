@@ -75,6 +75,52 @@ pub(crate) struct ThresholdLabels {
 
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// Request outcomes, in the order of [`CellHandles`]' counters.
+pub(crate) const REQUEST_OUTCOMES: [&str; 8] = [
+    "ok",
+    "unauthorized",
+    "too_large",
+    "client_error",
+    "bad_gateway",
+    "unavailable",
+    "timeout",
+    "server_error",
+];
+
+/// The outcome label of a response status.
+pub(crate) fn request_outcome(status: http::StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "unauthorized",
+        413 => "too_large",
+        400..=499 => "client_error",
+        502 => "bad_gateway",
+        503 => "unavailable",
+        504 => "timeout",
+        500..=599 => "server_error",
+        _ => "ok",
+    }
+}
+
+/// One cell's request counters (by outcome) and latency histogram, looked
+/// up once per snapshot so the request path allocates no label strings.
+#[derive(Debug, Clone)]
+pub(crate) struct CellHandles {
+    requests: [Counter; 8],
+    seconds: Histogram,
+}
+
+impl CellHandles {
+    /// Counts a finished request with one of [`REQUEST_OUTCOMES`].
+    pub(crate) fn request(&self, outcome: &str, elapsed: Duration) {
+        let index = REQUEST_OUTCOMES
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or(0);
+        self.requests[index].inc();
+        self.seconds.observe(elapsed.as_secs_f64());
+    }
+}
+
 /// Attempt outcomes, in the order of [`ShardHandles::attempts`].
 pub(crate) const ATTEMPT_OUTCOMES: [&str; 5] = ["ok", "connect", "timeout", "reset", "status"];
 
@@ -257,6 +303,25 @@ impl Metrics {
             blast_fully_down,
             blast_degraded,
         }
+    }
+
+    /// Handles for one cell's request series.
+    pub(crate) fn cell_handles(&self, cell: &str) -> CellHandles {
+        let requests = REQUEST_OUTCOMES.map(|outcome| {
+            self.requests
+                .get_or_create(&RequestLabels {
+                    cell: cell.to_owned(),
+                    outcome,
+                })
+                .clone()
+        });
+        let seconds = self
+            .request_seconds
+            .get_or_create(&CellLabels {
+                cell: cell.to_owned(),
+            })
+            .clone();
+        CellHandles { requests, seconds }
     }
 
     /// Handles for one shard's attempt series, looked up once and kept with

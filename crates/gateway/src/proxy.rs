@@ -33,7 +33,10 @@ use crate::state::{Gateway, ShardRuntime, Snapshot};
 
 /// Who a request was served for, for metrics and logs.
 struct Served {
-    cell: String,
+    /// The snapshot the request was routed with (its cell index means
+    /// something only there).
+    snapshot: Arc<Snapshot>,
+    cell: usize,
     tenant: String,
     attempts: usize,
 }
@@ -59,32 +62,25 @@ pub async fn handle(
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    let elapsed = started.elapsed();
+    let now = Instant::now();
+    let elapsed = now.saturating_duration_since(started);
     let status = response.status();
-    let outcome = match status.as_u16() {
-        401 => "unauthorized",
-        413 => "too_large",
-        400..=499 => "client_error",
-        502 => "bad_gateway",
-        503 => "unavailable",
-        504 => "timeout",
-        500..=599 => "server_error",
-        _ => "ok",
-    };
+    let outcome = crate::metrics::request_outcome(status);
     match served {
         Some(served) => {
-            gateway.metrics.request(&served.cell, outcome, elapsed);
+            served
+                .snapshot
+                .cell_metrics(served.cell, &gateway.metrics)
+                .request(outcome, elapsed);
             // A tenant's experienced availability: anything but a server
             // error counts as served.
-            gateway.tenant_windows.record(
-                &served.tenant,
-                !status.is_server_error(),
-                Instant::now(),
-            );
-            if gateway.snapshot().config.access_log {
+            gateway
+                .tenant_windows
+                .record(&served.tenant, !status.is_server_error(), now);
+            if served.snapshot.config.access_log {
                 tracing::info!(
                     tenant = %served.tenant,
-                    cell = %served.cell,
+                    cell = %served.snapshot.config.cells[served.cell].name,
                     status = status.as_u16(),
                     attempts = served.attempts,
                     elapsed_ms = elapsed.as_secs_f64() * 1000.0,
@@ -136,7 +132,8 @@ async fn route(
     let shards = &snapshot.shards[cell];
     let cell_name = snapshot.config.cells[cell].name.as_str();
     let mut served = Served {
-        cell: cell_name.to_owned(),
+        snapshot: Arc::clone(&snapshot),
+        cell,
         tenant: tenant.id.clone(),
         attempts: 0,
     };

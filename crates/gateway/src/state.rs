@@ -125,6 +125,8 @@ pub struct Snapshot {
     pub blast: Vec<crate::live_blast::CellModel>,
     /// The admin bearer token, when one is configured.
     pub admin_token: Option<crate::credential::Secret>,
+    /// Per cell: its request metric series, looked up on first use.
+    cell_metrics: Vec<std::sync::OnceLock<crate::metrics::CellHandles>>,
 }
 
 impl Snapshot {
@@ -172,6 +174,7 @@ impl Snapshot {
             })
             .collect();
         let blast = crate::live_blast::build(&topology, &tenants);
+        let cell_count = config.cells.len();
         let admin_token =
             match &config.admin.token_file {
                 Some(path) => Some(read_token(path).map_err(|problem| {
@@ -187,7 +190,19 @@ impl Snapshot {
             shards,
             blast,
             admin_token,
+            cell_metrics: (0..cell_count)
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
         })
+    }
+
+    /// A cell's request metrics.
+    pub(crate) fn cell_metrics(
+        &self,
+        cell: usize,
+        metrics: &crate::metrics::Metrics,
+    ) -> &crate::metrics::CellHandles {
+        self.cell_metrics[cell].get_or_init(|| metrics.cell_handles(&self.config.cells[cell].name))
     }
 
     /// A shard by cell name and id.
