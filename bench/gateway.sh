@@ -53,6 +53,9 @@ find_tool() {
     command -v "$1" 2>/dev/null || { [[ -x /usr/sbin/$1 ]] && echo "/usr/sbin/$1"; } || true
 }
 
+# shellcheck source=bench/lib/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+
 install_missing() {
     local missing=()
     [[ -n $(find_tool nginx) ]] || missing+=(nginx)
@@ -60,25 +63,7 @@ install_missing() {
     [[ -n $(find_tool wrk) ]] || missing+=(wrk)
     [[ -n $(find_tool taskset) ]] || missing+=(util-linux)
     [[ -n $(find_tool curl) ]] || missing+=(curl)
-    ((${#missing[@]} == 0)) && return
-    command -v apt-get >/dev/null || die "missing ${missing[*]}; install them (no apt-get here)"
-    local sudo=()
-    if ((EUID != 0)); then
-        command -v sudo >/dev/null || die "missing ${missing[*]}; run as root or install sudo"
-        sudo=(sudo)
-    fi
-    # Refresh the package lists only when one of the packages is unknown.
-    local package
-    for package in "${missing[@]}"; do
-        if ! apt-cache policy "$package" 2>/dev/null | grep -q 'Candidate: [^(]'; then
-            say "updating the package lists (apt-get update)"
-            "${sudo[@]}" apt-get update -qq
-            break
-        fi
-    done
-    say "installing ${missing[*]}"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_install "${missing[@]}"
 }
 
 install_missing

@@ -63,29 +63,15 @@ done
 
 # --- tools ------------------------------------------------------------------
 
+# shellcheck source=bench/lib/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+
 install_missing() {
     local missing=() tool
     for tool in wrk curl python3; do
         command -v "$tool" >/dev/null || missing+=("$tool")
     done
-    ((${#missing[@]} == 0)) && return
-    command -v apt-get >/dev/null || die "missing ${missing[*]}; install them (no apt-get here)"
-    local sudo=()
-    if ((EUID != 0)); then
-        command -v sudo >/dev/null || die "missing ${missing[*]}; run as root or install sudo"
-        sudo=(sudo)
-    fi
-    local package
-    for package in "${missing[@]}"; do
-        if ! apt-cache policy "$package" 2>/dev/null | grep -q 'Candidate: [^(]'; then
-            say "updating the package lists (apt-get update)"
-            "${sudo[@]}" apt-get update -qq
-            break
-        fi
-    done
-    say "installing ${missing[*]}"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_install "${missing[@]}"
 }
 
 install_missing

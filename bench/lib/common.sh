@@ -42,6 +42,9 @@ trap 'exit 143' TERM
 
 # Installs Debian packages for the commands that are missing (as root or
 # through sudo); the arguments are pairs COMMAND:PACKAGE.
+# shellcheck source=bench/lib/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+
 install_missing() {
     local pair missing=()
     for pair in "$@"; do
@@ -51,24 +54,7 @@ install_missing() {
             command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
         fi
     done
-    ((${#missing[@]} == 0)) && return
-    command -v apt-get >/dev/null || die "missing ${missing[*]}; install them (no apt-get here)"
-    local sudo=()
-    if ((EUID != 0)); then
-        command -v sudo >/dev/null || die "missing ${missing[*]}; run as root or install sudo"
-        sudo=(sudo)
-    fi
-    local package
-    for package in "${missing[@]}"; do
-        if ! apt-cache policy "$package" 2>/dev/null | grep -q 'Candidate: [^(]'; then
-            say "updating the package lists (apt-get update)"
-            "${sudo[@]}" apt-get update -qq
-            break
-        fi
-    done
-    say "installing ${missing[*]}"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_install "${missing[@]}"
 }
 
 build_cli() {
