@@ -22,7 +22,7 @@ pub enum StartError {
     #[error(transparent)]
     Load(#[from] LoadError),
     /// The listener could not be bound.
-    #[error("cannot listen on {addr}: {source}; is another process using it?")]
+    #[error("cannot listen on {addr} (is another process using it?)")]
     Bind {
         /// The address.
         addr: SocketAddr,
