@@ -174,29 +174,117 @@ forget_pid() {
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# --- ports and starting a server ------------------------------------------------
+
+# Ports are picked at random outside the kernel's ephemeral range, so no
+# outgoing connection (wrk's, curl's, the gateway's own to its backends) nor
+# one of their TIME_WAIT entries can hold them, and with no listener on them.
+# A server can still find its port taken between the pick and its bind (a
+# 100,000-tenant gateway once did): start_server then picks new ports and
+# starts it again.
+read -r EPHEMERAL_LO EPHEMERAL_HI 2>/dev/null </proc/sys/net/ipv4/ip_local_port_range ||
+    { EPHEMERAL_LO=32768 EPHEMERAL_HI=60999; }
 USED_PORTS=" "
-free_port() {
-    local port
-    for _ in $(seq 200); do
-        port=$((20000 + RANDOM % 40000))
+# pick_port VARIABLE: sets VARIABLE to a free port. Not run in a subshell, so
+# that USED_PORTS remembers every port handed out.
+pick_port() {
+    local port try
+    for try in $(seq 600); do
+        port=$((10000 + ((RANDOM << 15) | RANDOM) % 55536))
+        # Outside the ephemeral range, unless 500 picks found nothing there.
+        ((try > 500 || port < EPHEMERAL_LO || port > EPHEMERAL_HI)) || continue
         [[ $USED_PORTS == *" $port "* ]] && continue
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             USED_PORTS+="$port "
-            echo "$port"
+            printf -v "$1" '%s' "$port"
             return
         fi
     done
     die "no free port found on 127.0.0.1"
 }
 
+# Whether a log says a listening address was taken (our binaries print the OS
+# error, "Address already in use (os error 98)"; nginx "98: Address already
+# in use"; HAProxy "(Address already in use)").
+address_in_use() { grep -qiE 'address already in use|os error 98|eaddrinuse' "$@" 2>/dev/null; }
+
+# A launch function (launch_backend, ...) writes its server's configuration
+# from the current port variables, starts the server in the background and
+# calls `launched PID URL LOG...`; it may then set PROBE_ARGS (extra curl
+# arguments), PROBE_INTERVAL and PROBE_TRIES.
+launched() {
+    LAUNCHED=$1
+    PIDS+=("$1")
+    PROBE_URL=$2
+    shift 2
+    LAUNCH_LOGS=("$@")
+    PROBE_ARGS=()
+    PROBE_INTERVAL=0.1
+    PROBE_TRIES=200
+}
+
+# Polls PROBE_URL until it answers 2xx (returns 0; the body is in
+# $WORK/NAME.probe), or the server exits (returns 1); dies when it does
+# neither in PROBE_TRIES tries. A probe gives up after 5 s, so a listener
+# that never answers cannot hang the suite.
+probe_ready() {
+    local name=$1
+    for _ in $(seq "$PROBE_TRIES"); do
+        kill -0 "$LAUNCHED" 2>/dev/null || return 1
+        if curl -fsS --max-time 5 -o "$WORK/$name.probe" "${PROBE_ARGS[@]}" "$PROBE_URL" 2>/dev/null; then
+            return 0
+        fi
+        sleep "$PROBE_INTERVAL"
+    done
+    die "$name did not answer $PROBE_URL within $(awk -v n="$PROBE_TRIES" -v s="$PROBE_INTERVAL" 'BEGIN { print n * s }') s; see ${LAUNCH_LOGS[*]}"
+}
+
+# start_server NAME LAUNCH PORT_VARIABLE...: runs LAUNCH and waits until the
+# server answers. If its log says its address was in use (it exited at
+# start, or it answered but nginx-style kept retrying its bind, so the answer
+# may have come from another process), the PORT_VARIABLEs are picked again
+# and LAUNCH runs again, at most START_ATTEMPTS times in all. Any other exit
+# at start is fatal, as is a server that never answers. On return LAUNCHED is
+# its pid and LAUNCH_START the $EPOCHREALTIME reading taken just before the
+# successful launch.
+START_ATTEMPTS=5
+START_RETRIES=0
+start_server() {
+    local name=$1 launch=$2 attempt status variable
+    shift 2
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        LAUNCH_START=$EPOCHREALTIME
+        "$launch"
+        status=0
+        probe_ready "$name" || status=$?
+        if ((status == 0)) && ! address_in_use "${LAUNCH_LOGS[@]}"; then
+            return
+        fi
+        if ((status == 0)); then
+            kill -TERM "$LAUNCHED" 2>/dev/null || true
+        fi
+        wait "$LAUNCHED" 2>/dev/null || true
+        forget_pid "$LAUNCHED"
+        address_in_use "${LAUNCH_LOGS[@]}" || die "$name exited at start; see ${LAUNCH_LOGS[*]}"
+        ((attempt < START_ATTEMPTS)) || break
+        say "$name: address in use ($(grep -hiE -m1 'address already in use|os error 98|eaddrinuse' "${LAUNCH_LOGS[@]}" 2>/dev/null | head -1)); new ports, attempt $((attempt + 1)) of $START_ATTEMPTS"
+        START_RETRIES=$((START_RETRIES + 1))
+        for variable in "$@"; do
+            pick_port "$variable"
+        done
+    done
+    die "$name: its address was in use at each of $START_ATTEMPTS attempts; see ${LAUNCH_LOGS[*]}"
+}
+
 hex_random() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
-BACKEND_PORT=$(free_port)
-NGINX_PORT=$(free_port)
-HAPROXY_PORT=$(free_port)
-GATEWAY_PORT=$(free_port)
-ADMIN_PORT=$(free_port)
+pick_port BACKEND_PORT
+pick_port NGINX_PORT
+pick_port HAPROXY_PORT
+pick_port GATEWAY_PORT
+pick_port ADMIN_PORT
 API_KEY="bench-$(hex_random 24)"
+AUTH="Authorization: Bearer $API_KEY"
 
 head -c 32 /dev/urandom >"$WORK/placement.key"
 cat >"$WORK/tenants.toml" <<EOF
@@ -204,11 +292,18 @@ cat >"$WORK/tenants.toml" <<EOF
 id = "bench"
 api_key_sha256 = "$(printf %s "$API_KEY" | sha256sum | cut -d' ' -f1)"
 EOF
-# Two shards, distinct ids, one backend process: the gateway does exactly
-# what it does in production (k = 2 of 2, rendezvous, failover candidates),
-# while the backend is the very one the other targets use.
-cat >"$WORK/gateway.toml" <<EOF
-listen = "127.0.0.1:$GATEWAY_PORT"
+
+# --- configurations ---------------------------------------------------------------
+
+# gateway_toml FILE LISTEN_PORT ADMIN_PORT ID=PORT...: a gateway
+# configuration (rendezvous, k = 2, the bench's key and tenants file) over
+# the shards given.
+gateway_toml() {
+    local file=$1 listen=$2 admin=$3 shard
+    shift 3
+    {
+        cat <<EOF
+listen = "127.0.0.1:$listen"
 tenants_file = "tenants.toml"
 
 [placement]
@@ -218,19 +313,24 @@ key_file = "placement.key"
 key_version = "bench"
 
 [admin]
-listen = "127.0.0.1:$ADMIN_PORT"
+listen = "127.0.0.1:$admin"
 
 [[cells]]
 name = "default"
 shards = [
-  { id = "s0", url = "http://127.0.0.1:$BACKEND_PORT" },
-  { id = "s1", url = "http://127.0.0.1:$BACKEND_PORT" },
-]
 EOF
+        for shard in "$@"; do
+            printf '  { id = "%s", url = "http://127.0.0.1:%s" },\n' "${shard%%=*}" "${shard#*=}"
+        done
+        echo "]"
+    } >"$file"
+}
+
 mkdir -p "$WORK/nginx"
 # keepalive_requests is raised on both sides so nginx, like the gateway,
 # never closes a busy keep-alive connection mid-run.
-cat >"$WORK/nginx.conf" <<EOF
+nginx_conf() {
+    cat >"$WORK/nginx.conf" <<EOF
 worker_processes 1;
 daemon off;
 pid $WORK/nginx/nginx.pid;
@@ -265,11 +365,13 @@ http {
     }
 }
 EOF
+}
 
 # HAProxy: one thread, keep-alive on both sides, server connections reused
 # by any client (http-reuse always), like nginx's upstream keepalive pool.
 mkdir -p "$WORK/haproxy"
-cat >"$WORK/haproxy.cfg" <<EOF
+haproxy_cfg() {
+    cat >"$WORK/haproxy.cfg" <<EOF
 global
     nbthread 1
     maxconn 4096
@@ -291,57 +393,57 @@ frontend bench
 backend backend
     server s0 127.0.0.1:$BACKEND_PORT
 EOF
-"$HAPROXY" -c -q -f "$WORK/haproxy.cfg" >"$WORK/haproxy-check.log" 2>&1 ||
-    die "haproxy rejects the generated configuration: $(cat "$WORK/haproxy-check.log")"
+    "$HAPROXY" -c -q -f "$WORK/haproxy.cfg" >"$WORK/haproxy-check.log" 2>&1 ||
+        die "haproxy rejects the generated configuration: $(cat "$WORK/haproxy-check.log")"
+}
 
 # --- start the four processes ---------------------------------------------------
 
-# Waits until GET $1 answers 2xx (extra arguments go to curl), or fails.
-wait_ready() {
-    local url=$1 pid=$2 name=$3
-    shift 3
-    for _ in $(seq 200); do
-        kill -0 "$pid" 2>/dev/null || die "$name exited at start; see $WORK/$name.log"
-        if curl -fsS -o "$WORK/$name.probe" "$@" "$url" 2>/dev/null; then
-            return
-        fi
-        sleep 0.1
-    done
-    die "$name did not answer $url within 20 s; see $WORK/$name.log"
+launch_backend() {
+    "${NICE_CMD[@]}" taskset -c "$BACKEND_CPU" "$BIN" backend --listen "127.0.0.1:$BACKEND_PORT" --id s0 --workers 1 \
+        >"$WORK/backend.log" 2>&1 &
+    launched $! "http://127.0.0.1:$BACKEND_PORT/x" "$WORK/backend.log"
+}
+launch_nginx() {
+    nginx_conf
+    : >"$WORK/nginx/error.log"
+    "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx.conf" -e "$WORK/nginx/error.log" \
+        >"$WORK/nginx.log" 2>&1 &
+    launched $! "http://127.0.0.1:$NGINX_PORT/x" "$WORK/nginx.log" "$WORK/nginx/error.log"
+}
+# -db: foreground, no daemon, no master process.
+launch_haproxy() {
+    haproxy_cfg
+    "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$HAPROXY" -db -f "$WORK/haproxy.cfg" \
+        >"$WORK/haproxy.log" 2>&1 &
+    launched $! "http://127.0.0.1:$HAPROXY_PORT/x" "$WORK/haproxy.log"
+}
+# Two shards, distinct ids, one backend process: the gateway does exactly
+# what it does in production (k = 2 of 2, rendezvous, failover candidates),
+# while the backend is the very one the other targets use.
+launch_gateway() {
+    gateway_toml "$WORK/gateway.toml" "$GATEWAY_PORT" "$ADMIN_PORT" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
+    "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config "$WORK/gateway.toml" \
+        >"$WORK/gateway.log" 2>&1 &
+    launched $! "http://127.0.0.1:$GATEWAY_PORT/x" "$WORK/gateway.log"
+    PROBE_ARGS=(-H "$AUTH")
 }
 
-"${NICE_CMD[@]}" taskset -c "$BACKEND_CPU" "$BIN" backend --listen "127.0.0.1:$BACKEND_PORT" --id s0 --workers 1 \
-    >"$WORK/backend.log" 2>&1 &
-BACKEND_PID=$!
-PIDS+=("$BACKEND_PID")
-wait_ready "http://127.0.0.1:$BACKEND_PORT/x" "$BACKEND_PID" backend
-
-"${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx.conf" -e "$WORK/nginx/error.log" \
-    >"$WORK/nginx.log" 2>&1 &
-NGINX_PID=$!
-PIDS+=("$NGINX_PID")
-wait_ready "http://127.0.0.1:$NGINX_PORT/x" "$NGINX_PID" nginx
-
-# -db: foreground, no daemon, no master process.
-"${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$HAPROXY" -db -f "$WORK/haproxy.cfg" \
-    >"$WORK/haproxy.log" 2>&1 &
-HAPROXY_PID=$!
-PIDS+=("$HAPROXY_PID")
-wait_ready "http://127.0.0.1:$HAPROXY_PORT/x" "$HAPROXY_PID" haproxy
+start_server backend launch_backend BACKEND_PORT
+BACKEND_PID=$LAUNCHED
+start_server nginx launch_nginx NGINX_PORT
+NGINX_PID=$LAUNCHED
+start_server haproxy launch_haproxy HAPROXY_PORT
+HAPROXY_PID=$LAUNCHED
 
 # Seconds since $1 (an $EPOCHREALTIME reading).
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
 # A process's resident set (VmRSS) and its peak (VmHWM), in KiB.
 rss_kib() { awk -v f="$2:" '$1 == f { print $2 }' /proc/"$1"/status; }
 
-GATEWAY_START=$EPOCHREALTIME
-"${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config "$WORK/gateway.toml" \
-    >"$WORK/gateway.log" 2>&1 &
-GATEWAY_PID=$!
-PIDS+=("$GATEWAY_PID")
-AUTH="Authorization: Bearer $API_KEY"
-wait_ready "http://127.0.0.1:$GATEWAY_PORT/x" "$GATEWAY_PID" gateway -H "$AUTH"
-SMALL_STARTUP_S=$(since "$GATEWAY_START")
+start_server gateway launch_gateway GATEWAY_PORT ADMIN_PORT
+GATEWAY_PID=$LAUNCHED
+SMALL_STARTUP_S=$(since "$LAUNCH_START")
 SMALL_RSS_KIB=$(rss_kib "$GATEWAY_PID" VmRSS)
 SMALL_HWM_KIB=$(rss_kib "$GATEWAY_PID" VmHWM)
 grep -q '"tenant":"bench"' "$WORK/gateway.probe" ||
@@ -612,47 +714,35 @@ fi
 # A second gateway over two backend processes (shards a and b, k = 2, so the
 # tenant's shuffle shard is both); wrk runs FAIL_DURATION seconds and backend
 # b is killed (SIGKILL) FAIL_KILL_AT seconds in. Errors are counted, not fatal.
-BACKEND_A_PORT=$(free_port)
-BACKEND_B_PORT=$(free_port)
-FAIL_PORT=$(free_port)
-FAIL_ADMIN_PORT=$(free_port)
+pick_port BACKEND_A_PORT
+pick_port BACKEND_B_PORT
+pick_port FAIL_PORT
+pick_port FAIL_ADMIN_PORT
 mkdir -p "$WORK/failover"
 cp "$WORK/placement.key" "$WORK/tenants.toml" "$WORK/failover/"
-cat >"$WORK/failover/gateway.toml" <<CONF
-listen = "127.0.0.1:$FAIL_PORT"
-tenants_file = "tenants.toml"
-
-[placement]
-algorithm = "rendezvous"
-k = 2
-key_file = "placement.key"
-key_version = "bench"
-
-[admin]
-listen = "127.0.0.1:$FAIL_ADMIN_PORT"
-
-[[cells]]
-name = "default"
-shards = [
-  { id = "a", url = "http://127.0.0.1:$BACKEND_A_PORT" },
-  { id = "b", url = "http://127.0.0.1:$BACKEND_B_PORT" },
-]
-CONF
-"${NICE_CMD[@]}" taskset -c "$BACKEND_CPU" "$BIN" backend --listen "127.0.0.1:$BACKEND_A_PORT" --id a --workers 1 \
-    >"$WORK/backend-a.log" 2>&1 &
-BACKEND_A_PID=$!
-PIDS+=("$BACKEND_A_PID")
-"${NICE_CMD[@]}" taskset -c "$BACKEND_CPU" "$BIN" backend --listen "127.0.0.1:$BACKEND_B_PORT" --id b --workers 1 \
-    >"$WORK/backend-b.log" 2>&1 &
-BACKEND_B_PID=$!
-PIDS+=("$BACKEND_B_PID")
-wait_ready "http://127.0.0.1:$BACKEND_A_PORT/x" "$BACKEND_A_PID" backend-a
-wait_ready "http://127.0.0.1:$BACKEND_B_PORT/x" "$BACKEND_B_PID" backend-b
-(cd "$WORK/failover" && exec "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config gateway.toml) \
-    >"$WORK/gateway-failover.log" 2>&1 &
-FAIL_GW_PID=$!
-PIDS+=("$FAIL_GW_PID")
-wait_ready "http://127.0.0.1:$FAIL_PORT/x" "$FAIL_GW_PID" gateway-failover -H "$AUTH"
+launch_backend_a() {
+    "${NICE_CMD[@]}" taskset -c "$BACKEND_CPU" "$BIN" backend --listen "127.0.0.1:$BACKEND_A_PORT" --id a --workers 1 \
+        >"$WORK/backend-a.log" 2>&1 &
+    launched $! "http://127.0.0.1:$BACKEND_A_PORT/x" "$WORK/backend-a.log"
+}
+launch_backend_b() {
+    "${NICE_CMD[@]}" taskset -c "$BACKEND_CPU" "$BIN" backend --listen "127.0.0.1:$BACKEND_B_PORT" --id b --workers 1 \
+        >"$WORK/backend-b.log" 2>&1 &
+    launched $! "http://127.0.0.1:$BACKEND_B_PORT/x" "$WORK/backend-b.log"
+}
+launch_gateway_failover() {
+    gateway_toml "$WORK/failover/gateway.toml" "$FAIL_PORT" "$FAIL_ADMIN_PORT" a="$BACKEND_A_PORT" b="$BACKEND_B_PORT"
+    (cd "$WORK/failover" && exec "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config gateway.toml) \
+        >"$WORK/gateway-failover.log" 2>&1 &
+    launched $! "http://127.0.0.1:$FAIL_PORT/x" "$WORK/gateway-failover.log"
+    PROBE_ARGS=(-H "$AUTH")
+}
+start_server backend-a launch_backend_a BACKEND_A_PORT
+BACKEND_A_PID=$LAUNCHED
+start_server backend-b launch_backend_b BACKEND_B_PORT
+BACKEND_B_PID=$LAUNCHED
+start_server gateway-failover launch_gateway_failover FAIL_PORT FAIL_ADMIN_PORT
+FAIL_GW_PID=$LAUNCHED
 # Both shards must serve the tenant before the kill, or the run proves nothing.
 for _ in $(seq 40); do
     curl -fsS -H "$AUTH" "http://127.0.0.1:$FAIL_PORT/x" 2>/dev/null
@@ -696,8 +786,8 @@ done
 
 # A gateway with TENANTS_BIG tenants, each with its own API-key digest: the
 # time from launch until it answers an authenticated request, then VmRSS.
-BIG_PORT=$(free_port)
-BIG_ADMIN_PORT=$(free_port)
+pick_port BIG_PORT
+pick_port BIG_ADMIN_PORT
 mkdir -p "$WORK/big"
 cp "$WORK/placement.key" "$WORK/big/"
 BIG_KEY=$(python3 - "$WORK/big/tenants.toml" "$TENANTS_BIG" <<'PY'
@@ -711,28 +801,23 @@ with open(path, "w") as f:
 print(f"bench-{salt}-{n - 1}")
 PY
 )
-sed -e "s/127.0.0.1:$GATEWAY_PORT\"/127.0.0.1:$BIG_PORT\"/" -e "s/127.0.0.1:$ADMIN_PORT\"/127.0.0.1:$BIG_ADMIN_PORT\"/" \
-    "$WORK/gateway.toml" >"$WORK/big/gateway.toml"
 BIG_FILE_MB=$(awk -v b="$(stat -c %s "$WORK/big/tenants.toml")" 'BEGIN { printf "%.1f", b / 1048576 }')
 say "memory: a gateway with $TENANTS_BIG tenants (tenants.toml $BIG_FILE_MB MB)"
-BIG_START=$EPOCHREALTIME
-(cd "$WORK/big" && exec "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config gateway.toml) \
-    >"$WORK/gateway-big.log" 2>&1 &
-BIG_PID=$!
-PIDS+=("$BIG_PID")
-BIG_READY=""
-for _ in $(seq 3000); do
-    kill -0 "$BIG_PID" 2>/dev/null || die "the $TENANTS_BIG-tenant gateway exited at start; see $WORK/gateway-big.log"
-    if curl -fsS -o "$WORK/big.probe" -H "Authorization: Bearer $BIG_KEY" "http://127.0.0.1:$BIG_PORT/x" 2>/dev/null; then
-        BIG_READY=1
-        break
-    fi
-    sleep 0.02
-done
-[[ -n $BIG_READY ]] || die "the $TENANTS_BIG-tenant gateway did not answer within 60 s; see $WORK/gateway-big.log"
-BIG_STARTUP_S=$(since "$BIG_START")
-grep -q "\"tenant\":\"t$(printf '%06d' $((TENANTS_BIG - 1)))\"" "$WORK/big.probe" ||
-    die "the $TENANTS_BIG-tenant gateway answered, but not for the last tenant: $(cat "$WORK/big.probe")"
+# Polled every 20 ms, for at most 60 s, with the last tenant's key.
+launch_gateway_big() {
+    gateway_toml "$WORK/big/gateway.toml" "$BIG_PORT" "$BIG_ADMIN_PORT" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
+    (cd "$WORK/big" && exec "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config gateway.toml) \
+        >"$WORK/gateway-big.log" 2>&1 &
+    launched $! "http://127.0.0.1:$BIG_PORT/x" "$WORK/gateway-big.log"
+    PROBE_ARGS=(-H "Authorization: Bearer $BIG_KEY")
+    PROBE_INTERVAL=0.02
+    PROBE_TRIES=3000
+}
+start_server gateway-big launch_gateway_big BIG_PORT BIG_ADMIN_PORT
+BIG_PID=$LAUNCHED
+BIG_STARTUP_S=$(since "$LAUNCH_START")
+grep -q "\"tenant\":\"t$(printf '%06d' $((TENANTS_BIG - 1)))\"" "$WORK/gateway-big.probe" ||
+    die "the $TENANTS_BIG-tenant gateway answered, but not for the last tenant: $(cat "$WORK/gateway-big.probe")"
 BIG_RSS_KIB=$(rss_kib "$BIG_PID" VmRSS)
 BIG_HWM_KIB=$(rss_kib "$BIG_PID" VmHWM)
 kib_mb() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
@@ -899,6 +984,10 @@ CPU_HEADER=${CPU_HEADER%/}
     echo "| $TENANTS_BIG | $BIG_FILE_MB MB | ${BIG_STARTUP_S} s | $(kib_mb "$BIG_RSS_KIB") MiB | $(kib_mb "$BIG_HWM_KIB") MiB |"
     echo
     echo "Each tenant has its own API-key digest (SHA-256); the probe authenticates as the last one. Launch-to-answer includes process start and curl polling every 20 ms (1 tenant: 100 ms)."
+    if ((START_RETRIES > 0)); then
+        echo
+        echo "A server found its address in use at start $START_RETRIES time(s) and was started again on new ports."
+    fi
 } >"$RESULTS/gateway.md"
 
 json_list() { printf '%s\n' $1 | paste -sd, -; }
@@ -916,6 +1005,7 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
     echo "  \"machine\": {\"nproc\": $NPROC, \"cpu_model\": $(json_string "$CPU_MODEL"), \"kernel\": $(json_string "$KERNEL"), \"loadavg_before\": $(json_string "$LOAD_BEFORE"), \"loadavg_after\": $(json_string "$LOAD_AFTER"), \"background_busy\": $(json_string "$BACKGROUND")},"
     echo "  \"versions\": {\"nginx\": $(json_string "$NGINX_VERSION"), \"haproxy\": $(json_string "$HAPROXY_VERSION"), \"wrk\": $(json_string "$WRK_VERSION"), \"oha\": $(json_string "$OHA_VERSION")},"
     echo "  \"settings\": {\"duration_s\": $DURATION, \"rounds\": $ROUNDS, \"warmup_s\": $WARMUP, \"connections\": $CONNS, \"high_connections\": $HIGH_CONNS, \"rate\": $(json_string "$RATE"), \"rate_duration_s\": $RATE_DURATION, \"fail_duration_s\": $FAIL_DURATION, \"fail_kill_at_s\": $FAIL_KILL_AT, \"tenants_big\": $TENANTS_BIG, \"nice\": $NICE, \"pinning\": $(json_string "$PINNING"), \"proxy_cpu\": $PROXY_CPU, \"backend_cpu\": $BACKEND_CPU, \"wrk_cpu\": $WRK_CPU},"
+    echo "  \"port_retries\": $START_RETRIES,"
     echo "  \"targets\": ["
     last=${TARGETS[-1]}
     for target in "${TARGETS[@]}"; do
