@@ -104,6 +104,9 @@ fi
 OHA_VERSION=""
 [[ -n $OHA ]] && OHA_VERSION=$("$OHA" --version 2>/dev/null | awk '{ print $2 }')
 
+# The suite's run time (runtime_s in the JSON) counts from here: after the
+# package installs and the oha build, like the other suites.
+START=$EPOCHREALTIME
 say "building: cargo build --release -p shuffle-shard-cli"
 cargo build --release -p shuffle-shard-cli >&2
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/shuffle-shard"
@@ -874,6 +877,9 @@ NPROC=$(nproc)
 CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 CPU_MODEL=${CPU_MODEL:-unknown}
 KERNEL=$(uname -r)
+RUNTIME_S=$(since "$START")
+MEMORY_GIB=$(awk '/^MemTotal:/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)
+RUSTC_VERSION=$(rustc --version 2>/dev/null || echo "rustc unknown")
 DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 GIT_REV=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 if [[ $GIT_REV != unknown ]] && ! git diff --quiet HEAD -- 2>/dev/null; then
@@ -897,9 +903,9 @@ CPU_HEADER=${CPU_HEADER%/}
 {
     echo "# Gateway benchmark"
     echo
-    echo "$DATE · git $GIT_REV · $NPROC CPUs ($CPU_MODEL) · Linux $KERNEL · nginx $NGINX_VERSION · HAProxy $HAPROXY_VERSION · wrk $WRK_VERSION${OHA_VERSION:+ · oha $OHA_VERSION}"
+    echo "$DATE · git $GIT_REV · $NPROC CPUs ($CPU_MODEL) · $MEMORY_GIB GiB · Linux $KERNEL · $RUSTC_VERSION · nginx $NGINX_VERSION · HAProxy $HAPROXY_VERSION · wrk $WRK_VERSION${OHA_VERSION:+ · oha $OHA_VERSION}"
     echo
-    echo "Command: \`$COMMAND\` (warm-up ${WARMUP}s per target). Load average before/after: $LOAD_BEFORE / $LOAD_AFTER; background busy ($CPU_HEADER) with nothing running: $BACKGROUND."
+    echo "Command: \`$COMMAND\` (warm-up ${WARMUP}s per target; the script took $(printf '%.0f' "$RUNTIME_S") s after the installs). Load average before/after: $LOAD_BEFORE / $LOAD_AFTER; background busy ($CPU_HEADER) with nothing running: $BACKGROUND."
     echo
     echo "Same backend (\`shuffle-shard backend --workers 1\`) behind every target; one worker each"
     echo "(gateway: serve --workers 1, a single-threaded event loop; nginx: worker_processes 1, upstream keepalive 64;"
@@ -1002,8 +1008,8 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
     echo "  \"date\": $(json_string "$DATE"),"
     echo "  \"git_rev\": $(json_string "$GIT_REV"),"
     echo "  \"command\": $(json_string "$COMMAND"),"
-    echo "  \"machine\": {\"nproc\": $NPROC, \"cpu_model\": $(json_string "$CPU_MODEL"), \"kernel\": $(json_string "$KERNEL"), \"loadavg_before\": $(json_string "$LOAD_BEFORE"), \"loadavg_after\": $(json_string "$LOAD_AFTER"), \"background_busy\": $(json_string "$BACKGROUND")},"
-    echo "  \"versions\": {\"nginx\": $(json_string "$NGINX_VERSION"), \"haproxy\": $(json_string "$HAPROXY_VERSION"), \"wrk\": $(json_string "$WRK_VERSION"), \"oha\": $(json_string "$OHA_VERSION")},"
+    echo "  \"machine\": {\"nproc\": $NPROC, \"cpu_model\": $(json_string "$CPU_MODEL"), \"kernel\": $(json_string "$KERNEL"), \"memory_gib\": ${MEMORY_GIB:-null}, \"loadavg_before\": $(json_string "$LOAD_BEFORE"), \"loadavg_after\": $(json_string "$LOAD_AFTER"), \"background_busy\": $(json_string "$BACKGROUND")},"
+    echo "  \"versions\": {\"rustc\": $(json_string "$RUSTC_VERSION"), \"nginx\": $(json_string "$NGINX_VERSION"), \"haproxy\": $(json_string "$HAPROXY_VERSION"), \"wrk\": $(json_string "$WRK_VERSION"), \"oha\": $(json_string "$OHA_VERSION")},"
     echo "  \"settings\": {\"duration_s\": $DURATION, \"rounds\": $ROUNDS, \"warmup_s\": $WARMUP, \"connections\": $CONNS, \"high_connections\": $HIGH_CONNS, \"rate\": $(json_string "$RATE"), \"rate_duration_s\": $RATE_DURATION, \"fail_duration_s\": $FAIL_DURATION, \"fail_kill_at_s\": $FAIL_KILL_AT, \"tenants_big\": $TENANTS_BIG, \"nice\": $NICE, \"pinning\": $(json_string "$PINNING"), \"proxy_cpu\": $PROXY_CPU, \"backend_cpu\": $BACKEND_CPU, \"wrk_cpu\": $WRK_CPU},"
     echo "  \"port_retries\": $START_RETRIES,"
     echo "  \"targets\": ["
@@ -1052,7 +1058,8 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
     echo "  \"memory\": {"
     echo "    \"one_tenant\": {\"startup_s\": $SMALL_STARTUP_S, \"vm_rss_kib\": $SMALL_RSS_KIB, \"vm_hwm_kib\": $SMALL_HWM_KIB},"
     echo "    \"many_tenants\": {\"tenants\": $TENANTS_BIG, \"tenants_file_mb\": $BIG_FILE_MB, \"startup_s\": $BIG_STARTUP_S, \"vm_rss_kib\": $BIG_RSS_KIB, \"vm_hwm_kib\": $BIG_HWM_KIB}"
-    echo "  }"
+    echo "  },"
+    echo "  \"runtime_s\": $RUNTIME_S"
     echo "}"
 } >"$RESULTS/gateway.json"
 
