@@ -93,15 +93,9 @@ pub async fn send(
         *request.method_mut() = parts.method.clone();
         *request.uri_mut() = uri.clone();
         *request.headers_mut() = parts.headers.clone();
-        let uploaded = body.uploaded();
-        let per_try = async move {
-            uploaded.await;
-            tokio::time::sleep(per_try_timeout).await;
-        };
         let result = tokio::select! {
             result = client.request(request) => result,
-            () = per_try => return Err(Failure::Timeout),
-            () = tokio::time::sleep_until(deadline) => return Err(Failure::Timeout),
+            () = time_limit(body, per_try_timeout, deadline) => return Err(Failure::Timeout),
         };
         let error = match result {
             Ok(response) => return Ok(response),
@@ -125,6 +119,21 @@ pub async fn send(
         }
         return Err(Failure::Reset);
     }
+}
+
+/// Completes when an attempt has run out of time: `per_try` after the
+/// client's body has been read, or at `deadline`, whichever is first. One
+/// timer is armed at a time; a buffered body has been read already, so it
+/// needs only one.
+async fn time_limit(body: &RequestBody, per_try: Duration, deadline: Instant) {
+    if !body.is_buffered() {
+        tokio::select! {
+            () = body.uploaded() => {}
+            () = tokio::time::sleep_until(deadline) => return,
+        }
+    }
+    let per_try_deadline = Instant::now().checked_add(per_try).unwrap_or(deadline);
+    tokio::time::sleep_until(per_try_deadline.min(deadline)).await;
 }
 
 /// Whether the backend closed the connection (EOF or reset) before sending

@@ -135,6 +135,11 @@ impl RequestBody {
         }))
     }
 
+    /// Whether every attempt gets the same bytes, already read.
+    pub fn is_buffered(&self) -> bool {
+        matches!(self, RequestBody::Buffered(_))
+    }
+
     /// Whether another attempt can still send this body.
     pub fn replayable(&self) -> bool {
         match self {

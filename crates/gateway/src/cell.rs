@@ -5,6 +5,7 @@
 //! The [`Topology`] holds every cell's [`Placer`] with the tenants' overrides
 //! applied, so routing a request is a map lookup and one placement.
 
+use http::HeaderValue;
 use placement::{
     Fleet, PlacementConfig, PlacementError, Placer, Shard, ShardIndex, TenantOverride,
 };
@@ -29,6 +30,24 @@ pub fn placer_for(cell: &CellSettings) -> Result<Placer, PlacementError> {
         zone_aware: cell.zone_aware,
     };
     Placer::new(Fleet::new(shards)?, &cell.key, config)
+}
+
+/// Where a configured tenant's requests go: its cell, its subset there, and
+/// the header value that names the tenant to backends.
+///
+/// Placement is a pure function of the snapshot, so a route is computed the
+/// first time a tenant is seen and reused by every later request until the
+/// next reload, instead of hashing the tenant against the fleet per request.
+#[derive(Debug)]
+pub struct TenantRoute {
+    /// The tenant's cell (an index into the topology).
+    pub cell: usize,
+    /// The tenant's subset, as shard indices in selection order.
+    pub subset: Vec<ShardIndex>,
+    /// The tenant id as an `x-shuffle-tenant` value; tenant ids are checked
+    /// to be visible ASCII when the tenants file is loaded, so it is only
+    /// `None` for an id that check would have refused.
+    pub tenant_header: Option<HeaderValue>,
 }
 
 /// A cell at run time.
@@ -111,5 +130,16 @@ impl Topology {
     /// A tenant's subset in a cell, as shard indices in selection order.
     pub fn subset(&self, cell: usize, tenant: &str) -> Vec<ShardIndex> {
         self.cells[cell].placer.subset(tenant)
+    }
+
+    /// A tenant's route: the cell its record names (else the default) and
+    /// its subset there.
+    pub fn route(&self, cell: Option<&str>, tenant: &str) -> TenantRoute {
+        let cell = self.cell_index(cell);
+        TenantRoute {
+            cell,
+            subset: self.subset(cell, tenant),
+            tenant_header: HeaderValue::from_str(tenant).ok(),
+        }
     }
 }

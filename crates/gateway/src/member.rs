@@ -10,6 +10,8 @@
 use std::sync::Arc;
 
 use placement::ShardIndex;
+use smallvec::SmallVec;
+use tokio::time::Instant;
 
 use crate::config::{Exhausted, GatewayConfig};
 use crate::health::Availability;
@@ -26,36 +28,64 @@ pub enum Pick {
     Exhausted,
 }
 
+/// A pick and what it saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    /// The shard chosen, if any.
+    pub pick: Pick,
+    /// Whether some member of the subset not yet tried was out of rotation
+    /// (so the request was steered around it).
+    pub steered: bool,
+}
+
+/// Candidates held on the stack: subsets are small.
+type Candidates = SmallVec<[ShardIndex; 8]>;
+
 /// Picks the next shard. `tried` holds the shards already attempted for
-/// this request; they are never chosen again.
+/// this request; they are never chosen again. `now` is when health is read.
 pub fn pick(
     subset: &[ShardIndex],
     tried: &[ShardIndex],
     shards: &[Arc<ShardRuntime>],
     config: &GatewayConfig,
-) -> Pick {
+    now: Instant,
+) -> Choice {
     // Without failover (a drill's control experiment) every member is a
     // candidate, whatever its health: exactly the router the design chapter
     // warns about, which cannot leave a bad shard.
     let failover = config.routing.failover;
     let up = |index: &ShardIndex| {
-        !tried.contains(index)
-            && (!failover || shards[*index as usize].availability(config) == Availability::Up)
+        !failover || shards[*index as usize].availability_at(config, now) == Availability::Up
     };
-    let members: Vec<ShardIndex> = subset.iter().copied().filter(up).collect();
+    let untried: Candidates = subset
+        .iter()
+        .copied()
+        .filter(|index| !tried.contains(index))
+        .collect();
+    let members: Candidates = untried.iter().copied().filter(up).collect();
+    let steered = members.len() < untried.len();
     if let Some(index) = power_of_two(&members, shards) {
-        return Pick::Member(index);
+        return Choice {
+            pick: Pick::Member(index),
+            steered,
+        };
     }
     if config.routing.exhausted == Exhausted::Spill {
         let outside: Vec<ShardIndex> = (0..shards.len() as ShardIndex)
-            .filter(|index| !subset.contains(index))
+            .filter(|index| !subset.contains(index) && !tried.contains(index))
             .filter(up)
             .collect();
         if let Some(index) = power_of_two(&outside, shards) {
-            return Pick::Spill(index);
+            return Choice {
+                pick: Pick::Spill(index),
+                steered,
+            };
         }
     }
-    Pick::Exhausted
+    Choice {
+        pick: Pick::Exhausted,
+        steered,
+    }
 }
 
 /// The less busy of two random candidates.

@@ -20,13 +20,13 @@ use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Incoming};
 use placement::ShardIndex;
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::attempt::{self, Failure};
 use crate::body::{ClientFault, OnDrop, RequestBody, ResponseBody, full};
 use crate::credential;
 use crate::headers;
-use crate::health::Availability;
 use crate::member::{self, Pick};
 use crate::metrics::Metrics;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
@@ -37,20 +37,41 @@ struct Served {
     /// something only there).
     snapshot: Arc<Snapshot>,
     cell: usize,
-    tenant: String,
+    /// The tenant's position in the snapshot's tenants file.
+    tenant: usize,
     attempts: usize,
+}
+
+/// The client connection a request came on, as the request path needs it.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// The client's address.
+    pub addr: SocketAddr,
+    /// The client's address as an `x-forwarded-for` value, formatted once
+    /// per connection rather than per request.
+    pub forwarded_for: Option<HeaderValue>,
+}
+
+impl Peer {
+    /// The connection from `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            forwarded_for: headers::forwarded_for(addr.ip()),
+        }
+    }
 }
 
 /// Handles one client request and records its outcome.
 pub async fn handle(
     gateway: Arc<Gateway>,
     request: Request<Incoming>,
-    peer: SocketAddr,
+    peer: &Peer,
 ) -> Response<ResponseBody> {
     let started = Instant::now();
     let had_body = !request.body().is_end_stream();
     let mut body = None;
-    let (mut response, served) = route(&gateway, request, peer, &mut body).await;
+    let (mut response, served) = route(&gateway, request, peer, started, &mut body).await;
     if had_body && body.as_ref().is_none_or(|body| !body.fully_read()) {
         // Answered without reading the whole request body (401, 413, 408,
         // a backend that answered early, ...): the rest of it is still on
@@ -68,6 +89,11 @@ pub async fn handle(
     let outcome = crate::metrics::request_outcome(status);
     match served {
         Some(served) => {
+            let tenant = served
+                .snapshot
+                .tenants
+                .at(served.tenant)
+                .map_or("", |tenant| tenant.id.as_str());
             served
                 .snapshot
                 .cell_metrics(served.cell, &gateway.metrics)
@@ -76,10 +102,10 @@ pub async fn handle(
             // error counts as served.
             gateway
                 .tenant_windows
-                .record(&served.tenant, !status.is_server_error(), now);
+                .record(tenant, !status.is_server_error(), now);
             if served.snapshot.config.access_log {
                 tracing::info!(
-                    tenant = %served.tenant,
+                    tenant = %tenant,
                     cell = %served.snapshot.config.cells[served.cell].name,
                     status = status.as_u16(),
                     attempts = served.attempts,
@@ -99,13 +125,13 @@ pub async fn handle(
 async fn route(
     gateway: &Arc<Gateway>,
     request: Request<Incoming>,
-    peer: SocketAddr,
+    peer: &Peer,
+    started: Instant,
     request_body: &mut Option<RequestBody>,
 ) -> (Response<ResponseBody>, Option<Served>) {
     gateway.stats.requests.fetch_add(1, Ordering::Relaxed);
     let snapshot = gateway.snapshot();
     let config = &snapshot.config;
-    let started = Instant::now();
     let deadline = started + config.routing.request_timeout;
 
     // Credential → tenant.
@@ -126,15 +152,21 @@ async fn route(
         }
     };
 
-    // Tenant → cell → subset.
-    let cell = snapshot.topology.cell_index(tenant.cell.as_deref());
-    let subset = snapshot.topology.subset(cell, &tenant.id);
+    // Tenant → cell → subset (computed once per tenant and snapshot).
+    let Some(route) = snapshot.tenant_route(tenant) else {
+        // Cannot happen: the tenant was found in this very snapshot.
+        return (
+            error_response(StatusCode::INTERNAL_SERVER_ERROR, "tenant has no route"),
+            None,
+        );
+    };
+    let (cell, subset) = (route.cell, route.subset.as_slice());
     let shards = &snapshot.shards[cell];
     let cell_name = snapshot.config.cells[cell].name.as_str();
     let mut served = Served {
         snapshot: Arc::clone(&snapshot),
         cell,
-        tenant: tenant.id.clone(),
+        tenant: tenant.position,
         attempts: 0,
     };
 
@@ -151,9 +183,15 @@ async fn route(
     // header the client named in `Connection` (`Connection: Idempotency-Key`)
     // is hop-by-hop and never reaches the backend, so it cannot make the
     // request safe to repeat either.
-    headers::inbound(&mut parts.headers, &tenant.id, Some(peer.ip()));
+    headers::inbound(
+        &mut parts.headers,
+        route.tenant_header.as_ref(),
+        peer.forwarded_for.as_ref(),
+    );
     let safe_to_repeat =
         headers::is_idempotent(&parts.method) || parts.headers.contains_key("idempotency-key");
+    // One clock read per attempt serves health, the deadline and timing.
+    let mut now = started;
     let body = if safe_to_repeat
         && declared_length
             .is_some_and(|length| length <= config.routing.max_replay_body_bytes as u64)
@@ -166,7 +204,12 @@ async fn route(
         )
         .await;
         match collected {
-            Ok(Ok(collected)) => RequestBody::Buffered(collected.to_bytes()),
+            Ok(Ok(collected)) => {
+                // Reading the body took time the attempt must not be
+                // charged with.
+                now = Instant::now();
+                RequestBody::Buffered(collected.to_bytes())
+            }
             Ok(Err(_)) => return (client_fault_response(ClientFault::Broken), Some(served)),
             Err(_elapsed) => return (client_fault_response(ClientFault::Stalled), Some(served)),
         }
@@ -193,14 +236,14 @@ async fn route(
         };
     }
     *request_body = Some(body.clone());
-    gateway.budget.record_request(Instant::now());
+    gateway.budget.record_request(started);
 
     // Member → attempt → outcome, until one answers or nothing may be tried.
-    let mut tried: Vec<ShardIndex> = Vec::with_capacity(subset.len());
+    let mut tried: SmallVec<[ShardIndex; 8]> = SmallVec::new();
     let mut last_failure: Option<(Failure, Option<Response<Incoming>>)> = None;
     loop {
-        let pick = member::pick(&subset, &tried, shards, config);
-        let (index, spill) = match pick {
+        let choice = member::pick(subset, &tried, shards, config, now);
+        let (index, spill) = match choice.pick {
             Pick::Member(index) => (index, false),
             Pick::Spill(index) => (index, true),
             Pick::Exhausted => break,
@@ -241,12 +284,7 @@ async fn route(
             }
             tokio::time::sleep(backoff).await;
         }
-        if tried.is_empty()
-            && config.routing.failover
-            && subset
-                .iter()
-                .any(|&member| shards[member as usize].availability(config) != Availability::Up)
-        {
+        if tried.is_empty() && choice.steered {
             // The tenant is being steered around a member that is out: a
             // failover that happens before any attempt fails.
             gateway.stats.reroutes.fetch_add(1, Ordering::Relaxed);
@@ -258,16 +296,23 @@ async fn route(
             Metrics::cell_event(&gateway.metrics.spills, cell_name);
         }
         tried.push(index);
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        if remaining.is_zero() {
+        let attempt_started = if served.attempts == 0 {
+            now
+        } else {
+            Instant::now()
+        };
+        if attempt_started >= deadline {
             break;
         }
         let shard = &shards[index as usize];
-        headers::set_shard(&mut parts.headers, &shard.id);
+        headers::set_backend(
+            &mut parts.headers,
+            shard.id_header.as_ref(),
+            shard.host_header.as_ref(),
+        );
         shard.attempts.fetch_add(1, Ordering::Relaxed);
         shard.in_flight.fetch_add(1, Ordering::Relaxed);
         served.attempts += 1;
-        let attempt_started = Instant::now();
         // A shard an operator failed is down as far as the gateway is
         // concerned: an attempt on it (only possible with failover off)
         // fails as a refused connection would, without touching the backend.
@@ -307,16 +352,15 @@ async fn route(
             }
             Ok(_) => None,
         };
+        now = Instant::now();
         shard.metrics(&gateway.metrics).attempt(
             failure.map_or("ok", Failure::name),
-            attempt_started.elapsed(),
+            now.saturating_duration_since(attempt_started),
         );
-        gateway.shard_windows.record(
-            crate::admin::shard_key(shard),
-            failure.is_none(),
-            Instant::now(),
-        );
-        record_outcome(gateway, &snapshot, shard, failure.is_none());
+        gateway
+            .shard_windows
+            .record(crate::admin::shard_key(shard), failure.is_none(), now);
+        record_outcome(gateway, &snapshot, shard, failure.is_none(), now);
         match (result, failure) {
             (Ok(response), None) => {
                 return (stream_back(response, Arc::clone(shard)), Some(served));
@@ -363,13 +407,19 @@ async fn route(
 }
 
 /// Feeds an attempt's outcome to passive outlier detection.
-fn record_outcome(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime, success: bool) {
+fn record_outcome(
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    shard: &ShardRuntime,
+    success: bool,
+    now: Instant,
+) {
     if !success {
         shard.failures.fetch_add(1, Ordering::Relaxed);
     }
     let ejected = shard.health.lock().expect("health lock").record_attempt(
         success,
-        Instant::now(),
+        now,
         &snapshot.config.outlier,
     );
     if let Some(reason) = ejected {

@@ -219,8 +219,10 @@ fn service(
         Output = Result<http::Response<crate::body::ResponseBody>, std::convert::Infallible>,
     > + Send,
 > + Clone {
+    let peer = proxy::Peer::new(peer);
     service_fn(move |request| {
         let gateway = Arc::clone(&gateway);
-        async move { Ok(proxy::handle(gateway, request, peer).await) }
+        let peer = peer.clone();
+        async move { Ok(proxy::handle(gateway, request, &peer).await) }
     })
 }

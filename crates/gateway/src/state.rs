@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use http::HeaderValue;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -17,11 +18,11 @@ use tokio::time::Instant;
 
 use crate::authenticate::Authenticator;
 use crate::body::AttemptBody;
-use crate::cell::Topology;
+use crate::cell::{TenantRoute, Topology};
 use crate::config::{ConfigError, GatewayConfig};
 use crate::health::{Availability, HealthState};
 use crate::retry_budget::RetryBudget;
-use crate::tenants::Tenants;
+use crate::tenants::{TenantRecord, Tenants};
 
 /// Why a configuration could not be loaded.
 #[derive(Debug, Error)]
@@ -65,6 +66,11 @@ pub struct ShardRuntime {
     pub failures: AtomicU64,
     /// The key of this shard's request-rate window.
     pub(crate) window_key: String,
+    /// Its id as an `x-shuffle-shard` value (`None` if the id cannot be
+    /// one, in which case the header is left out).
+    pub(crate) id_header: Option<HeaderValue>,
+    /// Its authority as a `Host` value, so the backend sees its own name.
+    pub(crate) host_header: Option<HeaderValue>,
     /// This shard's metric series, looked up on first use.
     metrics: std::sync::OnceLock<crate::metrics::ShardHandles>,
 }
@@ -81,6 +87,10 @@ impl ShardRuntime {
             attempts: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             window_key: format!("{cell}\u{0}{id}"),
+            id_header: HeaderValue::from_str(id).ok(),
+            host_header: url
+                .authority()
+                .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok()),
             metrics: std::sync::OnceLock::new(),
         }
     }
@@ -96,10 +106,16 @@ impl ShardRuntime {
 
     /// Whether and why the shard is out of rotation now.
     pub fn availability(&self, config: &GatewayConfig) -> Availability {
+        self.availability_at(config, Instant::now())
+    }
+
+    /// Whether and why the shard is out of rotation at `now` (one clock
+    /// read serves every member a request looks at).
+    pub fn availability_at(&self, config: &GatewayConfig, now: Instant) -> Availability {
         self.health
             .lock()
             .expect("health lock")
-            .availability(Instant::now(), &config.health)
+            .availability(now, &config.health)
     }
 
     /// Requests in flight.
@@ -127,6 +143,9 @@ pub struct Snapshot {
     pub admin_token: Option<crate::credential::Secret>,
     /// Per cell: its request metric series, looked up on first use.
     cell_metrics: Vec<std::sync::OnceLock<crate::metrics::CellHandles>>,
+    /// Per tenant (by position in the tenants file): its route, computed on
+    /// first use. Boxed so that tenants never seen cost one pointer each.
+    routes: Vec<std::sync::OnceLock<Box<TenantRoute>>>,
 }
 
 impl Snapshot {
@@ -175,6 +194,9 @@ impl Snapshot {
             .collect();
         let blast = crate::live_blast::build(&topology, &tenants);
         let cell_count = config.cells.len();
+        let routes = (0..tenants.len())
+            .map(|_| std::sync::OnceLock::new())
+            .collect();
         let admin_token =
             match &config.admin.token_file {
                 Some(path) => Some(read_token(path).map_err(|problem| {
@@ -193,7 +215,25 @@ impl Snapshot {
             cell_metrics: (0..cell_count)
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
+            routes,
         })
+    }
+
+    /// A configured tenant's route (cell and subset), computed the first
+    /// time the tenant is seen in this snapshot. `None` only for a record
+    /// that is not one of this snapshot's tenants.
+    pub fn tenant_route(&self, tenant: &TenantRecord) -> Option<&TenantRoute> {
+        let slot = self.routes.get(tenant.position)?;
+        // A record from another snapshot's tenants file could sit at the
+        // same position and name someone else.
+        if !self
+            .tenants
+            .at(tenant.position)
+            .is_some_and(|own| std::ptr::eq(own, tenant))
+        {
+            return None;
+        }
+        Some(slot.get_or_init(|| Box::new(self.topology.route(tenant.cell.as_deref(), &tenant.id))))
     }
 
     /// A cell's request metrics.

@@ -16,6 +16,9 @@ use crate::config::{ConfigError, GatewayConfig};
 pub struct TenantRecord {
     /// The tenant id (what placement hashes).
     pub id: String,
+    /// Where the tenant is in the tenants file (0-based): its index in
+    /// [`Tenants`], which per-tenant caches are keyed by.
+    pub position: usize,
     /// SHA-256 of the tenant's API key, when it authenticates by API key.
     pub api_key_sha256: Option<[u8; 32]>,
     /// The tenant's cell; the first cell when absent.
@@ -32,6 +35,7 @@ impl std::fmt::Debug for TenantRecord {
         // verifier and has no place in logs.
         f.debug_struct("TenantRecord")
             .field("id", &self.id)
+            .field("position", &self.position)
             .field("api_key_sha256", &self.api_key_sha256.map(|_| "<redacted>"))
             .field("cell", &self.cell)
             .field("k", &self.k)
@@ -185,6 +189,7 @@ impl Tenants {
             tenants.by_id.insert(tenant.id.clone(), index);
             tenants.records.push(TenantRecord {
                 id: tenant.id,
+                position: index,
                 api_key_sha256,
                 cell: tenant.cell,
                 k: tenant.k,
@@ -197,6 +202,11 @@ impl Tenants {
     /// The tenant with this id.
     pub fn get(&self, id: &str) -> Option<&TenantRecord> {
         self.by_id.get(id).map(|&index| &self.records[index])
+    }
+
+    /// The tenant at `position` in the tenants file.
+    pub fn at(&self, position: usize) -> Option<&TenantRecord> {
+        self.records.get(position)
     }
 
     /// The tenant whose API key has this SHA-256 digest.
