@@ -3,7 +3,7 @@
 #
 # Usage (from anywhere; paths are relative to the repository):
 #   bench/gateway.sh                    # or: bench/run.sh gateway
-#   DURATION=5 ROUNDS=3 WARMUP=2 bench/gateway.sh
+#   DURATION=5 ROUNDS=3 WARMUP=2 bench/gateway.sh   # longer runs than the defaults
 #
 # Writes bench/results/gateway.md and bench/results/gateway.json and prints
 # the table. Loopback only; stops by itself; every process it starts is
@@ -11,7 +11,7 @@
 set -Eeuo pipefail
 trap 'echo "bench/gateway.sh: line $LINENO: $BASH_COMMAND failed" >&2' ERR
 
-DURATION=${DURATION:-5}   # seconds per measured wrk run
+DURATION=${DURATION:-3}   # seconds per measured wrk run
 ROUNDS=${ROUNDS:-3}       # rounds; each round runs every target once
 WARMUP=${WARMUP:-2}       # seconds of warm-up per target
 CONNS=${CONNS:-32}        # connections for the throughput run (with CPU accounting)
@@ -21,7 +21,7 @@ RATE_DURATION=${RATE_DURATION:-$DURATION} # seconds per fixed-rate run
 FAIL_DURATION=${FAIL_DURATION:-10} # seconds of the shard-kill run
 FAIL_KILL_AT=${FAIL_KILL_AT:-3}    # seconds into it when backend b is killed
 TENANTS_BIG=${TENANTS_BIG:-100000} # tenants configured for the memory run
-OHA_BUILD_TIMEOUT=${OHA_BUILD_TIMEOUT:-270} # seconds allowed for `cargo install oha` when oha is missing
+OHA_BUILD_TIMEOUT=${OHA_BUILD_TIMEOUT:-300} # seconds allowed for `cargo install oha` when oha is missing
 NICE=${NICE:-0}           # e.g. -19 (root only) to run everything benchmarked ahead of other load
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
