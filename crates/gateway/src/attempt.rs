@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use http::request::Parts;
 use http::{Request, Response, Uri};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::body::RequestBody;
-use crate::state::BackendClient;
+use crate::state::ShardRuntime;
+use crate::upstream::{SendError, UpstreamBody};
 
 /// How an attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,16 +42,22 @@ impl Failure {
     }
 }
 
-/// The backend URI for a request: the shard's base URL (with any path
-/// prefix) followed by the request's path and query.
-pub fn backend_uri(base: &Uri, request: &Uri) -> Result<Uri, http::Error> {
-    let prefix = base.path().trim_end_matches('/');
-    let path_and_query = request.path_and_query().map_or("/", |pq| pq.as_str());
-    let mut parts = http::uri::Parts::default();
-    parts.scheme = base.scheme().cloned();
-    parts.authority = base.authority().cloned();
-    parts.path_and_query = Some(format!("{prefix}{path_and_query}").parse()?);
-    Ok(Uri::from_parts(parts)?)
+/// The origin-form target a backend receives: the shard's path prefix
+/// (its URL's path without the trailing `/`) followed by the request's path
+/// and query.
+pub fn backend_target(prefix: &str, request: &Uri) -> Result<Uri, http::Error> {
+    let path_and_query = request.path_and_query();
+    if prefix.is_empty() {
+        // The common case: the request's own path and query, shared.
+        return Ok(path_and_query.map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone())));
+    }
+    let path_and_query = path_and_query.map_or("/", |pq| pq.as_str());
+    Ok(format!("{prefix}{path_and_query}").parse::<Uri>()?)
+}
+
+/// A shard URL's path prefix, as [`backend_target`] takes it.
+pub fn path_prefix(base: &Uri) -> &str {
+    base.path().trim_end_matches('/')
 }
 
 /// How many times one attempt may be resent because the connection it went
@@ -78,43 +84,53 @@ const MAX_STALE_RESENDS: usize = 1;
 /// as one: the backend never answered, and a keep-alive race is not a
 /// failing shard.
 pub async fn send(
-    client: &BackendClient,
-    base: &Uri,
+    shard: &ShardRuntime,
     parts: &Parts,
     body: &RequestBody,
     per_try_timeout: Duration,
     deadline: Instant,
     safe_to_repeat: bool,
-) -> Result<Response<Incoming>, Failure> {
-    let uri = backend_uri(base, &parts.uri).map_err(|_| Failure::Connect)?;
+) -> Result<Response<UpstreamBody>, Failure> {
+    let target = backend_target(&shard.path_prefix, &parts.uri).map_err(|_| Failure::Connect)?;
     let mut resends = 0;
+    let mut request = None;
     loop {
-        let mut request = Request::new(body.for_attempt());
-        *request.method_mut() = parts.method.clone();
-        *request.uri_mut() = uri.clone();
-        *request.headers_mut() = parts.headers.clone();
+        // A request that never left comes back whole and goes again as it
+        // is; otherwise each send gets a fresh copy of the head.
+        let outgoing = request.take().unwrap_or_else(|| {
+            let mut outgoing = Request::new(body.for_attempt());
+            *outgoing.method_mut() = parts.method.clone();
+            *outgoing.uri_mut() = target.clone();
+            *outgoing.headers_mut() = parts.headers.clone();
+            outgoing
+        });
         let result = tokio::select! {
-            result = client.request(request) => result,
+            result = shard.upstream.send(outgoing, per_try_timeout) => result,
             () = time_limit(body, per_try_timeout, deadline) => return Err(Failure::Timeout),
         };
         let error = match result {
             Ok(response) => return Ok(response),
-            Err(error) => error,
+            Err(SendError::Connect) => return Err(Failure::Connect),
+            Err(SendError::NotSent(returned)) => {
+                // A brand-new connection that closed before taking the
+                // request: the backend accepts connections and drops them,
+                // which is as good as refusing them.
+                if resends >= MAX_STALE_RESENDS {
+                    return Err(Failure::Connect);
+                }
+                resends += 1;
+                request = Some(*returned);
+                continue;
+            }
+            Err(SendError::Exchange(error)) => error,
         };
-        if error.is_connect() {
-            // Also after a resend: the backend closed its connection without
-            // answering and now refuses new ones, so it is down (a killed
-            // process), and a request that may be repeated anyway fails
-            // over as it would on any refused connection.
-            return Err(Failure::Connect);
-        }
         if safe_to_repeat
             && resends < MAX_STALE_RESENDS
             && closed_before_answering(&error)
             && body.replayable()
         {
             resends += 1;
-            tracing::debug!(%uri, resends, "backend closed the connection before answering; resending on another connection");
+            tracing::debug!(shard = %shard.id, resends, "backend closed the connection before answering; resending on another connection");
             continue;
         }
         return Err(Failure::Reset);
@@ -139,8 +155,8 @@ async fn time_limit(body: &RequestBody, per_try: Duration, deadline: Instant) {
 /// Whether the backend closed the connection (EOF or reset) before sending
 /// any of its response, as opposed to failing mid-response, the client's
 /// body failing, or a protocol error.
-fn closed_before_answering(error: &hyper_util::client::legacy::Error) -> bool {
-    let mut source = std::error::Error::source(error);
+fn closed_before_answering(error: &hyper::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(cause) = source {
         if let Some(hyper_error) = cause.downcast_ref::<hyper::Error>() {
             if hyper_error.is_user() {
@@ -169,17 +185,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backend_uris_keep_prefix_path_and_query() {
-        let base: Uri = "http://127.0.0.1:9100".parse().unwrap();
+    fn backend_targets_keep_prefix_path_and_query() {
         let request: Uri = "/v1/items?x=1".parse().unwrap();
-        assert_eq!(
-            backend_uri(&base, &request).unwrap(),
-            "http://127.0.0.1:9100/v1/items?x=1"
-        );
+        assert_eq!(backend_target("", &request).unwrap(), "/v1/items?x=1");
         let prefixed: Uri = "http://127.0.0.1:9100/api/".parse().unwrap();
+        assert_eq!(path_prefix(&prefixed), "/api");
         assert_eq!(
-            backend_uri(&prefixed, &request).unwrap(),
-            "http://127.0.0.1:9100/api/v1/items?x=1"
+            backend_target(path_prefix(&prefixed), &request).unwrap(),
+            "/api/v1/items?x=1"
         );
+        // An absolute-form request target still reaches the backend in
+        // origin form.
+        let absolute: Uri = "http://gateway.example/v1/items?x=1".parse().unwrap();
+        assert_eq!(backend_target("", &absolute).unwrap(), "/v1/items?x=1");
+        let bare: Uri = "http://gateway.example".parse().unwrap();
+        assert_eq!(backend_target("", &bare).unwrap(), "/");
+        assert_eq!(backend_target("/api", &bare).unwrap(), "/api/");
     }
 }

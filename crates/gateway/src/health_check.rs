@@ -3,12 +3,11 @@
 //! health state.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use http::{Request, StatusCode};
+use http::{Request, StatusCode, header};
 use tokio::time::Instant;
 
-use crate::attempt::backend_uri;
+use crate::attempt::backend_target;
 use crate::body::AttemptBody;
 use crate::state::{Gateway, ShardRuntime};
 
@@ -19,11 +18,10 @@ pub async fn run(gateway: Arc<Gateway>) {
         let snapshot = gateway.snapshot();
         let settings = snapshot.config.health.clone();
         let checks = snapshot.all_shards().map(|shard| {
-            let gateway = Arc::clone(&gateway);
             let shard = Arc::clone(shard);
             let settings = settings.clone();
             tokio::spawn(async move {
-                let passed = check(&gateway, &shard, &settings.path, settings.timeout).await;
+                let passed = check(&shard, &settings.path, settings.timeout).await;
                 let changed = shard
                     .health
                     .lock()
@@ -42,24 +40,21 @@ pub async fn run(gateway: Arc<Gateway>) {
     }
 }
 
-/// One check: a 2xx answer within the timeout passes.
-async fn check(
-    gateway: &Gateway,
-    shard: &ShardRuntime,
-    path: &str,
-    timeout: std::time::Duration,
-) -> bool {
-    let Ok(uri) = backend_uri(&shard.url, &path.parse().unwrap_or_default()) else {
+/// One check: a 2xx answer within the timeout passes. It goes over the
+/// shard's pooled connections, like the traffic it vouches for.
+async fn check(shard: &ShardRuntime, path: &str, timeout: std::time::Duration) -> bool {
+    let Ok(target) = backend_target(&shard.path_prefix, &path.parse().unwrap_or_default()) else {
         return false;
     };
-    let Ok(request) = Request::get(uri).body(AttemptBody::Done) else {
-        return false;
-    };
-    shard.attempts.load(Ordering::Relaxed);
-    match tokio::time::timeout(timeout, gateway.client.request(request)).await {
+    let mut request = Request::new(AttemptBody::Done);
+    *request.uri_mut() = target;
+    if let Some(host) = &shard.host_header {
+        request.headers_mut().insert(header::HOST, host.clone());
+    }
+    match tokio::time::timeout(timeout, shard.upstream.send(request, timeout)).await {
         Ok(Ok(response)) => {
             let status = response.status();
-            // Drain the body so the pooled connection can be reused.
+            // Drain the body so the connection can be reused.
             let _ = http_body_util::BodyExt::collect(response.into_body()).await;
             status.is_success() || status == StatusCode::NO_CONTENT
         }

@@ -4,7 +4,8 @@
 //!
 //! A request flows through one module per step: credential
 //! ([`credential`]) → tenant ([`authenticate`]) → cell and subset ([`cell`])
-//! → member ([`member`]) → attempt ([`attempt`]) → outcome ([`proxy`]).
+//! → member ([`member`]) → attempt ([`attempt`], over the shard's pooled
+//! connections in [`upstream`]) → outcome ([`proxy`]).
 //! [`health`] and [`retry_budget`] are the state machines that decide which
 //! members are up and whether a retry is allowed; [`state`] holds the
 //! swappable snapshot and per-shard state; [`server`] is the listener.
@@ -29,6 +30,7 @@ pub mod server;
 pub mod state;
 pub mod status_page;
 pub mod tenants;
+pub mod upstream;
 pub mod window;
 
 pub use config::{ConfigError, GatewayConfig};

@@ -30,6 +30,7 @@ use crate::headers;
 use crate::member::{self, Pick};
 use crate::metrics::Metrics;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
+use crate::upstream::UpstreamBody;
 
 /// Who a request was served for, for metrics and logs.
 struct Served {
@@ -240,7 +241,7 @@ async fn route(
 
     // Member → attempt → outcome, until one answers or nothing may be tried.
     let mut tried: SmallVec<[ShardIndex; 8]> = SmallVec::new();
-    let mut last_failure: Option<(Failure, Option<Response<Incoming>>)> = None;
+    let mut last_failure: Option<(Failure, Option<Response<UpstreamBody>>)> = None;
     loop {
         let choice = member::pick(subset, &tried, shards, config, now);
         let (index, spill) = match choice.pick {
@@ -321,8 +322,7 @@ async fn route(
             Err(Failure::Connect)
         } else {
             attempt::send(
-                &gateway.client,
-                &shard.url,
+                shard,
                 &parts,
                 &body,
                 config.routing.per_try_timeout,
@@ -439,7 +439,10 @@ fn record_outcome(
 
 /// Streams a backend response to the client, keeping the shard's in-flight
 /// count until the body ends.
-fn stream_back(response: Response<Incoming>, shard: Arc<ShardRuntime>) -> Response<ResponseBody> {
+fn stream_back(
+    response: Response<UpstreamBody>,
+    shard: Arc<ShardRuntime>,
+) -> Response<ResponseBody> {
     let (mut head, body) = response.into_parts();
     headers::outbound(&mut head.headers);
     let body = OnDrop::new(body, move || {

@@ -10,19 +10,16 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use http::HeaderValue;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use thiserror::Error;
 use tokio::time::Instant;
 
 use crate::authenticate::Authenticator;
-use crate::body::AttemptBody;
 use crate::cell::{TenantRoute, Topology};
 use crate::config::{ConfigError, GatewayConfig};
 use crate::health::{Availability, HealthState};
 use crate::retry_budget::RetryBudget;
 use crate::tenants::{TenantRecord, Tenants};
+use crate::upstream::Upstream;
 
 /// Why a configuration could not be loaded.
 #[derive(Debug, Error)]
@@ -71,6 +68,10 @@ pub struct ShardRuntime {
     pub(crate) id_header: Option<HeaderValue>,
     /// Its authority as a `Host` value, so the backend sees its own name.
     pub(crate) host_header: Option<HeaderValue>,
+    /// Its URL's path without the trailing `/`, put before request paths.
+    pub(crate) path_prefix: String,
+    /// Its keep-alive connections.
+    pub(crate) upstream: Arc<Upstream>,
     /// This shard's metric series, looked up on first use.
     metrics: std::sync::OnceLock<crate::metrics::ShardHandles>,
 }
@@ -91,6 +92,8 @@ impl ShardRuntime {
             host_header: url
                 .authority()
                 .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok()),
+            path_prefix: crate::attempt::path_prefix(url).to_owned(),
+            upstream: Arc::new(Upstream::new(url)),
             metrics: std::sync::OnceLock::new(),
         }
     }
@@ -338,16 +341,10 @@ impl Stats {
     }
 }
 
-/// The HTTP client used for backends and health checks: pooled HTTP/1.1
-/// keep-alive connections.
-pub type BackendClient = Client<HttpConnector, AttemptBody>;
-
 /// The whole gateway.
 #[derive(Debug)]
 pub struct Gateway {
     snapshot: ArcSwap<Snapshot>,
-    /// Backend connections.
-    pub client: BackendClient,
     /// The retry budget, shared by all requests.
     pub budget: RetryBudget,
     /// Counters.
@@ -363,17 +360,10 @@ pub struct Gateway {
 impl Gateway {
     /// A gateway serving `snapshot`.
     pub fn new(snapshot: Snapshot) -> Arc<Self> {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(snapshot.config.routing.per_try_timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(std::time::Duration::from_secs(30))
-            .build(connector);
         let budget = RetryBudget::new(&snapshot.config.retry_budget, Instant::now());
         let window = snapshot.config.admin.availability_window;
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
-            client,
             budget,
             stats: Stats::default(),
             metrics: crate::metrics::Metrics::new(),

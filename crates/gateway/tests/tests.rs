@@ -13,3 +13,4 @@ mod replicas;
 mod routing;
 mod status_page;
 mod transport;
+mod upstream;
