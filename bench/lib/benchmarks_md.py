@@ -418,7 +418,7 @@ def analysis(doc: dict, link: str) -> tuple[list[str], list[list[str]]]:
 # --- gateway ------------------------------------------------------------------------------
 
 
-def gateway(doc: dict, link: str, perf: str | None) -> tuple[list[str], list[list[str]]]:
+def gateway(doc: dict, link: str, perf: tuple[str, str] | None) -> tuple[list[str], list[list[str]]]:
     settings = doc.get("settings", {})
     conns, high = settings.get("connections", 32), settings.get("high_connections", 128)
     targets = {t["target"]: t for t in doc["targets"]}
@@ -612,16 +612,23 @@ def gateway_verdict(doc, targets, conns, high, fixed, perf, rps_v, p50_v, short)
                     f"The kernel part is close ({g_k:.1f} µs against {short[cheapest]}'s {c_k:.1f} µs); the gap is user space"
                     f" ({g_cpu - g_k:.1f} µs against {c_cpu - c_k:.1f} µs)."
                 )
-                perf_ref = "`perf` profiles (`PERF=1 bench/run.sh gateway`"
-                perf_ref += f", the last in `bench/results/gateway-perf.txt` from {perf})" if perf else ")"
-                why.append(
-                    f"Our own work is a small part of it: in {perf_ref} the SHA-256 of the API key, the HMAC placement,"
-                    " metrics and availability windows are each a small share of the samples. The rest is spread thinly"
-                    " over general machinery: allocation and copying, clock reads (`Instant::now()` for deadlines, health"
-                    " staleness and windows), hyper's server codec, and hyper-util's pooled client, which hands every"
-                    " request to a separate connection task and back. Closing the gap means fewer allocations and clock"
-                    " reads on the request path and a connection-per-worker backend client."
-                )
+                if perf:
+                    perf_date, perf_rev = perf
+                    older = perf_date < (doc.get("date") or "")
+                    why.append(
+                        f"Where that user time went, from the last `perf` profile (`bench/results/gateway-perf.txt`,"
+                        f" {date(perf_date)}, git `{perf_rev}`"
+                        + ("; older than these results, so rerun `PERF=1 bench/run.sh gateway` to check it still holds"
+                           if older else "")
+                        + "): our own work, the SHA-256 of the API key, the HMAC placement, metrics and availability"
+                        " windows, was each a small share of the samples; the rest was spread thinly over general"
+                        " machinery: allocation and copying, clock reads (`Instant::now()` for deadlines, health staleness"
+                        " and windows), hyper's server codec, and hyper-util's pooled client, which handed every request"
+                        " to a separate connection task and back."
+                    )
+                else:
+                    why.append("No `perf` profile says where that user time goes; `PERF=1 bench/run.sh gateway` writes one"
+                               " to `bench/results/gateway-perf.txt`.")
             else:
                 why.append(f"Most of the gap is kernel time ({g_k:.1f} µs against {short[cheapest]}'s {c_k:.1f} µs).")
     if rps_met and p50_met:
@@ -684,14 +691,14 @@ def rel(path: Path, out_dir: Path) -> str:
     return Path(os.path.relpath(path, out_dir)).as_posix()
 
 
-def read_perf_header(path: Path) -> str | None:
-    """'2026-12-02 13:19 UTC, git a276ac0111c4' from gateway-perf.txt's first line."""
+def read_perf_header(path: Path) -> tuple[str, str] | None:
+    """('2026-12-02T13:19:35Z', 'a276ac0111c4') from gateway-perf.txt's first line."""
     try:
         first = path.read_text(encoding="utf-8").splitlines()[0]
     except (OSError, IndexError):
         return None
     m = re.search(r"\((\S+), git (\S+?)\)", first)
-    return f"{date(m.group(1))}, git `{m.group(2)}`" if m else None
+    return (m.group(1), m.group(2)) if m else None
 
 
 def build(results: Path, out: Path) -> tuple[str, list[str]]:
