@@ -242,7 +242,8 @@ fn inbound_header_filter() {
             };
             headers.append(name, value);
         }
-        gateway::headers::inbound(&mut headers, "tenant-a", None);
+        let tenant = http::HeaderValue::from_static("tenant-a");
+        gateway::headers::inbound(&mut headers, Some(&tenant), None);
         // The invariant: nothing in the gateway's namespace survives but the
         // tenant the gateway set, and no credential or hop-by-hop header.
         for name in headers.keys() {
