@@ -86,10 +86,6 @@ impl Command {
     }
 }
 
-/// The process allocator (see the comment in Cargo.toml).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     // clap prints its own usage errors and exits with status 2, or with 0
     // for --help and --version.
