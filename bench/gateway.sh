@@ -891,7 +891,8 @@ MEMORY_GIB=$(awk '/^MemTotal:/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)
 RUSTC_VERSION=$(rustc --version 2>/dev/null || echo "rustc unknown")
 DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 GIT_REV=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-if [[ $GIT_REV != unknown ]] && ! git diff --quiet HEAD -- 2>/dev/null; then
+# Results and BENCHMARKS.md are written by the benchmarks themselves.
+if [[ $GIT_REV != unknown ]] && ! git diff --quiet HEAD -- . ':(exclude)bench/results' ':(exclude)BENCHMARKS.md' 2>/dev/null; then
     GIT_REV="$GIT_REV (with uncommitted changes)"
 fi
 NGINX_VERSION=$("$NGINX" -v 2>&1 | sed 's|.*nginx/||')
