@@ -536,8 +536,9 @@ def gateway(doc: dict, link: str, perf: tuple[str, str] | None) -> tuple[list[st
             peak = f" ({mib_from_kib(many['vm_hwm_kib'])} peak while the tenants file is parsed)"
         settled = ""
         if many.get("vm_rss_settled_kib"):
-            settled = (f", {mib_from_kib(many['vm_rss_settled_kib'])} {many.get('settle_s', '?')} s and 100 requests later"
-                       " (the allocator returns the pages freed after parsing as later allocations happen)")
+            settled = f", {mib_from_kib(many['vm_rss_settled_kib'])} {many.get('settle_s', '?')} s and 100 requests later"
+            if many["vm_rss_settled_kib"] < 0.9 * many["vm_rss_kib"]:
+                settled += " (the allocator returns the pages freed after parsing as later allocations happen)"
         md.append(
             f"With {many['tenants']:,} tenants configured ({many['tenants_file_mb']} MB of `tenants.toml`) the gateway answers"
             f" {sig(many['startup_s'])} s after launch and holds {mib_from_kib(many['vm_rss_kib'])} RSS{peak} at its first"
