@@ -176,6 +176,8 @@ pub struct LimitSettings {
     pub header_read_timeout: Duration,
     /// Time in-flight requests get to finish on shutdown.
     pub shutdown_grace: Duration,
+    /// Client connections served at once; more wait in the listen queue.
+    pub max_connections: usize,
 }
 
 /// The admin listener (operations API, metrics, status page).
@@ -361,6 +363,7 @@ struct RawLimits {
     max_body_bytes: Option<u64>,
     header_read_timeout_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
+    max_connections: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -646,7 +649,14 @@ impl GatewayConfig {
             max_body_bytes: l.max_body_bytes.unwrap_or(10 * 1024 * 1024),
             header_read_timeout: ms(l.header_read_timeout_ms.unwrap_or(10_000)),
             shutdown_grace: ms(l.shutdown_grace_ms.unwrap_or(10_000)),
+            max_connections: l.max_connections.unwrap_or(10_000),
         };
+        if limits.max_connections == 0 {
+            return Err(err(
+                "limits.max_connections",
+                "must be at least 1 (it caps the client connections served at once)".into(),
+            ));
+        }
         if limits.max_header_bytes < 1024 {
             return Err(err(
                 "limits.max_header_bytes",
@@ -742,4 +752,43 @@ fn load_key(path: &Path) -> Result<PlacementKey, String> {
         ));
     }
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal valid configuration with `extra` appended, in a fresh
+    /// directory with its key and tenants files.
+    fn load_with(extra: &str) -> Result<GatewayConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("placement.key"), [7_u8; 32]).unwrap();
+        std::fs::write(dir.path().join("tenants.toml"), "").unwrap();
+        let path = dir.path().join("gateway.toml");
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\
+             [placement]\nalgorithm = \"rendezvous\"\nk = 1\nkey_file = \"placement.key\"\nkey_version = \"v1\"\n\
+             {extra}\n\
+             [[cells]]\nname = \"default\"\nshards = [{{ id = \"s0\", url = \"http://127.0.0.1:9\" }}]\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        GatewayConfig::load(&path)
+    }
+
+    #[test]
+    fn the_connection_cap_defaults_high_and_refuses_zero_by_name() {
+        assert_eq!(load_with("").unwrap().limits.max_connections, 10_000);
+        assert_eq!(
+            load_with("[limits]\nmax_connections = 2")
+                .unwrap()
+                .limits
+                .max_connections,
+            2
+        );
+        let error = load_with("[limits]\nmax_connections = 0")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("gateway.toml"), "{error}");
+        assert!(error.contains("limits.max_connections"), "{error}");
+    }
 }

@@ -15,6 +15,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::proxy;
@@ -27,6 +28,12 @@ const MIN_BUFFER: usize = 8192;
 /// accepting (the listener is closed at once, so new clients are refused
 /// rather than left in the accept queue), gives in-flight requests the
 /// configured grace period, and closes whatever is still open after it.
+///
+/// At most `limits.max_connections` client connections (read at start) are
+/// served at once. Beyond that the gateway stops accepting, as nginx's
+/// `worker_connections` and HAProxy's `maxconn` do: new clients wait in the
+/// kernel's listen queue, and are taken as soon as a connection closes,
+/// instead of each costing a task, buffers and a file descriptor.
 pub async fn serve(
     gateway: Arc<Gateway>,
     listener: TcpListener,
@@ -34,8 +41,20 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
+    let capacity = gateway.snapshot().config.limits.max_connections;
+    let slots = Arc::new(Semaphore::new(capacity));
     tokio::pin!(shutdown);
     loop {
+        // A free slot first, then a connection to fill it.
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => slot,
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let Ok(slot) = slot else {
+            // The semaphore is never closed.
+            break;
+        };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
@@ -62,6 +81,8 @@ pub async fn serve(
             // Errors here are the client's doing (a reset, a bad request,
             // a header timeout); hyper has already answered what it could.
             let _ = connection.await;
+            // The slot is free once the connection is gone.
+            drop(slot);
         });
     }
     drop(listener);

@@ -504,6 +504,72 @@ async fn a_client_that_stalls_its_body_is_answered_and_the_shard_not_blamed() {
 }
 
 // ---------------------------------------------------------------------------
+// Connection cap.
+
+/// Sends one GET for `tenant` on an open connection and reads the answer's
+/// head (the test backend's answers are small, so the head and body arrive
+/// together).
+async fn get_on(stream: &mut TcpStream, fixture: &Fixture, tenant: &str) -> String {
+    let request = format!(
+        "GET /capped HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {}\r\n\r\n",
+        fixture.api_key(tenant)
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut buffer = vec![0_u8; 4096];
+    let read = stream.read(&mut buffer).await.unwrap();
+    String::from_utf8_lossy(&buffer[..read]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_max_connections_clients_wait_until_a_connection_closes() {
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 2,
+        k: 1,
+        extra: limits("max_connections = 1"),
+        ..Options::default()
+    })
+    .await;
+    let addr = fixture.running.addr;
+    let tenant = "tenant-0";
+
+    // The first client holds the only slot with a kept-alive connection.
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        get_on(&mut first, &fixture, tenant)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+
+    // The second connects (the kernel queues it) but is not served while
+    // the first is open.
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    let waiting = timeout(
+        Duration::from_millis(300),
+        get_on(&mut second, &fixture, tenant),
+    )
+    .await;
+    assert!(
+        waiting.is_err(),
+        "served beyond max_connections: {waiting:?}"
+    );
+
+    // The first is still served; once it closes, the second is.
+    assert!(
+        get_on(&mut first, &fixture, tenant)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    drop(first);
+    let mut buffer = vec![0_u8; 4096];
+    let read = timeout(DEADLINE, second.read(&mut buffer))
+        .await
+        .expect("the waiting client is served once a slot frees")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buffer[..read]).starts_with("HTTP/1.1 200"));
+}
+
+// ---------------------------------------------------------------------------
 // 3. Slowloris.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
