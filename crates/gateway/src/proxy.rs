@@ -41,6 +41,9 @@ struct Served {
     /// The tenant's position in the snapshot's tenants file.
     tenant: usize,
     attempts: usize,
+    /// The method and path (without the query, which can carry secrets),
+    /// kept only when the access log is on.
+    request_line: Option<(http::Method, String)>,
 }
 
 /// The client connection a request came on, as the request path needs it.
@@ -104,9 +107,11 @@ pub async fn handle(
             gateway
                 .tenant_windows
                 .record(tenant, !status.is_server_error(), now);
-            if served.snapshot.config.access_log {
+            if let Some((method, path)) = &served.request_line {
                 tracing::info!(
                     tenant = %tenant,
+                    method = %method,
+                    path = %path,
                     cell = %served.snapshot.config.cells[served.cell].name,
                     status = status.as_u16(),
                     attempts = served.attempts,
@@ -169,10 +174,14 @@ async fn route(
         cell,
         tenant: tenant.position,
         attempts: 0,
+        request_line: None,
     };
 
     // The body: refuse what is too large, buffer what may be replayed.
     let (mut parts, incoming) = request.into_parts();
+    if config.access_log {
+        served.request_line = Some((parts.method.clone(), parts.uri.path().to_owned()));
+    }
     let declared_length = incoming.size_hint().exact();
     if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
         return (

@@ -130,7 +130,15 @@ async fn the_access_log_has_one_event_per_request_and_no_secret_anywhere() {
             line.contains("cell=default") && line.contains("elapsed_ms="),
             "{line}"
         );
+        assert!(line.contains("method=GET"), "{line}");
+        // The path, never the query (which can carry secrets).
+        assert!(line.contains("path=/"), "{line}");
+        assert!(!line.contains("x=1"), "{line}");
     }
+    assert!(
+        access.iter().any(|line| line.contains("path=/work")),
+        "{text}"
+    );
     // The operator's action and the refused reload are logged.
     assert!(
         lines
