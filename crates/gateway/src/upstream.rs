@@ -9,6 +9,12 @@
 //! is closed), idle connections older than [`IDLE_TIMEOUT`] are closed
 //! instead of reused, and at most [`MAX_IDLE`] are kept per shard.
 //!
+//! Each connection runs as a task of its own, which hyper's dispatcher
+//! wakes only when it has work. Driving it from the request's task instead
+//! (no hand-off between tasks) was tried and measured: it polled the
+//! dispatcher about twice as often and cost 12 % more instructions per
+//! request under callgrind, so it was not kept.
+//!
 //! A request a connection never took (it closed between the pool and the
 //! send) comes back whole, so it can go out on another connection whatever
 //! its method; what happens after a request may have been sent is for the
