@@ -425,11 +425,19 @@ launch_haproxy() {
 # Two shards, distinct ids, one backend process: the gateway does exactly
 # what it does in production (k = 2 of 2, rendezvous, failover candidates),
 # while the backend is the very one the other targets use.
+# Writes DIR/gateway.toml (listen PORT, admin ADMIN_PORT, the shards given
+# as id=port) and starts `serve --workers 1` on it from DIR, pinned to the
+# proxy's CPU, logging to LOG: serve_in DIR PORT ADMIN_PORT LOG id=port...
+serve_in() {
+    local dir=$1 port=$2 admin_port=$3 log=$4
+    shift 4
+    gateway_toml "$dir/gateway.toml" "$port" "$admin_port" "$@"
+    (cd "$dir" && exec "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config gateway.toml) \
+        >"$log" 2>&1 &
+    launched $! "http://127.0.0.1:$port/x" "$log"
+}
 launch_gateway() {
-    gateway_toml "$WORK/gateway.toml" "$GATEWAY_PORT" "$ADMIN_PORT" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
-    "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config "$WORK/gateway.toml" \
-        >"$WORK/gateway.log" 2>&1 &
-    launched $! "http://127.0.0.1:$GATEWAY_PORT/x" "$WORK/gateway.log"
+    serve_in "$WORK" "$GATEWAY_PORT" "$ADMIN_PORT" "$WORK/gateway.log" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
     PROBE_ARGS=(-H "$AUTH")
 }
 
@@ -735,10 +743,7 @@ launch_backend_b() {
     launched $! "http://127.0.0.1:$BACKEND_B_PORT/x" "$WORK/backend-b.log"
 }
 launch_gateway_failover() {
-    gateway_toml "$WORK/failover/gateway.toml" "$FAIL_PORT" "$FAIL_ADMIN_PORT" a="$BACKEND_A_PORT" b="$BACKEND_B_PORT"
-    (cd "$WORK/failover" && exec "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config gateway.toml) \
-        >"$WORK/gateway-failover.log" 2>&1 &
-    launched $! "http://127.0.0.1:$FAIL_PORT/x" "$WORK/gateway-failover.log"
+    serve_in "$WORK/failover" "$FAIL_PORT" "$FAIL_ADMIN_PORT" "$WORK/gateway-failover.log" a="$BACKEND_A_PORT" b="$BACKEND_B_PORT"
     PROBE_ARGS=(-H "$AUTH")
 }
 start_server backend-a launch_backend_a BACKEND_A_PORT
@@ -809,10 +814,7 @@ BIG_FILE_MB=$(awk -v b="$(stat -c %s "$WORK/big/tenants.toml")" 'BEGIN { printf 
 say "memory: a gateway with $TENANTS_BIG tenants (tenants.toml $BIG_FILE_MB MB)"
 # Polled every 20 ms, for at most 60 s, with the last tenant's key.
 launch_gateway_big() {
-    gateway_toml "$WORK/big/gateway.toml" "$BIG_PORT" "$BIG_ADMIN_PORT" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
-    (cd "$WORK/big" && exec "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$BIN" serve --workers 1 --config gateway.toml) \
-        >"$WORK/gateway-big.log" 2>&1 &
-    launched $! "http://127.0.0.1:$BIG_PORT/x" "$WORK/gateway-big.log"
+    serve_in "$WORK/big" "$BIG_PORT" "$BIG_ADMIN_PORT" "$WORK/gateway-big.log" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
     PROBE_ARGS=(-H "Authorization: Bearer $BIG_KEY")
     PROBE_INTERVAL=0.02
     PROBE_TRIES=3000
