@@ -649,6 +649,20 @@ async fn streaming_shard() -> (CustomShard, mpsc::Sender<std::io::Result<Bytes>>
     (shard, chunks)
 }
 
+/// Sends a GET for `path` and waits (within the deadline) for the
+/// response head only; the body is the caller's to read.
+async fn get_head(fixture: &Fixture, path: &str) -> Response<Incoming> {
+    timeout(
+        DEADLINE,
+        fixture
+            .client
+            .request(request(fixture, "GET", path).body(empty()).unwrap()),
+    )
+    .await
+    .expect("the response head arrives in time (while the backend may still hold the body)")
+    .expect("the gateway answers")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_reach_the_client_before_the_backend_has_finished() {
     let (shard, chunks) = streaming_shard().await;
@@ -657,15 +671,7 @@ async fn responses_reach_the_client_before_the_backend_has_finished() {
         .send(Ok(Bytes::from_static(b"first;")))
         .await
         .unwrap();
-    let response = timeout(
-        DEADLINE,
-        fixture
-            .client
-            .request(request(&fixture, "GET", "/stream").body(empty()).unwrap()),
-    )
-    .await
-    .expect("the head arrives while the backend still holds the body")
-    .unwrap();
+    let response = get_head(&fixture, "/stream").await;
     assert_eq!(response.status(), StatusCode::OK);
     let mut body = response.into_body();
     let first = timeout(DEADLINE, body.frame())
@@ -706,15 +712,7 @@ async fn a_response_larger_than_every_limit_streams_through() {
         ..shard.options()
     })
     .await;
-    let response = timeout(
-        DEADLINE,
-        fixture
-            .client
-            .request(request(&fixture, "GET", "/large").body(empty()).unwrap()),
-    )
-    .await
-    .expect("never a hang")
-    .unwrap();
+    let response = get_head(&fixture, "/large").await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         response.headers()["content-length"],
@@ -796,15 +794,7 @@ async fn a_reset_after_the_client_got_part_of_the_body_fails_the_body() {
         .send(Ok(Bytes::from_static(b"{\"partial\":")))
         .await
         .unwrap();
-    let response = timeout(
-        DEADLINE,
-        fixture
-            .client
-            .request(request(&fixture, "GET", "/").body(empty()).unwrap()),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let response = get_head(&fixture, "/").await;
     assert_eq!(response.status(), StatusCode::OK);
     let mut body = response.into_body();
     let first = timeout(DEADLINE, body.frame())
@@ -1135,15 +1125,7 @@ async fn shutdown_cuts_responses_that_outlast_the_grace_period() {
         .send(Ok(Bytes::from_static(b"begun;")))
         .await
         .unwrap();
-    let response = timeout(
-        DEADLINE,
-        fixture
-            .client
-            .request(request(&fixture, "GET", "/forever").body(empty()).unwrap()),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let response = get_head(&fixture, "/forever").await;
     let mut body = response.into_body();
     let first = timeout(DEADLINE, body.frame())
         .await
