@@ -3,13 +3,16 @@
 
 use std::time::Duration;
 
+use std::borrow::Cow;
+
 use http::request::Parts;
-use http::{Request, Response, Uri};
+use http::{Response, Uri};
 use tokio::time::Instant;
 
 use crate::body::RequestBody;
 use crate::state::ShardRuntime;
 use crate::upstream::{SendError, UpstreamBody};
+use crate::wire::RequestHead;
 
 /// How an attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,14 +48,14 @@ impl Failure {
 /// The origin-form target a backend receives: the shard's path prefix
 /// (its URL's path without the trailing `/`) followed by the request's path
 /// and query.
-pub fn backend_target(prefix: &str, request: &Uri) -> Result<Uri, http::Error> {
-    let path_and_query = request.path_and_query();
+pub fn backend_target<'a>(prefix: &str, request: &'a Uri) -> Cow<'a, str> {
+    let path_and_query = request.path_and_query().map_or("/", |pq| pq.as_str());
     if prefix.is_empty() {
-        // The common case: the request's own path and query, shared.
-        return Ok(path_and_query.map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone())));
+        // The common case: the request's own path and query, borrowed.
+        Cow::Borrowed(path_and_query)
+    } else {
+        Cow::Owned(format!("{prefix}{path_and_query}"))
     }
-    let path_and_query = path_and_query.map_or("/", |pq| pq.as_str());
-    Ok(format!("{prefix}{path_and_query}").parse::<Uri>()?)
 }
 
 /// A shard URL's path prefix, as [`backend_target`] takes it.
@@ -69,7 +72,8 @@ pub fn path_prefix(base: &Uri) -> &str {
 const MAX_STALE_RESENDS: usize = 1;
 
 /// Sends one attempt. `parts` is the prepared request head (headers
-/// already cleaned); the caller sets the shard header.
+/// already cleaned); the shard's `Host` and `x-shuffle-shard` are added on
+/// the wire.
 ///
 /// The per-try timeout runs from the moment the whole request body has been
 /// read from the client (at once for a buffered body), so a long upload is
@@ -91,27 +95,24 @@ pub async fn send(
     deadline: Instant,
     safe_to_repeat: bool,
 ) -> Result<Response<UpstreamBody>, Failure> {
-    let target = backend_target(&shard.path_prefix, &parts.uri).map_err(|_| Failure::Connect)?;
+    let target = backend_target(&shard.path_prefix, &parts.uri);
+    let request = RequestHead {
+        method: &parts.method,
+        target: &target,
+        headers: &parts.headers,
+        host: shard.host_header.as_ref(),
+        shard: shard.id_header.as_ref(),
+    };
     let mut resends = 0;
-    let mut request = None;
     loop {
-        // A request that never left comes back whole and goes again as it
-        // is; otherwise each send gets a fresh copy of the head.
-        let outgoing = request.take().unwrap_or_else(|| {
-            let mut outgoing = Request::new(body.for_attempt());
-            *outgoing.method_mut() = parts.method.clone();
-            *outgoing.uri_mut() = target.clone();
-            *outgoing.headers_mut() = parts.headers.clone();
-            outgoing
-        });
         let result = tokio::select! {
-            result = shard.upstream.send(outgoing, per_try_timeout) => result,
+            result = shard.upstream.send(request, body.for_attempt(), per_try_timeout) => result,
             () = time_limit(body, per_try_timeout, deadline) => return Err(Failure::Timeout),
         };
         let error = match result {
             Ok(response) => return Ok(response),
             Err(SendError::Connect) => return Err(Failure::Connect),
-            Err(SendError::NotSent(returned)) => {
+            Err(SendError::NotSent) => {
                 // A brand-new connection that closed before taking the
                 // request: the backend accepts connections and drops them,
                 // which is as good as refusing them.
@@ -119,14 +120,13 @@ pub async fn send(
                     return Err(Failure::Connect);
                 }
                 resends += 1;
-                request = Some(*returned);
                 continue;
             }
             Err(SendError::Exchange(error)) => error,
         };
         if safe_to_repeat
             && resends < MAX_STALE_RESENDS
-            && closed_before_answering(&error)
+            && error.closed_before_answering()
             && body.replayable()
         {
             resends += 1;
@@ -152,34 +152,6 @@ async fn time_limit(body: &RequestBody, per_try: Duration, deadline: Instant) {
     tokio::time::sleep_until(per_try_deadline.min(deadline)).await;
 }
 
-/// Whether the backend closed the connection (EOF or reset) before sending
-/// any of its response, as opposed to failing mid-response, the client's
-/// body failing, or a protocol error.
-fn closed_before_answering(error: &hyper::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        if let Some(hyper_error) = cause.downcast_ref::<hyper::Error>() {
-            if hyper_error.is_user() {
-                // The request body (the client's) failed, not the connection.
-                return false;
-            }
-            if hyper_error.is_incomplete_message() {
-                return true;
-            }
-        }
-        if let Some(io_error) = cause.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io_error.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-            );
-        }
-        source = cause.source();
-    }
-    false
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,19 +159,19 @@ mod tests {
     #[test]
     fn backend_targets_keep_prefix_path_and_query() {
         let request: Uri = "/v1/items?x=1".parse().unwrap();
-        assert_eq!(backend_target("", &request).unwrap(), "/v1/items?x=1");
+        assert_eq!(backend_target("", &request), "/v1/items?x=1");
         let prefixed: Uri = "http://127.0.0.1:9100/api/".parse().unwrap();
         assert_eq!(path_prefix(&prefixed), "/api");
         assert_eq!(
-            backend_target(path_prefix(&prefixed), &request).unwrap(),
+            backend_target(path_prefix(&prefixed), &request),
             "/api/v1/items?x=1"
         );
         // An absolute-form request target still reaches the backend in
         // origin form.
         let absolute: Uri = "http://gateway.example/v1/items?x=1".parse().unwrap();
-        assert_eq!(backend_target("", &absolute).unwrap(), "/v1/items?x=1");
+        assert_eq!(backend_target("", &absolute), "/v1/items?x=1");
         let bare: Uri = "http://gateway.example".parse().unwrap();
-        assert_eq!(backend_target("", &bare).unwrap(), "/");
-        assert_eq!(backend_target("/api", &bare).unwrap(), "/api/");
+        assert_eq!(backend_target("", &bare), "/");
+        assert_eq!(backend_target("/api", &bare), "/api/");
     }
 }

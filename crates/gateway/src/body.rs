@@ -26,7 +26,10 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::watch;
 
 /// The body type of responses the gateway sends.
-pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
+pub type ResponseBody = BoxBody<Bytes, BoxError>;
+
+/// Any error a response body can end with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A complete response body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {

@@ -102,6 +102,10 @@ pub fn inbound(
     forwarded_for: Option<&HeaderValue>,
 ) {
     let named = connection_named(headers);
+    // A body framed by Transfer-Encoding was decoded by that (RFC 9112
+    // section 6.3), so a Content-Length beside it is a lie a backend might
+    // believe: it goes (the body is then sent chunked).
+    let chunked = headers.contains_key(header::TRANSFER_ENCODING);
     // The credentials have been consumed (backends get the tenant instead),
     // and `x-forwarded-host` is the gateway's to set: a client's own (sent
     // without a `Host`, which HTTP/1.0 allows) would otherwise pass as ours.
@@ -110,6 +114,7 @@ pub fn inbound(
             || name == header::AUTHORIZATION
             || name == API_KEY
             || name == FORWARDED_HOST
+            || (chunked && name == header::CONTENT_LENGTH)
     });
     if let Some(host) = headers.remove(header::HOST) {
         headers.insert(FORWARDED_HOST, host);
@@ -125,23 +130,6 @@ pub fn inbound(
 /// The `x-forwarded-for` value for a client address.
 pub fn forwarded_for(peer: std::net::IpAddr) -> Option<HeaderValue> {
     HeaderValue::from_str(&peer.to_string()).ok()
-}
-
-/// Names the backend of one attempt: `x-shuffle-shard` (the shard id) and
-/// `Host` (its authority). A value that is `None` is left out.
-pub fn set_backend(
-    headers: &mut HeaderMap,
-    shard: Option<&HeaderValue>,
-    host: Option<&HeaderValue>,
-) {
-    match shard {
-        Some(value) => headers.insert(SHARD, value.clone()),
-        None => headers.remove(SHARD),
-    };
-    match host {
-        Some(value) => headers.insert(header::HOST, value.clone()),
-        None => headers.remove(header::HOST),
-    };
 }
 
 /// Cleans a backend response's headers before they reach the client.
@@ -240,6 +228,9 @@ mod tests {
     /// The obvious version of `inbound`, kept as the reference: remove each
     /// forbidden name in turn.
     fn inbound_reference(headers: &mut HeaderMap, tenant: &str, peer: &str) {
+        if headers.contains_key(header::TRANSFER_ENCODING) {
+            headers.remove(header::CONTENT_LENGTH);
+        }
         outbound_reference(headers);
         headers.remove(header::AUTHORIZATION);
         headers.remove(API_KEY);
@@ -294,6 +285,7 @@ mod tests {
             Just("connection".to_owned()),
             Just("keep-alive".to_owned()),
             Just("transfer-encoding".to_owned()),
+            Just("content-length".to_owned()),
             Just("te".to_owned()),
             Just("upgrade".to_owned()),
             Just("x-forwarded-host".to_owned()),

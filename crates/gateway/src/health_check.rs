@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use http::{Request, StatusCode, header};
+use http::{HeaderMap, Method, StatusCode};
 use tokio::time::Instant;
 
 use crate::attempt::backend_target;
 use crate::body::AttemptBody;
 use crate::state::{Gateway, ShardRuntime};
+use crate::wire::RequestHead;
 
 /// Runs checks until the task is dropped. The snapshot is re-read every
 /// round, so reloads take effect at the next round.
@@ -43,15 +44,17 @@ pub async fn run(gateway: Arc<Gateway>) {
 /// One check: a 2xx answer within the timeout passes. It goes over the
 /// shard's pooled connections, like the traffic it vouches for.
 async fn check(shard: &ShardRuntime, path: &str, timeout: std::time::Duration) -> bool {
-    let Ok(target) = backend_target(&shard.path_prefix, &path.parse().unwrap_or_default()) else {
-        return false;
+    let uri = path.parse().unwrap_or_default();
+    let target = backend_target(&shard.path_prefix, &uri);
+    let request = RequestHead {
+        method: &Method::GET,
+        target: &target,
+        headers: &HeaderMap::new(),
+        host: shard.host_header.as_ref(),
+        shard: None,
     };
-    let mut request = Request::new(AttemptBody::Done);
-    *request.uri_mut() = target;
-    if let Some(host) = &shard.host_header {
-        request.headers_mut().insert(header::HOST, host.clone());
-    }
-    match tokio::time::timeout(timeout, shard.upstream.send(request, timeout)).await {
+    let send = shard.upstream.send(request, AttemptBody::Done, timeout);
+    match tokio::time::timeout(timeout, send).await {
         Ok(Ok(response)) => {
             let status = response.status();
             // Drain the body so the connection can be reused.

@@ -5,7 +5,8 @@
 //! A request flows through one module per step: credential
 //! ([`credential`]) → tenant ([`authenticate`]) → cell and subset ([`cell`])
 //! → member ([`member`]) → attempt ([`attempt`], over the shard's pooled
-//! connections in [`upstream`]) → outcome ([`proxy`]).
+//! connections in [`upstream`], speaking
+//! [`wire`]) → outcome ([`proxy`]).
 //! [`health`] and [`retry_budget`] are the state machines that decide which
 //! members are up and whether a retry is allowed; [`state`] holds the
 //! swappable snapshot and per-shard state; [`server`] is the listener.
@@ -32,6 +33,7 @@ pub mod status_page;
 pub mod tenants;
 pub mod upstream;
 pub mod window;
+pub mod wire;
 
 pub use config::{ConfigError, GatewayConfig};
 pub use state::{Gateway, Snapshot};

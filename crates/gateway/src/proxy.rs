@@ -24,7 +24,7 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::attempt::{self, Failure};
-use crate::body::{ClientFault, OnDrop, RequestBody, ResponseBody, full};
+use crate::body::{BoxError, ClientFault, OnDrop, RequestBody, ResponseBody, full};
 use crate::credential;
 use crate::headers;
 use crate::member::{self, Pick};
@@ -315,11 +315,6 @@ async fn route(
             break;
         }
         let shard = &shards[index as usize];
-        headers::set_backend(
-            &mut parts.headers,
-            shard.id_header.as_ref(),
-            shard.host_header.as_ref(),
-        );
         shard.attempts.fetch_add(1, Ordering::Relaxed);
         shard.in_flight.fetch_add(1, Ordering::Relaxed);
         served.attempts += 1;
@@ -388,7 +383,7 @@ async fn route(
         Some((_, Some(response))) => {
             let (mut head, body) = response.into_parts();
             headers::outbound(&mut head.headers);
-            Response::from_parts(head, body.boxed())
+            Response::from_parts(head, body.map_err(BoxError::from).boxed())
         }
         Some((Failure::Timeout, None)) => error_response(
             StatusCode::GATEWAY_TIMEOUT,
@@ -457,7 +452,7 @@ fn stream_back(
     let body = OnDrop::new(body, move || {
         shard.in_flight.fetch_sub(1, Ordering::Relaxed);
     });
-    Response::from_parts(head, body.boxed())
+    Response::from_parts(head, body.map_err(BoxError::from).boxed())
 }
 
 /// Exponential backoff with full jitter: a random wait up to

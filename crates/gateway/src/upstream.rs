@@ -1,39 +1,46 @@
-//! Connections to one shard: a pool of HTTP/1.1 keep-alive connections,
-//! each driven by hyper's client connection, that an attempt borrows for
-//! one exchange and gives back when the response has been read to its end.
+//! Connections to one shard: a pool of HTTP/1.1 keep-alive connections
+//! that an attempt borrows for one exchange and that come back when the
+//! response has been read to its end.
 //!
-//! Each shard owns its pool, so a lookup is a pop from a short list: no
-//! shared map keyed by scheme and authority, and no task per request to
-//! watch a connection become reusable. A connection goes back only after its
-//! response ended (one abandoned mid-body cannot carry another exchange and
-//! is closed), idle connections older than [`IDLE_TIMEOUT`] are closed
-//! instead of reused, and at most [`MAX_IDLE`] are kept per shard.
+//! Each shard owns its pool, so a lookup is a pop from a short list. A
+//! connection goes back only after its response ended and its request was
+//! sent whole (one abandoned mid-body cannot carry another exchange and is
+//! closed), idle connections older than [`IDLE_TIMEOUT`] are closed instead
+//! of reused, and at most [`MAX_IDLE`] are kept per shard.
 //!
-//! Each connection runs as a task of its own, which hyper's dispatcher
-//! wakes only when it has work. Driving it from the request's task instead
-//! (no hand-off between tasks) was tried and measured: it polled the
-//! dispatcher about twice as often and cost 12 % more instructions per
-//! request under callgrind, so it was not kept.
+//! The exchange runs in the task of the client's request: the request head
+//! is written by [`crate::wire`] straight to the socket, the response head
+//! read back from it, and the response body read from the socket as the
+//! client takes it. An earlier version drove each connection with hyper's
+//! client, as a task of its own reached through a channel; that hand-off
+//! (and hyper's client codec) was about a quarter of the gateway's
+//! instructions per request, measured with callgrind.
 //!
-//! A request a connection never took (it closed between the pool and the
-//! send) comes back whole, so it can go out on another connection whatever
-//! its method; what happens after a request may have been sent is for the
-//! attempt to judge.
+//! A request a connection never took (the first write failed, so the
+//! backend received nothing, and the body was not touched) can go out on
+//! another connection whatever its method. A pooled connection the backend closed
+//! while it sat idle is noticed before it is used, without a system call
+//! when the event loop has seen nothing; what happens after a request may
+//! have been sent is for the attempt to judge.
 
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Request, Response, Uri};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use bytes::{Bytes, BytesMut};
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{Method, Response, Uri};
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::body::AttemptBody;
+use crate::body::{AttemptBody, AttemptBodyError};
+use crate::wire::{
+    self, ChunkedDecoder, Decoded, RequestFraming, RequestHead, ResponseFraming, WireError,
+};
 
 /// How long an idle connection may wait to be reused before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -41,22 +48,94 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Idle connections kept per shard; more are closed as they come back.
 pub const MAX_IDLE: usize = 512;
 
+/// Bytes a read asks for at least: responses that fit come in one read.
+const READ_SIZE: usize = 8 * 1024;
+
+/// A buffered request body at most this large is copied behind its head,
+/// so that both leave in one write.
+const COALESCE_BODY: usize = 16 * 1024;
+
 /// Why a request could not be exchanged.
 #[derive(Debug)]
 pub enum SendError {
     /// No connection could be made (refused, unreachable, timed out, or the
     /// shard's URL names no address): nothing was sent.
     Connect,
-    /// The connection closed before it took the request: nothing was sent,
-    /// and here is the request back.
-    NotSent(Box<Request<AttemptBody>>),
+    /// The connection closed before it took the request: nothing was sent
+    /// (and the body was not touched), so it may go again as it is.
+    NotSent,
     /// The exchange failed after the request may have been sent.
-    Exchange(hyper::Error),
+    Exchange(ExchangeError),
+}
+
+/// How an exchange (or the response body after it) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// The backend closed the connection (or reset it) before sending any
+    /// of its response.
+    #[error("the backend closed the connection before answering")]
+    ClosedBeforeAnswer,
+    /// The backend closed the connection in the middle of its response.
+    #[error("the backend closed the connection in the middle of its response")]
+    Truncated,
+    /// Reading from or writing to the backend failed.
+    #[error("the connection to the backend failed")]
+    Io(#[source] io::Error),
+    /// The backend's response broke HTTP/1.1.
+    #[error(transparent)]
+    Protocol(#[from] WireError),
+    /// The client's request body failed while it was being sent.
+    #[error("the request body could not be sent")]
+    Body(#[source] AttemptBodyError),
+}
+
+impl ExchangeError {
+    /// Whether the backend closed the connection before sending any of its
+    /// response, as opposed to failing mid-response, the client's body
+    /// failing, or a protocol error: the one case where resending a
+    /// repeatable request on another connection is not a failover.
+    pub fn closed_before_answering(&self) -> bool {
+        matches!(self, ExchangeError::ClosedBeforeAnswer)
+    }
+}
+
+/// One open connection and its buffers, kept with it across exchanges.
+struct Connection {
+    stream: TcpStream,
+    /// What has been read and not yet handed on.
+    read: BytesMut,
+    /// The request head (and a small body) being written.
+    write: Vec<u8>,
+}
+
+impl Connection {
+    fn new(stream: TcpStream) -> Self {
+        Self {
+            stream,
+            read: BytesMut::with_capacity(READ_SIZE),
+            write: Vec::with_capacity(1024),
+        }
+    }
+
+    /// Whether the backend left the connection open while it sat idle (it
+    /// neither closed it nor sent anything unasked). Only a connection the
+    /// event loop has seen become readable costs a system call to check.
+    fn is_open(&mut self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.stream.poll_read_ready(&mut cx) {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0_u8; 1];
+                matches!(self.stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
+    }
 }
 
 /// An idle connection and since when.
 struct Idle {
-    sender: SendRequest<AttemptBody>,
+    connection: Connection,
     since: Instant,
 }
 
@@ -75,6 +154,14 @@ impl std::fmt::Debug for Upstream {
             .field("idle", &self.idle_count())
             .finish()
     }
+}
+
+/// How a request that did not get a response ended.
+enum Failed {
+    /// Not a byte left, and the body was not touched.
+    NotSent,
+    /// The request may have been (partly) sent.
+    Exchange(ExchangeError),
 }
 
 impl Upstream {
@@ -101,39 +188,37 @@ impl Upstream {
         self.idle.lock().expect("idle connections").len()
     }
 
-    /// Sends `request` (origin-form URI, `Host` set) on an idle connection,
-    /// or a new one made within `connect_timeout`. The response body gives
-    /// the connection back when it has been read to its end.
+    /// Sends `request` with `body` on an idle connection, or a new one made
+    /// within `connect_timeout`, and returns the response once its head has
+    /// arrived. The response body gives the connection back when it has
+    /// been read to its end.
     pub async fn send(
         self: &Arc<Self>,
-        mut request: Request<AttemptBody>,
+        request: RequestHead<'_>,
+        mut body: AttemptBody,
         connect_timeout: Duration,
     ) -> Result<Response<UpstreamBody>, SendError> {
-        // An idle connection that closed while the request was handed over
-        // returns it untouched; the next one (or a new one) gets it.
-        while let Some(mut sender) = self.checkout().await {
-            match sender.try_send_request(request).await {
-                Ok(response) => return Ok(self.wrap(response, sender)),
-                Err(mut error) => match error.take_message() {
-                    Some(returned) => request = returned,
-                    None => return Err(SendError::Exchange(error.into_error())),
-                },
+        // A pooled connection that turns out closed when the head is
+        // written took nothing; the next one (or a new one) gets the request.
+        while let Some(connection) = self.checkout() {
+            match self.exchange(connection, &request, &mut body).await {
+                Ok(response) => return Ok(response),
+                Err(Failed::NotSent) => {}
+                Err(Failed::Exchange(error)) => return Err(SendError::Exchange(error)),
             }
         }
-        let mut sender = self.connect(connect_timeout).await?;
-        match sender.try_send_request(request).await {
-            Ok(response) => Ok(self.wrap(response, sender)),
-            Err(mut error) => match error.take_message() {
-                Some(returned) => Err(SendError::NotSent(Box::new(returned))),
-                None => Err(SendError::Exchange(error.into_error())),
-            },
+        let connection = self.connect(connect_timeout).await?;
+        match self.exchange(connection, &request, &mut body).await {
+            Ok(response) => Ok(response),
+            Err(Failed::NotSent) => Err(SendError::NotSent),
+            Err(Failed::Exchange(error)) => Err(SendError::Exchange(error)),
         }
     }
 
-    /// An idle connection ready for a request, if there is one.
-    async fn checkout(&self) -> Option<SendRequest<AttemptBody>> {
+    /// An idle connection the backend has not closed, if there is one.
+    fn checkout(&self) -> Option<Connection> {
         loop {
-            let idle = {
+            let Idle { mut connection, .. } = {
                 let mut idle = self.idle.lock().expect("idle connections");
                 let now = Instant::now();
                 // The oldest sit at the bottom: close those past their time.
@@ -146,121 +231,375 @@ impl Upstream {
                 idle.drain(..expired);
                 idle.pop()
             }?;
-            let mut sender = idle.sender;
-            if sender.is_closed() {
-                continue;
-            }
-            // A connection comes back as soon as its response body ends,
-            // which can be a moment before hyper has marked it ready for the
-            // next request.
-            if sender.is_ready() || sender.ready().await.is_ok() {
-                return Some(sender);
+            if connection.is_open() {
+                return Some(connection);
             }
         }
     }
 
     /// A new connection.
-    async fn connect(
-        &self,
-        connect_timeout: Duration,
-    ) -> Result<SendRequest<AttemptBody>, SendError> {
+    async fn connect(&self, connect_timeout: Duration) -> Result<Connection, SendError> {
         let address = self.address.as_deref().ok_or(SendError::Connect)?;
         let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(address))
             .await
             .map_err(|_elapsed| SendError::Connect)?
             .map_err(|_refused| SendError::Connect)?;
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = http1::Builder::new()
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|_| SendError::Connect)?;
-        tokio::spawn(async move {
-            // The connection ends when the backend closes it, a response is
-            // abandoned, or the pool drops it; none of that is an error to
-            // report here (the attempt that was using it sees its own).
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "backend connection closed");
-            }
-        });
-        Ok(sender)
+        Ok(Connection::new(stream))
     }
 
-    fn wrap(
+    /// One exchange on `connection`: the request out, the response head in.
+    async fn exchange(
         self: &Arc<Self>,
-        response: Response<Incoming>,
-        sender: SendRequest<AttemptBody>,
-    ) -> Response<UpstreamBody> {
-        response.map(|inner| UpstreamBody {
-            inner,
-            ended: false,
-            checkin: Some((Arc::clone(self), sender)),
-        })
+        mut connection: Connection,
+        request: &RequestHead<'_>,
+        body: &mut AttemptBody,
+    ) -> Result<Response<UpstreamBody>, Failed> {
+        let (framing, add_length) = request_framing(request, body);
+        let Connection {
+            stream,
+            read,
+            write,
+        } = &mut connection;
+        write.clear();
+        wire::encode_request_head(write, request, framing, add_length);
+        let mut body_after_head = None;
+        if let AttemptBody::Buffered(Some(bytes)) = &*body {
+            if bytes.len() <= COALESCE_BODY {
+                write.extend_from_slice(bytes);
+            } else {
+                body_after_head = Some(bytes.clone());
+            }
+        }
+        match write_head(stream, write).await {
+            Ok(()) => {}
+            Err(Written::Nothing) => return Err(Failed::NotSent),
+            Err(Written::Some(error)) => return Err(Failed::Exchange(ExchangeError::Io(error))),
+        }
+
+        let streamed = matches!(body, AttemptBody::Waiting(_) | AttemptBody::Streaming(..));
+        let (head, sent_whole) = if streamed {
+            // The backend may answer before the body is all there (a 413,
+            // say): its answer is taken, and the rest of the body is not
+            // sent, which leaves the connection unfit for reuse.
+            let (mut reader, mut writer) = stream.split();
+            let upload = upload(&mut writer, body, framing, write);
+            let answer = read_head(&mut reader, read, request.method);
+            tokio::pin!(upload, answer);
+            tokio::select! {
+                biased;
+                uploaded = &mut upload => {
+                    uploaded.map_err(Failed::Exchange)?;
+                    (answer.await, true)
+                }
+                head = &mut answer => (head, false),
+            }
+        } else {
+            if let Some(bytes) = body_after_head {
+                stream
+                    .write_all(&bytes)
+                    .await
+                    .map_err(|error| Failed::Exchange(ExchangeError::Io(error)))?;
+            }
+            (read_head(stream, read, request.method).await, true)
+        };
+        let head = head.map_err(Failed::Exchange)?;
+
+        let state = match head.framing {
+            ResponseFraming::Length(length) => BodyState::Length(length),
+            ResponseFraming::Chunked => BodyState::Chunked(ChunkedDecoder::default()),
+            ResponseFraming::UntilClose => BodyState::UntilClose,
+        };
+        let mut body = UpstreamBody {
+            connection: Some(connection),
+            state,
+            reusable: head.keep_alive && sent_whole,
+            upstream: Arc::clone(self),
+        };
+        if body.state == BodyState::Length(0) {
+            body.finish();
+        }
+        let mut response = Response::new(body);
+        *response.status_mut() = head.status;
+        *response.version_mut() = head.version;
+        *response.headers_mut() = head.headers;
+        Ok(response)
     }
 
     /// Takes a connection back after its exchange.
-    fn checkin(&self, sender: SendRequest<AttemptBody>) {
-        if sender.is_closed() {
-            return;
-        }
+    fn checkin(&self, connection: Connection) {
         let mut idle = self.idle.lock().expect("idle connections");
         if idle.len() < MAX_IDLE {
             idle.push(Idle {
-                sender,
+                connection,
                 since: Instant::now(),
             });
         }
     }
 }
 
-/// A backend response body that gives its connection back to the pool
-/// when it is dropped after its end.
+/// How the request body goes out, and the `Content-Length` to add, if any.
+/// The framing the proxy stated for a streamed body (`Transfer-Encoding:
+/// chunked`, or the client's `Content-Length`, which hyper has held the
+/// client to) is kept; a buffered body without one gets its length; a
+/// streamed body without one is chunked. An empty `POST`, `PUT` or `PATCH` says
+/// `Content-Length: 0`, which some servers insist on.
+fn request_framing(request: &RequestHead<'_>, body: &AttemptBody) -> (RequestFraming, Option<u64>) {
+    if request.headers.contains_key(TRANSFER_ENCODING) {
+        return (RequestFraming::Chunked, None);
+    }
+    if request.headers.contains_key(CONTENT_LENGTH) {
+        return (RequestFraming::Length, None);
+    }
+    let length = match body {
+        AttemptBody::Buffered(bytes) => bytes.as_ref().map_or(0, Bytes::len) as u64,
+        AttemptBody::Done => 0,
+        AttemptBody::Waiting(_) | AttemptBody::Streaming(..) => {
+            return (RequestFraming::Chunked, None);
+        }
+    };
+    let says_length =
+        length > 0 || matches!(*request.method, Method::POST | Method::PUT | Method::PATCH);
+    (RequestFraming::Length, says_length.then_some(length))
+}
+
+/// How far a failed first write got.
+enum Written {
+    /// Not a byte: the backend received nothing of this request.
+    Nothing,
+    /// Some bytes left before the failure.
+    Some(io::Error),
+}
+
+/// Writes the request head (and a coalesced body).
+async fn write_head(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), Written> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match stream.write(&bytes[written..]).await {
+            Ok(0) if written == 0 => return Err(Written::Nothing),
+            Ok(0) => return Err(Written::Some(io::ErrorKind::WriteZero.into())),
+            Ok(n) => written += n,
+            Err(_) if written == 0 => return Err(Written::Nothing),
+            Err(error) => return Err(Written::Some(error)),
+        }
+    }
+    Ok(())
+}
+
+/// Streams the client's body to the backend, chunked or as is.
+async fn upload<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    body: &mut AttemptBody,
+    framing: RequestFraming,
+    scratch: &mut Vec<u8>,
+) -> Result<(), ExchangeError> {
+    let chunked = framing == RequestFraming::Chunked;
+    loop {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
+        scratch.clear();
+        let last = match frame {
+            None if chunked => {
+                wire::encode_last_chunk(scratch, None);
+                true
+            }
+            None => return Ok(()),
+            Some(Err(error)) => return Err(ExchangeError::Body(error)),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if data.is_empty() => continue,
+                Ok(data) if chunked => {
+                    wire::encode_chunk(scratch, &data);
+                    false
+                }
+                Ok(data) => {
+                    writer.write_all(&data).await.map_err(ExchangeError::Io)?;
+                    continue;
+                }
+                Err(frame) => match frame.into_trailers() {
+                    Ok(trailers) if chunked => {
+                        wire::encode_last_chunk(scratch, Some(&trailers));
+                        true
+                    }
+                    // Trailers cannot travel with a Content-Length body.
+                    _ => continue,
+                },
+            },
+        };
+        writer.write_all(scratch).await.map_err(ExchangeError::Io)?;
+        if last {
+            return Ok(());
+        }
+    }
+}
+
+/// Reads until a whole response head (after any 1xx) is in `read`.
+async fn read_head<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    read: &mut BytesMut,
+    method: &Method,
+) -> Result<wire::ResponseHead, ExchangeError> {
+    let mut answered = !read.is_empty();
+    loop {
+        if answered && let Some(head) = wire::parse_response_head(read, method)? {
+            return Ok(head);
+        }
+        make_room(read);
+        match reader.read_buf(read).await {
+            Ok(0) if answered => return Err(ExchangeError::Truncated),
+            Ok(0) => return Err(ExchangeError::ClosedBeforeAnswer),
+            Ok(_) => answered = true,
+            Err(error) if !answered && is_reset(&error) => {
+                return Err(ExchangeError::ClosedBeforeAnswer);
+            }
+            Err(error) => return Err(ExchangeError::Io(error)),
+        }
+    }
+}
+
+/// Room for one more read of [`READ_SIZE`].
+fn make_room(read: &mut BytesMut) {
+    if read.capacity() - read.len() < READ_SIZE / 8 {
+        read.reserve(READ_SIZE);
+    }
+}
+
+fn is_reset(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
+}
+
+/// Where a response body stands.
+#[derive(Debug, PartialEq, Eq)]
+enum BodyState {
+    /// This many bytes to go.
+    Length(u64),
+    /// Chunked, decoded as it arrives.
+    Chunked(ChunkedDecoder),
+    /// Until the backend closes the connection.
+    UntilClose,
+    /// Read to its end (or failed).
+    Done,
+}
+
+/// A backend response body, read from the connection as the client takes
+/// it; the connection goes back to the pool as soon as the body has been
+/// read to its end, if it may carry another exchange.
 pub struct UpstreamBody {
-    inner: Incoming,
-    ended: bool,
-    checkin: Option<(Arc<Upstream>, SendRequest<AttemptBody>)>,
+    connection: Option<Connection>,
+    state: BodyState,
+    /// Keep-alive allowed by the backend and the request sent whole.
+    reusable: bool,
+    upstream: Arc<Upstream>,
 }
 
 impl std::fmt::Debug for UpstreamBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamBody")
-            .field("ended", &self.ended)
+            .field("state", &self.state)
             .finish_non_exhaustive()
     }
 }
 
-impl Drop for UpstreamBody {
-    fn drop(&mut self) {
-        if let Some((upstream, sender)) = self.checkin.take()
-            && (self.ended || self.inner.is_end_stream())
+impl UpstreamBody {
+    /// The body ended: the connection goes back if it can carry another
+    /// exchange (bytes beyond the response mean it cannot).
+    fn finish(&mut self) {
+        self.state = BodyState::Done;
+        if let Some(connection) = self.connection.take()
+            && self.reusable
+            && connection.read.is_empty()
         {
-            upstream.checkin(sender);
+            self.upstream.checkin(connection);
         }
+    }
+
+    /// The body failed: the connection is closed.
+    fn fail(&mut self, error: ExchangeError) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
+        self.state = BodyState::Done;
+        self.connection = None;
+        Poll::Ready(Some(Err(error)))
     }
 }
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ExchangeError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None) => self.ended = true,
-            // A broken body leaves the connection in no state to reuse.
-            Poll::Ready(Some(Err(_))) => self.checkin = None,
-            _ => {}
+    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
+        let this = &mut *self;
+        loop {
+            let Some(connection) = this.connection.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let read = &mut connection.read;
+            match &mut this.state {
+                BodyState::Done => return Poll::Ready(None),
+                BodyState::Length(0) => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                BodyState::Length(left) => {
+                    if !read.is_empty() {
+                        let take = usize::try_from(*left).unwrap_or(usize::MAX).min(read.len());
+                        *left -= take as u64;
+                        let data = read.split_to(take).freeze();
+                        if *left == 0 {
+                            this.finish();
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+                BodyState::Chunked(decoder) => match decoder.decode(read) {
+                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Ok(Decoded::Trailers(trailers)) => {
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
+                    Ok(Decoded::End) => {
+                        this.finish();
+                        return Poll::Ready(None);
+                    }
+                    Ok(Decoded::NeedMore) => {}
+                    Err(error) => return this.fail(error.into()),
+                },
+                BodyState::UntilClose => {
+                    if !read.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(read.split().freeze()))));
+                    }
+                }
+            }
+            make_room(read);
+            match ready!(tokio_util::io::poll_read_buf(
+                Pin::new(&mut connection.stream),
+                cx,
+                read
+            )) {
+                Ok(0) if this.state == BodyState::UntilClose => {
+                    this.state = BodyState::Done;
+                    this.connection = None;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return this.fail(ExchangeError::Truncated),
+                Ok(_) => {}
+                Err(error) => return this.fail(ExchangeError::Io(error)),
+            }
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.inner.is_end_stream()
+        matches!(self.state, BodyState::Done | BodyState::Length(0))
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.state {
+            BodyState::Length(left) => SizeHint::with_exact(left),
+            BodyState::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
     }
 }
