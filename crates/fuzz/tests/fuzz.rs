@@ -243,13 +243,44 @@ fn inbound_header_filter() {
             headers.append(name, value);
         }
         let tenant = http::HeaderValue::from_static("tenant-a");
-        gateway::headers::inbound(&mut headers, Some(&tenant), None);
-        // The invariant: nothing in the gateway's namespace survives but the
-        // tenant the gateway set, and no credential or hop-by-hop header.
-        for name in headers.keys() {
-            let name = name.as_str();
+        let host = http::HeaderValue::from_static("s0:9100");
+        let shard = http::HeaderValue::from_static("s0");
+        let forwarded_host = gateway::headers::inbound(&mut headers);
+        let head = gateway::wire::RequestHead {
+            method: &http::Method::GET,
+            target: "/",
+            headers: &headers,
+            added: gateway::headers::Added {
+                forwarded_host: forwarded_host.as_ref(),
+                forwarded_for: None,
+                tenant: Some(&tenant),
+            },
+            host: Some(&host),
+            shard: Some(&shard),
+        };
+        let mut wire = Vec::new();
+        gateway::wire::encode_request_head(
+            &mut wire,
+            &head,
+            gateway::wire::RequestFraming::Length,
+            None,
+        );
+        // The invariant, on what a backend receives: nothing in the
+        // gateway's namespace but the tenant and shard the gateway set (once
+        // each), one Host (the shard's), and no credential or hop-by-hop
+        // header.
+        let text = String::from_utf8_lossy(&wire);
+        let fields: Vec<(String, &str)> = text
+            .split("\r\n")
+            .skip(1)
+            .filter_map(|line| line.split_once(':'))
+            .map(|(name, value)| (name.to_ascii_lowercase(), value.trim()))
+            .collect();
+        for (name, _) in &fields {
             assert!(
-                !name.starts_with("x-shuffle-") || name == "x-shuffle-tenant",
+                !name.replace('_', "-").starts_with("x-shuffle-")
+                    || name == "x-shuffle-tenant"
+                    || name == "x-shuffle-shard",
                 "{name} survived"
             );
             assert!(
@@ -261,17 +292,20 @@ fn inbound_header_filter() {
                     "te",
                     "upgrade"
                 ]
-                .contains(&name),
+                .contains(&name.as_str()),
                 "{name} survived"
             );
         }
-        assert_eq!(
-            headers
-                .get_all("x-shuffle-tenant")
+        let values = |wanted: &str| -> Vec<&str> {
+            fields
                 .iter()
-                .collect::<Vec<_>>(),
-            ["tenant-a"]
-        );
+                .filter(|(name, _)| name == wanted)
+                .map(|(_, value)| *value)
+                .collect()
+        };
+        assert_eq!(values("x-shuffle-tenant"), ["tenant-a"]);
+        assert_eq!(values("x-shuffle-shard"), ["s0"]);
+        assert_eq!(values("host"), ["s0:9100"]);
     });
 }
 

@@ -10,6 +10,7 @@ use http::{Response, Uri};
 use tokio::time::Instant;
 
 use crate::body::RequestBody;
+use crate::headers::Added;
 use crate::state::ShardRuntime;
 use crate::upstream::{SendError, UpstreamBody};
 use crate::wire::RequestHead;
@@ -72,8 +73,8 @@ pub fn path_prefix(base: &Uri) -> &str {
 const MAX_STALE_RESENDS: usize = 1;
 
 /// Sends one attempt. `parts` is the prepared request head (headers
-/// already cleaned); the shard's `Host` and `x-shuffle-shard` are added on
-/// the wire.
+/// already cleaned); `added` and the shard's `Host` and `x-shuffle-shard`
+/// are added on the wire.
 ///
 /// The per-try timeout runs from the moment the whole request body has been
 /// read from the client (at once for a buffered body), so a long upload is
@@ -90,6 +91,7 @@ const MAX_STALE_RESENDS: usize = 1;
 pub async fn send(
     shard: &ShardRuntime,
     parts: &Parts,
+    added: Added<'_>,
     body: &RequestBody,
     per_try_timeout: Duration,
     deadline: Instant,
@@ -100,6 +102,7 @@ pub async fn send(
         method: &parts.method,
         target: &target,
         headers: &parts.headers,
+        added,
         host: shard.host_header.as_ref(),
         shard: shard.id_header.as_ref(),
     };

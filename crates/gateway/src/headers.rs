@@ -10,6 +10,7 @@
 //! alone.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
 
 /// The gateway's header namespace.
 pub const NAMESPACE: &str = "x-shuffle-";
@@ -53,14 +54,14 @@ fn in_namespace(name: &HeaderName) -> bool {
 }
 
 /// `x-forwarded-host`: the client's `Host`, set by the gateway alone.
-const FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub const FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// `x-forwarded-for`: the client's address, appended by the gateway.
-const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The header names the `Connection` header lists: hop-by-hop by the
 /// client's (or backend's) own declaration.
-fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+fn connection_named(headers: &HeaderMap) -> SmallVec<[HeaderName; 4]> {
     headers
         .get_all(header::CONNECTION)
         .iter()
@@ -74,7 +75,7 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
 /// (a request usually carries a handful of headers, and looking each
 /// forbidden name up in turn costs more than reading them all once).
 fn remove_where(headers: &mut HeaderMap, doomed: impl Fn(&HeaderName) -> bool) {
-    let names: Vec<HeaderName> = headers
+    let names: SmallVec<[HeaderName; 8]> = headers
         .keys()
         .filter(|name| doomed(name))
         .cloned()
@@ -91,16 +92,35 @@ fn never_forwarded(name: &HeaderName, connection_named: &[HeaderName]) -> bool {
     HOP_BY_HOP.contains(name) || connection_named.contains(name) || in_namespace(name)
 }
 
+/// The headers the gateway adds to every attempt of one request. They are
+/// written on the wire after the client's own (by
+/// [`crate::wire::encode_request_head`]) rather than inserted into the
+/// client's header map, which hyper sized for what the client sent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Added<'a> {
+    /// `x-forwarded-host`: the client's `Host`.
+    pub forwarded_host: Option<&'a HeaderValue>,
+    /// `x-forwarded-for`: the client's address, after any the client sent.
+    pub forwarded_for: Option<&'a HeaderValue>,
+    /// `x-shuffle-tenant`: the authenticated tenant.
+    pub tenant: Option<&'a HeaderValue>,
+}
+
+impl Added<'_> {
+    /// Whether a header of the client's must not go out beside these: the
+    /// gateway's own `x-forwarded-host` and namespace, and `Host`, which
+    /// each attempt sets to its shard. ([`inbound`] has removed them
+    /// already; the wire checks again.)
+    pub fn replaces(name: &HeaderName) -> bool {
+        name == header::HOST || name == FORWARDED_HOST || name == TENANT || name == SHARD
+    }
+}
+
 /// Prepares a client request's headers for a backend: strips what must not
-/// pass and adds the authenticated tenant (`tenant`, the header value of its
-/// id) and the client's address (`forwarded_for`). `Host` is removed so that
-/// each attempt can name its backend; the original goes in
-/// `x-forwarded-host`.
-pub fn inbound(
-    headers: &mut HeaderMap,
-    tenant: Option<&HeaderValue>,
-    forwarded_for: Option<&HeaderValue>,
-) {
+/// pass and returns the client's `Host` (removed, so that each attempt can
+/// name its backend), which goes out as `x-forwarded-host`. The tenant and
+/// the client's address are added on the wire (see [`Added`]).
+pub fn inbound(headers: &mut HeaderMap) -> Option<HeaderValue> {
     let named = connection_named(headers);
     // A body framed by Transfer-Encoding was decoded by that (RFC 9112
     // section 6.3), so a Content-Length beside it is a lie a backend might
@@ -116,15 +136,7 @@ pub fn inbound(
             || name == FORWARDED_HOST
             || (chunked && name == header::CONTENT_LENGTH)
     });
-    if let Some(host) = headers.remove(header::HOST) {
-        headers.insert(FORWARDED_HOST, host);
-    }
-    if let Some(forwarded_for) = forwarded_for {
-        headers.append(FORWARDED_FOR, forwarded_for.clone());
-    }
-    if let Some(tenant) = tenant {
-        headers.insert(TENANT, tenant.clone());
-    }
+    headers.remove(header::HOST)
 }
 
 /// The `x-forwarded-for` value for a client address.
@@ -173,8 +185,8 @@ mod tests {
         headers.insert("x-api-key", "key".parse().unwrap());
         headers.insert("host", "gateway.example".parse().unwrap());
         headers.insert("accept", "*/*".parse().unwrap());
-        inbound(
-            &mut headers,
+        let headers = forwarded(
+            headers,
             Some(&HeaderValue::from_static("acme")),
             forwarded_for("127.0.0.1".parse().unwrap()).as_ref(),
         );
@@ -210,7 +222,7 @@ mod tests {
     fn a_clients_forwarded_host_never_passes_as_the_gateways() {
         let mut headers = HeaderMap::new();
         headers.insert("x-forwarded-host", "victim.example".parse().unwrap());
-        inbound(&mut headers, Some(&HeaderValue::from_static("acme")), None);
+        let headers = forwarded(headers, Some(&HeaderValue::from_static("acme")), None);
         assert!(headers.get("x-forwarded-host").is_none());
     }
 
@@ -225,8 +237,49 @@ mod tests {
         assert_eq!(headers.len(), 1);
     }
 
-    /// The obvious version of `inbound`, kept as the reference: remove each
-    /// forbidden name in turn.
+    /// What a backend receives of `headers`: [`inbound`], then the head as
+    /// the wire writes it (no `Host` or shard: those are the attempt's),
+    /// parsed back.
+    fn forwarded(
+        mut headers: HeaderMap,
+        tenant: Option<&HeaderValue>,
+        forwarded_for: Option<&HeaderValue>,
+    ) -> HeaderMap {
+        let forwarded_host = inbound(&mut headers);
+        let head = crate::wire::RequestHead {
+            method: &http::Method::GET,
+            target: "/",
+            headers: &headers,
+            added: Added {
+                forwarded_host: forwarded_host.as_ref(),
+                forwarded_for,
+                tenant,
+            },
+            host: None,
+            shard: None,
+        };
+        let mut wire = Vec::new();
+        crate::wire::encode_request_head(
+            &mut wire,
+            &head,
+            crate::wire::RequestFraming::Length,
+            None,
+        );
+        let mut fields = [httparse::EMPTY_HEADER; 64];
+        let mut request = httparse::Request::new(&mut fields);
+        assert!(request.parse(&wire).unwrap().is_complete());
+        let mut parsed = HeaderMap::new();
+        for field in request.headers.iter() {
+            parsed.append(
+                HeaderName::from_bytes(field.name.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(field.value).unwrap(),
+            );
+        }
+        parsed
+    }
+
+    /// The obvious version of `inbound` and the additions, kept as the
+    /// reference: remove each forbidden name in turn, then insert.
     fn inbound_reference(headers: &mut HeaderMap, tenant: &str, peer: &str) {
         if headers.contains_key(header::TRANSFER_ENCODING) {
             headers.remove(header::CONTENT_LENGTH);
@@ -258,9 +311,11 @@ mod tests {
         }
     }
 
-    /// Every name with its values in order. (The order of different names
-    /// depends on the order of removals, which the two versions need not
-    /// share; the order of one name's values is what a backend would see.)
+    /// Every name with its values in order, without the surrounding
+    /// whitespace that HTTP/1.1 does not carry. (The order of different
+    /// names depends on the order of removals, which the two versions need
+    /// not share; the order of one name's values is what a backend would
+    /// see.)
     fn pairs(headers: &HeaderMap) -> std::collections::BTreeMap<String, Vec<Vec<u8>>> {
         headers
             .keys()
@@ -268,7 +323,9 @@ mod tests {
                 let values = headers.get_all(name).iter();
                 (
                     name.as_str().to_owned(),
-                    values.map(|value| value.as_bytes().to_vec()).collect(),
+                    values
+                        .map(|value| value.as_bytes().trim_ascii().to_vec())
+                        .collect(),
                 )
             })
             .collect()
@@ -313,9 +370,9 @@ mod tests {
                     HeaderValue::from_str(value).unwrap(),
                 );
             }
-            let (mut fast, mut reference) = (headers.clone(), headers.clone());
-            inbound(
-                &mut fast,
+            let mut reference = headers.clone();
+            let fast = forwarded(
+                headers.clone(),
                 Some(&HeaderValue::from_static("acme")),
                 forwarded_for("10.0.0.7".parse().unwrap()).as_ref(),
             );

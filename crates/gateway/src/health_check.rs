@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::attempt::backend_target;
 use crate::body::AttemptBody;
+use crate::headers::Added;
 use crate::state::{Gateway, ShardRuntime};
 use crate::wire::RequestHead;
 
@@ -50,6 +51,7 @@ async fn check(shard: &ShardRuntime, path: &str, timeout: std::time::Duration) -
         method: &Method::GET,
         target: &target,
         headers: &HeaderMap::new(),
+        added: Added::default(),
         host: shard.host_header.as_ref(),
         shard: None,
     };

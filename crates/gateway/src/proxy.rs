@@ -193,11 +193,12 @@ async fn route(
     // header the client named in `Connection` (`Connection: Idempotency-Key`)
     // is hop-by-hop and never reaches the backend, so it cannot make the
     // request safe to repeat either.
-    headers::inbound(
-        &mut parts.headers,
-        route.tenant_header.as_ref(),
-        peer.forwarded_for.as_ref(),
-    );
+    let forwarded_host = headers::inbound(&mut parts.headers);
+    let added = headers::Added {
+        forwarded_host: forwarded_host.as_ref(),
+        forwarded_for: peer.forwarded_for.as_ref(),
+        tenant: route.tenant_header.as_ref(),
+    };
     let safe_to_repeat =
         headers::is_idempotent(&parts.method) || parts.headers.contains_key("idempotency-key");
     // One clock read per attempt serves health, the deadline and timing.
@@ -328,6 +329,7 @@ async fn route(
             attempt::send(
                 shard,
                 &parts,
+                added,
                 &body,
                 config.routing.per_try_timeout,
                 deadline,

@@ -21,6 +21,8 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
 
+use crate::headers::{Added, FORWARDED_FOR, FORWARDED_HOST, SHARD, TENANT};
+
 /// The largest response head (or trailer section) accepted from a backend.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
@@ -76,15 +78,18 @@ pub struct RequestHead<'a> {
     pub target: &'a str,
     /// The client's headers, cleaned by [`crate::headers::inbound`].
     pub headers: &'a HeaderMap,
+    /// What the gateway adds for every attempt.
+    pub added: Added<'a>,
     /// `Host`: the shard's authority.
     pub host: Option<&'a HeaderValue>,
     /// `x-shuffle-shard`: the shard's id.
     pub shard: Option<&'a HeaderValue>,
 }
 
-/// Writes a request head: request line, `Host`, the headers (any `Host` or
-/// `x-shuffle-shard` among them is left out: those name this shard),
-/// `x-shuffle-shard`, a `Content-Length` of `add_length` when given,
+/// Writes a request head: request line, `Host`, the headers (leaving out
+/// any the gateway sets itself, see [`Added::replaces`]), the gateway's
+/// additions and `x-shuffle-shard`, a `Content-Length` of `add_length` when
+/// given,
 /// `Transfer-Encoding: chunked` for a chunked body unless the headers say
 /// so already, and the blank line.
 pub fn encode_request_head(
@@ -101,12 +106,22 @@ pub fn encode_request_head(
         field(out, &header::HOST, host);
     }
     for (name, value) in head.headers {
-        if name != header::HOST && name != crate::headers::SHARD {
+        if !Added::replaces(name) {
+            field(out, name, value);
+        }
+    }
+    let added = [
+        (&FORWARDED_HOST, head.added.forwarded_host),
+        (&FORWARDED_FOR, head.added.forwarded_for),
+        (&TENANT, head.added.tenant),
+    ];
+    for (name, value) in added {
+        if let Some(value) = value {
             field(out, name, value);
         }
     }
     if let Some(shard) = head.shard {
-        field(out, &crate::headers::SHARD, shard);
+        field(out, &SHARD, shard);
     }
     if let Some(length) = add_length {
         out.extend_from_slice(b"content-length: ");
@@ -192,25 +207,31 @@ pub fn parse_response_head(
             // 100 Continue, 103 Early Hints: the real answer follows.
             continue;
         }
+        let fields = &parsed.framing;
+        let framing = response_framing(method, status, fields)?;
+        // HTTP/1.0 has no transfer codings: a 1.0 response that names one
+        // is framed faultily, and its connection is closed after it (RFC
+        // 9112 section 6.1).
+        let keep_alive = if parsed.version == Version::HTTP_10 {
+            fields.keep_alive && !fields.coded
+        } else {
+            !fields.close
+        } && framing != ResponseFraming::UntilClose
+            // Both lengths: the message was framed by the coding, but a
+            // sender that says both cannot be trusted with the next one.
+            && !(fields.coded && fields.has_length);
         let mut headers = HeaderMap::with_capacity(parsed.fields.len());
         for (name, value) in &parsed.fields {
             let name = HeaderName::from_bytes(&head[name.clone()])
                 .map_err(|_| WireError::MalformedHead(httparse::Error::HeaderName))?;
+            // The coding framed the body, so the length is not forwarded
+            // (RFC 9112 section 6.3).
+            if fields.coded && name == header::CONTENT_LENGTH {
+                continue;
+            }
             let value = HeaderValue::from_maybe_shared(head.slice(value.clone()))
                 .map_err(|_| WireError::MalformedHead(httparse::Error::HeaderValue))?;
             headers.append(name, value);
-        }
-        let framing = response_framing(method, status, &headers)?;
-        let coded = headers.contains_key(header::TRANSFER_ENCODING);
-        let keep_alive = keep_alive(parsed.version, &headers)
-            && framing != ResponseFraming::UntilClose
-            // Both lengths: the message was framed by the coding, but a
-            // sender that says both cannot be trusted with the next one.
-            && !(coded && headers.contains_key(header::CONTENT_LENGTH));
-        if coded {
-            // The coding framed the body, so the length is not forwarded
-            // (RFC 9112 section 6.3).
-            headers.remove(header::CONTENT_LENGTH);
         }
         return Ok(Some(ResponseHead {
             status,
@@ -222,12 +243,68 @@ pub fn parse_response_head(
     }
 }
 
+/// What the framing rules need from a head's fields, gathered from the raw
+/// bytes as they are parsed, before (and without) any header map lookups.
+#[derive(Debug, Default)]
+struct FramingFields {
+    /// A `Content-Length` field was present.
+    has_length: bool,
+    /// Its value, when every value was the same number.
+    length: Option<u64>,
+    /// Some value was not a number, or two differed.
+    bad_length: bool,
+    /// A `Transfer-Encoding` field was present.
+    coded: bool,
+    /// Its final coding is `chunked`.
+    chunked: bool,
+    /// `Connection` lists `close`.
+    close: bool,
+    /// `Connection` lists `keep-alive`.
+    keep_alive: bool,
+}
+
+impl FramingFields {
+    fn observe(&mut self, name: &[u8], value: &[u8]) {
+        let tokens = || value.split(|&b| b == b',').map(<[u8]>::trim_ascii);
+        if name.eq_ignore_ascii_case(b"content-length") {
+            self.has_length = true;
+            for part in tokens() {
+                match digits(part) {
+                    Some(length) if self.length.is_none_or(|seen| seen == length) => {
+                        self.length = Some(length);
+                    }
+                    _ => self.bad_length = true,
+                }
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            self.coded = true;
+            if let Some(last) = tokens().rfind(|coding| !coding.is_empty()) {
+                self.chunked = last.eq_ignore_ascii_case(b"chunked");
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in tokens() {
+                self.close |= token.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+    }
+}
+
+/// A non-empty run of ASCII digits that fits in a `u64`.
+fn digits(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
 /// One response head's status, version, length and where its fields are.
 struct Parsed {
     status: StatusCode,
     version: Version,
     length: usize,
     fields: SmallVec<[(Range<usize>, Range<usize>); 16]>,
+    framing: FramingFields,
 }
 
 fn parse_one(buf: &[u8]) -> Result<Option<Parsed>, WireError> {
@@ -261,16 +338,21 @@ fn parse_one(buf: &[u8]) -> Result<Option<Parsed>, WireError> {
         let start = part.as_ptr() as usize - base;
         start..start + part.len()
     };
+    let mut framing = FramingFields::default();
     let fields = response
         .headers
         .iter()
-        .map(|field| (offset(field.name.as_bytes()), offset(field.value)))
+        .map(|field| {
+            framing.observe(field.name.as_bytes(), field.value);
+            (offset(field.name.as_bytes()), offset(field.value))
+        })
         .collect();
     Ok(Some(Parsed {
         status,
         version,
         length,
         fields,
+        framing,
     }))
 }
 
@@ -278,7 +360,7 @@ fn parse_one(buf: &[u8]) -> Result<Option<Parsed>, WireError> {
 fn response_framing(
     method: &Method,
     status: StatusCode,
-    headers: &HeaderMap,
+    fields: &FramingFields,
 ) -> Result<ResponseFraming, WireError> {
     if method == Method::HEAD
         || status.is_informational()
@@ -287,60 +369,32 @@ fn response_framing(
     {
         return Ok(ResponseFraming::Length(0));
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        let last = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .map(str::trim)
-            .rfind(|coding| !coding.is_empty());
-        return Ok(match last {
-            Some(coding) if coding.eq_ignore_ascii_case("chunked") => ResponseFraming::Chunked,
-            _ => ResponseFraming::UntilClose,
+    if fields.coded {
+        return Ok(if fields.chunked {
+            ResponseFraming::Chunked
+        } else {
+            ResponseFraming::UntilClose
         });
     }
-    content_length(headers)
-        .map(|length| length.map_or(ResponseFraming::UntilClose, ResponseFraming::Length))
+    if fields.bad_length {
+        return Err(WireError::BadContentLength);
+    }
+    Ok(fields
+        .length
+        .map_or(ResponseFraming::UntilClose, ResponseFraming::Length))
 }
 
-/// The `Content-Length`, if any: every value (repeated fields, comma lists)
-/// must be the same number.
+/// The `Content-Length` of `headers`, if any: every value (repeated fields,
+/// comma lists) must be the same number.
 pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, WireError> {
-    let mut length = None;
+    let mut fields = FramingFields::default();
     for value in headers.get_all(header::CONTENT_LENGTH) {
-        let value = value.to_str().map_err(|_| WireError::BadContentLength)?;
-        for part in value.split(',') {
-            let part = part.trim();
-            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(WireError::BadContentLength);
-            }
-            let parsed: u64 = part.parse().map_err(|_| WireError::BadContentLength)?;
-            if length.is_some_and(|seen| seen != parsed) {
-                return Err(WireError::BadContentLength);
-            }
-            length = Some(parsed);
-        }
+        fields.observe(b"content-length", value.as_bytes());
     }
-    Ok(length)
-}
-
-/// Whether the backend lets the connection stay open: HTTP/1.1 unless it
-/// says `Connection: close`, HTTP/1.0 only if it says `keep-alive`.
-fn keep_alive(version: Version, headers: &HeaderMap) -> bool {
-    let says = |token: &str| {
-        headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .any(|listed| listed.trim().eq_ignore_ascii_case(token))
-    };
-    if version == Version::HTTP_10 {
-        says("keep-alive")
-    } else {
-        !says("close")
+    if fields.bad_length {
+        return Err(WireError::BadContentLength);
     }
+    Ok(fields.length)
 }
 
 /// What [`ChunkedDecoder::decode`] found.
@@ -387,6 +441,11 @@ impl ChunkedDecoder {
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
         loop {
             match self.state {
+                // httparse reads a size line without digits as zero, the
+                // last chunk; RFC 9112 wants at least one hex digit.
+                ChunkState::Size if buf.first().is_some_and(|b| !b.is_ascii_hexdigit()) => {
+                    return Err(WireError::BadChunk);
+                }
                 ChunkState::Size => match httparse::parse_chunk_size(buf) {
                     Ok(httparse::Status::Complete((used, size))) => {
                         buf.advance(used);
@@ -473,17 +532,29 @@ mod tests {
     #[test]
     fn a_request_head_is_written_as_http_1_1() {
         let mut headers = HeaderMap::new();
-        headers.insert("x-shuffle-tenant", HeaderValue::from_static("acme"));
-        // A stale Host or shard header in the map never goes out beside
-        // the attempt's own.
+        headers.insert("accept", HeaderValue::from_static("*/*"));
+        headers.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        // Stale values of what the gateway sets never go out beside its own.
         headers.insert(header::HOST, HeaderValue::from_static("client.example"));
         headers.insert("x-shuffle-shard", HeaderValue::from_static("s9"));
+        headers.insert("x-shuffle-tenant", HeaderValue::from_static("evil"));
+        headers.insert("x-forwarded-host", HeaderValue::from_static("evil.example"));
         let host = HeaderValue::from_static("s0:9100");
         let shard = HeaderValue::from_static("s0");
+        let (client_host, peer, tenant) = (
+            HeaderValue::from_static("gateway.example"),
+            HeaderValue::from_static("127.0.0.1"),
+            HeaderValue::from_static("acme"),
+        );
         let head = RequestHead {
             method: &Method::POST,
             target: "/v1/items?x=1",
             headers: &headers,
+            added: Added {
+                forwarded_host: Some(&client_host),
+                forwarded_for: Some(&peer),
+                tenant: Some(&tenant),
+            },
             host: Some(&host),
             shard: Some(&shard),
         };
@@ -491,12 +562,15 @@ mod tests {
         encode_request_head(&mut out, &head, RequestFraming::Length, Some(5));
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "POST /v1/items?x=1 HTTP/1.1\r\nhost: s0:9100\r\nx-shuffle-tenant: acme\r\nx-shuffle-shard: s0\r\ncontent-length: 5\r\n\r\n"
+            "POST /v1/items?x=1 HTTP/1.1\r\nhost: s0:9100\r\naccept: */*\r\nx-forwarded-for: 10.0.0.1\r\n\
+             x-forwarded-host: gateway.example\r\nx-forwarded-for: 127.0.0.1\r\nx-shuffle-tenant: acme\r\n\
+             x-shuffle-shard: s0\r\ncontent-length: 5\r\n\r\n"
         );
         let bare = RequestHead {
             method: &Method::PUT,
             target: "/",
             headers: &HeaderMap::new(),
+            added: Added::default(),
             host: None,
             shard: None,
         };

@@ -14,3 +14,4 @@ mod routing;
 mod status_page;
 mod transport;
 mod upstream;
+mod wire;
