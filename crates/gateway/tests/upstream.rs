@@ -328,19 +328,100 @@ async fn get_ok(upstream: &Arc<Upstream>, uri: &Uri) -> Read {
     read
 }
 
-/// Asserts that a response to `GET /x` from a server answering `answer`
+/// A 200 whose body is `ok`.
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+/// A 200 whose body is `hello`.
+const HELLO: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+
+/// A 200 with an empty body.
+const EMPTY: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+
+/// A server answering every request with `pieces` and then doing `after`
+/// (see [`RawServer::start`]), and a pool of connections to it.
+async fn backend(pieces: &[&[u8]], after: After) -> (RawServer, Arc<Upstream>) {
+    let server = RawServer::start(pieces, after).await;
+    let upstream = Arc::new(Upstream::new(&server.uri));
+    (server, upstream)
+}
+
+/// What one `GET /x` to a fresh [`backend`] got back: a 200, with its
+/// body read to its end or its error.
+struct Fetched {
+    upstream: Arc<Upstream>,
+    headers: HeaderMap,
+    read: Read,
+}
+
+/// Sends `GET /x` to a fresh [`backend`] answering `pieces`, expects a 200,
+/// and reads its body. A body that fails must leave no connection pooled.
+async fn fetch(pieces: &[&[u8]], after: After) -> Fetched {
+    let (server, upstream) = backend(pieces, after).await;
+    let (head, body) = get(&upstream, &server.uri).await.unwrap().into_parts();
+    assert_eq!(head.status, StatusCode::OK);
+    let read = read(body).await;
+    if read.error.is_some() {
+        assert_eq!(upstream.idle_count(), 0, "a failed body was pooled");
+    }
+    Fetched {
+        upstream,
+        headers: head.headers,
+        read,
+    }
+}
+
+/// Asserts that the body of a 200 from a server answering `answer` and
+/// then doing `after` brings `data` and then fails with an error that
+/// `expected` accepts, leaving no connection pooled.
+async fn assert_body_fails(
+    answer: &[u8],
+    after: After,
+    data: &[u8],
+    expected: fn(&ExchangeError) -> bool,
+) {
+    let Fetched { read, .. } = fetch(&[answer], after).await;
+    assert_eq!(read.data, data);
+    assert!(read.error.as_ref().is_some_and(expected), "{read:?}");
+}
+
+/// Asserts that `GET /x` to a server answering `pieces` and then doing
+/// `after` fails before any response with an error that `expected`
+/// accepts, leaving no connection pooled.
+async fn assert_exchange_fails(
+    pieces: &[&[u8]],
+    after: After,
+    expected: fn(&ExchangeError) -> bool,
+) {
+    let (server, upstream) = backend(pieces, after).await;
+    let result = get(&upstream, &server.uri).await;
+    assert!(
+        matches!(&result, Err(SendError::Exchange(error)) if expected(error)),
+        "{result:?}"
+    );
+    assert_eq!(upstream.idle_count(), 0);
+}
+
+/// Asserts that a response to `GET /x` from a server answering `pieces`
 /// has `body` and leaves its connection pooled or not, and that a second
 /// request then reuses the connection or opens a new one accordingly.
-async fn assert_pooled(answer: &[u8], after: After, body: &[u8], pooled: bool) {
-    let server = RawServer::start(&[answer], after).await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
+/// Returns what the two requests read.
+async fn assert_pooled(pieces: &[&[u8]], after: After, body: &[u8], pooled: bool) -> Vec<Read> {
+    let (server, upstream) = backend(pieces, after).await;
+    let mut reads = Vec::new();
     for round in 1..=2 {
         let read = get_ok(&upstream, &server.uri).await;
-        assert_eq!(read.data, body, "round {round}");
+        // Compared without printing both, which may be megabytes.
+        assert!(
+            read.data == body,
+            "round {round}: the body arrived altered: {:?}…",
+            String::from_utf8_lossy(&read.data[..read.data.len().min(100)])
+        );
         assert_eq!(upstream.idle_count(), usize::from(pooled), "round {round}");
+        reads.push(read);
     }
     let expected = if pooled { 1 } else { 2 };
     assert_eq!(server.accepted(), expected, "connections for two requests");
+    reads
 }
 
 // ---------------------------------------------------------------------------
@@ -348,12 +429,7 @@ async fn assert_pooled(answer: &[u8], after: After, body: &[u8], pooled: bool) {
 
 #[tokio::test]
 async fn a_connection_whose_response_was_read_is_reused() {
-    let server = RawServer::start(
-        &[b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"],
-        After::KeepOpen,
-    )
-    .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
+    let (server, upstream) = backend(&[HELLO], After::KeepOpen).await;
     for _ in 0..10 {
         assert_eq!(get_ok(&upstream, &server.uri).await.data, b"hello");
     }
@@ -367,8 +443,7 @@ async fn a_response_abandoned_mid_body_never_carries_another_request() {
     const LENGTH: usize = 4 << 20;
     let big = vec![b'x'; LENGTH];
     let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {LENGTH}\r\n\r\n");
-    let server = RawServer::start(&[head.as_bytes(), &big], After::KeepOpen).await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
+    let (server, upstream) = backend(&[head.as_bytes(), &big], After::KeepOpen).await;
     let response = get(&upstream, &server.uri).await.unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap();
@@ -386,11 +461,7 @@ async fn a_response_abandoned_mid_body_never_carries_another_request() {
 
 #[tokio::test]
 async fn idle_connections_past_their_time_are_closed_not_reused() {
-    let server = RawServer::start(
-        &[b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"],
-        After::KeepOpen,
-    )
-    .await;
+    let server = RawServer::start(&[HELLO], After::KeepOpen).await;
     let upstream = Arc::new(Upstream::with_idle_timeout(&server.uri, Duration::ZERO));
     for _ in 0..3 {
         assert_eq!(get_ok(&upstream, &server.uri).await.data, b"hello");
@@ -402,30 +473,23 @@ async fn idle_connections_past_their_time_are_closed_not_reused() {
 async fn a_chunked_response_with_trailers_comes_through_whole_and_is_pooled() {
     // The head and the first chunk's start in one piece, the rest in
     // another, so that the decoder meets a chunk cut in two.
-    let server = RawServer::start(
+    let reads = assert_pooled(
         &[
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-sum\r\n\r\n5;ext=1\r\nhel",
             b"lo\r\n6\r\n world\r\n0\r\nx-sum: 42\r\nx-other: a\r\nx-other: b\r\n\r\n",
         ],
         After::KeepOpen,
+        b"hello world",
+        true,
     )
     .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    for round in 1..=2 {
-        let read = get_ok(&upstream, &server.uri).await;
-        assert_eq!(read.data, b"hello world", "round {round}");
+    for (round, read) in (1..).zip(reads) {
         let trailers = read.trailers.expect("a trailers frame");
-        assert_eq!(trailers.len(), 3, "{trailers:?}");
+        assert_eq!(trailers.len(), 3, "round {round}: {trailers:?}");
         assert_eq!(trailers["x-sum"], "42");
         let others: Vec<_> = trailers.get_all("x-other").iter().collect();
         assert_eq!(others, ["a", "b"]);
-        assert_eq!(upstream.idle_count(), 1, "round {round}");
     }
-    assert_eq!(
-        server.accepted(),
-        1,
-        "the second request reused the connection"
-    );
 }
 
 #[tokio::test]
@@ -441,53 +505,35 @@ async fn a_large_chunked_body_comes_through_whole_across_many_reads() {
         answer.extend_from_slice(b"\r\n");
     }
     answer.extend_from_slice(b"0\r\n\r\n");
-    let server = RawServer::start(&[&answer], After::KeepOpen).await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    for _ in 0..2 {
-        let read = get_ok(&upstream, &server.uri).await;
-        assert!(read.data == chunks.concat(), "the body arrived altered");
-        assert!(read.trailers.is_none());
-        assert_eq!(upstream.idle_count(), 1);
-    }
-    assert_eq!(server.accepted(), 1);
+    let reads = assert_pooled(&[&answer], After::KeepOpen, &chunks.concat(), true).await;
+    assert!(reads.iter().all(|read| read.trailers.is_none()));
 }
 
 #[tokio::test]
 async fn a_head_larger_than_one_read_is_read_and_one_past_the_limit_refused() {
-    let big = format!(
-        "HTTP/1.1 200 OK\r\nx-big: {}\r\ncontent-length: 2\r\n\r\nok",
-        "a".repeat(20_000)
-    );
-    let server = RawServer::start(&[big.as_bytes()], After::KeepOpen).await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    let response = get(&upstream, &server.uri).await.unwrap();
-    assert_eq!(response.headers()["x-big"].len(), 20_000);
-    assert_eq!(read(response.into_body()).await.data, b"ok");
-    assert_eq!(upstream.idle_count(), 1);
+    let with_field_of = |size| {
+        format!(
+            "HTTP/1.1 200 OK\r\nx-big: {}\r\ncontent-length: 2\r\n\r\nok",
+            "a".repeat(size)
+        )
+    };
+    let fetched = fetch(&[with_field_of(20_000).as_bytes()], After::KeepOpen).await;
+    assert_eq!(fetched.headers["x-big"].len(), 20_000);
+    assert_eq!(fetched.read.data, b"ok");
+    assert_eq!(fetched.upstream.idle_count(), 1);
 
-    let huge = format!(
-        "HTTP/1.1 200 OK\r\nx-big: {}\r\ncontent-length: 2\r\n\r\nok",
-        "a".repeat(gateway::wire::MAX_HEAD_BYTES)
-    );
-    let server = RawServer::start(&[huge.as_bytes()], After::KeepOpen).await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    let result = get(&upstream, &server.uri).await;
-    assert!(
-        matches!(
-            result,
-            Err(SendError::Exchange(ExchangeError::Protocol(
-                WireError::HeadTooLarge
-            )))
-        ),
-        "{result:?}"
-    );
-    assert_eq!(upstream.idle_count(), 0);
+    assert_exchange_fails(
+        &[with_field_of(gateway::wire::MAX_HEAD_BYTES).as_bytes()],
+        After::KeepOpen,
+        |error| matches!(error, ExchangeError::Protocol(WireError::HeadTooLarge)),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_body_delimited_by_close_is_read_to_the_end_and_not_pooled() {
     assert_pooled(
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nhello, until the end",
+        &[b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nhello, until the end"],
         After::Close,
         b"hello, until the end",
         false,
@@ -500,7 +546,7 @@ async fn a_response_saying_connection_close_is_not_pooled() {
     // The server leaves the connection open: a client that pooled it
     // anyway would send the second request on it, and the count would say.
     assert_pooled(
-        b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
+        &[b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"],
         After::KeepOpen,
         b"ok",
         false,
@@ -510,30 +556,27 @@ async fn a_response_saying_connection_close_is_not_pooled() {
 
 #[tokio::test]
 async fn an_http_1_0_response_is_pooled_only_when_it_says_keep_alive() {
-    assert_pooled(
-        b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
-        After::KeepOpen,
-        b"ok",
-        false,
-    )
-    .await;
-    assert_pooled(
-        b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok",
-        After::KeepOpen,
-        b"ok",
-        true,
-    )
-    .await;
+    for (answer, pooled) in [
+        (
+            &b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok"[..],
+            false,
+        ),
+        (
+            b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 2\r\n\r\nok",
+            true,
+        ),
+    ] {
+        assert_pooled(&[answer], After::KeepOpen, b"ok", pooled).await;
+    }
 }
 
 #[tokio::test]
 async fn a_response_to_head_has_no_body_whatever_its_length_says() {
-    let server = RawServer::start(
+    let (server, upstream) = backend(
         &[b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n"],
         After::KeepOpen,
     )
     .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
     for round in 1..=2 {
         let response = send(
             &upstream,
@@ -562,8 +605,7 @@ async fn no_content_and_not_modified_have_no_body_and_are_pooled() {
         &b"HTTP/1.1 204 No Content\r\n\r\n"[..],
         b"HTTP/1.1 304 Not Modified\r\ncontent-length: 50\r\n\r\n",
     ] {
-        let server = RawServer::start(&[answer], After::KeepOpen).await;
-        let upstream = Arc::new(Upstream::new(&server.uri));
+        let (server, upstream) = backend(&[answer], After::KeepOpen).await;
         for _ in 0..2 {
             let response = get(&upstream, &server.uri).await.unwrap();
             assert!(matches!(response.status().as_u16(), 204 | 304));
@@ -577,20 +619,13 @@ async fn no_content_and_not_modified_have_no_body_and_are_pooled() {
 
 #[tokio::test]
 async fn a_100_continue_is_skipped_for_the_response_after_it() {
-    let server = RawServer::start(
-        &[
-            b"HTTP/1.1 100 Continue\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
-        ],
+    assert_pooled(
+        &[b"HTTP/1.1 100 Continue\r\n\r\n", HELLO],
         After::KeepOpen,
+        b"hello",
+        true,
     )
     .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    for _ in 0..2 {
-        assert_eq!(get_ok(&upstream, &server.uri).await.data, b"hello");
-        assert_eq!(upstream.idle_count(), 1);
-    }
-    assert_eq!(server.accepted(), 1);
 }
 
 #[tokio::test]
@@ -598,7 +633,7 @@ async fn a_response_with_bytes_after_its_end_is_not_pooled() {
     // Whatever follows the body (a second response nobody asked for, or
     // junk) would be read as the answer to the next request.
     assert_pooled(
-        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nevil",
+        &[b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nevil"],
         After::KeepOpen,
         b"ok",
         false,
@@ -612,10 +647,7 @@ async fn bytes_arriving_after_a_pooled_response_are_noticed_before_reuse() {
     // connection pooled.
     let gate = Arc::new(Semaphore::new(0));
     let server = RawServer::start_gated(
-        &[
-            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
-            b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nevil",
-        ],
+        &[OK, b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nevil"],
         After::KeepOpen,
         Some(Arc::clone(&gate)),
     )
@@ -637,121 +669,68 @@ async fn bytes_arriving_after_a_pooled_response_are_noticed_before_reuse() {
 
 #[tokio::test]
 async fn a_truncated_length_body_ends_with_an_error() {
-    let server = RawServer::start(
-        &[b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"],
+    assert_body_fails(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc",
         After::Close,
+        b"abc",
+        |error| matches!(error, ExchangeError::Truncated),
     )
     .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    let response = get(&upstream, &server.uri).await.unwrap();
-    let read = read(response.into_body()).await;
-    assert_eq!(read.data, b"abc");
-    assert!(
-        matches!(read.error, Some(ExchangeError::Truncated)),
-        "{read:?}"
-    );
-    assert_eq!(upstream.idle_count(), 0);
 }
 
 #[tokio::test]
 async fn a_truncated_chunked_body_ends_with_an_error() {
-    let server = RawServer::start(
-        &[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n3\r\nab"],
+    assert_body_fails(
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n3\r\nab",
         After::Close,
+        b"helloab",
+        |error| matches!(error, ExchangeError::Truncated),
     )
     .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    let response = get(&upstream, &server.uri).await.unwrap();
-    let read = read(response.into_body()).await;
-    assert_eq!(read.data, b"helloab");
-    assert!(
-        matches!(read.error, Some(ExchangeError::Truncated)),
-        "{read:?}"
-    );
-    assert_eq!(upstream.idle_count(), 0);
 }
 
 #[tokio::test]
 async fn a_chunk_size_line_without_digits_fails_the_body() {
     // One CRLF too many after the first chunk's data.
-    let server = RawServer::start(
-        &[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n\r\n\r\n5\r\nhello\r\n0\r\n\r\n"],
+    assert_body_fails(
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
         After::KeepOpen,
+        b"abc",
+        |error| matches!(error, ExchangeError::Protocol(WireError::BadChunk)),
     )
     .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    let response = get(&upstream, &server.uri).await.unwrap();
-    let read = read(response.into_body()).await;
-    assert!(
-        matches!(
-            read.error,
-            Some(ExchangeError::Protocol(WireError::BadChunk))
-        ),
-        "{read:?}"
-    );
 }
 
 #[tokio::test]
 async fn two_different_lengths_are_a_protocol_error() {
-    let server = RawServer::start(
+    assert_exchange_fails(
         &[b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ncontent-length: 4\r\n\r\nabcd"],
         After::KeepOpen,
+        |error| matches!(error, ExchangeError::Protocol(WireError::BadContentLength)),
     )
     .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    let result = get(&upstream, &server.uri).await;
-    assert!(
-        matches!(
-            result,
-            Err(SendError::Exchange(ExchangeError::Protocol(
-                WireError::BadContentLength
-            )))
-        ),
-        "{result:?}"
-    );
-    assert_eq!(upstream.idle_count(), 0);
 }
 
 #[tokio::test]
 async fn a_backend_that_closes_without_answering_or_mid_head_is_told_apart() {
-    let silent = RawServer::start(&[], After::Close).await;
-    let upstream = Arc::new(Upstream::new(&silent.uri));
-    let result = get(&upstream, &silent.uri).await;
-    assert!(
-        matches!(
-            result,
-            Err(SendError::Exchange(ExchangeError::ClosedBeforeAnswer))
-        ),
-        "{result:?}"
-    );
-
-    let cut = RawServer::start(&[b"HTTP/1.1 200 OK\r\ncontent-le"], After::Close).await;
-    let upstream = Arc::new(Upstream::new(&cut.uri));
-    let result = get(&upstream, &cut.uri).await;
-    assert!(
-        matches!(result, Err(SendError::Exchange(ExchangeError::Truncated))),
-        "{result:?}"
-    );
+    assert_exchange_fails(&[], After::Close, |error| {
+        matches!(error, ExchangeError::ClosedBeforeAnswer)
+    })
+    .await;
+    assert_exchange_fails(&[b"HTTP/1.1 200 OK\r\ncontent-le"], After::Close, |error| {
+        matches!(error, ExchangeError::Truncated)
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn an_upgrade_is_a_protocol_error() {
-    let server = RawServer::start(
+    assert_exchange_fails(
         &[b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n"],
         After::KeepOpen,
+        |error| matches!(error, ExchangeError::Protocol(WireError::Upgrade)),
     )
     .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
-    let result = get(&upstream, &server.uri).await;
-    assert!(
-        matches!(
-            result,
-            Err(SendError::Exchange(ExchangeError::Protocol(
-                WireError::Upgrade
-            )))
-        ),
-        "{result:?}"
-    );
 }
 
 #[tokio::test]
@@ -840,12 +819,7 @@ async fn wait_for_client_socket(server: &RawServer, n: usize, done: impl Fn(&str
 async fn an_idle_connection_the_backend_closed_is_noticed_before_it_is_used() {
     // The server answers once per connection and then closes it without
     // saying so in the head: the keep-alive race every pool meets.
-    let mut server = RawServer::start(
-        &[b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"],
-        After::Close,
-    )
-    .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
+    let (mut server, upstream) = backend(&[OK], After::Close).await;
     assert_eq!(get_ok(&upstream, &server.uri).await.data, b"ok");
     assert_eq!(upstream.idle_count(), 1, "the response allowed keep-alive");
 
@@ -876,12 +850,7 @@ async fn a_pooled_connection_closing_as_it_is_reused_never_hangs() {
     // Here the request may race the close: it either finds the connection
     // closed in the pool (and takes a new one) or fails as a stale
     // exchange, which the attempt resends; it never hangs.
-    let server = RawServer::start(
-        &[b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"],
-        After::Close,
-    )
-    .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
+    let (server, upstream) = backend(&[OK], After::Close).await;
     let mut answered = 0;
     for round in 1..=3 {
         match get(&upstream, &server.uri).await {
@@ -905,12 +874,11 @@ async fn a_pooled_connection_closing_as_it_is_reused_never_hangs() {
 
 #[tokio::test]
 async fn a_buffered_body_goes_out_with_its_length() {
-    let server = RawServer::start(
+    let (server, upstream) = backend(
         &[b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n"],
         After::KeepOpen,
     )
     .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
     // Small enough to leave with the head, and larger than that.
     let small = Bytes::from_static(b"hello world");
     let large: Bytes = (0..100_000_u32).map(|i| (i % 251) as u8).collect();
@@ -935,12 +903,7 @@ async fn a_buffered_body_goes_out_with_its_length() {
 
 #[tokio::test]
 async fn an_empty_post_says_length_zero_and_an_empty_get_says_nothing() {
-    let server = RawServer::start(
-        &[b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"],
-        After::KeepOpen,
-    )
-    .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
+    let (server, upstream) = backend(&[EMPTY], After::KeepOpen).await;
     let cases = [
         (
             Method::POST,
@@ -973,12 +936,7 @@ async fn an_empty_post_says_length_zero_and_an_empty_get_says_nothing() {
 
 #[tokio::test]
 async fn the_request_head_names_the_shard_host_first() {
-    let server = RawServer::start(
-        &[b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"],
-        After::KeepOpen,
-    )
-    .await;
-    let upstream = Arc::new(Upstream::new(&server.uri));
+    let (server, upstream) = backend(&[EMPTY], After::KeepOpen).await;
     let mut request = Request::new(Method::GET);
     request.target = "/v1/items?x=1";
     // Stale values in the map never go out beside the attempt's own.
