@@ -734,6 +734,113 @@ async fn a_response_larger_than_every_limit_streams_through() {
     assert_eq!(received, CHUNK * CHUNKS);
 }
 
+/// A raw shard that refuses `POST /upload` with 413 as soon as its head
+/// arrives, without reading the body, and answers anything else with 200.
+/// It keeps every byte that arrives on a connection after a refusal, so a
+/// test can tell whether that connection was ever used again.
+async fn refusing_shard() -> (SocketAddr, Arc<Mutex<Vec<u8>>>, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let after_refusal = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&after_refusal);
+    let task = tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let kept = Arc::clone(&kept);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buffer = [0_u8; 16 * 1024];
+                loop {
+                    // These requests have no body, except the refused upload.
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buffer[..n]),
+                        }
+                    }
+                    let end = head.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    if head.starts_with(b"POST /upload ") {
+                        let refusal =
+                            b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo big!";
+                        if stream.write_all(refusal).await.is_err() {
+                            return;
+                        }
+                        kept.lock().unwrap().extend_from_slice(&head[end..]);
+                        while let Ok(n @ 1..) = stream.read(&mut buffer).await {
+                            kept.lock().unwrap().extend_from_slice(&buffer[..n]);
+                        }
+                        return;
+                    }
+                    head.drain(..end);
+                    if stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, after_refusal, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_answers_before_the_upload_ends_is_heard_and_its_connection_retired() {
+    // A backend may refuse a streamed upload before reading it. Its answer
+    // reaches the client while the client is still uploading (no waiting
+    // for the rest of the body, no failure for the half-sent request); the
+    // client is told the connection closes (the rest of its body was never
+    // read); and the backend connection, left in the middle of a request,
+    // never carries another one.
+    let (addr, after_refusal, task) = refusing_shard().await;
+    let fixture = Fixture::start(only_shard(addr)).await;
+    let client: Client<HttpConnector, ChannelBody> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let (chunks, body) = mpsc::channel(4);
+    chunks
+        .send(Ok(Bytes::from(vec![b'u'; 1024])))
+        .await
+        .unwrap();
+    // A POST without an Idempotency-Key is streamed, not buffered.
+    let upload = request(&fixture, "POST", "/upload")
+        .body(ChannelBody(body))
+        .unwrap();
+    let response = timeout(DEADLINE, client.request(upload))
+        .await
+        .expect("the backend's answer arrives while the client still holds its body")
+        .expect("the gateway answers");
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        response
+            .headers()
+            .get("connection")
+            .map(|v| v.to_str().unwrap()),
+        Some("close")
+    );
+    let refusal = timeout(DEADLINE, response.into_body().collect())
+        .await
+        .expect("the refusal's body arrives")
+        .unwrap()
+        .to_bytes();
+    assert_eq!(refusal, "too big!");
+    drop(chunks);
+    for round in 0..5 {
+        let (status, body) = fixture.get(&fixture.tenants[0].0.clone(), "/after").await;
+        assert_eq!(
+            (status, &body[..]),
+            (StatusCode::OK, &b"ok"[..]),
+            "round {round}"
+        );
+    }
+    let reused = String::from_utf8_lossy(&after_refusal.lock().unwrap()).into_owned();
+    assert!(
+        !reused.contains("GET "),
+        "the connection left mid-request carried another request: {reused:?}"
+    );
+    task.abort();
+}
+
 // ---------------------------------------------------------------------------
 // 5. A backend that resets mid-response.
 
