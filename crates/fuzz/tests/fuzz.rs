@@ -341,3 +341,42 @@ fn zone_specs_and_hex_keys() {
         let _ = placement::PlacementKey::from_hex(&text);
     });
 }
+
+/// Feeds `buf` to a chunked decoder until it ends, fails or asks for more,
+/// and checks that every step made progress (no input can make it spin).
+fn decode_chunked(buf: &mut bytes::BytesMut) {
+    use gateway::wire::{ChunkedDecoder, Decoded};
+    let mut decoder = ChunkedDecoder::default();
+    // Every step but the last takes at least one byte or ends the body.
+    for _ in 0..=buf.len() + 2 {
+        match decoder.decode(buf) {
+            Ok(Decoded::Data(data)) => assert!(!data.is_empty(), "an empty data frame"),
+            Ok(Decoded::Trailers(_)) => {}
+            Ok(Decoded::End | Decoded::NeedMore) | Err(_) => return,
+        }
+    }
+    panic!("the chunked decoder stopped making progress");
+}
+
+#[test]
+fn backend_responses() {
+    fuzz("responses", |input| {
+        for method in [http::Method::GET, http::Method::HEAD] {
+            let mut buf = bytes::BytesMut::from(input);
+            match gateway::wire::parse_response_head(&mut buf, &method) {
+                Ok(Some(head)) => {
+                    assert!(buf.len() < input.len(), "a head was parsed from nothing");
+                    assert!(!head.status.is_informational());
+                    if head.framing == gateway::wire::ResponseFraming::Chunked {
+                        decode_chunked(&mut buf);
+                    }
+                }
+                // Only skipped informational heads are taken off an
+                // incomplete one.
+                Ok(None) => assert!(buf.len() <= input.len()),
+                Err(_) => {}
+            }
+        }
+        decode_chunked(&mut bytes::BytesMut::from(input));
+    });
+}
