@@ -1,9 +1,8 @@
 //! One attempt: send the request to one shard with a timeout and classify
 //! what happened, which decides whether the request may fail over.
 
-use std::time::Duration;
-
 use std::borrow::Cow;
+use std::time::Duration;
 
 use http::request::Parts;
 use http::{Response, Uri};

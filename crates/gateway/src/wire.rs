@@ -13,6 +13,7 @@
 //! connection. Anything the rules call malformed (two different lengths, a
 //! bad chunk size) is an error, never a guess.
 
+use std::io::Write as _;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
@@ -144,7 +145,8 @@ fn field(out: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
 /// Writes one chunk of a chunked request body (`data` must not be empty:
 /// an empty chunk is the end).
 pub fn encode_chunk(out: &mut Vec<u8>, data: &[u8]) {
-    out.extend_from_slice(format!("{:X}\r\n", data.len()).as_bytes());
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{:X}\r\n", data.len());
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
@@ -382,19 +384,6 @@ fn response_framing(
     Ok(fields
         .length
         .map_or(ResponseFraming::UntilClose, ResponseFraming::Length))
-}
-
-/// The `Content-Length` of `headers`, if any: every value (repeated fields,
-/// comma lists) must be the same number.
-pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, WireError> {
-    let mut fields = FramingFields::default();
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        fields.observe(b"content-length", value.as_bytes());
-    }
-    if fields.bad_length {
-        return Err(WireError::BadContentLength);
-    }
-    Ok(fields.length)
 }
 
 /// What [`ChunkedDecoder::decode`] found.
