@@ -38,6 +38,46 @@ pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
         .boxed()
 }
 
+/// A client's request body as the request path receives it: none at all
+/// (a request the connection's own fast path read, which never has one), or
+/// the stream hyper decodes.
+#[derive(Debug)]
+pub enum ClientBody {
+    /// No body: the head said so.
+    Empty,
+    /// The body hyper reads from the connection.
+    Streamed(Incoming),
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ClientBody::Empty => Poll::Ready(None),
+            ClientBody::Streamed(incoming) => Pin::new(incoming).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::Empty => true,
+            ClientBody::Streamed(incoming) => incoming.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ClientBody::Empty => SizeHint::with_exact(0),
+            ClientBody::Streamed(incoming) => incoming.size_hint(),
+        }
+    }
+}
+
 /// How the client's own body made an attempt fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientFault {
@@ -73,7 +113,7 @@ pub enum RequestBody {
 /// A client's streamed body and what became of it.
 #[derive(Debug)]
 pub struct Upload {
-    slot: Mutex<Option<Incoming>>,
+    slot: Mutex<Option<ClientBody>>,
     limit: u64,
     progress: Mutex<Progress>,
     finished: watch::Sender<bool>,
@@ -129,7 +169,7 @@ impl Upload {
 impl RequestBody {
     /// A body that streams the client's body to the first attempt that reads
     /// it, cut off (and the request failed) once it exceeds `limit` bytes.
-    pub fn once(incoming: Incoming, limit: u64) -> Self {
+    pub fn once(incoming: ClientBody, limit: u64) -> Self {
         RequestBody::Once(Arc::new(Upload {
             slot: Mutex::new(Some(incoming)),
             limit,
@@ -207,7 +247,7 @@ pub enum AttemptBody {
     /// The client's stream, not yet taken from the slot.
     Waiting(Arc<Upload>),
     /// The client's stream, taken by this attempt.
-    Streaming(Incoming, Arc<Upload>),
+    Streaming(ClientBody, Arc<Upload>),
     /// Nothing left.
     Done,
 }

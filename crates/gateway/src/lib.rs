@@ -9,14 +9,18 @@
 //! [`wire`]) → outcome ([`proxy`]).
 //! [`health`] and [`retry_budget`] are the state machines that decide which
 //! members are up and whether a retry is allowed; [`state`] holds the
-//! swappable snapshot and per-shard state; [`server`] is the listener.
+//! swappable snapshot and per-shard state; [`server`] is the listener and
+//! [`connection`] serves one client connection (speaking [`client_wire`]
+//! for plain requests, handing the rest to hyper).
 
 pub mod admin;
 pub mod attempt;
 pub mod authenticate;
 pub mod body;
 pub mod cell;
+pub mod client_wire;
 pub mod config;
+pub mod connection;
 pub mod credential;
 pub mod headers;
 pub mod health;

@@ -18,13 +18,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
 use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::attempt::{self, Failure};
-use crate::body::{BoxError, ClientFault, OnDrop, RequestBody, ResponseBody, full};
+use crate::body::{BoxError, ClientBody, ClientFault, OnDrop, RequestBody, ResponseBody, full};
 use crate::credential;
 use crate::headers;
 use crate::member::{self, Pick};
@@ -69,7 +69,7 @@ impl Peer {
 /// Handles one client request and records its outcome.
 pub async fn handle(
     gateway: Arc<Gateway>,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     peer: &Peer,
 ) -> Response<ResponseBody> {
     let started = Instant::now();
@@ -130,7 +130,7 @@ pub async fn handle(
 /// is set up, so the caller can tell whether it was read to the end.
 async fn route(
     gateway: &Arc<Gateway>,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     peer: &Peer,
     started: Instant,
     request_body: &mut Option<RequestBody>,

@@ -1,0 +1,549 @@
+//! One client connection: serves plain bodiless HTTP/1.1 requests on its
+//! own loop, and hands the connection to hyper for anything else.
+//!
+//! Most requests a gateway like this sees are `GET`s: a head and no body.
+//! For those the loop reads the head ([`crate::client_wire`] decides what it
+//! may serve), runs the request path ([`crate::proxy::handle`]) and writes
+//! the response, usually in one `writev`. It keeps one timer per connection
+//! for the header-read timeout, moved only when it fires, where hyper arms
+//! and cancels one per request, and has no dispatcher in between: about a
+//! sixth of the instructions a proxied request cost.
+//!
+//! The first request that is anything else (a body, `Expect`, an upgrade,
+//! HTTP/1.0, a head that is malformed or too large) hands the connection,
+//! with every byte read so far, to hyper for the rest of its life. hyper
+//! then decodes request bodies, answers 100-continue, refuses what is
+//! malformed with 400 or 431, and shuts down gracefully, as before.
+
+use std::future::{Future, poll_fn};
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Method, Response, header};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
+
+use crate::body::{BoxError, ClientBody, ResponseBody};
+use crate::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
+use crate::config::LimitSettings;
+use crate::proxy::{self, Peer};
+use crate::state::Gateway;
+
+/// The read buffer's first size, and what is added when it runs low.
+const READ_BUFFER: usize = 8 * 1024;
+
+/// Below this much free room the read buffer grows (or is compacted).
+const MIN_READ_ROOM: usize = 1024;
+
+/// Body data at least this large is written as it is, not copied into the
+/// write buffer first.
+const LARGE_DATA: usize = 16 * 1024;
+
+/// The write buffer goes out once it holds this much.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// hyper refuses read buffers smaller than this.
+const MIN_HYPER_BUFFER: usize = 8192;
+
+/// Serves one client connection until it closes, the client goes away, or
+/// `shutdown` turns true (an idle connection closes at once; one serving a
+/// request finishes it and says `connection: close`).
+pub async fn serve(
+    gateway: Arc<Gateway>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let limits = gateway.snapshot().config.limits.clone();
+    let peer = Peer::new(peer);
+    let mut io = Lingering::new(stream);
+    let mut buf = BytesMut::with_capacity(READ_BUFFER);
+    let mut out = Vec::with_capacity(1024);
+    let mut head_timer = Deadline::default();
+    loop {
+        let simple =
+            match read_request(&mut io, &mut buf, &limits, &mut head_timer, &mut shutdown).await {
+                Next::Request(simple) => simple,
+                Next::HandOff => return hand_off(gateway, io, buf, peer, shutdown).await,
+                Next::Close => return,
+            };
+        let SimpleRequest { request, close } = simple;
+        let head_request = request.method() == Method::HEAD;
+        let request = request.map(|()| ClientBody::Empty);
+        // With the next request's bytes already here there is nothing to
+        // watch; otherwise a client that hangs up cancels its request, as
+        // it would under hyper.
+        let watch_client = buf.is_empty();
+        let Some(response) = answer(&gateway, request, &peer, &io, watch_client).await else {
+            return;
+        };
+        let close = close || *shutdown.borrow() || says_close(&response);
+        match write_response(&mut io, &mut out, response, head_request, close).await {
+            Ok(true) if !close => {}
+            _ => return,
+        }
+    }
+}
+
+/// What the connection does next.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per request, moved once: boxing would cost an allocation per request"
+)]
+enum Next {
+    Request(SimpleRequest),
+    HandOff,
+    Close,
+}
+
+/// Reads until `buf` starts with a complete head, within the header-read
+/// timeout. An idle connection (nothing of a head read) closes at shutdown.
+async fn read_request(
+    io: &mut Lingering,
+    buf: &mut BytesMut,
+    limits: &LimitSettings,
+    timer: &mut Deadline,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Next {
+    let mut deadline = None;
+    loop {
+        match client_wire::read_head(buf, limits.max_header_bytes) {
+            HeadRead::Simple(simple) => return Next::Request(simple),
+            HeadRead::HandOff => return Next::HandOff,
+            HeadRead::Partial => {}
+        }
+        // The clock is read only when a head has to be waited for.
+        let deadline = *deadline.get_or_insert_with(|| Instant::now() + limits.header_read_timeout);
+        if buf.capacity() - buf.len() < MIN_READ_ROOM {
+            buf.reserve(READ_BUFFER);
+        }
+        let idle = buf.is_empty();
+        tokio::select! {
+            biased;
+            read = io.read_buf(buf) => match read {
+                Ok(0) | Err(_) => return Next::Close,
+                Ok(_) => {}
+            },
+            () = timer.until(deadline) => return Next::Close,
+            _ = shutdown.wait_for(|&stop| stop), if idle => return Next::Close,
+        }
+    }
+}
+
+/// Runs the request path; `None` if the client hung up first.
+async fn answer(
+    gateway: &Arc<Gateway>,
+    request: http::Request<ClientBody>,
+    peer: &Peer,
+    io: &Lingering,
+    watch_client: bool,
+) -> Option<Response<ResponseBody>> {
+    // Boxed: the request path's future is a few kilobytes, and the
+    // connection's own future would otherwise copy it at every step.
+    let handled = Box::pin(proxy::handle(Arc::clone(gateway), request, peer));
+    if !watch_client {
+        return Some(handled.await);
+    }
+    tokio::select! {
+        biased;
+        response = handled => Some(response),
+        () = hung_up(io.tcp()) => None,
+    }
+}
+
+/// Completes when the client closes its side or the connection breaks;
+/// never when it sends more (a pipelined request waits its turn).
+async fn hung_up(stream: &TcpStream) {
+    let mut probe = [0_u8; 1];
+    match stream.peek(&mut probe).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
+}
+
+/// Whether a response asks for the connection to close.
+fn says_close(response: &Response<ResponseBody>) -> bool {
+    response
+        .headers()
+        .get(header::CONNECTION)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"close"))
+}
+
+/// Writes a response; `Ok(true)` if all of it went out, `Ok(false)` if the
+/// body broke off or did not match its length (the client must then see
+/// the connection close rather than wait for the rest).
+async fn write_response(
+    io: &mut Lingering,
+    out: &mut Vec<u8>,
+    response: Response<ResponseBody>,
+    head_request: bool,
+    close: bool,
+) -> io::Result<bool> {
+    let (head, mut body) = response.into_parts();
+    let framing =
+        client_wire::response_framing(head_request, head.status, &head.headers, &body.size_hint());
+    out.clear();
+    client_wire::encode_response_head(out, head.status, &head.headers, framing, close);
+    drop(head);
+    let mut remaining = match framing {
+        BodyFraming::None => {
+            io.write_all(out).await?;
+            return Ok(true);
+        }
+        BodyFraming::Length(length) => Some(length),
+        BodyFraming::Chunked => None,
+    };
+    let mut complete = true;
+    while !body.is_end_stream() {
+        // A frame that is ready joins what is buffered; only a body that
+        // has to be waited for sends the buffer out first, so a small
+        // response leaves in one write.
+        let frame = match poll_now(&mut body).await {
+            Some(frame) => frame,
+            None => {
+                flush(io, out).await?;
+                body.frame().await
+            }
+        };
+        let data = match frame {
+            None => break,
+            Some(Err(_)) => {
+                complete = false;
+                break;
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if !data.is_empty() => data,
+                // Trailers are not forwarded; empty frames say nothing.
+                _ => continue,
+            },
+        };
+        match &mut remaining {
+            Some(left) => {
+                let take = data.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                *left -= take as u64;
+                put(io, out, data.slice(..take)).await?;
+                if take < data.len() {
+                    // More than the response said it had.
+                    complete = false;
+                    break;
+                }
+            }
+            None => {
+                client_wire::encode_chunk_size(out, data.len());
+                put(io, out, data).await?;
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        if out.len() >= FLUSH_AT {
+            flush(io, out).await?;
+        }
+    }
+    match remaining {
+        Some(0) => {}
+        // Fewer bytes than the response said it had.
+        Some(_) => complete = false,
+        None if complete => out.extend_from_slice(b"0\r\n\r\n"),
+        None => {}
+    }
+    flush(io, out).await?;
+    Ok(complete)
+}
+
+/// The body's next frame if it is ready now, without waiting.
+async fn poll_now(body: &mut ResponseBody) -> Option<Option<Result<Frame<Bytes>, BoxError>>> {
+    poll_fn(|cx| match Pin::new(&mut *body).poll_frame(cx) {
+        Poll::Ready(frame) => Poll::Ready(Some(frame)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
+}
+
+/// Adds body data to the write buffer, or writes large data as it is.
+async fn put(io: &mut Lingering, out: &mut Vec<u8>, data: Bytes) -> io::Result<()> {
+    if data.len() < LARGE_DATA {
+        out.extend_from_slice(&data);
+        return Ok(());
+    }
+    flush(io, out).await?;
+    io.write_all(&data).await
+}
+
+async fn flush(io: &mut Lingering, out: &mut Vec<u8>) -> io::Result<()> {
+    if !out.is_empty() {
+        io.write_all(out).await?;
+        out.clear();
+    }
+    Ok(())
+}
+
+/// Gives the connection to hyper, with what has been read of it.
+async fn hand_off(
+    gateway: Arc<Gateway>,
+    io: Lingering,
+    read: BytesMut,
+    peer: Peer,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let io = Prefixed {
+        prefix: read.freeze(),
+        inner: io,
+    };
+    let connection = builder(&gateway.snapshot().config.limits)
+        .serve_connection(TokioIo::new(io), service(gateway, peer));
+    tokio::pin!(connection);
+    tokio::select! {
+        // Errors here are the client's doing (a reset, a bad request, a
+        // header timeout); hyper has already answered what it could.
+        _ = connection.as_mut() => return,
+        _ = shutdown.wait_for(|&stop| stop) => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    let _ = connection.await;
+}
+
+fn builder(limits: &LimitSettings) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        // The head limit itself; the buffer bound below keeps memory per
+        // connection small but cannot go under hyper's minimum, so on its
+        // own it would let heads up to 8 KiB through whatever the limit.
+        .max_header_size(limits.max_header_bytes)
+        .max_buf_size(limits.max_header_bytes.max(MIN_HYPER_BUFFER))
+        .keep_alive(true);
+    builder
+}
+
+fn service(
+    gateway: Arc<Gateway>,
+    peer: Peer,
+) -> impl hyper::service::Service<
+    http::Request<Incoming>,
+    Response = Response<ResponseBody>,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<Response<ResponseBody>, std::convert::Infallible>> + Send,
+> + Clone {
+    service_fn(move |request: http::Request<Incoming>| {
+        let gateway = Arc::clone(&gateway);
+        let peer = peer.clone();
+        async move {
+            let request = request.map(ClientBody::Streamed);
+            Ok(proxy::handle(gateway, request, &peer).await)
+        }
+    })
+}
+
+/// A timer set again and again on one connection, for deadlines that only
+/// move later. The timer entry stays where it is (the earliest deadline
+/// still to come) and is moved only when it fires before the deadline now
+/// asked for: once per timeout period at most, instead of an entry
+/// registered and cancelled for every request.
+#[derive(Default)]
+struct Deadline {
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl Deadline {
+    /// Completes at `deadline`.
+    async fn until(&mut self, deadline: Instant) {
+        poll_fn(|cx| self.poll_until(deadline, cx)).await;
+    }
+
+    fn poll_until(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if sleep.deadline() > deadline {
+            sleep.as_mut().reset(deadline);
+        }
+        while sleep.as_mut().poll(cx).is_ready() {
+            if sleep.deadline() >= deadline {
+                return Poll::Ready(());
+            }
+            sleep.as_mut().reset(deadline);
+        }
+        Poll::Pending
+    }
+}
+
+/// A connection whose first bytes were already read: they are read again
+/// first. (How hyper gets a connection the loop has started on.)
+struct Prefixed {
+    prefix: Bytes,
+    inner: Lingering,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.prefix.is_empty() {
+            return Pin::new(&mut self.inner).poll_read(cx, buf);
+        }
+        let take = self.prefix.len().min(buf.remaining());
+        buf.put_slice(&self.prefix[..take]);
+        self.prefix.advance(take);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// How long a closed connection keeps reading what the client still sends.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// How much it reads (and discards) at most while lingering.
+const LINGER_BYTES: usize = 16 * 1024 * 1024;
+
+/// A client connection that, when the gateway closes it before the client
+/// has finished sending (a 413, 431 or 408 answered without reading the
+/// rest of the request), lingers: it stops writing, then reads and discards
+/// what is still arriving for a short while before closing.
+///
+/// Closing a TCP socket with unread data makes the kernel send a reset,
+/// and a reset can destroy the answer the client has not read yet: the
+/// client would see a broken connection instead of the 413. (nginx and
+/// Apache do the same; it is nginx's `lingering_close`.)
+struct Lingering {
+    stream: Option<TcpStream>,
+    /// The client has closed its side: nothing is left to drain.
+    client_closed: bool,
+}
+
+impl Lingering {
+    fn new(stream: TcpStream) -> Self {
+        Self {
+            stream: Some(stream),
+            client_closed: false,
+        }
+    }
+
+    fn tcp(&self) -> &TcpStream {
+        self.stream.as_ref().expect("open until dropped")
+    }
+
+    fn stream(&mut self) -> Pin<&mut TcpStream> {
+        Pin::new(self.stream.as_mut().expect("open until dropped"))
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let Some(mut stream) = self.stream.take() else {
+            return;
+        };
+        if self.client_closed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            // Usually the write side has been shut down already; if not
+            // (an aborted connection), the client learns it here.
+            let _ = stream.shutdown().await;
+            let mut discard = vec![0_u8; 16 * 1024];
+            let mut drained = 0;
+            let _ = tokio::time::timeout(LINGER_TIME, async {
+                while drained < LINGER_BYTES {
+                    match stream.read(&mut discard).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => drained += n,
+                    }
+                }
+            })
+            .await;
+        });
+    }
+}
+
+impl AsyncRead for Lingering {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let (before, room) = (buf.filled().len(), buf.remaining());
+        let polled = self.stream().poll_read(cx, buf);
+        if room > 0 && matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() == before {
+            // End of stream: the client closed its side.
+            self.client_closed = true;
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Lingering {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.stream().poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.stream().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream
+            .as_ref()
+            .is_some_and(AsyncWrite::is_write_vectored)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.stream().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.stream().poll_shutdown(cx)
+    }
+}
