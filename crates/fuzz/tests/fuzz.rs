@@ -359,6 +359,32 @@ fn decode_chunked(buf: &mut bytes::BytesMut) {
 }
 
 #[test]
+fn client_request_heads() {
+    fuzz("requests", |input| {
+        let mut buf = bytes::BytesMut::from(input);
+        match gateway::client_wire::read_head(&mut buf, 16 * 1024) {
+            gateway::client_wire::HeadRead::Simple(simple) => {
+                // Exactly the head was taken; what follows stays for the
+                // next request, byte for byte.
+                assert!(buf.len() < input.len(), "a head was parsed from nothing");
+                assert!(input.ends_with(&buf));
+                assert_eq!(simple.request.version(), http::Version::HTTP_11);
+                for name in ["transfer-encoding", "expect", "upgrade"] {
+                    assert!(
+                        !simple.request.headers().contains_key(name),
+                        "{name} was served"
+                    );
+                }
+            }
+            // hyper gets every byte the loop read, untouched.
+            gateway::client_wire::HeadRead::HandOff | gateway::client_wire::HeadRead::Partial => {
+                assert_eq!(&buf[..], input);
+            }
+        }
+    });
+}
+
+#[test]
 fn backend_responses() {
     fuzz("responses", |input| {
         for method in [http::Method::GET, http::Method::HEAD] {
