@@ -32,13 +32,13 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
 use crate::body::{BoxError, ClientBody, ResponseBody};
 use crate::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::config::LimitSettings;
 use crate::proxy::{self, Peer};
+use crate::shutdown::ShutdownWatch;
 use crate::state::Gateway;
 
 /// The read buffer's first size, and what is added when it runs low.
@@ -58,13 +58,13 @@ const FLUSH_AT: usize = 64 * 1024;
 const MIN_HYPER_BUFFER: usize = 8192;
 
 /// Serves one client connection until it closes, the client goes away, or
-/// `shutdown` turns true (an idle connection closes at once; one serving a
+/// the gateway shuts down (an idle connection closes at once; one serving a
 /// request finishes it and says `connection: close`).
 pub async fn serve(
     gateway: Arc<Gateway>,
     stream: TcpStream,
     peer: SocketAddr,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: ShutdownWatch,
 ) {
     let limits = gateway.snapshot().config.limits.clone();
     let peer = Peer::new(peer);
@@ -74,7 +74,7 @@ pub async fn serve(
     let mut head_timer = Deadline::default();
     loop {
         let simple =
-            match read_request(&mut io, &mut buf, &limits, &mut head_timer, &mut shutdown).await {
+            match read_request(&mut io, &mut buf, &limits, &mut head_timer, &shutdown).await {
                 Next::Request(simple) => simple,
                 Next::HandOff => return hand_off(gateway, io, buf, peer, shutdown).await,
                 Next::Close => return,
@@ -89,7 +89,7 @@ pub async fn serve(
         let Some(response) = answer(&gateway, request, &peer, &io, watch_client).await else {
             return;
         };
-        let close = close || *shutdown.borrow() || says_close(&response);
+        let close = close || shutdown.is_stopping() || says_close(&response);
         match write_response(&mut io, &mut out, response, head_request, close).await {
             Ok(true) if !close => {}
             _ => return,
@@ -115,7 +115,7 @@ async fn read_request(
     buf: &mut BytesMut,
     limits: &LimitSettings,
     timer: &mut Deadline,
-    shutdown: &mut watch::Receiver<bool>,
+    shutdown: &ShutdownWatch,
 ) -> Next {
     let mut deadline = None;
     loop {
@@ -137,7 +137,7 @@ async fn read_request(
                 Ok(_) => {}
             },
             () = timer.until(deadline) => return Next::Close,
-            _ = shutdown.wait_for(|&stop| stop), if idle => return Next::Close,
+            () = shutdown.stopping(), if idle => return Next::Close,
         }
     }
 }
@@ -294,7 +294,7 @@ async fn hand_off(
     io: Lingering,
     read: BytesMut,
     peer: Peer,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: ShutdownWatch,
 ) {
     let io = Prefixed {
         prefix: read.freeze(),
@@ -307,7 +307,7 @@ async fn hand_off(
         // Errors here are the client's doing (a reset, a bad request, a
         // header timeout); hyper has already answered what it could.
         _ = connection.as_mut() => return,
-        _ = shutdown.wait_for(|&stop| stop) => {}
+        () = shutdown.stopping() => {}
     }
     connection.as_mut().graceful_shutdown();
     let _ = connection.await;

@@ -32,6 +32,7 @@ pub mod proxy;
 pub mod retry_budget;
 pub mod runtime;
 pub mod server;
+pub mod shutdown;
 pub mod state;
 pub mod status_page;
 pub mod tenants;

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::connection;
+use crate::shutdown::Shutdown;
 use crate::state::Gateway;
 
 /// Serves the data listener until `shutdown` completes, then stops
@@ -27,7 +28,7 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) {
-    let (stop, stopping) = watch::channel(false);
+    let stop = Shutdown::new();
     let mut connections = JoinSet::new();
     let capacity = gateway.snapshot().config.limits.max_connections;
     let slots = Arc::new(Semaphore::new(capacity));
@@ -60,7 +61,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let connection = connection::serve(Arc::clone(&gateway), stream, peer, stopping.clone());
+        let connection = connection::serve(Arc::clone(&gateway), stream, peer, stop.watch());
         connections.spawn(async move {
             connection.await;
             // The slot is free once the connection is gone.
@@ -70,7 +71,7 @@ pub async fn serve(
     drop(listener);
     let grace = gateway.snapshot().config.limits.shutdown_grace;
     // Idle connections close now; the others after their current request.
-    stop.send_replace(true);
+    stop.stop();
     let drained = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!(
