@@ -5,6 +5,7 @@ mod util;
 
 mod admin;
 mod adversarial;
+mod connection;
 mod deploy;
 mod logs;
 mod metrics;
