@@ -12,8 +12,6 @@
 //! to parse.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -22,25 +20,20 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
-use crate::util::{Fixture, Options, RawResponse};
+use crate::util::{CustomShard, Fixture, Options, RawResponse, ShardBody, full};
 
 /// How long anything in these tests may take before it counts as a hang.
 const DEADLINE: Duration = Duration::from_secs(2);
 
 // ---------------------------------------------------------------------------
-// Helpers: one raw client connection, requests as bytes, a test's own shard.
+// Helpers: one raw client connection, requests as bytes, shard bodies.
 
 /// One client connection to the gateway, with the bytes read from it that
 /// no response has claimed yet (the start of the next response, or stray
@@ -223,86 +216,6 @@ fn limits(lines: &str) -> String {
     format!("[limits]\n{lines}\n")
 }
 
-type ShardBody = BoxBody<Bytes, std::io::Error>;
-
-fn full(bytes: impl Into<Bytes>) -> ShardBody {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// A test's own shard: a hyper server that answers `/healthz` itself and
-/// every other request with `handler`, logging each as `METHOD /path`.
-struct Shard {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<String>>>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Shard {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Shard {
-    async fn start<F, Fut>(handler: F) -> Self
-    where
-        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Response<ShardBody>> + Send + 'static,
-    {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let handler = Arc::new(handler);
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&seen);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (handler, log) = (Arc::clone(&handler), Arc::clone(&log));
-                tokio::spawn(async move {
-                    let service = service_fn(move |request: Request<Incoming>| {
-                        let (handler, log) = (Arc::clone(&handler), Arc::clone(&log));
-                        async move {
-                            if request.uri().path() == "/healthz" {
-                                return Ok::<_, Infallible>(Response::new(full("ok")));
-                            }
-                            log.lock().unwrap().push(format!(
-                                "{} {}",
-                                request.method(),
-                                request.uri().path()
-                            ));
-                            Ok(handler(request).await)
-                        }
-                    });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Self { addr, seen, task }
-    }
-
-    /// A gateway whose only shard is this one.
-    async fn gateway(&self) -> Fixture {
-        Fixture::start(Options {
-            shards: 0,
-            tenants: 2,
-            k: 1,
-            custom_shards: vec![("c0".into(), format!("http://{}", self.addr))],
-            ..Options::default()
-        })
-        .await
-    }
-
-    fn seen(&self) -> Vec<String> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
 /// Answers `METHOD /path ` followed by the request body it received.
 async fn echo(request: Request<Incoming>) -> Response<ShardBody> {
     let (parts, body) = request.into_parts();
@@ -406,7 +319,7 @@ const TRICKY_BODY: &[u8] =
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_a_body_hands_the_connection_to_hyper_and_it_keeps_serving() {
-    let shard = Shard::start(echo).await;
+    let shard = CustomShard::start(echo).await;
     let fixture = shard.gateway().await;
     let key = fixture.api_key("tenant-0").to_owned();
     let mut client = Client::open(fixture.running.addr).await;
@@ -448,7 +361,7 @@ async fn a_hand_off_in_the_middle_of_a_pipeline_keeps_every_byte_read_so_far() {
     // The loop reads the POST's head, its body and the GET after it in one
     // read before it sees that the POST is not its to serve: all of it has
     // to reach hyper, in order.
-    let shard = Shard::start(echo).await;
+    let shard = CustomShard::start(echo).await;
     let fixture = shard.gateway().await;
     let key = fixture.api_key("tenant-0").to_owned();
     let mut client = Client::open(fixture.running.addr).await;
@@ -520,7 +433,7 @@ async fn a_response_the_backend_sends_chunked_reaches_the_client_chunked_and_who
     // every later one is a few ready pieces of undeclared length.
     let (chunks, streamed) = mpsc::channel::<Bytes>(4);
     let streamed = Arc::new(Mutex::new(Some(streamed)));
-    let shard = Shard::start(move |_request| {
+    let shard = CustomShard::start(move |_request| {
         let streamed = streamed.lock().unwrap().take();
         async move {
             match streamed {
@@ -691,6 +604,33 @@ async fn shutdown_closes_idle_keep_alive_connections_at_once() {
 // ---------------------------------------------------------------------------
 // The header-read timeout.
 
+/// Sends `half` (a request head that never ends) on `client` and asserts
+/// that the gateway then closes the connection, about `header_read_timeout`
+/// after `started` and without a 2xx answer.
+async fn assert_half_head_closed(
+    client: &mut Client,
+    half: &[u8],
+    started: Instant,
+    header_read_timeout: Duration,
+) {
+    client.send(half).await;
+    let answer = client.closed().await;
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= header_read_timeout * 3 / 4,
+        "closed after {elapsed:?}, before the {header_read_timeout:?} timeout"
+    );
+    assert!(
+        elapsed < header_read_timeout * 5,
+        "closed only after {elapsed:?} with a {header_read_timeout:?} timeout"
+    );
+    assert!(
+        !answer.starts_with(b"HTTP/1.1 2"),
+        "a half head was answered: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_a_head_is_closed_after_the_header_read_timeout() {
     const TIMEOUT: Duration = Duration::from_millis(200);
@@ -702,22 +642,7 @@ async fn half_a_head_is_closed_after_the_header_read_timeout() {
     // On a fresh connection, the timeout runs from the accept.
     let started = Instant::now();
     let mut fresh = Client::open(addr).await;
-    fresh.send(half.as_bytes()).await;
-    let answer = fresh.closed().await;
-    let elapsed = started.elapsed();
-    assert!(
-        elapsed >= TIMEOUT * 3 / 4,
-        "closed after {elapsed:?}, before the {TIMEOUT:?} timeout"
-    );
-    assert!(
-        elapsed < TIMEOUT * 5,
-        "closed only after {elapsed:?} with a {TIMEOUT:?} timeout"
-    );
-    assert!(
-        !answer.starts_with(b"HTTP/1.1 2"),
-        "a half head was answered: {:?}",
-        String::from_utf8_lossy(&answer)
-    );
+    assert_half_head_closed(&mut fresh, half.as_bytes(), started, TIMEOUT).await;
 
     // A connection kept busy for longer than the timeout stays open: the
     // timeout runs again for each request, on the connection's one reused
@@ -743,22 +668,7 @@ async fn half_a_head_is_closed_after_the_header_read_timeout() {
     }
     // Then the timeout runs from the end of the last response.
     let started = Instant::now();
-    reused.send(half.as_bytes()).await;
-    let answer = reused.closed().await;
-    let elapsed = started.elapsed();
-    assert!(
-        elapsed >= TIMEOUT * 3 / 4,
-        "closed after {elapsed:?}, before the {TIMEOUT:?} timeout"
-    );
-    assert!(
-        elapsed < TIMEOUT * 5,
-        "closed only after {elapsed:?} with a {TIMEOUT:?} timeout"
-    );
-    assert!(
-        !answer.starts_with(b"HTTP/1.1 2"),
-        "a half head was answered: {:?}",
-        String::from_utf8_lossy(&answer)
-    );
+    assert_half_head_closed(&mut reused, half.as_bytes(), started, TIMEOUT).await;
     let paths: Vec<String> = fixture.backends[0]
         .seen()
         .into_iter()

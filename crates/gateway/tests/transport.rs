@@ -21,27 +21,25 @@ use bytes::Bytes;
 use gateway::health::Availability;
 use gateway::state::Stats;
 use http::{Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
-use crate::util::{Fixture, Options, eventually};
+use crate::util::{CustomShard, Fixture, Options, eventually, only_shard, text};
 
 /// How long anything in these tests may take before it counts as a hang.
 const DEADLINE: Duration = Duration::from_secs(2);
 
 // ---------------------------------------------------------------------------
-// Helpers: raw connections, bodies, and a test's own shard.
+// Helpers: raw connections and bodies (a test's own shard is
+// `util::CustomShard`).
 
 /// Reads until the peer closes the connection (EOF or reset); panics if it
 /// is still open after [`DEADLINE`].
@@ -141,81 +139,6 @@ impl Body for ChannelBody {
         self.0
             .poll_recv(cx)
             .map(|chunk| chunk.map(|chunk| chunk.map(Frame::data)))
-    }
-}
-
-type ShardBody = BoxBody<Bytes, std::io::Error>;
-
-fn text(status: u16, body: &'static str) -> Response<ShardBody> {
-    let mut response = Response::new(
-        Full::new(Bytes::from_static(body.as_bytes()))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *response.status_mut() = StatusCode::from_u16(status).unwrap();
-    response
-}
-
-/// A test's own shard: a hyper server that answers `/healthz` itself and
-/// every other request with `handler`.
-struct CustomShard {
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl Drop for CustomShard {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl CustomShard {
-    async fn start<F, Fut>(handler: F) -> Self
-    where
-        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Response<ShardBody>> + Send + 'static,
-    {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let handler = Arc::new(handler);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let handler = Arc::clone(&handler);
-                tokio::spawn(async move {
-                    let service = service_fn(move |request: Request<Incoming>| {
-                        let handler = Arc::clone(&handler);
-                        async move {
-                            if request.uri().path() == "/healthz" {
-                                return Ok::<_, Infallible>(text(200, "ok"));
-                            }
-                            Ok(handler(request).await)
-                        }
-                    });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Self { addr, task }
-    }
-
-    /// A gateway whose only shard is this one (so every tenant lands on it).
-    fn options(&self) -> Options {
-        only_shard(self.addr)
-    }
-}
-
-fn only_shard(addr: SocketAddr) -> Options {
-    Options {
-        shards: 0,
-        tenants: 2,
-        k: 1,
-        custom_shards: vec![("c0".into(), format!("http://{addr}"))],
-        ..Options::default()
     }
 }
 

@@ -3,7 +3,11 @@
 
 #![allow(dead_code)]
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backend::Backend;
@@ -11,11 +15,17 @@ use bytes::Bytes;
 use gateway::runtime::{self, Running};
 use gateway::{GatewayConfig, Snapshot};
 use http::{Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
 /// Knobs a test may turn; everything else has test-friendly defaults.
 pub struct Options {
@@ -228,8 +238,8 @@ shards = [
         self.dir.path().join("gateway.toml")
     }
 
-    pub fn config(&self) -> std::sync::Arc<GatewayConfig> {
-        std::sync::Arc::clone(&self.running.gateway.snapshot().config)
+    pub fn config(&self) -> Arc<GatewayConfig> {
+        Arc::clone(&self.running.gateway.snapshot().config)
     }
 
     /// The shard ids of a tenant's subset, as the gateway's placement says.
@@ -314,7 +324,7 @@ fn with_defaults(lines: &str, defaults: &[(&str, &str)]) -> String {
 /// optional bearer token.
 pub async fn request_to(
     client: &Client<HttpConnector, Full<Bytes>>,
-    addr: std::net::SocketAddr,
+    addr: SocketAddr,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
@@ -475,7 +485,7 @@ async fn read_more(stream: &mut tokio::net::TcpStream, received: &mut Vec<u8>) -
 /// a client library would normalise (duplicate, folded or conflicting
 /// headers). A connection closed before a complete head gives status 0.
 /// Panics if nothing complete arrives within five seconds.
-pub async fn raw_request(addr: std::net::SocketAddr, request: &[u8]) -> RawResponse {
+pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
     use tokio::io::AsyncWriteExt;
     let head_request = request.starts_with(b"HEAD ");
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -561,4 +571,108 @@ pub async fn raw_request(addr: std::net::SocketAddr, request: &[u8]) -> RawRespo
     })
     .await
     .expect("no complete response within five seconds")
+}
+
+/// The body of a response from a test's own shard ([`CustomShard`]).
+pub type ShardBody = BoxBody<Bytes, std::io::Error>;
+
+/// A whole body of `bytes`, for a response from a [`CustomShard`].
+pub fn full(bytes: impl Into<Bytes>) -> ShardBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// A response from a [`CustomShard`] with `status` and the whole body
+/// `body`.
+pub fn text(status: u16, body: &'static str) -> Response<ShardBody> {
+    let mut response = Response::new(full(body));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap();
+    response
+}
+
+/// A test's own shard: a hyper server that answers `/healthz` itself and
+/// every other request with `handler`, logging each as `METHOD /path`.
+/// Dropping it stops the server.
+pub struct CustomShard {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<String>>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for CustomShard {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl CustomShard {
+    /// Binds a port on 127.0.0.1 and serves it with `handler`.
+    pub async fn start<F, Fut>(handler: F) -> Self
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<ShardBody>> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handler = Arc::new(handler);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (handler, log) = (Arc::clone(&handler), Arc::clone(&log));
+                tokio::spawn(async move {
+                    let service = service_fn(move |request: Request<Incoming>| {
+                        let (handler, log) = (Arc::clone(&handler), Arc::clone(&log));
+                        async move {
+                            if request.uri().path() == "/healthz" {
+                                return Ok::<_, Infallible>(text(200, "ok"));
+                            }
+                            log.lock().unwrap().push(format!(
+                                "{} {}",
+                                request.method(),
+                                request.uri().path()
+                            ));
+                            Ok(handler(request).await)
+                        }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self { addr, seen, task }
+    }
+
+    /// The options of a gateway whose only shard is this one (so every
+    /// tenant lands on it).
+    pub fn options(&self) -> Options {
+        only_shard(self.addr)
+    }
+
+    /// A gateway whose only shard is this one.
+    pub async fn gateway(&self) -> Fixture {
+        Fixture::start(self.options()).await
+    }
+
+    /// Every request served so far (all but `/healthz`), as `METHOD /path`.
+    pub fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// The options of a gateway over two tenants whose only shard is the
+/// server at `addr`.
+pub fn only_shard(addr: SocketAddr) -> Options {
+    Options {
+        shards: 0,
+        tenants: 2,
+        k: 1,
+        custom_shards: vec![("c0".into(), format!("http://{addr}"))],
+        ..Options::default()
+    }
 }
