@@ -57,17 +57,19 @@ pub enum Credential {
 /// `jwt_enabled`, and an API key otherwise; `x-api-key` is always an API key
 /// (so an API key that happens to look like a JWT can still be sent there).
 pub fn extract(headers: &HeaderMap, jwt_enabled: bool) -> Result<Credential, AuthError> {
-    let mut authorization = headers.get_all(AUTHORIZATION).iter();
-    let mut api_key = headers.get_all(API_KEY_HEADER).iter();
-    let (first_authorization, second_authorization) = (authorization.next(), authorization.next());
-    let (first_api_key, second_api_key) = (api_key.next(), api_key.next());
-    if second_authorization.is_some() {
-        return Err(malformed("send one Authorization header, not several"));
+    // One pass over the few fields a request has costs less than two
+    // lookups by name.
+    let (mut authorization, mut api_key) = (None, None);
+    for (name, value) in headers {
+        if *name == AUTHORIZATION {
+            if authorization.replace(value).is_some() {
+                return Err(malformed("send one Authorization header, not several"));
+            }
+        } else if *name == API_KEY_HEADER && api_key.replace(value).is_some() {
+            return Err(malformed("send one x-api-key header, not several"));
+        }
     }
-    if second_api_key.is_some() {
-        return Err(malformed("send one x-api-key header, not several"));
-    }
-    match (first_authorization, first_api_key) {
+    match (authorization, api_key) {
         (None, None) => Err(AuthError::Missing),
         (Some(_), Some(_)) => Err(malformed(
             "send one credential: Authorization or x-api-key, not both",
