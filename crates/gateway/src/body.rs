@@ -16,26 +16,120 @@
 //! proxy answers the client (413, 400, 408) instead of blaming the shard.
 
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::watch;
 
-/// The body type of responses the gateway sends.
-pub type ResponseBody = BoxBody<Bytes, BoxError>;
+use crate::state::ShardRuntime;
+use crate::upstream::UpstreamBody;
+use crate::wire::BackendFields;
+
+/// The body of a response the gateway sends: one it wrote itself, or a
+/// backend's, streaming through.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per response, never moved in a loop: boxing the backend's body would cost an allocation per request"
+)]
+pub enum ResponseBody {
+    /// A complete body, sent at once (`None` once sent).
+    Full(Option<Bytes>),
+    /// A backend's body, with the backend's header fields still to be
+    /// written (through [`crate::headers::outbound`]).
+    Backend(BackendBody),
+}
+
+/// A backend's response body on its way to the client.
+#[derive(Debug)]
+pub struct BackendBody {
+    body: UpstreamBody,
+    /// Released when the body ends or is dropped.
+    _in_flight: Option<InFlight>,
+}
+
+/// A request counted in a shard's in-flight requests until dropped: a
+/// response keeps its shard busy until its body has been sent or the
+/// client went away.
+#[derive(Debug)]
+pub struct InFlight(Arc<ShardRuntime>);
+
+impl InFlight {
+    /// Takes over one of `shard`'s in-flight requests (already counted).
+    pub fn new(shard: Arc<ShardRuntime>) -> Self {
+        Self(shard)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Any error a response body can end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A complete response body from bytes.
 pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
+    let bytes = bytes.into();
+    ResponseBody::Full((!bytes.is_empty()).then_some(bytes))
+}
+
+impl ResponseBody {
+    /// A backend's body, holding its shard's in-flight count if given.
+    pub fn backend(body: UpstreamBody, in_flight: Option<InFlight>) -> Self {
+        ResponseBody::Backend(BackendBody {
+            body,
+            _in_flight: in_flight,
+        })
+    }
+
+    /// The backend's header fields, for a backend's body.
+    pub fn backend_fields(&self) -> Option<&BackendFields> {
+        match self {
+            ResponseBody::Full(_) => None,
+            ResponseBody::Backend(backend) => Some(backend.body.fields()),
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            ResponseBody::Full(bytes) => {
+                Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes))))
+            }
+            ResponseBody::Backend(backend) => Pin::new(&mut backend.body)
+                .poll_frame(cx)
+                .map_err(BoxError::from),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Full(bytes) => bytes.is_none(),
+            ResponseBody::Backend(backend) => backend.body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Full(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |bytes| bytes.len() as u64))
+            }
+            ResponseBody::Backend(backend) => backend.body.size_hint(),
+        }
+    }
 }
 
 /// A client's request body as the request path receives it: none at all
@@ -309,51 +403,5 @@ impl Body for AttemptBody {
             AttemptBody::Streaming(incoming, _) => incoming.size_hint(),
             _ => SizeHint::default(),
         }
-    }
-}
-
-/// A response body that runs a closure when it is dropped: the end of the
-/// response, whether it completed or the client went away. Used to keep a
-/// shard's in-flight count honest for the whole response.
-pub struct OnDrop<B, F: FnOnce()> {
-    inner: B,
-    on_drop: Option<F>,
-}
-
-impl<B, F: FnOnce()> OnDrop<B, F> {
-    /// Wraps `inner`, calling `on_drop` exactly once when dropped.
-    pub fn new(inner: B, on_drop: F) -> Self {
-        Self {
-            inner,
-            on_drop: Some(on_drop),
-        }
-    }
-}
-
-impl<B, F: FnOnce()> Drop for OnDrop<B, F> {
-    fn drop(&mut self) {
-        if let Some(on_drop) = self.on_drop.take() {
-            on_drop();
-        }
-    }
-}
-
-impl<B: Body + Unpin, F: FnOnce() + Unpin> Body for OnDrop<B, F> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

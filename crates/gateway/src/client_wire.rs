@@ -23,6 +23,8 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 use hyper::body::SizeHint;
 
+use crate::wire::BackendFields;
+
 /// The most header fields in a head the loop serves (hyper's default
 /// limit; a head with more is handed to hyper, which refuses it).
 pub const MAX_HEADERS: usize = 100;
@@ -208,6 +210,7 @@ pub fn encode_response_head(
     out: &mut Vec<u8>,
     status: StatusCode,
     headers: &HeaderMap,
+    backend: Option<&BackendFields>,
     framing: BodyFraming,
     close: bool,
 ) {
@@ -222,19 +225,24 @@ pub fn encode_response_head(
     );
     out.extend_from_slice(b"\r\n");
     let mut has_date = false;
-    for (name, value) in headers {
-        let skip = *name == header::TRANSFER_ENCODING
-            || *name == header::CONNECTION
+    // The gateway's own fields, then the backend's that may pass.
+    let own = headers
+        .iter()
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+    let passed = backend.into_iter().flat_map(crate::headers::outbound);
+    for (name, value) in own.chain(passed) {
+        let skip = name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"connection")
             // A response without a body keeps its Content-Length (a HEAD
             // answer states the GET's); one with a body gets its own.
-            || (*name == header::CONTENT_LENGTH && framing != BodyFraming::None);
+            || (framing != BodyFraming::None && name.eq_ignore_ascii_case(b"content-length"));
         if skip {
             continue;
         }
-        has_date |= *name == header::DATE;
-        out.extend_from_slice(name.as_str().as_bytes());
+        has_date |= name.eq_ignore_ascii_case(b"date");
+        out.extend_from_slice(name);
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
     match framing {
@@ -416,6 +424,7 @@ mod tests {
             &mut out,
             StatusCode::OK,
             &headers,
+            None,
             BodyFraming::Length(3),
             true,
         );

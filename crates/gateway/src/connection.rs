@@ -37,6 +37,7 @@ use tokio::time::{Instant, Sleep};
 use crate::body::{BoxError, ClientBody, ResponseBody};
 use crate::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::config::LimitSettings;
+use crate::headers;
 use crate::proxy::{self, Peer};
 use crate::shutdown::ShutdownWatch;
 use crate::state::Gateway;
@@ -195,7 +196,14 @@ async fn write_response(
     let framing =
         client_wire::response_framing(head_request, head.status, &head.headers, &body.size_hint());
     out.clear();
-    client_wire::encode_response_head(out, head.status, &head.headers, framing, close);
+    client_wire::encode_response_head(
+        out,
+        head.status,
+        &head.headers,
+        body.backend_fields(),
+        framing,
+        close,
+    );
     drop(head);
     let mut remaining = match framing {
         BodyFraming::None => {
@@ -341,7 +349,9 @@ fn service(
         let peer = peer.clone();
         async move {
             let request = request.map(ClientBody::Streamed);
-            Ok(proxy::handle(gateway, request, &peer).await)
+            Ok(with_header_map(
+                proxy::handle(gateway, request, &peer).await,
+            ))
         }
     })
 }
@@ -376,6 +386,24 @@ impl Deadline {
             sleep.as_mut().reset(deadline);
         }
         Poll::Pending
+    }
+}
+
+/// The response as hyper needs it: a backend's header fields (the ones
+/// that may pass) in the header map, where hyper writes them from.
+fn with_header_map(mut response: Response<ResponseBody>) -> Response<ResponseBody> {
+    let Some(fields) = response.body().backend_fields() else {
+        return response;
+    };
+    match fields.to_header_map(headers::outbound(fields)) {
+        Ok(passed) => {
+            // Appends every value (the gateway's own fields stay).
+            response.headers_mut().extend(passed);
+            response
+        }
+        // httparse accepted a field `http` does not: the backend's answer
+        // cannot be passed on as it is.
+        Err(_) => proxy::error_response(http::StatusCode::BAD_GATEWAY, "the backend failed"),
     }
 }
 

@@ -24,7 +24,7 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::attempt::{self, Failure};
-use crate::body::{BoxError, ClientBody, ClientFault, OnDrop, RequestBody, ResponseBody, full};
+use crate::body::{ClientBody, ClientFault, InFlight, RequestBody, ResponseBody, full};
 use crate::credential;
 use crate::headers;
 use crate::member::{self, Pick};
@@ -393,9 +393,8 @@ async fn route(
     // was one, else say why.
     let response = match last_failure {
         Some((_, Some(response))) => {
-            let (mut head, body) = response.into_parts();
-            headers::outbound(&mut head.headers);
-            Response::from_parts(head, body.map_err(BoxError::from).boxed())
+            let (head, body) = response.into_parts();
+            Response::from_parts(head, ResponseBody::backend(body, None))
         }
         Some((Failure::Timeout, None)) => error_response(
             StatusCode::GATEWAY_TIMEOUT,
@@ -454,17 +453,17 @@ fn record_outcome(
 }
 
 /// Streams a backend response to the client, keeping the shard's in-flight
-/// count until the body ends.
+/// count until the body ends. (The backend's header fields go out filtered
+/// by [`headers::outbound`] when the response is written.)
 fn stream_back(
     response: Response<UpstreamBody>,
     shard: Arc<ShardRuntime>,
 ) -> Response<ResponseBody> {
-    let (mut head, body) = response.into_parts();
-    headers::outbound(&mut head.headers);
-    let body = OnDrop::new(body, move || {
-        shard.in_flight.fetch_sub(1, Ordering::Relaxed);
-    });
-    Response::from_parts(head, body.map_err(BoxError::from).boxed())
+    let (head, body) = response.into_parts();
+    Response::from_parts(
+        head,
+        ResponseBody::backend(body, Some(InFlight::new(shard))),
+    )
 }
 
 /// Exponential backoff with full jitter: a random wait up to

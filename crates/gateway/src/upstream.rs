@@ -39,7 +39,8 @@ use tokio::time::Instant;
 
 use crate::body::{AttemptBody, AttemptBodyError};
 use crate::wire::{
-    self, ChunkedDecoder, Decoded, RequestFraming, RequestHead, ResponseFraming, WireError,
+    self, BackendFields, ChunkedDecoder, Decoded, RequestFraming, RequestHead, ResponseFraming,
+    WireError,
 };
 
 /// How long an idle connection may wait to be reused before it is closed.
@@ -191,7 +192,8 @@ impl Upstream {
     /// Sends `request` with `body` on an idle connection, or a new one made
     /// within `connect_timeout`, and returns the response once its head has
     /// arrived. The response body gives the connection back when it has
-    /// been read to its end.
+    /// been read to its end, and holds the response's header fields
+    /// ([`UpstreamBody::fields`]); the response's header map is empty.
     pub async fn send(
         self: &Arc<Self>,
         request: RequestHead<'_>,
@@ -315,6 +317,7 @@ impl Upstream {
             state,
             reusable: head.keep_alive && sent_whole,
             upstream: Arc::clone(self),
+            fields: head.fields,
         };
         if body.state == BodyState::Length(0) {
             body.finish();
@@ -322,7 +325,6 @@ impl Upstream {
         let mut response = Response::new(body);
         *response.status_mut() = head.status;
         *response.version_mut() = head.version;
-        *response.headers_mut() = head.headers;
         Ok(response)
     }
 
@@ -493,6 +495,10 @@ pub struct UpstreamBody {
     /// Keep-alive allowed by the backend and the request sent whole.
     reusable: bool,
     upstream: Arc<Upstream>,
+    /// The response's header fields, as the backend sent them. (The
+    /// response's header map is left empty: a map is built only where one
+    /// is needed, see [`BackendFields`].)
+    fields: BackendFields,
 }
 
 impl std::fmt::Debug for UpstreamBody {
@@ -504,6 +510,11 @@ impl std::fmt::Debug for UpstreamBody {
 }
 
 impl UpstreamBody {
+    /// The response's header fields, as the backend sent them.
+    pub fn fields(&self) -> &BackendFields {
+        &self.fields
+    }
+
     /// The body ended: the connection goes back if it can carry another
     /// exchange (bytes beyond the response mean it cannot).
     fn finish(&mut self) {

@@ -178,8 +178,9 @@ pub struct ResponseHead {
     pub status: StatusCode,
     /// HTTP/1.0 or HTTP/1.1.
     pub version: Version,
-    /// The header fields, as sent.
-    pub headers: HeaderMap,
+    /// The header fields, as sent (a `Content-Length` beside
+    /// `Transfer-Encoding` left out).
+    pub fields: BackendFields,
     /// How the body that follows is delimited.
     pub framing: ResponseFraming,
     /// Whether the connection may carry another exchange once this
@@ -222,26 +223,103 @@ pub fn parse_response_head(
             // Both lengths: the message was framed by the coding, but a
             // sender that says both cannot be trusted with the next one.
             && !(fields.coded && fields.has_length);
-        let mut headers = HeaderMap::with_capacity(parsed.fields.len());
-        for (name, value) in &parsed.fields {
-            let name = HeaderName::from_bytes(&head[name.clone()])
-                .map_err(|_| WireError::MalformedHead(httparse::Error::HeaderName))?;
+        let fields = BackendFields {
+            head,
+            spans: parsed.fields,
             // The coding framed the body, so the length is not forwarded
             // (RFC 9112 section 6.3).
-            if fields.coded && name == header::CONTENT_LENGTH {
-                continue;
-            }
-            let value = HeaderValue::from_maybe_shared(head.slice(value.clone()))
-                .map_err(|_| WireError::MalformedHead(httparse::Error::HeaderValue))?;
-            headers.append(name, value);
-        }
+            without_length: fields.coded && fields.has_length,
+        };
         return Ok(Some(ResponseHead {
             status,
             version: parsed.version,
-            headers,
+            fields,
             framing,
             keep_alive,
         }));
+    }
+}
+
+/// Where a head's fields lie in it. Offsets fit in 16 bits because a head
+/// is at most [`MAX_HEAD_BYTES`] long; compact, because the fields travel
+/// with the response body and are moved with it.
+type Spans = SmallVec<[FieldSpan; 12]>;
+
+/// One field's name and value, as offsets into the head.
+#[derive(Debug, Clone, Copy, Default)]
+struct FieldSpan {
+    name: (u16, u16),
+    value: (u16, u16),
+}
+
+impl FieldSpan {
+    fn new(name: Range<usize>, value: Range<usize>) -> Option<Self> {
+        let narrow = |at: usize| u16::try_from(at).ok();
+        Some(Self {
+            name: (narrow(name.start)?, narrow(name.end)?),
+            value: (narrow(value.start)?, narrow(value.end)?),
+        })
+    }
+
+    fn name(self) -> Range<usize> {
+        usize::from(self.name.0)..usize::from(self.name.1)
+    }
+
+    fn value(self) -> Range<usize> {
+        usize::from(self.value.0)..usize::from(self.value.1)
+    }
+}
+
+/// A backend response head's header fields, as the backend wrote them: the
+/// head's bytes and where each field's name and value lie in them. They
+/// are written to a client from here (filtered by
+/// [`crate::headers::outbound`]), without a header map in between; hyper's
+/// path builds one with [`BackendFields::to_header_map`].
+#[derive(Debug, Clone, Default)]
+pub struct BackendFields {
+    head: Bytes,
+    spans: Spans,
+    /// `Content-Length` is left out (the body was framed by a coding).
+    without_length: bool,
+}
+
+impl BackendFields {
+    /// Every field's name and value, in order, as sent.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.spans
+            .iter()
+            .map(|span| (&self.head[span.name()], &self.head[span.value()]))
+            .filter(|(name, _)| {
+                !(self.without_length && name.eq_ignore_ascii_case(b"content-length"))
+            })
+    }
+
+    /// The first value of the field `name` (any case).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.iter()
+            .find(|(field, _)| field.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, value)| value)
+    }
+
+    /// The fields `keep` lets through, as a header map sharing the head's
+    /// bytes. httparse has checked the syntax already, so a field `http`
+    /// refuses cannot happen; it would be an error, not dropped silently.
+    pub fn to_header_map<'a>(
+        &'a self,
+        keep: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<HeaderMap, WireError> {
+        let mut headers = HeaderMap::with_capacity(self.spans.len());
+        let base = self.head.as_ptr() as usize;
+        for (name, value) in keep {
+            let name = HeaderName::from_bytes(name)
+                .map_err(|_| WireError::MalformedHead(httparse::Error::HeaderName))?;
+            // The value is a slice of the head: share it, do not copy it.
+            let start = value.as_ptr() as usize - base;
+            let value = HeaderValue::from_maybe_shared(self.head.slice(start..start + value.len()))
+                .map_err(|_| WireError::MalformedHead(httparse::Error::HeaderValue))?;
+            headers.append(name, value);
+        }
+        Ok(headers)
     }
 }
 
@@ -305,7 +383,7 @@ struct Parsed {
     status: StatusCode,
     version: Version,
     length: usize,
-    fields: SmallVec<[(Range<usize>, Range<usize>); 16]>,
+    fields: Spans,
     framing: FramingFields,
 }
 
@@ -341,14 +419,13 @@ fn parse_one(buf: &[u8]) -> Result<Option<Parsed>, WireError> {
         start..start + part.len()
     };
     let mut framing = FramingFields::default();
-    let fields = response
-        .headers
-        .iter()
-        .map(|field| {
-            framing.observe(field.name.as_bytes(), field.value);
-            (offset(field.name.as_bytes()), offset(field.value))
-        })
-        .collect();
+    let mut fields = Spans::new();
+    for field in response.headers.iter() {
+        framing.observe(field.name.as_bytes(), field.value);
+        let span = FieldSpan::new(offset(field.name.as_bytes()), offset(field.value))
+            .ok_or(WireError::HeadTooLarge)?;
+        fields.push(span);
+    }
     Ok(Some(Parsed {
         status,
         version,
@@ -593,7 +670,7 @@ mod tests {
         assert_eq!(head.status, StatusCode::OK);
         assert_eq!(head.framing, ResponseFraming::Length(5));
         assert!(head.keep_alive);
-        assert_eq!(head.headers["x-a"], "b");
+        assert_eq!(head.fields.get("x-a"), Some(&b"b"[..]));
         assert_eq!(&buf[..], b"hello");
     }
 
@@ -677,7 +754,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(head.status, StatusCode::CREATED);
-        assert!(!head.headers.contains_key("link"));
+        assert!(head.fields.get("link").is_none());
         assert!(buf.is_empty());
     }
 

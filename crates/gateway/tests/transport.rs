@@ -1201,25 +1201,29 @@ async fn placement_and_hop_by_hop_headers_never_reach_the_client() {
     let fixture = Fixture::start(shard.options()).await;
     let tenant = fixture.tenants[0].0.clone();
     // A served response, and a retryable status passed on as the last
-    // answer once nothing else may be tried.
-    for (path, expected) in [
-        ("/ok", StatusCode::OK),
-        ("/fail", StatusCode::SERVICE_UNAVAILABLE),
+    // answer once nothing else may be tried; each for a GET (the
+    // connection's own loop writes the backend's fields) and a POST with a
+    // body (hyper writes them, from a header map).
+    for (method, body, path, expected) in [
+        ("GET", &b""[..], "/ok", StatusCode::OK),
+        ("GET", b"", "/fail", StatusCode::SERVICE_UNAVAILABLE),
+        ("POST", b"payload", "/ok", StatusCode::OK),
+        ("POST", b"payload", "/fail", StatusCode::SERVICE_UNAVAILABLE),
     ] {
-        let (status, headers, _) = fixture.send(Some(&tenant), "GET", path, &[], b"").await;
-        assert_eq!(status, expected, "{path}");
+        let (status, headers, _) = fixture.send(Some(&tenant), method, path, &[], body).await;
+        assert_eq!(status, expected, "{method} {path}");
         for name in headers.keys() {
             assert!(
                 !name.as_str().starts_with("x-shuffle-"),
-                "{path}: {name} reached the client"
+                "{method} {path}: {name} reached the client"
             );
         }
         for gone in ["x-hop", "keep-alive"] {
             assert!(
                 headers.get(gone).is_none(),
-                "{path}: {gone} reached the client"
+                "{method} {path}: {gone} reached the client"
             );
         }
-        assert_eq!(headers["x-kept"], "1", "{path}");
+        assert_eq!(headers["x-kept"], "1", "{method} {path}");
     }
 }
