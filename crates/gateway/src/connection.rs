@@ -87,8 +87,18 @@ pub async fn serve(
         // watch; otherwise a client that hangs up cancels its request, as
         // it would under hyper.
         let watch_client = buf.is_empty();
-        let Some(response) = answer(&gateway, request, &peer, &io, watch_client).await else {
-            return;
+        // Pinned where it is: the request path's future is a few kilobytes,
+        // and every layer it passed through would copy it.
+        let handled = proxy::handle(Arc::clone(&gateway), request, &peer);
+        tokio::pin!(handled);
+        let response = if watch_client {
+            tokio::select! {
+                biased;
+                response = &mut handled => response,
+                () = hung_up(io.tcp()) => return,
+            }
+        } else {
+            handled.await
         };
         let close = close || shutdown.is_stopping() || says_close(&response);
         match write_response(&mut io, &mut out, response, head_request, close).await {
@@ -140,27 +150,6 @@ async fn read_request(
             () = timer.until(deadline) => return Next::Close,
             () = shutdown.stopping(), if idle => return Next::Close,
         }
-    }
-}
-
-/// Runs the request path; `None` if the client hung up first.
-async fn answer(
-    gateway: &Arc<Gateway>,
-    request: http::Request<ClientBody>,
-    peer: &Peer,
-    io: &Lingering,
-    watch_client: bool,
-) -> Option<Response<ResponseBody>> {
-    // Boxed: the request path's future is a few kilobytes, and the
-    // connection's own future would otherwise copy it at every step.
-    let handled = Box::pin(proxy::handle(Arc::clone(gateway), request, peer));
-    if !watch_client {
-        return Some(handled.await);
-    }
-    tokio::select! {
-        biased;
-        response = handled => Some(response),
-        () = hung_up(io.tcp()) => None,
     }
 }
 
