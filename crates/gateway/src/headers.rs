@@ -117,9 +117,11 @@ impl Added<'_> {
 }
 
 /// Prepares a client request's headers for a backend: strips what must not
-/// pass and returns the client's `Host` (removed, so that each attempt can
-/// name its backend), which goes out as `x-forwarded-host`. The tenant and
-/// the client's address are added on the wire (see [`Added`]).
+/// pass and returns the client's `Host`, which goes out as
+/// `x-forwarded-host`. The client's `Host` itself is left in place for the
+/// wire to skip ([`Added::replaces`]: each attempt names its own backend),
+/// which is cheaper than removing it. The tenant and the client's address
+/// are added on the wire (see [`Added`]).
 pub fn inbound(headers: &mut HeaderMap) -> Option<HeaderValue> {
     let doomed = {
         let named = connection_named(
@@ -146,7 +148,7 @@ pub fn inbound(headers: &mut HeaderMap) -> Option<HeaderValue> {
     for name in doomed {
         headers.remove(name);
     }
-    headers.remove(header::HOST)
+    headers.get(header::HOST).cloned()
 }
 
 /// The `x-forwarded-for` value for a client address.

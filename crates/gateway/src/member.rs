@@ -57,13 +57,19 @@ pub fn pick(
     let up = |index: &ShardIndex| {
         !failover || shards[*index as usize].availability_at(config, now) == Availability::Up
     };
-    let untried: Candidates = subset
-        .iter()
-        .copied()
-        .filter(|index| !tried.contains(index))
-        .collect();
-    let members: Candidates = untried.iter().copied().filter(up).collect();
-    let steered = members.len() < untried.len();
+    // One pass, pushing: this runs for every request.
+    let mut members = Candidates::new();
+    let mut steered = false;
+    for &index in subset {
+        if tried.contains(&index) {
+            continue;
+        }
+        if up(&index) {
+            members.push(index);
+        } else {
+            steered = true;
+        }
+    }
     if let Some(index) = power_of_two(&members, shards) {
         return Choice {
             pick: Pick::Member(index),
