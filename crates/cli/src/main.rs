@@ -22,12 +22,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc instead of the system allocator: the gateway allocates and
-/// frees a few small buffers per request, and glibc's allocator spent about
-/// 1.5 % of the gateway's CPU on them (and on consolidating its fast bins).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Exit status for bad arguments or bad input, the same status clap uses for
 /// usage errors, so scripts can tell "you asked wrongly" from "it broke".
 const EXIT_BAD_INPUT: u8 = 2;
