@@ -154,13 +154,27 @@ async fn read_request(
 }
 
 /// Completes when the client closes its side or the connection breaks;
-/// never when it sends more (a pipelined request waits its turn).
+/// never when it sends more (a pipelined request waits its turn). Polled
+/// directly rather than through `peek`'s future: it is polled with every
+/// poll of the request it watches.
 async fn hung_up(stream: &TcpStream) {
-    let mut probe = [0_u8; 1];
-    match stream.peek(&mut probe).await {
-        Ok(0) | Err(_) => {}
-        Ok(_) => std::future::pending().await,
-    }
+    let mut sent_more = false;
+    poll_fn(|cx| {
+        if sent_more {
+            return Poll::Pending;
+        }
+        let mut probe = [0_u8; 1];
+        let mut probe = ReadBuf::new(&mut probe);
+        match stream.poll_peek(cx, &mut probe) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(0) | Err(_)) => Poll::Ready(()),
+            Poll::Ready(Ok(_)) => {
+                sent_more = true;
+                Poll::Pending
+            }
+        }
+    })
+    .await;
 }
 
 /// Whether a response asks for the connection to close.
