@@ -51,15 +51,17 @@ pub struct BackendBody {
     _in_flight: Option<InFlight>,
 }
 
-/// A request counted in a shard's in-flight requests until dropped: a
-/// response keeps its shard busy until its body has been sent or the
-/// client went away.
+/// A request counted in a shard's in-flight requests until dropped: an
+/// attempt, and then its response until the body has been sent, keeps the
+/// shard busy; a request cancelled anywhere on the way (its client hung
+/// up) releases it all the same.
 #[derive(Debug)]
 pub struct InFlight(Arc<ShardRuntime>);
 
 impl InFlight {
-    /// Takes over one of `shard`'s in-flight requests (already counted).
-    pub fn new(shard: Arc<ShardRuntime>) -> Self {
+    /// Counts one more request in flight on `shard`, until dropped.
+    pub fn start(shard: Arc<ShardRuntime>) -> Self {
+        shard.in_flight.fetch_add(1, Ordering::Relaxed);
         Self(shard)
     }
 }

@@ -326,7 +326,9 @@ async fn route(
         }
         let shard = &shards[index as usize];
         shard.attempts.fetch_add(1, Ordering::Relaxed);
-        shard.in_flight.fetch_add(1, Ordering::Relaxed);
+        // Counted until the response has been sent, or until this request
+        // is dropped (a client that hangs up cancels it mid-attempt).
+        let in_flight = InFlight::start(Arc::clone(shard));
         served.attempts += 1;
         // A shard an operator failed is down as far as the gateway is
         // concerned: an attempt on it (only possible with failover off)
@@ -351,7 +353,7 @@ async fn route(
         if let Err(failure) = &result
             && let Some(fault) = body.client_fault(*failure == Failure::Timeout)
         {
-            shard.in_flight.fetch_sub(1, Ordering::Relaxed);
+            drop(in_flight);
             tracing::debug!(cell = %cell_name, shard = %shard.id, ?fault, "the client's request body ended the attempt");
             return (client_fault_response(fault), Some(served));
         }
@@ -379,10 +381,10 @@ async fn route(
         match (result, failure) {
             (Ok(response), None) => {
                 served.answered_at = Some(now);
-                return (stream_back(response, Arc::clone(shard)), Some(served));
+                return (stream_back(response, in_flight), Some(served));
             }
             (result, Some(failure)) => {
-                shard.in_flight.fetch_sub(1, Ordering::Relaxed);
+                drop(in_flight);
                 last_failure = Some((failure, result.ok()));
             }
             (Err(_), None) => unreachable!("an error always has a failure"),
@@ -455,15 +457,9 @@ fn record_outcome(
 /// Streams a backend response to the client, keeping the shard's in-flight
 /// count until the body ends. (The backend's header fields go out filtered
 /// by [`headers::outbound`] when the response is written.)
-fn stream_back(
-    response: Response<UpstreamBody>,
-    shard: Arc<ShardRuntime>,
-) -> Response<ResponseBody> {
+fn stream_back(response: Response<UpstreamBody>, in_flight: InFlight) -> Response<ResponseBody> {
     let (head, body) = response.into_parts();
-    Response::from_parts(
-        head,
-        ResponseBody::backend(body, Some(InFlight::new(shard))),
-    )
+    Response::from_parts(head, ResponseBody::backend(body, Some(in_flight)))
 }
 
 /// Exponential backoff with full jitter: a random wait up to

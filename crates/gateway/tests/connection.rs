@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 
-use crate::util::{CustomShard, Fixture, Options, RawResponse, ShardBody, full};
+use crate::util::{CustomShard, Fixture, Options, RawResponse, ShardBody, eventually, full};
 
 /// How long anything in these tests may take before it counts as a hang.
 const DEADLINE: Duration = Duration::from_secs(2);
@@ -678,5 +678,42 @@ async fn half_a_head_is_closed_after_the_header_read_timeout() {
         paths,
         vec!["/busy"; sent],
         "a stalled head reached the backend"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_cancels_its_request_at_once() {
+    // A shard that takes every request and never answers: only the client
+    // hanging up can end the request before the long per-try timeout.
+    let shard = CustomShard::start(|_request| std::future::pending()).await;
+    let fixture = Fixture::start(Options {
+        routing: "per_try_timeout_ms = 30000\nrequest_timeout_ms = 60000\n".into(),
+        ..shard.options()
+    })
+    .await;
+    let key = fixture.api_key("tenant-0").to_owned();
+    let gateway = &fixture.running.gateway;
+    let in_flight = || {
+        gateway
+            .snapshot()
+            .all_shards()
+            .map(|shard| shard.in_flight())
+            .sum::<u64>()
+    };
+
+    let mut client = Client::open(fixture.running.addr).await;
+    client.send(&get("/held", &key)).await;
+    assert!(
+        eventually(Duration::from_secs(5), || shard.seen() == ["GET /held"]).await,
+        "the request never reached the shard"
+    );
+    assert_eq!(in_flight(), 1, "the held request is in flight");
+
+    drop(client);
+    // Cancelled as soon as the gateway sees the connection close, not at
+    // the 30 s per-try timeout.
+    assert!(
+        eventually(Duration::from_secs(5), || in_flight() == 0).await,
+        "the request outlived its client"
     );
 }
