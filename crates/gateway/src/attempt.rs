@@ -108,6 +108,9 @@ pub async fn send(
     let mut resends = 0;
     loop {
         let result = tokio::select! {
+            // The exchange first: polling in a fixed order spares drawing a
+            // random one on every poll, and a response that is ready wins.
+            biased;
             result = shard.upstream.send(request, body.for_attempt(), per_try_timeout) => result,
             () = time_limit(body, per_try_timeout, deadline) => return Err(Failure::Timeout),
         };
