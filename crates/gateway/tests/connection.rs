@@ -27,7 +27,9 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 
-use crate::util::{CustomShard, Fixture, Options, RawResponse, ShardBody, eventually, full};
+use crate::util::{
+    ChannelBody, CustomShard, Fixture, Options, RawResponse, ShardBody, eventually, full,
+};
 
 /// How long anything in these tests may take before it counts as a hang.
 const DEADLINE: Duration = Duration::from_secs(2);
@@ -241,24 +243,6 @@ impl Body for Pieces {
     }
 }
 
-/// A body whose chunks the test hands over one by one; it ends when the
-/// sender is dropped.
-struct ChannelBody(mpsc::Receiver<Bytes>);
-
-impl Body for ChannelBody {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|chunk| Ok(Frame::data(chunk))))
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Pipelining and the hand-off.
 
@@ -431,7 +415,7 @@ async fn a_response_the_backend_sends_chunked_reaches_the_client_chunked_and_who
     // The first response streams what the test sends on a channel (so the
     // loop writes the head and a first chunk, then waits for the rest);
     // every later one is a few ready pieces of undeclared length.
-    let (chunks, streamed) = mpsc::channel::<Bytes>(4);
+    let (chunks, streamed) = mpsc::channel::<std::io::Result<Bytes>>(4);
     let streamed = Arc::new(Mutex::new(Some(streamed)));
     let shard = CustomShard::start(move |_request| {
         let streamed = streamed.lock().unwrap().take();
@@ -454,7 +438,10 @@ async fn a_response_the_backend_sends_chunked_reaches_the_client_chunked_and_who
     let key = fixture.api_key("tenant-0").to_owned();
     let mut client = Client::open(fixture.running.addr).await;
 
-    chunks.send(Bytes::from_static(b"first;")).await.unwrap();
+    chunks
+        .send(Ok(Bytes::from_static(b"first;")))
+        .await
+        .unwrap();
     client.send(&get("/stream", &key)).await;
     // The head arrives while the backend still holds the rest of the body.
     let mut response = client.head().await;
@@ -473,8 +460,8 @@ async fn a_response_the_backend_sends_chunked_reaches_the_client_chunked_and_who
     // A chunk larger than the loop copies into its write buffer, then a
     // small one, then the end of the body.
     let large: Bytes = (0..20 * 1024).map(|i| (i % 251) as u8).collect();
-    chunks.send(large.clone()).await.unwrap();
-    chunks.send(Bytes::from_static(b";last")).await.unwrap();
+    chunks.send(Ok(large.clone())).await.unwrap();
+    chunks.send(Ok(Bytes::from_static(b";last"))).await.unwrap();
     drop(chunks);
     client.body(&mut response, false).await;
     let mut expected = b"first;".to_vec();

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
-use crate::util::{CustomShard, Fixture, Options, eventually, only_shard, text};
+use crate::util::{ChannelBody, CustomShard, Fixture, Options, eventually, only_shard, text};
 
 /// How long anything in these tests may take before it counts as a hang.
 const DEADLINE: Duration = Duration::from_secs(2);
@@ -120,25 +120,6 @@ impl Body for Chunks {
         } else {
             SizeHint::default()
         }
-    }
-}
-
-/// A body whose chunks the test hands over one by one: it ends when the
-/// sender is dropped, stays open while the sender is held, and fails (hyper
-/// then aborts the connection) when the test sends an error.
-struct ChannelBody(mpsc::Receiver<std::io::Result<Bytes>>);
-
-impl Body for ChannelBody {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|chunk| chunk.map(Frame::data)))
     }
 }
 

@@ -7,7 +7,9 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use backend::Backend;
@@ -17,7 +19,7 @@ use gateway::{GatewayConfig, Snapshot};
 use http::{Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
@@ -25,6 +27,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Knobs a test may turn; everything else has test-friendly defaults.
@@ -674,5 +677,24 @@ pub fn only_shard(addr: SocketAddr) -> Options {
         k: 1,
         custom_shards: vec![("c0".into(), format!("http://{addr}"))],
         ..Options::default()
+    }
+}
+
+/// A body whose chunks the test hands over one by one: it ends when the
+/// sender is dropped, stays open while the sender is held, and fails (hyper
+/// then aborts the connection) when the test sends an error.
+pub struct ChannelBody(pub mpsc::Receiver<std::io::Result<Bytes>>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|chunk| chunk.map(Frame::data)))
     }
 }
