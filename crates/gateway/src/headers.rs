@@ -54,6 +54,9 @@ fn in_namespace(name: &[u8]) -> bool {
             .all(|(&got, &want)| got.to_ascii_lowercase() == want || (got == b'_' && want == b'-'))
 }
 
+/// `Idempotency-Key`: the client says the request may be repeated.
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
 /// `x-forwarded-host`: the client's `Host`, set by the gateway alone.
 pub const FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
@@ -123,17 +126,27 @@ impl Added<'_> {
 /// which is cheaper than removing it. The tenant and the client's address
 /// are added on the wire (see [`Added`]).
 pub fn inbound(headers: &mut HeaderMap) -> Option<HeaderValue> {
-    let doomed = {
-        let named = connection_named(
-            headers
-                .get_all(header::CONNECTION)
-                .iter()
-                .map(HeaderValue::as_bytes),
-        );
+    // One look at the few names a request has, rather than a lookup by
+    // name for each rule: `Connection` and `Transfer-Encoding` are rare.
+    let (mut listed, mut chunked) = (false, false);
+    for name in headers.keys() {
+        listed |= name == header::CONNECTION;
         // A body framed by Transfer-Encoding was decoded by that (RFC 9112
-        // section 6.3), so a Content-Length beside it is a lie a backend might
-        // believe: it goes (the body is then sent chunked).
-        let chunked = headers.contains_key(header::TRANSFER_ENCODING);
+        // section 6.3), so a Content-Length beside it is a lie a backend
+        // might believe: it goes (the body is then sent chunked).
+        chunked |= name == header::TRANSFER_ENCODING;
+    }
+    let doomed = {
+        let named = if listed {
+            connection_named(
+                headers
+                    .get_all(header::CONNECTION)
+                    .iter()
+                    .map(HeaderValue::as_bytes),
+            )
+        } else {
+            SmallVec::new()
+        };
         // The credentials have been consumed (backends get the tenant instead),
         // and `x-forwarded-host` is the gateway's to set: a client's own (sent
         // without a `Host`, which HTTP/1.0 allows) would otherwise pass as ours.

@@ -207,8 +207,8 @@ async fn route(
         forwarded_for: peer.forwarded_for.as_ref(),
         tenant: route.tenant_header.as_ref(),
     };
-    let safe_to_repeat =
-        headers::is_idempotent(&parts.method) || parts.headers.contains_key("idempotency-key");
+    let safe_to_repeat = headers::is_idempotent(&parts.method)
+        || parts.headers.contains_key(headers::IDEMPOTENCY_KEY);
     // One clock read per attempt serves health, the deadline and timing.
     let mut now = started;
     let body = if incoming.is_end_stream() {
