@@ -4,15 +4,14 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use http::request::Parts;
-use http::{Response, Uri};
+use http::{Method, Response, Uri};
 use tokio::time::Instant;
 
 use crate::body::RequestBody;
-use crate::headers::Added;
+use crate::headers::{Added, Inbound};
 use crate::state::ShardRuntime;
 use crate::upstream::{SendError, UpstreamBody};
-use crate::wire::RequestHead;
+use crate::wire::{Fields, RequestHead, Stated};
 
 /// How an attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +62,24 @@ pub fn path_prefix(base: &Uri) -> &str {
     base.path().trim_end_matches('/')
 }
 
+/// The client's request as every attempt sends it: its method, target and
+/// header fields, what of them may pass, and what the gateway adds.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    /// The client's method.
+    pub method: &'a Method,
+    /// The client's request target.
+    pub uri: &'a Uri,
+    /// The client's header fields, as sent.
+    pub fields: &'a Fields,
+    /// Which of them may pass.
+    pub inbound: &'a Inbound,
+    /// The framing the gateway states for a streamed body.
+    pub stated: Option<Stated>,
+    /// What the gateway adds.
+    pub added: Added<'a>,
+}
+
 /// How many times one attempt may be resent because the connection it went
 /// out on was closed by the backend before any answer. One is enough for
 /// the keep-alive race (the dead connection is retired, and connections a
@@ -71,9 +88,8 @@ pub fn path_prefix(base: &Uri) -> &str {
 /// that, the usual failover rules (and the retry budget) apply.
 const MAX_STALE_RESENDS: usize = 1;
 
-/// Sends one attempt. `parts` is the prepared request head (headers
-/// already cleaned); `added` and the shard's `Host` and `x-shuffle-shard`
-/// are added on the wire.
+/// Sends one attempt of `outgoing`; the shard's `Host` and
+/// `x-shuffle-shard` are added on the wire.
 ///
 /// The per-try timeout runs from the moment the whole request body has been
 /// read from the client (at once for a buffered body), so a long upload is
@@ -89,19 +105,20 @@ const MAX_STALE_RESENDS: usize = 1;
 /// failing shard.
 pub async fn send(
     shard: &ShardRuntime,
-    parts: &Parts,
-    added: Added<'_>,
+    outgoing: &Outgoing<'_>,
     body: &RequestBody,
     per_try_timeout: Duration,
     deadline: Instant,
     safe_to_repeat: bool,
 ) -> Result<Response<UpstreamBody>, Failure> {
-    let target = backend_target(&shard.path_prefix, &parts.uri);
+    let target = backend_target(&shard.path_prefix, outgoing.uri);
     let request = RequestHead {
-        method: &parts.method,
+        method: outgoing.method,
         target: &target,
-        headers: &parts.headers,
-        added,
+        fields: outgoing.fields,
+        inbound: outgoing.inbound,
+        stated: outgoing.stated,
+        added: outgoing.added,
         host: shard.host_header.as_ref(),
         shard: shard.id_header.as_ref(),
     };

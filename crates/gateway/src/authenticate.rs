@@ -222,7 +222,7 @@ impl Authenticator {
         headers: &http::HeaderMap,
         tenants: &'t Tenants,
     ) -> Result<&'t TenantRecord, AuthError> {
-        let credential = credential::extract(headers, self.jwt_enabled())?;
+        let credential = credential::extract_from_map(headers, self.jwt_enabled())?;
         self.authenticate(&credential, tenants)
     }
 

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use crate::state::ShardRuntime;
 use crate::upstream::UpstreamBody;
-use crate::wire::BackendFields;
+use crate::wire::Fields;
 
 /// The body of a response the gateway sends: one it wrote itself, or a
 /// backend's, streaming through.
@@ -91,7 +91,7 @@ impl ResponseBody {
     }
 
     /// The backend's header fields, for a backend's body.
-    pub fn backend_fields(&self) -> Option<&BackendFields> {
+    pub fn backend_fields(&self) -> Option<&Fields> {
         match self {
             ResponseBody::Full(_) => None,
             ResponseBody::Backend(backend) => Some(backend.body.fields()),

@@ -15,15 +15,14 @@
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
-use std::ops::Range;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap};
 use http::{Method, Request, StatusCode, Uri, Version};
 use hyper::body::SizeHint;
 
-use crate::wire::BackendFields;
+use crate::wire::{FieldSpan, Fields, Spans};
 
 /// The most header fields in a head the loop serves (hyper's default
 /// limit; a head with more is handed to hyper, which refuses it).
@@ -48,8 +47,11 @@ pub enum HeadRead {
 /// A request the connection loop serves.
 #[derive(Debug)]
 pub struct SimpleRequest {
-    /// Method, target, version and headers (no body).
+    /// Method, target and version (its header map is empty: the fields
+    /// are in `fields`).
     pub request: Request<()>,
+    /// The request's header fields, as sent.
+    pub fields: Fields,
     /// The client asked to close the connection after this request.
     pub close: bool,
 }
@@ -90,15 +92,22 @@ pub fn read_head(buf: &mut BytesMut, max_head_bytes: usize) -> HeadRead {
         start..start + part.len()
     };
     let target = span(parsed.path.unwrap_or_default().as_bytes());
-    let mut spans: smallvec::SmallVec<[(Range<usize>, Range<usize>); 16]> =
-        smallvec::SmallVec::new();
+    let mut spans = Spans::new();
+    let mut lengths = 0;
     let mut close = false;
     for field in parsed.headers.iter() {
         let name = field.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            // A single `0` is no body; anything else (even `0, 0`) is for
+            // hyper to judge.
+            lengths += 1;
+            if field.value != b"0" || lengths > 1 {
+                return HeadRead::HandOff;
+            }
+        }
         if name.eq_ignore_ascii_case(b"transfer-encoding")
             || name.eq_ignore_ascii_case(b"expect")
             || name.eq_ignore_ascii_case(b"upgrade")
-            || (name.eq_ignore_ascii_case(b"content-length") && field.value != b"0")
         {
             return HeadRead::HandOff;
         }
@@ -111,19 +120,14 @@ pub fn read_head(buf: &mut BytesMut, max_head_bytes: usize) -> HeadRead {
                 close |= token.eq_ignore_ascii_case(b"close");
             }
         }
-        spans.push((span(name), span(field.value)));
+        let Some(field) = FieldSpan::new(span(name), span(field.value)) else {
+            return HeadRead::HandOff;
+        };
+        spans.push(field);
     }
-    if spans
-        .iter()
-        .filter(|(name, _)| buf[name.clone()].eq_ignore_ascii_case(b"content-length"))
-        .count()
-        > 1
-    {
-        // Even `0, 0` is for hyper to judge.
-        return HeadRead::HandOff;
-    }
-    // The head becomes shared bytes that the URI and header values point
-    // into, as hyper's do: no copy per field.
+    // The head becomes shared bytes that the URI and the fields point into:
+    // no copy per field, and no header map (httparse has checked the
+    // fields' syntax, with the rules `http`'s types check).
     let head = buf.split_to(length).freeze();
     let Ok(uri) = Uri::from_maybe_shared(head.slice(target)) else {
         restore(buf, &head);
@@ -133,21 +137,11 @@ pub fn read_head(buf: &mut BytesMut, max_head_bytes: usize) -> HeadRead {
     *request.method_mut() = method;
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
-    let headers = request.headers_mut();
-    headers.reserve(spans.len());
-    for (name, value) in spans {
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(&head[name]),
-            HeaderValue::from_maybe_shared(head.slice(value)),
-        ) else {
-            // httparse accepted what `http` does not: put the head back
-            // for hyper, which refuses it.
-            restore(buf, &head);
-            return HeadRead::HandOff;
-        };
-        headers.append(name, value);
-    }
-    HeadRead::Simple(SimpleRequest { request, close })
+    HeadRead::Simple(SimpleRequest {
+        request,
+        fields: Fields::new(head, spans),
+        close,
+    })
 }
 
 /// Puts a head taken off `buf` back in front of it.
@@ -210,7 +204,7 @@ pub fn encode_response_head(
     out: &mut Vec<u8>,
     status: StatusCode,
     headers: &HeaderMap,
-    backend: Option<&BackendFields>,
+    backend: Option<&Fields>,
     framing: BodyFraming,
     close: bool,
 ) {
@@ -322,6 +316,7 @@ fn with_date(f: impl FnOnce(&[u8])) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn parse(bytes: &[u8]) -> (HeadRead, BytesMut) {
         let mut buf = BytesMut::from(bytes);
@@ -336,7 +331,7 @@ mod tests {
             panic!("expected a simple request, got {read:?}");
         };
         assert_eq!(simple.request.uri(), "/a?b=1");
-        assert_eq!(simple.request.headers()["x-api-key"], "k");
+        assert_eq!(simple.fields.get("x-api-key"), Some(&b"k"[..]));
         assert!(!simple.close);
         assert_eq!(&rest[..], b"GET /next");
     }

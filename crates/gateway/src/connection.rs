@@ -41,6 +41,7 @@ use crate::headers;
 use crate::proxy::{self, Peer};
 use crate::shutdown::ShutdownWatch;
 use crate::state::Gateway;
+use crate::wire::Fields;
 
 /// The read buffer's first size, and what is added when it runs low.
 const READ_BUFFER: usize = 8 * 1024;
@@ -80,7 +81,11 @@ pub async fn serve(
                 Next::HandOff => return hand_off(gateway, io, buf, peer, shutdown).await,
                 Next::Close => return,
             };
-        let SimpleRequest { request, close } = simple;
+        let SimpleRequest {
+            request,
+            fields,
+            close,
+        } = simple;
         let head_request = request.method() == Method::HEAD;
         let request = request.map(|()| ClientBody::Empty);
         // With the next request's bytes already here there is nothing to
@@ -89,7 +94,7 @@ pub async fn serve(
         let watch_client = buf.is_empty();
         // Pinned where it is: the request path's future is a few kilobytes,
         // and every layer it passed through would copy it.
-        let handled = proxy::handle(Arc::clone(&gateway), request, &peer);
+        let handled = proxy::handle(Arc::clone(&gateway), request, &fields, &peer);
         tokio::pin!(handled);
         let response = if watch_client {
             tokio::select! {
@@ -351,9 +356,12 @@ fn service(
         let gateway = Arc::clone(&gateway);
         let peer = peer.clone();
         async move {
+            // The request path reads fields as a client wrote them: a
+            // header map is written out as such once.
+            let fields = Fields::from_header_map(request.headers());
             let request = request.map(ClientBody::Streamed);
             Ok(with_header_map(
-                proxy::handle(gateway, request, &peer).await,
+                proxy::handle(gateway, request, &fields, &peer).await,
             ))
         }
     })

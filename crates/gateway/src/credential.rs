@@ -8,6 +8,7 @@ use http::HeaderMap;
 use http::header::AUTHORIZATION;
 
 use crate::authenticate::AuthError;
+use crate::wire::Fields;
 
 /// The header an API key may come in instead of `Authorization`.
 pub const API_KEY_HEADER: &str = "x-api-key";
@@ -56,16 +57,17 @@ pub enum Credential {
 /// A bearer credential shaped like a JWT is a [`Credential::Jwt`] when
 /// `jwt_enabled`, and an API key otherwise; `x-api-key` is always an API key
 /// (so an API key that happens to look like a JWT can still be sent there).
-pub fn extract(headers: &HeaderMap, jwt_enabled: bool) -> Result<Credential, AuthError> {
-    // One pass over the few fields a request has costs less than two
-    // lookups by name.
+pub fn extract(fields: &Fields, jwt_enabled: bool) -> Result<Credential, AuthError> {
+    // One pass over the few fields a request has; names in any case.
     let (mut authorization, mut api_key) = (None, None);
-    for (name, value) in headers {
-        if *name == AUTHORIZATION {
+    for (name, value) in fields.iter() {
+        if name.eq_ignore_ascii_case(AUTHORIZATION.as_str().as_bytes()) {
             if authorization.replace(value).is_some() {
                 return Err(malformed("send one Authorization header, not several"));
             }
-        } else if *name == API_KEY_HEADER && api_key.replace(value).is_some() {
+        } else if name.eq_ignore_ascii_case(API_KEY_HEADER.as_bytes())
+            && api_key.replace(value).is_some()
+        {
             return Err(malformed("send one x-api-key header, not several"));
         }
     }
@@ -75,7 +77,7 @@ pub fn extract(headers: &HeaderMap, jwt_enabled: bool) -> Result<Credential, Aut
             "send one credential: Authorization or x-api-key, not both",
         )),
         (Some(value), None) => {
-            let token = bearer_token(value.as_bytes())?;
+            let token = bearer_token(value)?;
             if jwt_enabled && looks_like_jwt(token) {
                 Ok(Credential::Jwt(Secret::new(token)))
             } else {
@@ -83,7 +85,7 @@ pub fn extract(headers: &HeaderMap, jwt_enabled: bool) -> Result<Credential, Aut
             }
         }
         (None, Some(value)) => {
-            let key = trim_ows(value.as_bytes());
+            let key = trim_ows(value);
             if key.is_empty() {
                 return Err(malformed("the x-api-key header is empty"));
             }
@@ -92,6 +94,11 @@ pub fn extract(headers: &HeaderMap, jwt_enabled: bool) -> Result<Credential, Aut
             Ok(Credential::ApiKey(Secret::new(key)))
         }
     }
+}
+
+/// [`extract`] from a header map.
+pub fn extract_from_map(headers: &HeaderMap, jwt_enabled: bool) -> Result<Credential, AuthError> {
+    extract(&Fields::from_header_map(headers), jwt_enabled)
 }
 
 fn malformed(reason: &'static str) -> AuthError {
@@ -198,7 +205,7 @@ mod tests {
     fn bearer_api_key() {
         let h = headers(&[("authorization", b"Bearer sk_live_123")]);
         assert_eq!(
-            extract(&h, true).unwrap(),
+            extract_from_map(&h, true).unwrap(),
             Credential::ApiKey(Secret::new("sk_live_123"))
         );
     }
@@ -213,7 +220,7 @@ mod tests {
         ] {
             let h = headers(&[("authorization", value)]);
             assert_eq!(
-                extract(&h, false).unwrap(),
+                extract_from_map(&h, false).unwrap(),
                 Credential::ApiKey(Secret::new("key1")),
                 "{:?}",
                 String::from_utf8_lossy(value)
@@ -225,7 +232,7 @@ mod tests {
     fn x_api_key() {
         let h = headers(&[("x-api-key", b"key-2")]);
         assert_eq!(
-            extract(&h, true).unwrap(),
+            extract_from_map(&h, true).unwrap(),
             Credential::ApiKey(Secret::new("key-2"))
         );
     }
@@ -235,11 +242,11 @@ mod tests {
         let value = format!("Bearer {JWT}");
         let h = headers(&[("authorization", value.as_bytes())]);
         assert_eq!(
-            extract(&h, true).unwrap(),
+            extract_from_map(&h, true).unwrap(),
             Credential::Jwt(Secret::new(JWT))
         );
         assert_eq!(
-            extract(&h, false).unwrap(),
+            extract_from_map(&h, false).unwrap(),
             Credential::ApiKey(Secret::new(JWT))
         );
     }
@@ -248,7 +255,7 @@ mod tests {
     fn x_api_key_is_never_a_jwt() {
         let h = headers(&[("x-api-key", JWT.as_bytes())]);
         assert_eq!(
-            extract(&h, true).unwrap(),
+            extract_from_map(&h, true).unwrap(),
             Credential::ApiKey(Secret::new(JWT))
         );
     }
@@ -259,7 +266,10 @@ mod tests {
             "authorization",
             b"Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhIn0.",
         )]);
-        assert!(matches!(extract(&h, true).unwrap(), Credential::Jwt(_)));
+        assert!(matches!(
+            extract_from_map(&h, true).unwrap(),
+            Credential::Jwt(_)
+        ));
     }
 
     #[test]
@@ -278,11 +288,14 @@ mod tests {
     #[test]
     fn missing() {
         assert!(matches!(
-            extract(&HeaderMap::new(), true),
+            extract_from_map(&HeaderMap::new(), true),
             Err(AuthError::Missing)
         ));
         let h = headers(&[("cookie", b"session=1")]);
-        assert!(matches!(extract(&h, true), Err(AuthError::Missing)));
+        assert!(matches!(
+            extract_from_map(&h, true),
+            Err(AuthError::Missing)
+        ));
     }
 
     #[test]
@@ -291,19 +304,19 @@ mod tests {
             ("authorization", b"Bearer a"),
             ("authorization", b"Bearer a"),
         ]);
-        assert!(reason(extract(&h, true)).contains("one Authorization"));
+        assert!(reason(extract_from_map(&h, true)).contains("one Authorization"));
     }
 
     #[test]
     fn two_api_key_headers() {
         let h = headers(&[("x-api-key", b"a"), ("x-api-key", b"b")]);
-        assert!(reason(extract(&h, true)).contains("one x-api-key"));
+        assert!(reason(extract_from_map(&h, true)).contains("one x-api-key"));
     }
 
     #[test]
     fn both_headers() {
         let h = headers(&[("authorization", b"Bearer a"), ("x-api-key", b"a")]);
-        assert!(reason(extract(&h, true)).contains("send one credential"));
+        assert!(reason(extract_from_map(&h, true)).contains("send one credential"));
     }
 
     #[test]
@@ -315,7 +328,7 @@ mod tests {
             b"abc",
         ] {
             let h = headers(&[("authorization", value)]);
-            assert!(reason(extract(&h, true)).contains("Bearer scheme"));
+            assert!(reason(extract_from_map(&h, true)).contains("Bearer scheme"));
         }
     }
 
@@ -324,14 +337,14 @@ mod tests {
         for value in [&b"Bearer"[..], b"Bearer ", b"Bearer \t ", b""] {
             let h = headers(&[("authorization", value)]);
             assert!(matches!(
-                extract(&h, true),
+                extract_from_map(&h, true),
                 Err(AuthError::Malformed { .. })
             ));
         }
         let h = headers(&[("x-api-key", b"")]);
-        assert!(reason(extract(&h, true)).contains("empty"));
+        assert!(reason(extract_from_map(&h, true)).contains("empty"));
         let h = headers(&[("x-api-key", b"   ")]);
-        assert!(reason(extract(&h, true)).contains("empty"));
+        assert!(reason(extract_from_map(&h, true)).contains("empty"));
     }
 
     #[test]
@@ -348,7 +361,7 @@ mod tests {
             ("x-api-key", b"\x80abc"),
         ] {
             let h = headers(&[(name, value)]);
-            let error = extract(&h, true).unwrap_err();
+            let error = extract_from_map(&h, true).unwrap_err();
             assert!(matches!(error, AuthError::Malformed { .. }), "{error:?}");
             let shown = format!("{error} {error:?} {}", error.public_message());
             assert!(!shown.contains("s3cr3t"), "{shown}");
@@ -382,7 +395,7 @@ mod tests {
             &[("authorization", other.as_bytes())],
         ];
         for case in cases {
-            let error = extract(&headers(case), true).unwrap_err();
+            let error = extract_from_map(&headers(case), true).unwrap_err();
             let shown = format!("{error} {error:?} {error:#?} {}", error.public_message());
             assert!(!shown.contains("TOPSECRET"), "{shown}");
         }

@@ -9,10 +9,10 @@
 //! from responses, since which shards serve a tenant is for the admin API
 //! alone.
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
-use crate::wire::BackendFields;
+use crate::wire::Fields;
 
 /// The gateway's header namespace.
 pub const NAMESPACE: &str = "x-shuffle-";
@@ -73,25 +73,14 @@ fn connection_named<'a>(values: impl Iterator<Item = &'a [u8]>) -> SmallVec<[&'a
         .collect()
 }
 
-/// The headers `doomed` says must go, found in one pass over the names (a
-/// request usually carries a handful of headers, and looking each forbidden
-/// name up in turn costs more than reading them all once).
-fn doomed(headers: &HeaderMap, doomed: impl Fn(&HeaderName) -> bool) -> SmallVec<[HeaderName; 8]> {
-    headers
-        .keys()
-        .filter(|name| doomed(name))
-        .cloned()
-        .collect()
-}
-
 /// Whether a header (its name in any case) never crosses the gateway in
 /// either direction: hop-by-hop (by the standard list or by `Connection`)
 /// or in the gateway's namespace.
-fn never_forwarded(name: &[u8], connection_named: &[&[u8]]) -> bool {
+fn never_forwarded(name: &[u8], connection_named: &[impl AsRef<[u8]>]) -> bool {
     HOP_BY_HOP.iter().any(|hop| name.eq_ignore_ascii_case(hop))
         || connection_named
             .iter()
-            .any(|named| name.eq_ignore_ascii_case(named))
+            .any(|named| name.eq_ignore_ascii_case(named.as_ref()))
         || in_namespace(name)
 }
 
@@ -101,8 +90,8 @@ fn never_forwarded(name: &[u8], connection_named: &[&[u8]]) -> bool {
 /// client's header map, which hyper sized for what the client sent.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Added<'a> {
-    /// `x-forwarded-host`: the client's `Host`.
-    pub forwarded_host: Option<&'a HeaderValue>,
+    /// `x-forwarded-host`: the client's `Host`, as the client sent it.
+    pub forwarded_host: Option<&'a [u8]>,
     /// `x-forwarded-for`: the client's address, after any the client sent.
     pub forwarded_for: Option<&'a HeaderValue>,
     /// `x-shuffle-tenant`: the authenticated tenant.
@@ -110,58 +99,91 @@ pub struct Added<'a> {
 }
 
 impl Added<'_> {
-    /// Whether a header of the client's must not go out beside these: the
-    /// gateway's own `x-forwarded-host` and namespace, and `Host`, which
-    /// each attempt sets to its shard. ([`inbound`] has removed them
-    /// already; the wire checks again.)
-    pub fn replaces(name: &HeaderName) -> bool {
-        name == header::HOST || name == FORWARDED_HOST || name == TENANT || name == SHARD
+    /// Whether a header of the client's (its name in any case) must not go
+    /// out beside these: the gateway's own `x-forwarded-host` and
+    /// namespace, and `Host`, which each attempt sets to its shard.
+    pub fn replaces(name: &[u8]) -> bool {
+        [header::HOST, FORWARDED_HOST, TENANT, SHARD]
+            .iter()
+            .any(|own| name.eq_ignore_ascii_case(own.as_str().as_bytes()))
     }
 }
 
-/// Prepares a client request's headers for a backend: strips what must not
-/// pass and returns the client's `Host`, which goes out as
-/// `x-forwarded-host`. The client's `Host` itself is left in place for the
-/// wire to skip ([`Added::replaces`]: each attempt names its own backend),
-/// which is cheaper than removing it. The tenant and the client's address
-/// are added on the wire (see [`Added`]).
-pub fn inbound(headers: &mut HeaderMap) -> Option<HeaderValue> {
-    // One look at the few names a request has, rather than a lookup by
-    // name for each rule: `Connection` and `Transfer-Encoding` are rare.
-    let (mut listed, mut chunked) = (false, false);
-    for name in headers.keys() {
-        listed |= name == header::CONNECTION;
-        // A body framed by Transfer-Encoding was decoded by that (RFC 9112
-        // section 6.3), so a Content-Length beside it is a lie a backend
-        // might believe: it goes (the body is then sent chunked).
-        chunked |= name == header::TRANSFER_ENCODING;
-    }
-    let doomed = {
+/// What of a client's request fields may go to a shard, decided once per
+/// request and applied as the head is written
+/// ([`crate::wire::encode_request_head`]): every field but the hop-by-hop
+/// ones (by the standard list or named in the request's `Connection`), the
+/// gateway's namespace, the client's credentials (consumed: backends get
+/// the tenant instead), a client's own `x-forwarded-host` (the gateway's to
+/// set), a `Content-Length` beside `Transfer-Encoding`, and the fields each
+/// attempt sets itself (`Host`).
+#[derive(Debug, Clone, Default)]
+pub struct Inbound {
+    /// The names the request's `Connection` lists (rarely any).
+    named: Vec<Vec<u8>>,
+    /// A `Transfer-Encoding` framed the body (RFC 9112 section 6.3): a
+    /// `Content-Length` beside it is a lie a backend might believe.
+    chunked: bool,
+    /// Nothing is filtered but the fields the gateway sets itself: for
+    /// heads the gateway composes (health checks).
+    open: bool,
+}
+
+impl Inbound {
+    /// The filter for a client's request `fields`.
+    pub fn new(fields: &Fields) -> Self {
+        // One look at the few names a request has: `Connection` and
+        // `Transfer-Encoding` are rare.
+        let (mut listed, mut chunked) = (false, false);
+        for (name, _) in fields.iter() {
+            listed |= name.eq_ignore_ascii_case(b"connection");
+            chunked |= name.eq_ignore_ascii_case(b"transfer-encoding");
+        }
         let named = if listed {
             connection_named(
-                headers
-                    .get_all(header::CONNECTION)
+                fields
                     .iter()
-                    .map(HeaderValue::as_bytes),
+                    .filter(|(name, _)| name.eq_ignore_ascii_case(b"connection"))
+                    .map(|(_, value)| value),
             )
+            .into_iter()
+            .map(<[u8]>::to_vec)
+            .collect()
         } else {
-            SmallVec::new()
+            Vec::new()
         };
-        // The credentials have been consumed (backends get the tenant instead),
-        // and `x-forwarded-host` is the gateway's to set: a client's own (sent
-        // without a `Host`, which HTTP/1.0 allows) would otherwise pass as ours.
-        doomed(headers, |name| {
-            never_forwarded(name.as_str().as_bytes(), &named)
-                || name == header::AUTHORIZATION
-                || name == API_KEY
-                || name == FORWARDED_HOST
-                || (chunked && name == header::CONTENT_LENGTH)
-        })
-    };
-    for name in doomed {
-        headers.remove(name);
+        Self {
+            named,
+            chunked,
+            open: false,
+        }
     }
-    headers.get(header::HOST).cloned()
+
+    /// No filtering but the fields the gateway sets itself.
+    pub fn everything() -> Self {
+        Self {
+            open: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether a field (its name in any case) goes to the shard.
+    pub fn forwards(&self, name: &[u8]) -> bool {
+        if Added::replaces(name) {
+            return false;
+        }
+        self.open
+            || !(never_forwarded(name, &self.named)
+                || name.eq_ignore_ascii_case(header::AUTHORIZATION.as_str().as_bytes())
+                || name.eq_ignore_ascii_case(API_KEY.as_str().as_bytes())
+                || name.eq_ignore_ascii_case(FORWARDED_HOST.as_str().as_bytes())
+                || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
+    }
+}
+
+/// The client's `Host`, which goes out as `x-forwarded-host`.
+pub fn client_host(fields: &Fields) -> Option<&[u8]> {
+    fields.get("host")
 }
 
 /// The `x-forwarded-for` value for a client address.
@@ -174,7 +196,7 @@ pub fn forwarded_for(peer: std::net::IpAddr) -> Option<HeaderValue> {
 /// named in the response's own `Connection`) and the gateway's namespace.
 /// Every way a backend response reaches a client (the connection loop's
 /// writer, hyper's header map) goes through here.
-pub fn outbound(fields: &BackendFields) -> impl Iterator<Item = (&[u8], &[u8])> {
+pub fn outbound(fields: &Fields) -> impl Iterator<Item = (&[u8], &[u8])> {
     let named = connection_named(
         fields
             .iter()
@@ -203,6 +225,7 @@ pub fn is_idempotent(method: &http::Method) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
 
     #[test]
     fn strips_namespace_hop_by_hop_and_credentials() {
@@ -264,7 +287,7 @@ mod tests {
 
     /// A backend response head with these fields, parsed as the gateway
     /// reads one.
-    fn backend_fields(fields: &[(&str, &str)]) -> BackendFields {
+    fn backend_fields(fields: &[(&str, &str)]) -> Fields {
         let mut head = String::from("HTTP/1.1 200 OK\r\n");
         for (name, value) in fields {
             head.push_str(&format!("{name}: {value}\r\n"));
@@ -280,7 +303,7 @@ mod tests {
     }
 
     /// What of a backend's fields reaches the client, as a header map.
-    fn passed(fields: &BackendFields) -> HeaderMap {
+    fn passed(fields: &Fields) -> HeaderMap {
         fields.to_header_map(outbound(fields)).unwrap()
     }
 
@@ -303,17 +326,20 @@ mod tests {
     /// the wire writes it (no `Host` or shard: those are the attempt's),
     /// parsed back.
     fn forwarded(
-        mut headers: HeaderMap,
+        headers: HeaderMap,
         tenant: Option<&HeaderValue>,
         forwarded_for: Option<&HeaderValue>,
     ) -> HeaderMap {
-        let forwarded_host = inbound(&mut headers);
+        let fields = Fields::from_header_map(&headers);
+        let inbound = Inbound::new(&fields);
         let head = crate::wire::RequestHead {
             method: &http::Method::GET,
             target: "/",
-            headers: &headers,
+            fields: &fields,
+            inbound: &inbound,
+            stated: None,
             added: Added {
-                forwarded_host: forwarded_host.as_ref(),
+                forwarded_host: client_host(&fields),
                 forwarded_for,
                 tenant,
             },

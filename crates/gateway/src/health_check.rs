@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, StatusCode};
 use tokio::time::Instant;
 
 use crate::attempt::backend_target;
 use crate::body::AttemptBody;
-use crate::headers::Added;
+use crate::headers::{Added, Inbound};
 use crate::state::{Gateway, ShardRuntime};
-use crate::wire::RequestHead;
+use crate::wire::{Fields, RequestHead};
 
 /// Runs checks until the task is dropped. The snapshot is re-read every
 /// round, so reloads take effect at the next round.
@@ -50,7 +50,9 @@ async fn check(shard: &ShardRuntime, path: &str, timeout: std::time::Duration) -
     let request = RequestHead {
         method: &Method::GET,
         target: &target,
-        headers: &HeaderMap::new(),
+        fields: &Fields::default(),
+        inbound: &Inbound::everything(),
+        stated: None,
         added: Added::default(),
         host: shard.host_header.as_ref(),
         shard: None,

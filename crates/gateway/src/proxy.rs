@@ -31,6 +31,7 @@ use crate::member::{self, Pick};
 use crate::metrics::Metrics;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
 use crate::upstream::UpstreamBody;
+use crate::wire::{Fields, Stated};
 
 /// Who a request was served for, for metrics and logs.
 struct Served {
@@ -74,12 +75,13 @@ impl Peer {
 pub async fn handle(
     gateway: Arc<Gateway>,
     request: Request<ClientBody>,
+    fields: &Fields,
     peer: &Peer,
 ) -> Response<ResponseBody> {
     let started = Instant::now();
     let had_body = !request.body().is_end_stream();
     let mut body = None;
-    let (mut response, served) = route(&gateway, request, peer, started, &mut body).await;
+    let (mut response, served) = route(&gateway, request, fields, peer, started, &mut body).await;
     if had_body && body.as_ref().is_none_or(|body| !body.fully_read()) {
         // Answered without reading the whole request body (401, 413, 408,
         // a backend that answered early, ...): the rest of it is still on
@@ -138,6 +140,7 @@ pub async fn handle(
 async fn route(
     gateway: &Arc<Gateway>,
     request: Request<ClientBody>,
+    fields: &Fields,
     peer: &Peer,
     started: Instant,
     request_body: &mut Option<RequestBody>,
@@ -148,12 +151,13 @@ async fn route(
     let deadline = started + config.routing.request_timeout;
 
     // Credential → tenant.
-    let tenant = match credential::extract(request.headers(), snapshot.authenticator.jwt_enabled())
-        .and_then(|credential| {
+    let tenant = match credential::extract(fields, snapshot.authenticator.jwt_enabled()).and_then(
+        |credential| {
             snapshot
                 .authenticator
                 .authenticate(&credential, &snapshot.tenants)
-        }) {
+        },
+    ) {
         Ok(tenant) => tenant,
         Err(error) => {
             gateway.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
@@ -186,7 +190,7 @@ async fn route(
     };
 
     // The body: refuse what is too large, buffer what may be replayed.
-    let (mut parts, incoming) = request.into_parts();
+    let (parts, incoming) = request.into_parts();
     if config.access_log {
         served.request_line = Some((parts.method.clone(), parts.uri.path().to_owned()));
     }
@@ -197,18 +201,21 @@ async fn route(
             Some(served),
         );
     }
-    // The headers are cleaned before anything is decided from them: a
-    // header the client named in `Connection` (`Connection: Idempotency-Key`)
-    // is hop-by-hop and never reaches the backend, so it cannot make the
-    // request safe to repeat either.
-    let forwarded_host = headers::inbound(&mut parts.headers);
+    // What may pass is decided before anything is decided from the fields:
+    // a header the client named in `Connection` (`Connection:
+    // Idempotency-Key`) is hop-by-hop and never reaches the backend, so it
+    // cannot make the request safe to repeat either.
+    let inbound = headers::Inbound::new(fields);
     let added = headers::Added {
-        forwarded_host: forwarded_host.as_ref(),
+        forwarded_host: headers::client_host(fields),
         forwarded_for: peer.forwarded_for.as_ref(),
         tenant: route.tenant_header.as_ref(),
     };
     let safe_to_repeat = headers::is_idempotent(&parts.method)
-        || parts.headers.contains_key(headers::IDEMPOTENCY_KEY);
+        || fields.iter().any(|(name, _)| {
+            name.eq_ignore_ascii_case(headers::IDEMPOTENCY_KEY.as_str().as_bytes())
+                && inbound.forwards(name)
+        });
     // One clock read per attempt serves health, the deadline and timing.
     let mut now = started;
     let body = if incoming.is_end_stream() {
@@ -240,21 +247,23 @@ async fn route(
         // enforced as the bytes pass.
         RequestBody::once(incoming, config.limits.max_body_bytes)
     };
-    if let RequestBody::Once(_) = body {
-        // A streamed body's framing is the gateway's to state: the client's
-        // `Transfer-Encoding` is hop-by-hop and gone, its `Content-Length`
-        // may have been named in `Connection`, and without either the
-        // backend client sends a GET's body as no body at all.
-        match declared_length {
-            Some(length) => parts
-                .headers
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(length)),
-            None => parts.headers.insert(
-                header::TRANSFER_ENCODING,
-                HeaderValue::from_static("chunked"),
-            ),
-        };
-    }
+    // A streamed body's framing is the gateway's to state: the client's
+    // `Transfer-Encoding` is hop-by-hop and never passes, its
+    // `Content-Length` may have been named in `Connection`, and without
+    // either the backend client sends a GET's body as no body at all.
+    let stated = match (&body, declared_length) {
+        (RequestBody::Once(_), Some(length)) => Some(Stated::Length(length)),
+        (RequestBody::Once(_), None) => Some(Stated::Chunked),
+        (RequestBody::Buffered(_), _) => None,
+    };
+    let outgoing = attempt::Outgoing {
+        method: &parts.method,
+        uri: &parts.uri,
+        fields,
+        inbound: &inbound,
+        stated,
+        added,
+    };
     *request_body = Some(body.clone());
     gateway.budget.record_request(started);
 
@@ -339,8 +348,7 @@ async fn route(
         } else {
             attempt::send(
                 shard,
-                &parts,
-                added,
+                &outgoing,
                 &body,
                 config.routing.per_try_timeout,
                 deadline,

@@ -30,7 +30,6 @@ use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{Method, Response, Uri};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -39,7 +38,7 @@ use tokio::time::Instant;
 
 use crate::body::{AttemptBody, AttemptBodyError};
 use crate::wire::{
-    self, BackendFields, ChunkedDecoder, Decoded, RequestFraming, RequestHead, ResponseFraming,
+    self, ChunkedDecoder, Decoded, Fields, RequestFraming, RequestHead, ResponseFraming, Stated,
     WireError,
 };
 
@@ -347,10 +346,24 @@ impl Upstream {
 /// streamed body without one is chunked. An empty `POST`, `PUT` or `PATCH` says
 /// `Content-Length: 0`, which some servers insist on.
 fn request_framing(request: &RequestHead<'_>, body: &AttemptBody) -> (RequestFraming, Option<u64>) {
-    if request.headers.contains_key(TRANSFER_ENCODING) {
-        return (RequestFraming::Chunked, None);
+    let forwards_length = || {
+        request.fields.iter().any(|(name, _)| {
+            name.eq_ignore_ascii_case(b"content-length") && request.inbound.forwards(name)
+        })
+    };
+    match request.stated {
+        Some(Stated::Chunked) => return (RequestFraming::Chunked, None),
+        // The client's own length goes out when it may; else the gateway
+        // states it.
+        Some(Stated::Length(length)) => {
+            return (
+                RequestFraming::Length,
+                (!forwards_length()).then_some(length),
+            );
+        }
+        None => {}
     }
-    if request.headers.contains_key(CONTENT_LENGTH) {
+    if forwards_length() {
         return (RequestFraming::Length, None);
     }
     let length = match body {
@@ -497,8 +510,8 @@ pub struct UpstreamBody {
     upstream: Arc<Upstream>,
     /// The response's header fields, as the backend sent them. (The
     /// response's header map is left empty: a map is built only where one
-    /// is needed, see [`BackendFields`].)
-    fields: BackendFields,
+    /// is needed, see [`Fields`].)
+    fields: Fields,
 }
 
 impl std::fmt::Debug for UpstreamBody {
@@ -511,7 +524,7 @@ impl std::fmt::Debug for UpstreamBody {
 
 impl UpstreamBody {
     /// The response's header fields, as the backend sent them.
-    pub fn fields(&self) -> &BackendFields {
+    pub fn fields(&self) -> &Fields {
         &self.fields
     }
 

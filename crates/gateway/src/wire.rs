@@ -22,7 +22,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
 
-use crate::headers::{Added, FORWARDED_FOR, FORWARDED_HOST, SHARD, TENANT};
+use crate::headers::{Added, FORWARDED_FOR, FORWARDED_HOST, Inbound, SHARD, TENANT};
 
 /// The largest response head (or trailer section) accepted from a backend.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -56,6 +56,15 @@ pub enum WireError {
     BadTrailers,
 }
 
+/// A streamed body's framing, as the gateway states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stated {
+    /// The client declared this length (and hyper holds it to it).
+    Length(u64),
+    /// No length: chunked.
+    Chunked,
+}
+
 /// How a request body goes on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestFraming {
@@ -77,8 +86,14 @@ pub struct RequestHead<'a> {
     /// The origin-form target (the shard's path prefix and the client's
     /// path and query).
     pub target: &'a str,
-    /// The client's headers, cleaned by [`crate::headers::inbound`].
-    pub headers: &'a HeaderMap,
+    /// The client's header fields, as sent.
+    pub fields: &'a Fields,
+    /// Which of them may pass.
+    pub inbound: &'a Inbound,
+    /// The framing the gateway states for a streamed body (the client's
+    /// own framing fields are hop-by-hop, or may have been named in
+    /// `Connection`); `None` for a body sent whole.
+    pub stated: Option<Stated>,
     /// What the gateway adds for every attempt.
     pub added: Added<'a>,
     /// `Host`: the shard's authority.
@@ -106,19 +121,22 @@ pub fn encode_request_head(
     if let Some(host) = head.host {
         field(out, &header::HOST, host);
     }
-    for (name, value) in head.headers {
-        if !Added::replaces(name) {
-            field(out, name, value);
+    for (name, value) in head.fields.iter() {
+        if head.inbound.forwards(name) {
+            raw_field(out, name, value);
         }
     }
     let added = [
         (&FORWARDED_HOST, head.added.forwarded_host),
-        (&FORWARDED_FOR, head.added.forwarded_for),
-        (&TENANT, head.added.tenant),
+        (
+            &FORWARDED_FOR,
+            head.added.forwarded_for.map(HeaderValue::as_bytes),
+        ),
+        (&TENANT, head.added.tenant.map(HeaderValue::as_bytes)),
     ];
     for (name, value) in added {
         if let Some(value) = value {
-            field(out, name, value);
+            raw_field(out, name.as_str().as_bytes(), value);
         }
     }
     if let Some(shard) = head.shard {
@@ -129,9 +147,24 @@ pub fn encode_request_head(
         out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    if framing == RequestFraming::Chunked && !head.headers.contains_key(header::TRANSFER_ENCODING) {
+    // A client's `Transfer-Encoding` never passes a filtered head (it is
+    // hop-by-hop), so the coding is the gateway's to state; a head whose
+    // fields all pass may carry its own.
+    let coded = || {
+        head.fields.iter().any(|(name, _)| {
+            name.eq_ignore_ascii_case(b"transfer-encoding") && head.inbound.forwards(name)
+        })
+    };
+    if framing == RequestFraming::Chunked && !coded() {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn raw_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -180,7 +213,7 @@ pub struct ResponseHead {
     pub version: Version,
     /// The header fields, as sent (a `Content-Length` beside
     /// `Transfer-Encoding` left out).
-    pub fields: BackendFields,
+    pub fields: Fields,
     /// How the body that follows is delimited.
     pub framing: ResponseFraming,
     /// Whether the connection may carry another exchange once this
@@ -223,7 +256,7 @@ pub fn parse_response_head(
             // Both lengths: the message was framed by the coding, but a
             // sender that says both cannot be trusted with the next one.
             && !(fields.coded && fields.has_length);
-        let fields = BackendFields {
+        let fields = Fields {
             head,
             spans: parsed.fields,
             // The coding framed the body, so the length is not forwarded
@@ -240,21 +273,21 @@ pub fn parse_response_head(
     }
 }
 
-/// Where a head's fields lie in it. Offsets fit in 16 bits because a head
-/// is at most [`MAX_HEAD_BYTES`] long; compact, because the fields travel
-/// with the response body and are moved with it.
-type Spans = SmallVec<[FieldSpan; 12]>;
+/// Where a head's fields lie in it, compact because the fields travel
+/// with the request or response and are moved with it.
+pub(crate) type Spans = SmallVec<[FieldSpan; 12]>;
 
 /// One field's name and value, as offsets into the head.
 #[derive(Debug, Clone, Copy, Default)]
-struct FieldSpan {
-    name: (u16, u16),
-    value: (u16, u16),
+pub(crate) struct FieldSpan {
+    name: (u32, u32),
+    value: (u32, u32),
 }
 
 impl FieldSpan {
-    fn new(name: Range<usize>, value: Range<usize>) -> Option<Self> {
-        let narrow = |at: usize| u16::try_from(at).ok();
+    /// `None` for offsets past 4 GiB, which no head reaches.
+    pub(crate) fn new(name: Range<usize>, value: Range<usize>) -> Option<Self> {
+        let narrow = |at: usize| u32::try_from(at).ok();
         Some(Self {
             name: (narrow(name.start)?, narrow(name.end)?),
             value: (narrow(value.start)?, narrow(value.end)?),
@@ -262,28 +295,58 @@ impl FieldSpan {
     }
 
     fn name(self) -> Range<usize> {
-        usize::from(self.name.0)..usize::from(self.name.1)
+        self.name.0 as usize..self.name.1 as usize
     }
 
     fn value(self) -> Range<usize> {
-        usize::from(self.value.0)..usize::from(self.value.1)
+        self.value.0 as usize..self.value.1 as usize
     }
 }
 
-/// A backend response head's header fields, as the backend wrote them: the
-/// head's bytes and where each field's name and value lie in them. They
-/// are written to a client from here (filtered by
-/// [`crate::headers::outbound`]), without a header map in between; hyper's
-/// path builds one with [`BackendFields::to_header_map`].
+/// A head's header fields as they were written (by a client or a backend):
+/// the head's bytes and where each field's name and value lie in them.
+/// The gateway reads, filters and writes them from here, without a header
+/// map in between: a client's towards a shard (filtered by
+/// [`crate::headers::inbound`]), a backend's towards the client (filtered
+/// by [`crate::headers::outbound`]). Where hyper is involved, a header map
+/// is turned into fields ([`Fields::from_header_map`]) or built from them
+/// ([`Fields::to_header_map`]).
 #[derive(Debug, Clone, Default)]
-pub struct BackendFields {
+pub struct Fields {
     head: Bytes,
     spans: Spans,
     /// `Content-Length` is left out (the body was framed by a coding).
     without_length: bool,
 }
 
-impl BackendFields {
+impl Fields {
+    /// The fields of a head whose bytes are `head`.
+    pub(crate) fn new(head: Bytes, spans: Spans) -> Self {
+        Self {
+            head,
+            spans,
+            without_length: false,
+        }
+    }
+
+    /// A header map's fields, written out once as a head would carry them.
+    pub fn from_header_map(headers: &HeaderMap) -> Self {
+        let mut head = Vec::new();
+        let mut spans = Spans::new();
+        for (name, value) in headers {
+            let name_at = head.len();
+            head.extend_from_slice(name.as_str().as_bytes());
+            let value_at = head.len() + 2;
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            if let Some(span) = FieldSpan::new(name_at..value_at - 2, value_at..head.len()) {
+                spans.push(span);
+            }
+            head.extend_from_slice(b"\r\n");
+        }
+        Self::new(Bytes::from(head), spans)
+    }
+
     /// Every field's name and value, in order, as sent.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.spans
@@ -612,12 +675,15 @@ mod tests {
             HeaderValue::from_static("127.0.0.1"),
             HeaderValue::from_static("acme"),
         );
+        let fields = Fields::from_header_map(&headers);
         let head = RequestHead {
             method: &Method::POST,
             target: "/v1/items?x=1",
-            headers: &headers,
+            fields: &fields,
+            inbound: &Inbound::everything(),
+            stated: None,
             added: Added {
-                forwarded_host: Some(&client_host),
+                forwarded_host: Some(client_host.as_bytes()),
                 forwarded_for: Some(&peer),
                 tenant: Some(&tenant),
             },
@@ -635,7 +701,9 @@ mod tests {
         let bare = RequestHead {
             method: &Method::PUT,
             target: "/",
-            headers: &HeaderMap::new(),
+            fields: &Fields::default(),
+            inbound: &Inbound::everything(),
+            stated: None,
             added: Added::default(),
             host: None,
             shard: None,

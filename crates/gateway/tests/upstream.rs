@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use gateway::body::AttemptBody;
-use gateway::headers::Added;
+use gateway::headers::{Added, Inbound};
 use gateway::upstream::{ExchangeError, SendError, Upstream, UpstreamBody};
-use gateway::wire::{RequestHead, WireError};
+use gateway::wire::{Fields, RequestHead, WireError};
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Body;
@@ -256,10 +256,13 @@ async fn send(
     body: AttemptBody,
 ) -> Result<Response<UpstreamBody>, SendError> {
     let host: HeaderValue = uri.authority().unwrap().as_str().parse().unwrap();
+    let fields = Fields::from_header_map(&request.headers);
     let head = RequestHead {
         method: &request.method,
         target: request.target,
-        headers: &request.headers,
+        fields: &fields,
+        inbound: &Inbound::everything(),
+        stated: None,
         added: Added::default(),
         host: Some(&host),
         shard: request.shard.as_ref(),

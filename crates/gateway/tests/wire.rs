@@ -9,10 +9,10 @@
 use std::collections::BTreeMap;
 
 use bytes::BytesMut;
-use gateway::headers::Added;
+use gateway::headers::{Added, Inbound};
 use gateway::wire::{
-    ChunkedDecoder, Decoded, RequestFraming, RequestHead, ResponseFraming, WireError, encode_chunk,
-    encode_last_chunk, encode_request_head, parse_response_head,
+    ChunkedDecoder, Decoded, Fields, RequestFraming, RequestHead, ResponseFraming, WireError,
+    encode_chunk, encode_last_chunk, encode_request_head, parse_response_head,
 };
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
@@ -888,12 +888,15 @@ proptest! {
             .added
             .clone()
             .map(|value| value.map(|value| HeaderValue::from_str(&value).unwrap()));
+        let fields = Fields::from_header_map(&headers);
         let head = RequestHead {
             method: &case.method,
             target: &case.target,
-            headers: &headers,
+            fields: &fields,
+            inbound: &Inbound::everything(),
+            stated: None,
             added: Added {
-                forwarded_host: forwarded_host.as_ref(),
+                forwarded_host: forwarded_host.as_ref().map(HeaderValue::as_bytes),
                 forwarded_for: forwarded_for.as_ref(),
                 tenant: tenant.as_ref(),
             },
