@@ -5,7 +5,6 @@
 //! without ever copying it into an error, a log line or `Debug` output.
 
 use http::HeaderMap;
-use http::header::AUTHORIZATION;
 
 use crate::authenticate::AuthError;
 use crate::wire::Fields;
@@ -61,7 +60,7 @@ pub fn extract(fields: &Fields, jwt_enabled: bool) -> Result<Credential, AuthErr
     // One pass over the few fields a request has; names in any case.
     let (mut authorization, mut api_key) = (None, None);
     for (name, value) in fields.iter() {
-        if name.eq_ignore_ascii_case(AUTHORIZATION.as_str().as_bytes()) {
+        if name.eq_ignore_ascii_case(b"authorization") {
             if authorization.replace(value).is_some() {
                 return Err(malformed("send one Authorization header, not several"));
             }

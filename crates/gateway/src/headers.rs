@@ -9,7 +9,7 @@
 //! from responses, since which shards serve a tenant is for the admin API
 //! alone.
 
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use crate::wire::Fields;
@@ -103,9 +103,13 @@ impl Added<'_> {
     /// out beside these: the gateway's own `x-forwarded-host` and
     /// namespace, and `Host`, which each attempt sets to its shard.
     pub fn replaces(name: &[u8]) -> bool {
-        [header::HOST, FORWARDED_HOST, TENANT, SHARD]
-            .iter()
-            .any(|own| name.eq_ignore_ascii_case(own.as_str().as_bytes()))
+        const OWN: [&[u8]; 4] = [
+            b"host",
+            b"x-forwarded-host",
+            b"x-shuffle-tenant",
+            b"x-shuffle-shard",
+        ];
+        OWN.iter().any(|own| name.eq_ignore_ascii_case(own))
     }
 }
 
@@ -174,9 +178,9 @@ impl Inbound {
         }
         self.open
             || !(never_forwarded(name, &self.named)
-                || name.eq_ignore_ascii_case(header::AUTHORIZATION.as_str().as_bytes())
-                || name.eq_ignore_ascii_case(API_KEY.as_str().as_bytes())
-                || name.eq_ignore_ascii_case(FORWARDED_HOST.as_str().as_bytes())
+                || name.eq_ignore_ascii_case(b"authorization")
+                || name.eq_ignore_ascii_case(b"x-api-key")
+                || name.eq_ignore_ascii_case(b"x-forwarded-host")
                 || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
     }
 }
@@ -226,6 +230,7 @@ pub fn is_idempotent(method: &http::Method) -> bool {
 mod tests {
     use super::*;
     use http::HeaderMap;
+    use http::header;
 
     #[test]
     fn strips_namespace_hop_by_hop_and_credentials() {
