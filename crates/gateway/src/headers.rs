@@ -2,12 +2,13 @@
 //! trusted to steer placement, and what the backend returns never reveals
 //! it.
 //!
-//! Inbound, every header in the gateway's namespace (`x-shuffle-*`, also
-//! spelled with underscores) and every hop-by-hop header is removed, as are
-//! the client's credentials (the gateway has consumed them; backends get the
+//! Inbound, no header in the gateway's namespace (`x-shuffle-*`, also
+//! spelled with underscores) and no hop-by-hop header passes, nor do the
+//! client's credentials (the gateway has consumed them; backends get the
 //! authenticated tenant instead). Outbound, the same namespace is stripped
 //! from responses, since which shards serve a tenant is for the admin API
-//! alone.
+//! alone. Both directions work on header fields as they were written
+//! ([`Fields`]), with one predicate, names compared in any case.
 
 use http::header::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
@@ -23,8 +24,8 @@ pub const TENANT: HeaderName = HeaderName::from_static("x-shuffle-tenant");
 /// The shard chosen for this attempt, added for the backend.
 pub const SHARD: HeaderName = HeaderName::from_static("x-shuffle-shard");
 
-/// The client's API key header.
-pub const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+/// `Idempotency-Key`: the client says the request may be repeated.
+const IDEMPOTENCY_KEY: &[u8] = b"idempotency-key";
 
 /// Hop-by-hop headers (RFC 9110 section 7.6.1 and the usual legacy ones):
 /// they describe one connection and must not be forwarded.
@@ -54,9 +55,6 @@ fn in_namespace(name: &[u8]) -> bool {
             .all(|(&got, &want)| got.to_ascii_lowercase() == want || (got == b'_' && want == b'-'))
 }
 
-/// `Idempotency-Key`: the client says the request may be repeated.
-pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
-
 /// `x-forwarded-host`: the client's `Host`, set by the gateway alone.
 pub const FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
@@ -84,10 +82,9 @@ fn never_forwarded(name: &[u8], connection_named: &[impl AsRef<[u8]>]) -> bool {
         || in_namespace(name)
 }
 
-/// The headers the gateway adds to every attempt of one request. They are
-/// written on the wire after the client's own (by
-/// [`crate::wire::encode_request_head`]) rather than inserted into the
-/// client's header map, which hyper sized for what the client sent.
+/// The headers the gateway adds to every attempt of one request, written
+/// on the wire after the client's own (by
+/// [`crate::wire::encode_request_head`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Added<'a> {
     /// `x-forwarded-host`: the client's `Host`, as the client sent it.
@@ -131,6 +128,9 @@ pub struct Inbound {
     /// Nothing is filtered but the fields the gateway sets itself: for
     /// heads the gateway composes (health checks).
     open: bool,
+    /// The request carries an `Idempotency-Key` (whether it passes is
+    /// [`Inbound::idempotency_key`]'s to say).
+    idempotency_key: bool,
 }
 
 impl Inbound {
@@ -138,10 +138,11 @@ impl Inbound {
     pub fn new(fields: &Fields) -> Self {
         // One look at the few names a request has: `Connection` and
         // `Transfer-Encoding` are rare.
-        let (mut listed, mut chunked) = (false, false);
+        let (mut listed, mut chunked, mut idempotency_key) = (false, false, false);
         for (name, _) in fields.iter() {
             listed |= name.eq_ignore_ascii_case(b"connection");
             chunked |= name.eq_ignore_ascii_case(b"transfer-encoding");
+            idempotency_key |= name.eq_ignore_ascii_case(IDEMPOTENCY_KEY);
         }
         let named = if listed {
             connection_named(
@@ -160,7 +161,15 @@ impl Inbound {
             named,
             chunked,
             open: false,
+            idempotency_key,
         }
+    }
+
+    /// Whether the request carries an `Idempotency-Key` that reaches the
+    /// shard: one the client named in `Connection` is hop-by-hop, so it
+    /// cannot make the request safe to repeat either.
+    pub fn idempotency_key(&self) -> bool {
+        self.idempotency_key && self.forwards(IDEMPOTENCY_KEY)
     }
 
     /// No filtering but the fields the gateway sets itself.
@@ -179,7 +188,7 @@ impl Inbound {
         self.open
             || !(never_forwarded(name, &self.named)
                 || name.eq_ignore_ascii_case(b"authorization")
-                || name.eq_ignore_ascii_case(b"x-api-key")
+                || name.eq_ignore_ascii_case(crate::credential::API_KEY_HEADER.as_bytes())
                 || name.eq_ignore_ascii_case(b"x-forwarded-host")
                 || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
     }
@@ -379,7 +388,7 @@ mod tests {
         }
         outbound_reference(headers);
         headers.remove(header::AUTHORIZATION);
-        headers.remove(API_KEY);
+        headers.remove("x-api-key");
         headers.remove(FORWARDED_HOST);
         if let Some(host) = headers.remove(header::HOST) {
             headers.insert(FORWARDED_HOST, host);

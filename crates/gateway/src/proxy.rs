@@ -211,11 +211,7 @@ async fn route(
         forwarded_for: peer.forwarded_for.as_ref(),
         tenant: route.tenant_header.as_ref(),
     };
-    let safe_to_repeat = headers::is_idempotent(&parts.method)
-        || fields.iter().any(|(name, _)| {
-            name.eq_ignore_ascii_case(headers::IDEMPOTENCY_KEY.as_str().as_bytes())
-                && inbound.forwards(name)
-        });
+    let safe_to_repeat = headers::is_idempotent(&parts.method) || inbound.idempotency_key();
     // One clock read per attempt serves health, the deadline and timing.
     let mut now = started;
     let body = if incoming.is_end_stream() {

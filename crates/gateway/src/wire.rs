@@ -1,11 +1,11 @@
 //! HTTP/1.1 toward a shard, as bytes: the request head the gateway writes,
 //! the response head it reads, and how the response body is delimited.
 //!
-//! This module does no I/O; [`crate::upstream`] moves the bytes. hyper
-//! serves the clients, but toward the shards the gateway speaks HTTP/1.1
-//! itself, so that an exchange runs inside the client's request task
-//! instead of being handed to a connection task of its own and back (see
-//! `upstream` for what that saved).
+//! This module does no I/O; [`crate::upstream`] moves the bytes. Toward
+//! the shards the gateway speaks HTTP/1.1 itself, so that an exchange runs
+//! inside the client's request task instead of being handed to a
+//! connection task of its own and back (see `upstream` for what that
+//! saved). Header fields, both ways, are [`Fields`]: kept as written.
 //!
 //! The rules are RFC 9112's: a response to `HEAD`, a 1xx, 204 or 304 has no
 //! body; otherwise `Transfer-Encoding` ending in `chunked` wins over
@@ -307,7 +307,7 @@ impl FieldSpan {
 /// the head's bytes and where each field's name and value lie in them.
 /// The gateway reads, filters and writes them from here, without a header
 /// map in between: a client's towards a shard (filtered by
-/// [`crate::headers::inbound`]), a backend's towards the client (filtered
+/// [`crate::headers::Inbound`]), a backend's towards the client (filtered
 /// by [`crate::headers::outbound`]). Where hyper is involved, a header map
 /// is turned into fields ([`Fields::from_header_map`]) or built from them
 /// ([`Fields::to_header_map`]).
