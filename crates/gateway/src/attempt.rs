@@ -4,14 +4,13 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use http::{Method, Response, Uri};
+use http::{Response, Uri};
 use tokio::time::Instant;
 
 use crate::body::RequestBody;
-use crate::headers::{Added, Inbound};
 use crate::state::ShardRuntime;
 use crate::upstream::{SendError, UpstreamBody};
-use crate::wire::{Fields, RequestHead, Stated};
+use crate::wire::RequestHead;
 
 /// How an attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,24 +61,6 @@ pub fn path_prefix(base: &Uri) -> &str {
     base.path().trim_end_matches('/')
 }
 
-/// The client's request as every attempt sends it: its method, target and
-/// header fields, what of them may pass, and what the gateway adds.
-#[derive(Debug, Clone, Copy)]
-pub struct Outgoing<'a> {
-    /// The client's method.
-    pub method: &'a Method,
-    /// The client's request target.
-    pub uri: &'a Uri,
-    /// The client's header fields, as sent.
-    pub fields: &'a Fields,
-    /// Which of them may pass.
-    pub inbound: &'a Inbound,
-    /// The framing the gateway states for a streamed body.
-    pub stated: Option<Stated>,
-    /// What the gateway adds.
-    pub added: Added<'a>,
-}
-
 /// How many times one attempt may be resent because the connection it went
 /// out on was closed by the backend before any answer. One is enough for
 /// the keep-alive race (the dead connection is retired, and connections a
@@ -88,8 +69,9 @@ pub struct Outgoing<'a> {
 /// that, the usual failover rules (and the retry budget) apply.
 const MAX_STALE_RESENDS: usize = 1;
 
-/// Sends one attempt of `outgoing`; the shard's `Host` and
-/// `x-shuffle-shard` are added on the wire.
+/// Sends one attempt of the client's request to `uri`: `client` is its
+/// head as every attempt sends it, to which this shard's target, `Host` and
+/// `x-shuffle-shard` are set here.
 ///
 /// The per-try timeout runs from the moment the whole request body has been
 /// read from the client (at once for a buffered body), so a long upload is
@@ -105,22 +87,19 @@ const MAX_STALE_RESENDS: usize = 1;
 /// failing shard.
 pub async fn send(
     shard: &ShardRuntime,
-    outgoing: &Outgoing<'_>,
+    client: RequestHead<'_>,
+    uri: &Uri,
     body: &RequestBody,
     per_try_timeout: Duration,
     deadline: Instant,
     safe_to_repeat: bool,
 ) -> Result<Response<UpstreamBody>, Failure> {
-    let target = backend_target(&shard.path_prefix, outgoing.uri);
+    let target = backend_target(&shard.path_prefix, uri);
     let request = RequestHead {
-        method: outgoing.method,
         target: &target,
-        fields: outgoing.fields,
-        inbound: outgoing.inbound,
-        stated: outgoing.stated,
-        added: outgoing.added,
         host: shard.host_header.as_ref(),
         shard: shard.id_header.as_ref(),
+        ..client
     };
     let mut resends = 0;
     loop {

@@ -31,7 +31,7 @@ use crate::member::{self, Pick};
 use crate::metrics::Metrics;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
 use crate::upstream::UpstreamBody;
-use crate::wire::{Fields, Stated};
+use crate::wire::{Fields, RequestHead, Stated};
 
 /// Who a request was served for, for metrics and logs.
 struct Served {
@@ -252,13 +252,17 @@ async fn route(
         (RequestBody::Once(_), None) => Some(Stated::Chunked),
         (RequestBody::Buffered(_), _) => None,
     };
-    let outgoing = attempt::Outgoing {
+    // The head as every attempt sends it; each sets its shard's target,
+    // `Host` and `x-shuffle-shard`.
+    let client = RequestHead {
         method: &parts.method,
-        uri: &parts.uri,
+        target: "",
         fields,
         inbound: &inbound,
         stated,
         added,
+        host: None,
+        shard: None,
     };
     *request_body = Some(body.clone());
     gateway.budget.record_request(started);
@@ -344,7 +348,8 @@ async fn route(
         } else {
             attempt::send(
                 shard,
-                &outgoing,
+                client,
+                &parts.uri,
                 &body,
                 config.routing.per_try_timeout,
                 deadline,
