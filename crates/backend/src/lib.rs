@@ -6,7 +6,8 @@
 //! errors at some rate, one that flaps, and one that resets mid-response.
 //! [`Backend`] is one shard: it answers `200` with a small JSON body naming
 //! itself and the tenant the gateway said it was serving, answers its health
-//! path, records every request's headers, and switches behaviour on demand.
+//! path, records every request's headers when asked to ([`Recording`]), and
+//! switches behaviour on demand.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -51,6 +52,19 @@ pub enum Mode {
     ResetMidResponse,
 }
 
+/// Whether a backend keeps what it sees of each request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recording {
+    /// Keeps every request's method, path, headers and body length, for
+    /// tests to inspect with [`Backend::seen`].
+    Every,
+    /// Counts requests and keeps nothing else: for benchmarks and long
+    /// runs. Copying each header of each request would cost more than
+    /// answering it, and would charge a proxy that forwards more headers
+    /// for the backend's bookkeeping.
+    Off,
+}
+
 /// What the backend saw of one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seen {
@@ -80,6 +94,7 @@ struct Shared {
     id: String,
     health_path: String,
     mode: Mutex<Mode>,
+    recording: Recording,
     seen: Mutex<Vec<Seen>>,
     requests: AtomicU64,
 }
@@ -99,14 +114,26 @@ impl Backend {
         Self::start_on(id, "127.0.0.1:0".parse().expect("address")).await
     }
 
-    /// Starts a backend on a given address (port 0 for an ephemeral one).
+    /// Starts a backend on a given address (port 0 for an ephemeral one)
+    /// that records every request.
     pub async fn start_on(id: &str, addr: SocketAddr) -> std::io::Result<Self> {
+        Self::start_with(id, addr, Recording::Every).await
+    }
+
+    /// Starts a backend on a given address (port 0 for an ephemeral one)
+    /// that records requests as `recording` says.
+    pub async fn start_with(
+        id: &str,
+        addr: SocketAddr,
+        recording: Recording,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             id: id.to_owned(),
             health_path: "/healthz".into(),
             mode: Mutex::new(Mode::Healthy),
+            recording,
             seen: Mutex::new(Vec::new()),
             requests: AtomicU64::new(0),
         });
@@ -147,7 +174,8 @@ impl Backend {
         self.shared.requests.load(Ordering::Relaxed)
     }
 
-    /// Every non-health request seen so far.
+    /// Every non-health request seen so far; always empty when started
+    /// with [`Recording::Off`].
     pub fn seen(&self) -> Vec<Seen> {
         self.shared.seen.lock().expect("seen lock").clone()
     }
@@ -272,6 +300,8 @@ async fn handle(
         .unwrap_or_default();
     if !is_health {
         shared.requests.fetch_add(1, Ordering::Relaxed);
+    }
+    if !is_health && shared.recording == Recording::Every {
         shared.seen.lock().expect("seen lock").push(Seen {
             method: parts.method.to_string(),
             path: parts

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use backend::{Backend, Mode};
+use backend::{Backend, Mode, Recording};
 use clap::Args;
 
 const AFTER_HELP: &str = "\
@@ -28,12 +28,6 @@ where it listens.
 
 Example:
   shuffle-shard backend --listen 127.0.0.1:9100 --id s0 --mode slow:50";
-
-/// How often the backend forgets the requests it recorded. The test backend
-/// keeps every request's headers for the tests that inspect them; a
-/// long-running process (a benchmark sends millions of requests) must not
-/// grow without bound.
-const FORGET_EVERY: Duration = Duration::from_secs(1);
 
 /// Arguments of `shuffle-shard backend`.
 #[derive(Debug, Args)]
@@ -122,7 +116,9 @@ async fn serve(args: BackendArgs) -> Result<()> {
     // action instead.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot listen for SIGTERM")?;
-    let backend = Backend::start_on(&args.id, args.listen)
+    // Nothing can read what a standalone backend records, and copying every
+    // header of every request would make it slower than what it serves.
+    let backend = Backend::start_with(&args.id, args.listen, Recording::Off)
         .await
         .with_context(|| {
             format!(
@@ -139,13 +135,9 @@ async fn serve(args: BackendArgs) -> Result<()> {
         args.workers,
         if args.workers.get() == 1 { "" } else { "s" }
     );
-    let mut forget = tokio::time::interval(FORGET_EVERY);
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = terminate.recv() => break,
-            _ = forget.tick() => backend.clear_seen(),
-        }
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
     }
     Ok(())
 }

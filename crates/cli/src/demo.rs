@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use backend::Backend;
+use backend::{Backend, Recording};
 use clap::Args;
 use drill::{AdminClient, LoadShape, Session, ShardRef, TenantCredential, Thresholds};
 use serde::Serialize;
@@ -92,9 +92,14 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     let mut backends = Vec::new();
     for i in 0..SHARDS {
         backends.push(
-            Backend::start(&format!("s{i}"))
-                .await
-                .context("cannot start a test shard")?,
+            Backend::start_with(
+                &format!("s{i}"),
+                std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+                // Nothing in the demo reads what a shard saw.
+                Recording::Off,
+            )
+            .await
+            .context("cannot start a test shard")?,
         );
     }
     // A fresh secret key and token for this run only.
