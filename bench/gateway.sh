@@ -12,7 +12,7 @@ set -Eeuo pipefail
 trap 'echo "bench/gateway.sh: line $LINENO: $BASH_COMMAND failed" >&2' ERR
 
 DURATION=${DURATION:-3}   # seconds per measured wrk run
-ROUNDS=${ROUNDS:-3}       # rounds; each round runs every target once
+ROUNDS=${ROUNDS:-3}       # rounds; each round runs every target once, starting one target further along each time
 WARMUP=${WARMUP:-2}       # seconds of warm-up per target
 CONNS=${CONNS:-32}        # connections for the throughput run (with CPU accounting)
 HIGH_CONNS=${HIGH_CONNS:-128} # connections for the high-concurrency run
@@ -618,6 +618,17 @@ record_at() {
     P99_AT[$1,$2]+="$P99_US "
 }
 
+# The targets in the order round N runs them: each round starts one target
+# further along. On a machine whose speed drifts during the suite (other
+# virtual machines on the host come and go), a fixed order would hand one
+# target the same slot, and the same neighbour, in every round.
+round_order() {
+    local round=$1 i count=${#TARGETS[@]}
+    for ((i = 0; i < count; i++)); do
+        printf '%s\n' "${TARGETS[$(((i + round - 1) % count))]}"
+    done
+}
+
 # median min max of a list of numbers.
 stats() {
     printf '%s\n' $1 | sort -g | awk '{ a[NR] = $1 } END {
@@ -664,7 +675,7 @@ for target in "${TARGETS[@]}"; do
 done
 say "measuring: $ROUNDS rounds of ${DURATION}s at $CONNS, 1 and $HIGH_CONNS connections per target"
 for round in $(seq "$ROUNDS"); do
-    for target in "${TARGETS[@]}"; do
+    for target in $(round_order "$round"); do
         measure "$target" "$round"
     done
 done
@@ -695,7 +706,7 @@ if [[ -n $OHA ]]; then
     "$OHA" --help 2>&1 | grep -q -- '--wait-ongoing-requests-after-deadline' && OHA_FORMAT+=(-w)
     say "fixed rate: $ROUNDS rounds of ${RATE_DURATION}s at $RATE_USED req/s ($CONNS connections, oha --latency-correction) per target"
     for round in $(seq "$ROUNDS"); do
-        for target in "${TARGETS[@]}"; do
+        for target in $(round_order "$round"); do
             out="$WORK/oha-$target-round$round.json"
             args=(--no-tui -z "${RATE_DURATION}s" -c "$CONNS" -q "$RATE_USED" --latency-correction "${OHA_FORMAT[@]}")
             [[ $target == gateway ]] && args+=(-H "$AUTH")
