@@ -557,8 +557,8 @@ $(cat "$out")"
 declare -A RPS_ALL P50_ALL P99_32_ALL PROXY_US_ALL PROXY_SYS_US_ALL PROXY_SHARE_ALL BACKEND_US_ALL
 declare -A BUSY_ALL
 
-# One measured round for one target: the throughput run (with CPU
-# accounting) and the single-connection latency run.
+# One measured round for one target at CONNS connections: the throughput
+# run, with CPU accounting.
 measure() {
     local target=$1 round=$2 cpu b t
     local -a before_busy=() before_total=()
@@ -598,15 +598,20 @@ measure() {
         'BEGIN { printf "%.0f", 100 * t / hz / d }') "
     BACKEND_US_ALL[$target]+="$(per_request_us $((backend_after - backend_before)) "$REQUESTS") "
     say "  round $round  $(printf '%-8s' "$target") ${CONNS} conns: $(printf '%9.0f' "$RPS") req/s  (CPU busy % $(printf '%s' "$busy"| sed 's/ $//' | tr ' ' '/'))"
+}
 
-    run_wrk "$target" 1 "$DURATION" "c1-round$round"
-    P50_ALL[$target]+="$P50_US "
-    record_at "$target" 1
-    say "  round $round  $(printf '%-8s' "$target") 1 conn:   $(printf '%9.0f' "$RPS") req/s  p50 $(printf '%8.1f' "$P50_US") us  p99 $(printf '%8.1f' "$P99_US") us"
-
-    run_wrk "$target" "$HIGH_CONNS" "$DURATION" "c$HIGH_CONNS-round$round"
-    record_at "$target" "$HIGH_CONNS"
-    say "  round $round  $(printf '%-8s' "$target") $HIGH_CONNS conns: $(printf '%9.0f' "$RPS") req/s  p50 $(printf '%8.1f' "$P50_US") us  p99 $(printf '%8.1f' "$P99_US") us"
+# One measured round for one target at 1 connection (its p50 is the
+# headline latency) or at HIGH_CONNS connections.
+measure_at() {
+    local target=$1 round=$2 conns=$3
+    run_wrk "$target" "$conns" "$DURATION" "c$conns-round$round"
+    local unit="conns:"
+    if ((conns == 1)); then
+        P50_ALL[$target]+="$P50_US "
+        unit="conn:"
+    fi
+    record_at "$target" "$conns"
+    say "  round $round  $(printf '%-8s' "$target") $(printf '%-10s' "$conns $unit") $(printf '%9.0f' "$RPS") req/s  p50 $(printf '%8.1f' "$P50_US") us  p99 $(printf '%8.1f' "$P99_US") us"
 }
 
 # Every target at every connection count: req/s, p50 and p99 per round.
@@ -634,6 +639,21 @@ stats() {
     printf '%s\n' $1 | sort -g | awk '{ a[NR] = $1 } END {
         m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2;
         print m, a[1], a[NR] }'
+}
+
+# paired A_LIST B_LIST ge|le: "MEDIAN WINS ROUNDS" for two per-round lists
+# in round order: the median of the ratios A/B, and in how many rounds A
+# was at least B (ge) or at most B (le).
+paired() {
+    awk -v a="$1" -v b="$2" -v dir="$3" 'BEGIN {
+        n = split(a, x, " "); split(b, y, " ");
+        for (i = 1; i <= n; i++) {
+            r[i] = x[i] / y[i];
+            if ((dir == "ge" && r[i] >= 1) || (dir == "le" && r[i] <= 1)) wins++;
+        }
+        for (i = 2; i <= n; i++) { v = r[i]; j = i - 1; while (j >= 1 && r[j] > v) { r[j + 1] = r[j]; j-- } r[j + 1] = v }
+        m = (n % 2) ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2;
+        printf "%.3f %d %d\n", m, wins, n }'
 }
 
 # The busy share of each watched CPU, median over rounds.
@@ -674,9 +694,17 @@ for target in "${TARGETS[@]}"; do
     run_wrk "$target" "$CONNS" "$WARMUP" warmup
 done
 say "measuring: $ROUNDS rounds of ${DURATION}s at $CONNS, 1 and $HIGH_CONNS connections per target"
+# A round measures every target at one connection count before moving to
+# the next, so each target's figure is taken within seconds of nginx's.
 for round in $(seq "$ROUNDS"); do
     for target in $(round_order "$round"); do
         measure "$target" "$round"
+    done
+    for target in $(round_order "$round"); do
+        measure_at "$target" "$round" 1
+    done
+    for target in $(round_order "$round"); do
+        measure_at "$target" "$round" "$HIGH_CONNS"
     done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -913,6 +941,8 @@ HAPROXY_VERSION=$("$HAPROXY" -v 2>&1 | awk 'NR == 1 { print $3 }')
 WRK_VERSION=$("$WRK" --version 2>&1 | head -1 | awk '{ print $2 }' || true)
 COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS RATE=$RATE${NICE_CMD[*]:+ NICE=$NICE} bench/run.sh gateway"
 
+read -ra PAIRED_RPS < <(paired "${RPS_ALL[gateway]}" "${RPS_ALL[nginx]}" ge)
+read -ra PAIRED_P50 < <(paired "${P50_ALL[gateway]}" "${P50_ALL[nginx]}" le)
 read -r NGINX_RPS _ _ < <(stats "${RPS_ALL[nginx]}")
 read -r NGINX_P50 _ _ < <(stats "${P50_ALL[nginx]}")
 
@@ -933,7 +963,7 @@ CPU_HEADER=${CPU_HEADER%/}
     echo "Same backend (\`shuffle-shard backend --workers 1\`) behind every target; one worker each"
     echo "(gateway: serve --workers 1, a single-threaded event loop; nginx: worker_processes 1, upstream keepalive 64;"
     echo "HAProxy: nbthread 1, option http-keep-alive, http-reuse always); $PINNING."
-    echo "Each round runs every target in turn; median [min–max] over $ROUNDS rounds."
+    echo "Each round runs every target at $CONNS connections, then every target at 1, then at $HIGH_CONNS, starting one target further along each round; median [min–max] over $ROUNDS rounds."
     echo "req/s: \`wrk -t1 -c$CONNS -d${DURATION}s\`; p50: \`wrk -t1 -c1 -d${DURATION}s --latency\`; GET /x, every response checked 2xx."
     echo "Proxy CPU per request and the CPUs' busy share are measured during the $CONNS-connection run."
     echo
@@ -961,6 +991,8 @@ CPU_HEADER=${CPU_HEADER%/}
     rps_ok=$(awk -v g="$grm" -v n="$NGINX_RPS" 'BEGIN { print ((g >= n) ? "met" : "missed") }')
     p50_ok=$(awk -v g="$gpm" -v n="$NGINX_P50" 'BEGIN { print ((g <= n) ? "met" : "missed") }')
     echo "Target (issue 4): at least nginx's req/s — $rps_ok ($(ratio "$grm" "$NGINX_RPS")×); no more than nginx's p50 — $p50_ok ($(ratio "$gpm" "$NGINX_P50")×)."
+    echo
+    echo "Paired by round (a round runs every target at one connection count back to back, so the gateway's figure is taken within seconds of nginx's): the median of the per-round ratios is ${PAIRED_RPS[0]}× for req/s (at least nginx's in ${PAIRED_RPS[1]} of ${PAIRED_RPS[2]} rounds) and ${PAIRED_P50[0]}× for p50 (no more than nginx's in ${PAIRED_P50[1]} of ${PAIRED_P50[2]} rounds). The target is judged on the medians above; these say how steady the comparison was."
     echo
     echo "## By connection count"
     echo
@@ -1076,6 +1108,7 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
         if [[ $target == "$last" ]]; then echo "    }"; else echo "    },"; fi
     done
     echo "  ],"
+    echo "  \"gateway_vs_nginx_paired\": {\"requests_per_second_ratio_median\": ${PAIRED_RPS[0]}, \"rounds_at_least_nginx\": ${PAIRED_RPS[1]}, \"p50_ratio_median\": ${PAIRED_P50[0]}, \"rounds_at_most_nginx\": ${PAIRED_P50[1]}, \"rounds\": ${PAIRED_RPS[2]}},"
     echo "  \"fixed_rate_note\": $(json_string "${OHA_NOTE:-}"),"
     echo "  \"shard_kill\": {\"duration_s\": $FAIL_DURATION, \"kill_at_s\": $FAIL_KILL_AT, \"connections\": $CONNS, \"answered_by_before\": $(json_string "$FAIL_SHARDS_BEFORE"), \"requests_per_second\": $FAIL_RPS, \"requests\": $FAIL_REQUESTS, \"non_2xx\": $FAIL_NON2XX, \"socket_errors\": {\"connect\": $FAIL_CONNECT, \"read\": $FAIL_READ, \"write\": $FAIL_WRITE, \"timeout\": $FAIL_TIMEOUT, \"total\": $FAIL_SOCKET}, \"p50_us\": $FAIL_P50, \"p99_us\": $FAIL_P99, \"max_us\": $FAIL_MAX},"
     echo "  \"memory\": {"

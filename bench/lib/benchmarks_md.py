@@ -631,17 +631,38 @@ def gateway_verdict(doc, targets, conns, high, fixed, perf, rps_v, p50_v, short)
                            if older else "")
                         + "): our own work (the SHA-256 of the API key, the route lookup, header hygiene, metrics and"
                         " availability windows) is each a small share of the samples; the rest is spread thinly over"
-                        " the general machinery of an async proxy built from hyper and tokio: two tasks per request"
-                        " (the client's connection and the backend connection, which hyper's client drives as a task of"
-                        " its own and reaches through a channel), I/O readiness and wakers, hyper's HTTP/1 codec on both"
-                        " sides, copying and allocation, and clock reads. nginx does the same work in one event loop"
-                        " with direct calls."
+                        " the machinery of an async proxy on tokio: I/O readiness and wakers, timers, the request and"
+                        " response values copied from layer to layer of the request path, and clock reads."
                     )
                 else:
                     why.append("No `perf` profile says where that user time goes; `PERF=1 bench/run.sh gateway` writes one"
                                " to `bench/results/gateway-perf.txt`.")
             else:
                 why.append(f"Most of the gap is kernel time ({g_k:.1f} µs against {short[cheapest]}'s {c_k:.1f} µs).")
+    # Which CPU ran out first at the peak: with wrk beside the backend, the
+    # backend's CPU can be the limit rather than the proxy's.
+    settings = doc.get("settings", {})
+    proxy_cpu, backend_cpu = settings.get("proxy_cpu"), settings.get("backend_cpu")
+    busy = targets["gateway"].get(f"cpu_busy_percent_at_{conns}") or {}
+    proxy_busy, backend_busy = busy.get(f"cpu{proxy_cpu}"), busy.get(f"cpu{backend_cpu}")
+    if proxy_cpu != backend_cpu and proxy_busy and backend_busy:
+        pb, bb = sorted(proxy_busy)[len(proxy_busy) // 2], sorted(backend_busy)[len(backend_busy) // 2]
+        if bb >= 97 and bb > pb + 2:
+            why.append(
+                f"At {conns} connections the CPU that ran out first was the backend's (CPU {backend_cpu}, {bb:.0f} % busy,"
+                f" shared with wrk), not the gateway's (CPU {proxy_cpu}, {pb:.0f} %): there, requests/s measures what a proxy"
+                " costs the backend and wrk as much as what it costs itself, and the gateway sends the backend four header"
+                " fields nginx's plain configuration does not (`x-shuffle-tenant`, `x-shuffle-shard`, `x-forwarded-for`,"
+                " `x-forwarded-host`)."
+            )
+    pairs = doc.get("gateway_vs_nginx_paired")
+    if pairs and pairs.get("rounds"):
+        why.append(
+            f"Round by round, the gateway's req/s was at least nginx's in {pairs['rounds_at_least_nginx']} of"
+            f" {pairs['rounds']} rounds (median ratio {pairs['requests_per_second_ratio_median']:.2f}×) and its p50 no more"
+            f" than nginx's in {pairs['rounds_at_most_nginx']} of {pairs['rounds']} (median ratio"
+            f" {pairs['p50_ratio_median']:.2f}×)."
+        )
     if rps_met and p50_met:
         label = "**Where we stand.**"
     else:
