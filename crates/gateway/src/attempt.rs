@@ -69,14 +69,25 @@ pub fn path_prefix(base: &Uri) -> &str {
 /// that, the usual failover rules (and the retry budget) apply.
 const MAX_STALE_RESENDS: usize = 1;
 
+/// When an attempt started and how long it may run.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// When the attempt started: a clock reading the caller already took.
+    pub started: Instant,
+    /// The per-try timeout.
+    pub per_try: Duration,
+    /// The request's overall deadline.
+    pub deadline: Instant,
+}
+
 /// Sends one attempt of the client's request to `uri`: `client` is its
 /// head as every attempt sends it, to which this shard's target, `Host` and
 /// `x-shuffle-shard` are set here.
 ///
 /// The per-try timeout runs from the moment the whole request body has been
-/// read from the client (at once for a buffered body), so a long upload is
-/// not taken for a slow backend; `deadline` (the request's) bounds
-/// everything.
+/// read from the client (the attempt's start, for a buffered body), so a
+/// long upload is not taken for a slow backend; the request's deadline
+/// bounds everything.
 ///
 /// When the request may be repeated (`safe_to_repeat`) and its body can be
 /// sent again, a request that meets a connection the backend closed before
@@ -90,8 +101,7 @@ pub async fn send(
     client: RequestHead<'_>,
     uri: &Uri,
     body: &RequestBody,
-    per_try_timeout: Duration,
-    deadline: Instant,
+    timing: Timing,
     safe_to_repeat: bool,
 ) -> Result<Response<UpstreamBody>, Failure> {
     let target = backend_target(&shard.path_prefix, uri);
@@ -107,8 +117,8 @@ pub async fn send(
             // The exchange first: polling in a fixed order spares drawing a
             // random one on every poll, and a response that is ready wins.
             biased;
-            result = shard.upstream.send(request, body.for_attempt(), per_try_timeout) => result,
-            () = time_limit(body, per_try_timeout, deadline) => return Err(Failure::Timeout),
+            result = shard.upstream.send(request, body.for_attempt(), timing.per_try, timing.started) => result,
+            () = time_limit(body, timing) => return Err(Failure::Timeout),
         };
         let error = match result {
             Ok(response) => return Ok(response),
@@ -138,18 +148,26 @@ pub async fn send(
     }
 }
 
-/// Completes when an attempt has run out of time: `per_try` after the
-/// client's body has been read, or at `deadline`, whichever is first. One
-/// timer is armed at a time; a buffered body has been read already, so it
-/// needs only one.
-async fn time_limit(body: &RequestBody, per_try: Duration, deadline: Instant) {
-    if !body.is_buffered() {
+/// Completes when an attempt has run out of time: the per-try timeout
+/// after the client's body has been read (for a buffered body, which has
+/// been read already, after the attempt's start), or at the request's
+/// deadline, whichever is first. One timer is armed at a time.
+async fn time_limit(body: &RequestBody, timing: Timing) {
+    let Timing {
+        started,
+        per_try,
+        deadline,
+    } = timing;
+    let uploaded = if body.is_buffered() {
+        started
+    } else {
         tokio::select! {
             () = body.uploaded() => {}
             () = tokio::time::sleep_until(deadline) => return,
         }
-    }
-    let per_try_deadline = Instant::now().checked_add(per_try).unwrap_or(deadline);
+        Instant::now()
+    };
+    let per_try_deadline = uploaded.checked_add(per_try).unwrap_or(deadline);
     tokio::time::sleep_until(per_try_deadline.min(deadline)).await;
 }
 

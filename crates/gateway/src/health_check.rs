@@ -57,7 +57,9 @@ async fn check(shard: &ShardRuntime, path: &str, timeout: std::time::Duration) -
         host: shard.host_header.as_ref(),
         shard: None,
     };
-    let send = shard.upstream.send(request, AttemptBody::Done, timeout);
+    let send = shard
+        .upstream
+        .send(request, AttemptBody::Done, timeout, Instant::now());
     match tokio::time::timeout(timeout, send).await {
         Ok(Ok(response)) => {
             let status = response.status();

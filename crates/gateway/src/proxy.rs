@@ -351,8 +351,11 @@ async fn route(
                 client,
                 &parts.uri,
                 &body,
-                config.routing.per_try_timeout,
-                deadline,
+                attempt::Timing {
+                    started: attempt_started,
+                    per_try: config.routing.per_try_timeout,
+                    deadline,
+                },
                 safe_to_repeat,
             )
             .await

@@ -190,18 +190,21 @@ impl Upstream {
 
     /// Sends `request` with `body` on an idle connection, or a new one made
     /// within `connect_timeout`, and returns the response once its head has
-    /// arrived. The response body gives the connection back when it has
-    /// been read to its end, and holds the response's header fields
-    /// ([`UpstreamBody::fields`]); the response's header map is empty.
+    /// arrived. `now` is a recent clock reading (the caller has one), which
+    /// decides which idle connections have expired. The response body gives
+    /// the connection back when it has been read to its end, and holds the
+    /// response's header fields ([`UpstreamBody::fields`]); the response's
+    /// header map is empty.
     pub async fn send(
         self: &Arc<Self>,
         request: RequestHead<'_>,
         mut body: AttemptBody,
         connect_timeout: Duration,
+        now: Instant,
     ) -> Result<Response<UpstreamBody>, SendError> {
         // A pooled connection that turns out closed when the head is
         // written took nothing; the next one (or a new one) gets the request.
-        while let Some(connection) = self.checkout() {
+        while let Some(connection) = self.checkout(now) {
             match self.exchange(connection, &request, &mut body).await {
                 Ok(response) => return Ok(response),
                 Err(Failed::NotSent) => {}
@@ -216,12 +219,12 @@ impl Upstream {
         }
     }
 
-    /// An idle connection the backend has not closed, if there is one.
-    fn checkout(&self) -> Option<Connection> {
+    /// An idle connection the backend has not closed and that has not
+    /// been idle too long at `now`, if there is one.
+    fn checkout(&self, now: Instant) -> Option<Connection> {
         loop {
             let Idle { mut connection, .. } = {
                 let mut idle = self.idle.lock().expect("idle connections");
-                let now = Instant::now();
                 // The oldest sit at the bottom: close those past their time.
                 let expired = idle
                     .iter()

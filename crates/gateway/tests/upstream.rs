@@ -267,7 +267,7 @@ async fn send(
         host: Some(&host),
         shard: request.shard.as_ref(),
     };
-    timeout(DEADLINE, upstream.send(head, body, CONNECT))
+    timeout(DEADLINE, upstream.send(head, body, CONNECT, Instant::now()))
         .await
         .expect("no answer in time")
 }
