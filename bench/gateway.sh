@@ -115,27 +115,13 @@ BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/shuffle-shard"
 
 # --- CPUs: one for the proxy, one for the backend, wrk where it fits ---------
 
-allowed_cpus() {
-    local range lo hi
-    local list
-    list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
-    IFS=, read -ra ranges <<<"$list"
-    for range in "${ranges[@]}"; do
-        lo=${range%-*}
-        hi=${range#*-}
-        seq "$lo" "$hi"
-    done
-}
-mapfile -t CPUS < <(allowed_cpus)
-case ${#CPUS[@]} in
-    1) PROXY_CPU=${CPUS[0]} BACKEND_CPU=${CPUS[0]} WRK_CPU=${CPUS[0]} ;;
-    2) PROXY_CPU=${CPUS[0]} BACKEND_CPU=${CPUS[1]} WRK_CPU=${CPUS[1]} ;;
-    *) PROXY_CPU=${CPUS[0]} BACKEND_CPU=${CPUS[1]} WRK_CPU=${CPUS[2]} ;;
-esac
+# shellcheck source=bench/lib/proxies.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/proxies.sh"
+pin_cpus
 PINNING="proxy (nginx, HAProxy or gateway) on CPU $PROXY_CPU, backend on CPU $BACKEND_CPU, wrk on CPU $WRK_CPU"
-if ((${#CPUS[@]} == 1)); then
+if ((CPU_COUNT == 1)); then
     PINNING="$PINNING (1 CPU available: everything shares it)"
-elif ((${#CPUS[@]} == 2)); then
+elif ((CPU_COUNT == 2)); then
     PINNING="$PINNING (2 CPUs available: wrk shares the backend's)"
 fi
 # The CPUs whose busy share is reported, without repeats.
@@ -179,33 +165,6 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- ports and starting a server ------------------------------------------------
-
-# Ports are picked at random outside the kernel's ephemeral range, so no
-# outgoing connection (wrk's, curl's, the gateway's own to its backends) nor
-# one of their TIME_WAIT entries can hold them, and with no listener on them.
-# A server can still find its port taken between the pick and its bind (a
-# 100,000-tenant gateway once did): start_server then picks new ports and
-# starts it again.
-read -r EPHEMERAL_LO EPHEMERAL_HI 2>/dev/null </proc/sys/net/ipv4/ip_local_port_range ||
-    { EPHEMERAL_LO=32768 EPHEMERAL_HI=60999; }
-USED_PORTS=" "
-# pick_port VARIABLE: sets VARIABLE to a free port. Not run in a subshell, so
-# that USED_PORTS remembers every port handed out.
-pick_port() {
-    local port try
-    for try in $(seq 600); do
-        port=$((10000 + ((RANDOM << 15) | RANDOM) % 55536))
-        # Outside the ephemeral range, unless 500 picks found nothing there.
-        ((try > 500 || port < EPHEMERAL_LO || port > EPHEMERAL_HI)) || continue
-        [[ $USED_PORTS == *" $port "* ]] && continue
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            USED_PORTS+="$port "
-            printf -v "$1" '%s' "$port"
-            return
-        fi
-    done
-    die "no free port found on 127.0.0.1"
-}
 
 # Whether a log says a listening address was taken (our binaries print the OS
 # error, "Address already in use (os error 98)"; nginx "98: Address already
@@ -299,78 +258,6 @@ EOF
 
 # --- configurations ---------------------------------------------------------------
 
-# gateway_toml FILE LISTEN_PORT ADMIN_PORT ID=PORT...: a gateway
-# configuration (rendezvous, k = 2, the bench's key and tenants file) over
-# the shards given.
-gateway_toml() {
-    local file=$1 listen=$2 admin=$3 shard
-    shift 3
-    {
-        cat <<EOF
-listen = "127.0.0.1:$listen"
-tenants_file = "tenants.toml"
-
-[placement]
-algorithm = "rendezvous"
-k = 2
-key_file = "placement.key"
-key_version = "bench"
-
-[admin]
-listen = "127.0.0.1:$admin"
-
-[[cells]]
-name = "default"
-shards = [
-EOF
-        for shard in "$@"; do
-            printf '  { id = "%s", url = "http://127.0.0.1:%s" },\n' "${shard%%=*}" "${shard#*=}"
-        done
-        echo "]"
-    } >"$file"
-}
-
-mkdir -p "$WORK/nginx"
-# keepalive_requests is raised on both sides so nginx, like the gateway,
-# never closes a busy keep-alive connection mid-run.
-nginx_conf() {
-    cat >"$WORK/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-
-events {
-    worker_connections 1024;
-}
-
-http {
-    access_log off;
-    client_body_temp_path $WORK/nginx/body;
-    proxy_temp_path $WORK/nginx/proxy;
-    fastcgi_temp_path $WORK/nginx/fastcgi;
-    uwsgi_temp_path $WORK/nginx/uwsgi;
-    scgi_temp_path $WORK/nginx/scgi;
-    keepalive_requests 1000000;
-
-    upstream backend {
-        server 127.0.0.1:$BACKEND_PORT;
-        keepalive 64;
-        keepalive_requests 1000000;
-    }
-
-    server {
-        listen 127.0.0.1:$NGINX_PORT;
-        location / {
-            proxy_pass http://backend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }
-    }
-}
-EOF
-}
-
 # HAProxy: one thread, keep-alive on both sides, server connections reused
 # by any client (http-reuse always), like nginx's upstream keepalive pool.
 mkdir -p "$WORK/haproxy"
@@ -409,7 +296,7 @@ launch_backend() {
     launched $! "http://127.0.0.1:$BACKEND_PORT/x" "$WORK/backend.log"
 }
 launch_nginx() {
-    nginx_conf
+    nginx_conf "$WORK/nginx.conf" "$WORK/nginx" "$NGINX_PORT" "$BACKEND_PORT"
     : >"$WORK/nginx/error.log"
     "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx.conf" -e "$WORK/nginx/error.log" \
         >"$WORK/nginx.log" 2>&1 &

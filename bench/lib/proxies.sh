@@ -1,0 +1,136 @@
+# Shared by bench/gateway.sh and bench/paired.sh (sourced, not run): CPU pinning, free ports, and the nginx and gateway configurations they compare.
+# shellcheck shell=bash disable=SC2034 # the variables set here are read by the scripts that source it
+#
+# The functions use the caller's `die`.
+
+# allowed_cpus: the CPUs this process may run on, one per line.
+allowed_cpus() {
+    local range lo hi
+    local list
+    list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
+    IFS=, read -ra ranges <<<"$list"
+    for range in "${ranges[@]}"; do
+        lo=${range%-*}
+        hi=${range#*-}
+        seq "$lo" "$hi"
+    done
+}
+
+# pin_cpus: sets PROXY_CPU, BACKEND_CPU and WRK_CPU: the proxy on the first
+# allowed CPU, the backend on the second, the load generator on a third
+# when there is one, else beside the backend.
+pin_cpus() {
+    local -a cpus
+    mapfile -t cpus < <(allowed_cpus)
+    case ${#cpus[@]} in
+        1) PROXY_CPU=${cpus[0]} BACKEND_CPU=${cpus[0]} WRK_CPU=${cpus[0]} ;;
+        2) PROXY_CPU=${cpus[0]} BACKEND_CPU=${cpus[1]} WRK_CPU=${cpus[1]} ;;
+        *) PROXY_CPU=${cpus[0]} BACKEND_CPU=${cpus[1]} WRK_CPU=${cpus[2]} ;;
+    esac
+    CPU_COUNT=${#cpus[@]}
+}
+
+# Ports are picked at random outside the kernel's ephemeral range, so no
+# outgoing connection (wrk's, curl's, the gateway's own to its backends) nor
+# one of their TIME_WAIT entries can hold them, and with no listener on them.
+# A server can still find its port taken between the pick and its bind (a
+# 100,000-tenant gateway once did): gateway.sh's start_server then picks new ports and
+# starts it again.
+read -r EPHEMERAL_LO EPHEMERAL_HI 2>/dev/null </proc/sys/net/ipv4/ip_local_port_range ||
+    { EPHEMERAL_LO=32768 EPHEMERAL_HI=60999; }
+USED_PORTS=" "
+# pick_port VARIABLE: sets VARIABLE to a free port. Not run in a subshell, so
+# that USED_PORTS remembers every port handed out.
+pick_port() {
+    local port try
+    for try in $(seq 600); do
+        port=$((10000 + ((RANDOM << 15) | RANDOM) % 55536))
+        # Outside the ephemeral range, unless 500 picks found nothing there.
+        ((try > 500 || port < EPHEMERAL_LO || port > EPHEMERAL_HI)) || continue
+        [[ $USED_PORTS == *" $port "* ]] && continue
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            USED_PORTS+="$port "
+            printf -v "$1" '%s' "$port"
+            return
+        fi
+    done
+    die "no free port found on 127.0.0.1"
+}
+
+
+# gateway_toml FILE LISTEN_PORT ADMIN_PORT ID=PORT...: a gateway
+# configuration (rendezvous, k = 2, the bench's key and tenants file) over
+# the shards given.
+gateway_toml() {
+    local file=$1 listen=$2 admin=$3 shard
+    shift 3
+    {
+        cat <<EOF
+listen = "127.0.0.1:$listen"
+tenants_file = "tenants.toml"
+
+[placement]
+algorithm = "rendezvous"
+k = 2
+key_file = "placement.key"
+key_version = "bench"
+
+[admin]
+listen = "127.0.0.1:$admin"
+
+[[cells]]
+name = "default"
+shards = [
+EOF
+        for shard in "$@"; do
+            printf '  { id = "%s", url = "http://127.0.0.1:%s" },\n' "${shard%%=*}" "${shard#*=}"
+        done
+        echo "]"
+    } >"$file"
+}
+
+# keepalive_requests is raised on both sides so nginx, like the gateway,
+# never closes a busy keep-alive connection mid-run.
+#
+# nginx_conf FILE DIR LISTEN_PORT BACKEND_PORT: nginx as a plain reverse
+# proxy with one worker, listening on LISTEN_PORT, its pid, logs and
+# temporary files under DIR.
+nginx_conf() {
+    local file=$1 dir=$2 listen=$3 backend=$4
+    mkdir -p "$dir"
+    cat >"$file" <<EOF
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+
+events {
+    worker_connections 1024;
+}
+
+http {
+    access_log off;
+    client_body_temp_path $dir/body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    keepalive_requests 1000000;
+
+    upstream backend {
+        server 127.0.0.1:$backend;
+        keepalive 64;
+        keepalive_requests 1000000;
+    }
+
+    server {
+        listen 127.0.0.1:$listen;
+        location / {
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+EOF
+}
