@@ -49,13 +49,11 @@ fi
 
 # --- tools ------------------------------------------------------------------
 
-# nginx lives in /usr/sbin, which is not on every user's PATH.
-find_tool() {
-    command -v "$1" 2>/dev/null || { [[ -x /usr/sbin/$1 ]] && echo "/usr/sbin/$1"; } || true
-}
 
 # shellcheck source=bench/lib/apt.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+# shellcheck source=bench/lib/proxies.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/proxies.sh"
 
 install_missing() {
     local missing=()
@@ -115,8 +113,6 @@ BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/shuffle-shard"
 
 # --- CPUs: one for the proxy, one for the backend, wrk where it fits ---------
 
-# shellcheck source=bench/lib/proxies.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib/proxies.sh"
 pin_cpus
 PINNING="proxy (nginx, HAProxy or gateway) on CPU $PROXY_CPU, backend on CPU $BACKEND_CPU, wrk on CPU $WRK_CPU"
 if ((CPU_COUNT == 1)); then
@@ -384,15 +380,6 @@ per_request_us() {
 # "busy total" jiffies of one CPU from /proc/stat.
 cpu_jiffies() {
     awk -v cpu="cpu$1" '$1 == cpu { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat
-}
-
-# Latency as wrk prints it (12.34us, 1.20ms, 1.00s) in microseconds.
-to_us() {
-    awk -v v="$1" 'BEGIN {
-        if (v ~ /us$/) f = 1; else if (v ~ /ms$/) f = 1000; else if (v ~ /s$/) f = 1000000; else f = -1;
-        sub(/[a-z]+$/, "", v);
-        if (f < 0) exit 1;
-        printf "%.2f\n", v * f }'
 }
 
 declare -A URL=(

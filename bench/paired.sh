@@ -43,9 +43,6 @@ if [[ -n $OTHER ]]; then
     OTHER=$(realpath "$OTHER")
 fi
 
-find_tool() {
-    command -v "$1" 2>/dev/null || { [[ -x /usr/sbin/$1 ]] && echo "/usr/sbin/$1"; } || true
-}
 # shellcheck source=bench/lib/apt.sh
 source "$ROOT/bench/lib/apt.sh"
 # shellcheck source=bench/lib/proxies.sh
@@ -153,7 +150,7 @@ for round in $(seq "$ROUNDS"); do
                 die "$target at $conns connections: $(grep -E 'Non-2xx|Socket errors' <<<"$out" | xargs)"
             fi
             rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-            p50=$(awk '$1 == "50%" { v = $2; f = 1; if (v ~ /ms$/) f = 1000; else if (v ~ /us$/) f = 1; else if (v ~ /s$/) f = 1000000; sub(/[a-z]+$/, "", v); print v * f }' <<<"$out")
+            p50=$(to_us "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
             echo "$round $conns $target $rps $p50" >>"$WORK/runs.txt"
         done
     done

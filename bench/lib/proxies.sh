@@ -1,7 +1,21 @@
-# Shared by bench/gateway.sh and bench/paired.sh (sourced, not run): CPU pinning, free ports, and the nginx and gateway configurations they compare.
+# Shared by bench/gateway.sh and bench/paired.sh (sourced, not run): finding tools, CPU pinning, free ports, the nginx and gateway configurations they compare, and reading wrk's latencies.
 # shellcheck shell=bash disable=SC2034 # the variables set here are read by the scripts that source it
 #
 # The functions use the caller's `die`.
+
+# nginx lives in /usr/sbin, which is not on every user's PATH.
+find_tool() {
+    command -v "$1" 2>/dev/null || { [[ -x /usr/sbin/$1 ]] && echo "/usr/sbin/$1"; } || true
+}
+
+# Latency as wrk prints it (12.34us, 1.20ms, 1.00s) in microseconds.
+to_us() {
+    awk -v v="$1" 'BEGIN {
+        if (v ~ /us$/) f = 1; else if (v ~ /ms$/) f = 1000; else if (v ~ /s$/) f = 1000000; else f = -1;
+        sub(/[a-z]+$/, "", v);
+        if (f < 0) exit 1;
+        printf "%.2f\n", v * f }'
+}
 
 # allowed_cpus: the CPUs this process may run on, one per line.
 allowed_cpus() {
