@@ -247,7 +247,8 @@ fn inbound_header_filter() {
         let host = http::HeaderValue::from_static("s0:9100");
         let shard = http::HeaderValue::from_static("s0");
         let fields = gateway::wire::Fields::from_header_map(&headers);
-        let inbound = gateway::headers::Inbound::new(&fields);
+        let inbound =
+            gateway::headers::Inbound::new(&fields, gateway::config::ForwardedFor::Append);
         let head = gateway::wire::RequestHead {
             method: &http::Method::GET,
             target: "/",

@@ -55,6 +55,35 @@ pub enum Exhausted {
     Spill,
 }
 
+/// What the gateway tells a shard about the client's address in
+/// `x-forwarded-for`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForwardedFor {
+    /// Keep the list the client sent and add the client's address after
+    /// it (nginx's `$proxy_add_x_forwarded_for`, HAProxy's `option
+    /// forwardfor`): right for a gateway behind a load balancer that adds
+    /// its own. Only the last entry is the gateway's; the rest is the
+    /// client's word.
+    Append,
+    /// Drop the client's list and send only the client's address: for a
+    /// gateway at the edge, where nothing in front of it can vouch for a
+    /// list.
+    Replace,
+    /// Send no `x-forwarded-for` at all, the client's included.
+    Off,
+}
+
+/// The forwarding headers the gateway adds for shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardingSettings {
+    /// `x-forwarded-for`.
+    pub x_forwarded_for: ForwardedFor,
+    /// Send `x-forwarded-host` (the client's `Host`). A client's own
+    /// `x-forwarded-host` never passes either way.
+    pub x_forwarded_host: bool,
+}
+
 /// One backend shard.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardSettings {
@@ -218,6 +247,8 @@ pub struct GatewayConfig {
     pub limits: LimitSettings,
     /// The admin listener.
     pub admin: AdminSettings,
+    /// The forwarding headers added for shards.
+    pub forwarding: ForwardingSettings,
     /// The cells; the first is the default.
     pub cells: Vec<CellSettings>,
     /// Apply reloads that move tenants without being asked to.
@@ -250,9 +281,18 @@ struct RawConfig {
     #[serde(default)]
     admin: RawAdmin,
     #[serde(default)]
+    forwarding: RawForwarding,
+    #[serde(default)]
     reload: RawReload,
     #[serde(default)]
     logging: RawLogging,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawForwarding {
+    x_forwarded_for: Option<ForwardedFor>,
+    x_forwarded_host: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -691,6 +731,13 @@ impl GatewayConfig {
             outlier,
             limits,
             admin,
+            forwarding: ForwardingSettings {
+                x_forwarded_for: raw
+                    .forwarding
+                    .x_forwarded_for
+                    .unwrap_or(ForwardedFor::Append),
+                x_forwarded_host: raw.forwarding.x_forwarded_host.unwrap_or(true),
+            },
             cells,
             reload_allow_migration: raw.reload.allow_migration.unwrap_or(false),
             access_log: raw.logging.access_log.unwrap_or(false),

@@ -13,6 +13,7 @@
 use http::header::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
+use crate::config::{ForwardedFor, ForwardingSettings};
 use crate::wire::Fields;
 
 /// The gateway's header namespace.
@@ -95,6 +96,31 @@ pub struct Added<'a> {
     pub tenant: Option<&'a HeaderValue>,
 }
 
+impl<'a> Added<'a> {
+    /// What goes out beside a client's request `fields` under the
+    /// `forwarding` settings: `client_address` is the peer's address as an
+    /// `x-forwarded-for` value, `tenant` the authenticated tenant.
+    pub fn new(
+        forwarding: &ForwardingSettings,
+        fields: &'a Fields,
+        client_address: Option<&'a HeaderValue>,
+        tenant: Option<&'a HeaderValue>,
+    ) -> Self {
+        Self {
+            forwarded_host: if forwarding.x_forwarded_host {
+                client_host(fields)
+            } else {
+                None
+            },
+            forwarded_for: match forwarding.x_forwarded_for {
+                ForwardedFor::Append | ForwardedFor::Replace => client_address,
+                ForwardedFor::Off => None,
+            },
+            tenant,
+        }
+    }
+}
+
 impl Added<'_> {
     /// Whether a header of the client's (its name in any case) must not go
     /// out beside these: the gateway's own `x-forwarded-host` and
@@ -116,7 +142,8 @@ impl Added<'_> {
 /// ones (by the standard list or named in the request's `Connection`), the
 /// gateway's namespace, the client's credentials (consumed: backends get
 /// the tenant instead), a client's own `x-forwarded-host` (the gateway's to
-/// set), a `Content-Length` beside `Transfer-Encoding`, and the fields each
+/// set), a client's own `x-forwarded-for` unless the gateway appends to it
+/// ([`ForwardedFor::Append`]), a `Content-Length` beside `Transfer-Encoding`, and the fields each
 /// attempt sets itself (`Host`).
 #[derive(Debug, Clone, Default)]
 pub struct Inbound {
@@ -131,11 +158,15 @@ pub struct Inbound {
     /// The request carries an `Idempotency-Key` (whether it passes is
     /// [`Inbound::idempotency_key`]'s to say).
     idempotency_key: bool,
+    /// The client's own `x-forwarded-for` is dropped: the gateway replaces
+    /// it, or sends none.
+    drops_forwarded_for: bool,
 }
 
 impl Inbound {
-    /// The filter for a client's request `fields`.
-    pub fn new(fields: &Fields) -> Self {
+    /// The filter for a client's request `fields`, where the client's
+    /// `x-forwarded-for` passes only if `forwarded_for` appends to it.
+    pub fn new(fields: &Fields, forwarded_for: ForwardedFor) -> Self {
         // One look at the few names a request has: `Connection` and
         // `Transfer-Encoding` are rare.
         let (mut listed, mut chunked, mut idempotency_key) = (false, false, false);
@@ -162,6 +193,7 @@ impl Inbound {
             chunked,
             open: false,
             idempotency_key,
+            drops_forwarded_for: forwarded_for != ForwardedFor::Append,
         }
     }
 
@@ -190,6 +222,7 @@ impl Inbound {
                 || name.eq_ignore_ascii_case(b"authorization")
                 || name.eq_ignore_ascii_case(crate::credential::API_KEY_HEADER.as_bytes())
                 || name.eq_ignore_ascii_case(b"x-forwarded-host")
+                || (self.drops_forwarded_for && name.eq_ignore_ascii_case(b"x-forwarded-for"))
                 || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
     }
 }
@@ -299,6 +332,32 @@ mod tests {
         assert!(headers.get("x-forwarded-host").is_none());
     }
 
+    #[test]
+    fn forwarding_settings_decide_what_a_shard_is_told_about_the_client() {
+        let mut headers = HeaderMap::new();
+        headers.insert("host", "gateway.example".parse().unwrap());
+        headers.insert("x-forwarded-for", "6.6.6.6".parse().unwrap());
+        let peer = forwarded_for("10.0.0.7".parse().unwrap());
+        let told = |x_forwarded_for, x_forwarded_host| {
+            let forwarding = ForwardingSettings {
+                x_forwarded_for,
+                x_forwarded_host,
+            };
+            let sent = forwarded_with(forwarding, headers.clone(), None, peer.as_ref());
+            let list: Vec<_> = sent.get_all("x-forwarded-for").iter().cloned().collect();
+            (list, sent.get("x-forwarded-host").cloned())
+        };
+        let (list, host) = told(ForwardedFor::Append, true);
+        assert_eq!(list, ["6.6.6.6", "10.0.0.7"]);
+        assert_eq!(host.unwrap(), "gateway.example");
+        let (list, host) = told(ForwardedFor::Replace, false);
+        assert_eq!(list, ["10.0.0.7"]);
+        assert_eq!(host, None);
+        let (list, host) = told(ForwardedFor::Off, true);
+        assert!(list.is_empty(), "{list:?}");
+        assert_eq!(host.unwrap(), "gateway.example");
+    }
+
     /// A backend response head with these fields, parsed as the gateway
     /// reads one.
     fn backend_fields(fields: &[(&str, &str)]) -> Fields {
@@ -344,19 +403,31 @@ mod tests {
         tenant: Option<&HeaderValue>,
         forwarded_for: Option<&HeaderValue>,
     ) -> HeaderMap {
+        forwarded_with(DEFAULT_FORWARDING, headers, tenant, forwarded_for)
+    }
+
+    /// The forwarding settings a configuration without `[forwarding]` has.
+    const DEFAULT_FORWARDING: ForwardingSettings = ForwardingSettings {
+        x_forwarded_for: ForwardedFor::Append,
+        x_forwarded_host: true,
+    };
+
+    /// [`forwarded`] under other forwarding settings.
+    fn forwarded_with(
+        forwarding: ForwardingSettings,
+        headers: HeaderMap,
+        tenant: Option<&HeaderValue>,
+        client_address: Option<&HeaderValue>,
+    ) -> HeaderMap {
         let fields = Fields::from_header_map(&headers);
-        let inbound = Inbound::new(&fields);
+        let inbound = Inbound::new(&fields, forwarding.x_forwarded_for);
         let head = crate::wire::RequestHead {
             method: &http::Method::GET,
             target: "/",
             fields: &fields,
             inbound: &inbound,
             stated: None,
-            added: Added {
-                forwarded_host: client_host(&fields),
-                forwarded_for,
-                tenant,
-            },
+            added: Added::new(&forwarding, &fields, client_address, tenant),
             host: None,
             shard: None,
         };
@@ -382,7 +453,12 @@ mod tests {
 
     /// The obvious version of `inbound` and the additions, kept as the
     /// reference: remove each forbidden name in turn, then insert.
-    fn inbound_reference(headers: &mut HeaderMap, tenant: &str, peer: &str) {
+    fn inbound_reference(
+        forwarding: ForwardingSettings,
+        headers: &mut HeaderMap,
+        tenant: &str,
+        peer: &str,
+    ) {
         if headers.contains_key(header::TRANSFER_ENCODING) {
             headers.remove(header::CONTENT_LENGTH);
         }
@@ -390,10 +466,22 @@ mod tests {
         headers.remove(header::AUTHORIZATION);
         headers.remove("x-api-key");
         headers.remove(FORWARDED_HOST);
-        if let Some(host) = headers.remove(header::HOST) {
+        if let Some(host) = headers.remove(header::HOST)
+            && forwarding.x_forwarded_host
+        {
             headers.insert(FORWARDED_HOST, host);
         }
-        headers.append(FORWARDED_FOR, HeaderValue::from_str(peer).unwrap());
+        match forwarding.x_forwarded_for {
+            ForwardedFor::Append => {
+                headers.append(FORWARDED_FOR, HeaderValue::from_str(peer).unwrap());
+            }
+            ForwardedFor::Replace => {
+                headers.insert(FORWARDED_FOR, HeaderValue::from_str(peer).unwrap());
+            }
+            ForwardedFor::Off => {
+                headers.remove(FORWARDED_FOR);
+            }
+        }
         headers.insert(TENANT, HeaderValue::from_str(tenant).unwrap());
     }
 
@@ -473,9 +561,25 @@ mod tests {
         proptest::collection::vec((name, value), 0..12)
     }
 
+    fn forwarding_settings() -> impl proptest::strategy::Strategy<Value = ForwardingSettings> {
+        use proptest::prelude::*;
+        let mode = prop_oneof![
+            Just(ForwardedFor::Append),
+            Just(ForwardedFor::Replace),
+            Just(ForwardedFor::Off),
+        ];
+        (mode, any::<bool>()).prop_map(|(x_forwarded_for, x_forwarded_host)| ForwardingSettings {
+            x_forwarded_for,
+            x_forwarded_host,
+        })
+    }
+
     proptest::proptest! {
         #[test]
-        fn one_pass_hygiene_equals_the_reference(list in header_list()) {
+        fn one_pass_hygiene_equals_the_reference(
+            list in header_list(),
+            forwarding in forwarding_settings(),
+        ) {
             let mut headers = HeaderMap::new();
             for (name, value) in &list {
                 headers.append(
@@ -484,12 +588,13 @@ mod tests {
                 );
             }
             let mut reference = headers.clone();
-            let fast = forwarded(
+            let fast = forwarded_with(
+                forwarding,
                 headers.clone(),
                 Some(&HeaderValue::from_static("acme")),
                 forwarded_for("10.0.0.7".parse().unwrap()).as_ref(),
             );
-            inbound_reference(&mut reference, "acme", "10.0.0.7");
+            inbound_reference(forwarding, &mut reference, "acme", "10.0.0.7");
             proptest::prop_assert_eq!(pairs(&fast), pairs(&reference));
 
             // Outbound, on a backend response head carrying the same

@@ -205,12 +205,13 @@ async fn route(
     // a header the client named in `Connection` (`Connection:
     // Idempotency-Key`) is hop-by-hop and never reaches the backend, so it
     // cannot make the request safe to repeat either.
-    let inbound = headers::Inbound::new(fields);
-    let added = headers::Added {
-        forwarded_host: headers::client_host(fields),
-        forwarded_for: peer.forwarded_for.as_ref(),
-        tenant: route.tenant_header.as_ref(),
-    };
+    let inbound = headers::Inbound::new(fields, config.forwarding.x_forwarded_for);
+    let added = headers::Added::new(
+        &config.forwarding,
+        fields,
+        peer.forwarded_for.as_ref(),
+        route.tenant_header.as_ref(),
+    );
     let safe_to_repeat = headers::is_idempotent(&parts.method) || inbound.idempotency_key();
     // One clock read per attempt serves health, the deadline and timing.
     let mut now = started;

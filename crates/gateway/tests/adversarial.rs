@@ -418,6 +418,87 @@ async fn an_idempotency_key_named_by_connection_does_not_make_a_post_replayable(
     assert!(seen[0].1.header("idempotency-key").is_empty());
 }
 
+/// What a shard is told about the client is the operator's choice
+/// (`[forwarding]`), applied by a reload: the client's own
+/// `x-forwarded-for` passes only when the gateway appends to it, and the
+/// client's `x-forwarded-host` never does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_settings_decide_what_shards_learn_about_the_client() {
+    let token = "forwarding-test-admin-token";
+    let fixture = Fixture::start(Options {
+        extra: "[forwarding]\nx_forwarded_for = \"replace\"\nx_forwarded_host = false\n".into(),
+        admin_token: Some(token.into()),
+        ..Options::default()
+    })
+    .await;
+    let tenant = "tenant-3";
+    let auth = bearer_line(&fixture, tenant);
+    let request = raw(
+        "GET /who HTTP/1.1",
+        &[
+            "Host: gateway.example",
+            auth.as_str(),
+            "X-Forwarded-For: 6.6.6.6",
+            "X-Forwarded-Host: victim.example",
+        ],
+        b"",
+    );
+    // What the one shard that served the request was told.
+    let told = async || {
+        clear_seen(&fixture);
+        let response = raw_request(fixture.running.addr, &request).await;
+        assert_eq!(response.status, 200, "{}", response.head);
+        let seen = everything_seen(&fixture);
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let seen = &seen[0].1;
+        let owned =
+            |name| -> Vec<String> { seen.header(name).into_iter().map(str::to_owned).collect() };
+        (owned("x-forwarded-for"), owned("x-forwarded-host"))
+    };
+    let nothing: [&str; 0] = [];
+
+    let (list, host) = told().await;
+    assert_eq!(list, ["127.0.0.1"]);
+    assert_eq!(host, nothing);
+
+    let config = fixture.config_path();
+    let edit = |from: &str, to: &str| {
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert_eq!(text.matches(from).count(), 1, "{from:?}");
+        std::fs::write(&config, text.replace(from, to)).unwrap();
+    };
+    let reload = async || {
+        let (status, _, body) = fixture.admin("POST", "/admin/reload", Some(token)).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    };
+
+    edit("x_forwarded_for = \"replace\"", "x_forwarded_for = \"off\"");
+    edit("x_forwarded_host = false", "x_forwarded_host = true");
+    reload().await;
+    let (list, host) = told().await;
+    assert_eq!(list, nothing);
+    assert_eq!(host, ["gateway.example"]);
+
+    edit("x_forwarded_for = \"off\"", "x_forwarded_for = \"append\"");
+    reload().await;
+    let (list, host) = told().await;
+    assert_eq!(list, ["6.6.6.6", "127.0.0.1"]);
+    assert_eq!(host, ["gateway.example"]);
+
+    // A mode the gateway does not know is refused, naming it.
+    edit(
+        "x_forwarded_for = \"append\"",
+        "x_forwarded_for = \"trust-me\"",
+    );
+    let (status, _, body) = fixture.admin("POST", "/admin/reload", Some(token)).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("trust-me") && body.contains("replace"),
+        "{body}"
+    );
+}
+
 /// A body the client streams (chunked) arrives whole, whatever the method.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_bodies_reach_the_backend_whole_for_every_method() {
