@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gateway benchmark: requests/s and p50/p99 at 1, 32 and 128 connections, and p50/p99 at a fixed rate corrected for coordinated omission, for the backend direct, nginx, HAProxy and the shuffle-shard gateway (same backend, one worker each, same run); then the gateway while one of its shards is killed mid-run, and its RSS with 100,000 tenants.
+# Gateway benchmark: requests/s and p50/p99 at 1, 32 and 128 connections, and p50/p99 at a fixed rate corrected for coordinated omission, for the backend direct, nginx (plain, and again sending the gateway's header fields), HAProxy and the shuffle-shard gateway (same backend, one worker each, same run); then the gateway while one of its shards is killed mid-run, and its RSS with 100,000 tenants.
 #
 # Usage (from anywhere; paths are relative to the repository):
 #   bench/gateway.sh                    # or: bench/run.sh gateway
@@ -239,6 +239,7 @@ hex_random() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 pick_port BACKEND_PORT
 pick_port NGINX_PORT
+pick_port NGINX_HEADERS_PORT
 pick_port HAPROXY_PORT
 pick_port GATEWAY_PORT
 pick_port ADMIN_PORT
@@ -298,6 +299,15 @@ launch_nginx() {
         >"$WORK/nginx.log" 2>&1 &
     launched $! "http://127.0.0.1:$NGINX_PORT/x" "$WORK/nginx.log" "$WORK/nginx/error.log"
 }
+# nginx again, sending the backend the fields the gateway sends (see
+# nginx_conf): what those fields cost, whoever sends them.
+launch_nginx_headers() {
+    nginx_conf "$WORK/nginx-headers.conf" "$WORK/nginx-headers" "$NGINX_HEADERS_PORT" "$BACKEND_PORT" gateway-headers
+    : >"$WORK/nginx-headers/error.log"
+    "${NICE_CMD[@]}" taskset -c "$PROXY_CPU" "$NGINX" -p "$WORK/nginx-headers" -c "$WORK/nginx-headers.conf" \
+        -e "$WORK/nginx-headers/error.log" >"$WORK/nginx-headers.log" 2>&1 &
+    launched $! "http://127.0.0.1:$NGINX_HEADERS_PORT/x" "$WORK/nginx-headers.log" "$WORK/nginx-headers/error.log"
+}
 # -db: foreground, no daemon, no master process.
 launch_haproxy() {
     haproxy_cfg
@@ -328,6 +338,8 @@ start_server backend launch_backend BACKEND_PORT
 BACKEND_PID=$LAUNCHED
 start_server nginx launch_nginx NGINX_PORT
 NGINX_PID=$LAUNCHED
+start_server nginx-headers launch_nginx_headers NGINX_HEADERS_PORT
+NGINX_HEADERS_PID=$LAUNCHED
 start_server haproxy launch_haproxy HAPROXY_PORT
 HAPROXY_PID=$LAUNCHED
 
@@ -351,9 +363,11 @@ workers_of() { cat /proc/"$1"/task/*/comm 2>/dev/null | grep -c '^tokio-rt-worke
 GATEWAY_WORKERS=$(workers_of "$GATEWAY_PID")
 BACKEND_WORKERS=$(workers_of "$BACKEND_PID")
 NGINX_WORKERS=$(pgrep -P "$NGINX_PID" | wc -l)
+NGINX_HEADERS_WORKERS=$(pgrep -P "$NGINX_HEADERS_PID" | wc -l)
 [[ $GATEWAY_WORKERS == 0 ]] || die "the gateway runs $GATEWAY_WORKERS multi-threaded tokio workers; --workers 1 should give a single-threaded event loop"
 [[ $BACKEND_WORKERS == 1 ]] || die "the backend runs $BACKEND_WORKERS tokio workers, not 1"
 [[ $NGINX_WORKERS == 1 ]] || die "nginx runs $NGINX_WORKERS worker processes, not 1"
+[[ $NGINX_HEADERS_WORKERS == 1 ]] || die "nginx (gateway's headers) runs $NGINX_HEADERS_WORKERS worker processes, not 1"
 HAPROXY_THREADS=$(find /proc/"$HAPROXY_PID"/task -mindepth 1 -maxdepth 1 | wc -l)
 [[ $HAPROXY_THREADS == 1 ]] || die "haproxy runs $HAPROXY_THREADS threads, not 1 (nbthread 1)"
 
@@ -385,22 +399,30 @@ cpu_jiffies() {
 declare -A URL=(
     [backend]="http://127.0.0.1:$BACKEND_PORT/x"
     [nginx]="http://127.0.0.1:$NGINX_PORT/x"
+    [nginx-headers]="http://127.0.0.1:$NGINX_HEADERS_PORT/x"
     [haproxy]="http://127.0.0.1:$HAPROXY_PORT/x"
     [gateway]="http://127.0.0.1:$GATEWAY_PORT/x"
 )
 declare -A PROXY_PIDS=(
     [backend]=""
     [nginx]="$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"
+    [nginx-headers]="$NGINX_HEADERS_PID $(pgrep -P "$NGINX_HEADERS_PID" | tr '\n' ' ')"
     [haproxy]="$HAPROXY_PID"
     [gateway]="$GATEWAY_PID"
 )
-TARGETS=(backend nginx haproxy gateway)
+TARGETS=(backend nginx nginx-headers haproxy gateway)
 declare -A LABEL=(
     [backend]="backend direct"
     [nginx]="nginx $("$NGINX" -v 2>&1 | sed 's|.*nginx/||') (reverse proxy)"
+    [nginx-headers]="nginx $("$NGINX" -v 2>&1 | sed 's|.*nginx/||'), sending the gateway's fields"
     [haproxy]="HAProxy $("$HAPROXY" -v 2>&1 | awk 'NR == 1 { print $3 }')"
     [gateway]="shuffle-shard gateway"
 )
+
+# Whether wrk sends the target the tenant's credential: the gateway needs
+# it, and nginx sending the gateway's fields gets the very request the
+# gateway gets (and drops the credential, as the gateway does).
+sends_credential() { [[ $1 == gateway || $1 == nginx-headers ]]; }
 
 # Runs wrk once against a target and checks every response was a 2xx.
 # Sets RPS, P50_US, P99_US and REQUESTS.
@@ -408,7 +430,7 @@ run_wrk() {
     local target=$1 conns=$2 seconds=$3 tag=$4
     local out="$WORK/wrk-$target-$tag.txt"
     local args=(-t1 "-c$conns" "-d${seconds}s" --latency)
-    [[ $target == gateway ]] && args+=(-H "$AUTH")
+    if sends_credential "$target"; then args+=(-H "$AUTH"); fi
     "${NICE_CMD[@]}" taskset -c "$WRK_CPU" "$WRK" "${args[@]}" "${URL[$target]}" >"$out" 2>&1 ||
         die "wrk failed against $target: $(cat "$out")"
     if grep -q 'Non-2xx or 3xx responses' "$out"; then
@@ -611,7 +633,7 @@ if [[ -n $OHA ]]; then
         for target in $(round_order "$round"); do
             out="$WORK/oha-$target-round$round.json"
             args=(--no-tui -z "${RATE_DURATION}s" -c "$CONNS" -q "$RATE_USED" --latency-correction "${OHA_FORMAT[@]}")
-            [[ $target == gateway ]] && args+=(-H "$AUTH")
+            if sends_credential "$target"; then args+=(-H "$AUTH"); fi
             "${NICE_CMD[@]}" taskset -c "$WRK_CPU" "$OHA" "${args[@]}" "${URL[$target]}" >"$out" 2>"$out.err" ||
                 die "oha failed against $target: $(cat "$out.err")"
             read -r rps p50 p99 errors < <(python3 -c '
@@ -813,10 +835,16 @@ fi
 NGINX_VERSION=$("$NGINX" -v 2>&1 | sed 's|.*nginx/||')
 HAPROXY_VERSION=$("$HAPROXY" -v 2>&1 | awk 'NR == 1 { print $3 }')
 WRK_VERSION=$("$WRK" --version 2>&1 | head -1 | awk '{ print $2 }' || true)
-COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS RATE=$RATE${NICE_CMD[*]:+ NICE=$NICE} bench/run.sh gateway"
+COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS RATE=$RATE${NICE_CMD[*]:+ NICE=$NICE}$([[ $FORWARDING == plain ]] || echo " FORWARDING=$FORWARDING") bench/run.sh gateway"
 
 read -ra PAIRED_RPS < <(paired "${RPS_ALL[gateway]}" "${RPS_ALL[nginx]}" ge)
 read -ra PAIRED_P50 < <(paired "${P50_ALL[gateway]}" "${P50_ALL[nginx]}" le)
+# What the gateway's fields cost, whoever sends them, and the gateway
+# against an nginx that sends them too.
+read -ra HEADERS_RPS < <(paired "${RPS_ALL[nginx-headers]}" "${RPS_ALL[nginx]}" ge)
+read -ra HEADERS_P50 < <(paired "${P50_ALL[nginx-headers]}" "${P50_ALL[nginx]}" le)
+read -ra VS_HEADERS_RPS < <(paired "${RPS_ALL[gateway]}" "${RPS_ALL[nginx-headers]}" ge)
+read -ra VS_HEADERS_P50 < <(paired "${P50_ALL[gateway]}" "${P50_ALL[nginx-headers]}" le)
 read -r NGINX_RPS _ _ < <(stats "${RPS_ALL[nginx]}")
 read -r NGINX_P50 _ _ < <(stats "${P50_ALL[nginx]}")
 
@@ -837,6 +865,8 @@ CPU_HEADER=${CPU_HEADER%/}
     echo "Same backend (\`shuffle-shard backend --workers 1\`) behind every target; one worker each"
     echo "(gateway: serve --workers 1, a single-threaded event loop; nginx: worker_processes 1, upstream keepalive 64;"
     echo "HAProxy: nbthread 1, option http-keep-alive, http-reuse always); $PINNING."
+    echo "The gateway's forwarding: FORWARDING=$FORWARDING ($([[ $FORWARDING == plain ]] && echo "no x-forwarded-for or x-forwarded-host, which the plain nginx and HAProxy configurations do not send either" || echo "the gateway's defaults, x-forwarded-for appended and x-forwarded-host")); it always sends x-shuffle-tenant and x-shuffle-shard, and never the client's Authorization."
+    echo "\"${LABEL[nginx-headers]}\" is nginx configured to send the backend x-shuffle-tenant and x-shuffle-shard and to drop Authorization, as the gateway does; wrk sends it the gateway's request. It is not part of the target: it shows what those fields cost, whoever sends them."
     echo "Each round runs every target at $CONNS connections, then every target at 1, then at $HIGH_CONNS, starting one target further along each round; median [min–max] over $ROUNDS rounds."
     echo "req/s: \`wrk -t1 -c$CONNS -d${DURATION}s\`; p50: \`wrk -t1 -c1 -d${DURATION}s --latency\`; GET /x, every response checked 2xx."
     echo "Proxy CPU per request and the CPUs' busy share are measured during the $CONNS-connection run."
@@ -867,6 +897,8 @@ CPU_HEADER=${CPU_HEADER%/}
     echo "Target (issue 4): at least nginx's req/s — $rps_ok ($(ratio "$grm" "$NGINX_RPS")×); no more than nginx's p50 — $p50_ok ($(ratio "$gpm" "$NGINX_P50")×)."
     echo
     echo "Paired by round (a round runs every target at one connection count back to back, so the gateway's figure is taken within seconds of nginx's): the median of the per-round ratios is ${PAIRED_RPS[0]}× for req/s (at least nginx's in ${PAIRED_RPS[1]} of ${PAIRED_RPS[2]} rounds) and ${PAIRED_P50[0]}× for p50 (no more than nginx's in ${PAIRED_P50[1]} of ${PAIRED_P50[2]} rounds). The target is judged on the medians above; these say how steady the comparison was."
+    echo
+    echo "What the gateway's fields cost the backend: nginx sending them served ${HEADERS_RPS[0]}× plain nginx's req/s (at least plain nginx's in ${HEADERS_RPS[1]} of ${HEADERS_RPS[2]} rounds) with ${HEADERS_P50[0]}× its p50, paired by round. Against that nginx, the gateway's paired ratios are ${VS_HEADERS_RPS[0]}× for req/s (at least its in ${VS_HEADERS_RPS[1]} of ${VS_HEADERS_RPS[2]} rounds) and ${VS_HEADERS_P50[0]}× for p50 (no more than its in ${VS_HEADERS_P50[1]} of ${VS_HEADERS_P50[2]})."
     echo
     echo "## By connection count"
     echo
@@ -939,7 +971,7 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
     echo "  \"command\": $(json_string "$COMMAND"),"
     echo "  \"machine\": {\"nproc\": $NPROC, \"cpu_model\": $(json_string "$CPU_MODEL"), \"kernel\": $(json_string "$KERNEL"), \"memory_gib\": ${MEMORY_GIB:-null}, \"loadavg_before\": $(json_string "$LOAD_BEFORE"), \"loadavg_after\": $(json_string "$LOAD_AFTER"), \"background_busy\": $(json_string "$BACKGROUND")},"
     echo "  \"versions\": {\"rustc\": $(json_string "$RUSTC_VERSION"), \"nginx\": $(json_string "$NGINX_VERSION"), \"haproxy\": $(json_string "$HAPROXY_VERSION"), \"wrk\": $(json_string "$WRK_VERSION"), \"oha\": $(json_string "$OHA_VERSION")},"
-    echo "  \"settings\": {\"duration_s\": $DURATION, \"rounds\": $ROUNDS, \"warmup_s\": $WARMUP, \"connections\": $CONNS, \"high_connections\": $HIGH_CONNS, \"rate\": $(json_string "$RATE"), \"rate_duration_s\": $RATE_DURATION, \"fail_duration_s\": $FAIL_DURATION, \"fail_kill_at_s\": $FAIL_KILL_AT, \"tenants_big\": $TENANTS_BIG, \"nice\": $NICE, \"pinning\": $(json_string "$PINNING"), \"proxy_cpu\": $PROXY_CPU, \"backend_cpu\": $BACKEND_CPU, \"wrk_cpu\": $WRK_CPU},"
+    echo "  \"settings\": {\"duration_s\": $DURATION, \"rounds\": $ROUNDS, \"warmup_s\": $WARMUP, \"connections\": $CONNS, \"high_connections\": $HIGH_CONNS, \"rate\": $(json_string "$RATE"), \"rate_duration_s\": $RATE_DURATION, \"fail_duration_s\": $FAIL_DURATION, \"fail_kill_at_s\": $FAIL_KILL_AT, \"tenants_big\": $TENANTS_BIG, \"nice\": $NICE, \"forwarding\": $(json_string "$FORWARDING"), \"pinning\": $(json_string "$PINNING"), \"proxy_cpu\": $PROXY_CPU, \"backend_cpu\": $BACKEND_CPU, \"wrk_cpu\": $WRK_CPU},"
     echo "  \"port_retries\": $START_RETRIES,"
     echo "  \"targets\": ["
     last=${TARGETS[-1]}
@@ -983,6 +1015,8 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
     done
     echo "  ],"
     echo "  \"gateway_vs_nginx_paired\": {\"requests_per_second_ratio_median\": ${PAIRED_RPS[0]}, \"rounds_at_least_nginx\": ${PAIRED_RPS[1]}, \"p50_ratio_median\": ${PAIRED_P50[0]}, \"rounds_at_most_nginx\": ${PAIRED_P50[1]}, \"rounds\": ${PAIRED_RPS[2]}},"
+    echo "  \"nginx_headers_vs_nginx_paired\": {\"requests_per_second_ratio_median\": ${HEADERS_RPS[0]}, \"rounds_at_least_nginx\": ${HEADERS_RPS[1]}, \"p50_ratio_median\": ${HEADERS_P50[0]}, \"rounds_at_most_nginx\": ${HEADERS_P50[1]}, \"rounds\": ${HEADERS_RPS[2]}},"
+    echo "  \"gateway_vs_nginx_headers_paired\": {\"requests_per_second_ratio_median\": ${VS_HEADERS_RPS[0]}, \"rounds_at_least\": ${VS_HEADERS_RPS[1]}, \"p50_ratio_median\": ${VS_HEADERS_P50[0]}, \"rounds_at_most\": ${VS_HEADERS_P50[1]}, \"rounds\": ${VS_HEADERS_RPS[2]}},"
     echo "  \"fixed_rate_note\": $(json_string "${OHA_NOTE:-}"),"
     echo "  \"shard_kill\": {\"duration_s\": $FAIL_DURATION, \"kill_at_s\": $FAIL_KILL_AT, \"connections\": $CONNS, \"answered_by_before\": $(json_string "$FAIL_SHARDS_BEFORE"), \"requests_per_second\": $FAIL_RPS, \"requests\": $FAIL_REQUESTS, \"non_2xx\": $FAIL_NON2XX, \"socket_errors\": {\"connect\": $FAIL_CONNECT, \"read\": $FAIL_READ, \"write\": $FAIL_WRITE, \"timeout\": $FAIL_TIMEOUT, \"total\": $FAIL_SOCKET}, \"p50_us\": $FAIL_P50, \"p99_us\": $FAIL_P99, \"max_us\": $FAIL_MAX},"
     echo "  \"memory\": {"

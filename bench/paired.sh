@@ -5,6 +5,7 @@
 #   bench/paired.sh                                   # 12 rounds of 2 s at 32 connections, then at 1
 #   ROUNDS=20 DURATION=3 CONNS="32" bench/paired.sh
 #   OTHER=/tmp/shuffle-shard-before bench/paired.sh   # adds that build as the target "other"
+#   OTHER_FORWARDING=default bench/paired.sh          # adds this build with the gateway's default forwarding
 #
 # The set-up is bench/gateway.sh's (one backend process, nginx as a plain
 # reverse proxy, `serve --workers 1` with k = 2 over two shard ids on that
@@ -20,6 +21,7 @@ ROUNDS=${ROUNDS:-12}      # rounds; each runs every target once per connection c
 DURATION=${DURATION:-2}   # seconds per wrk run
 CONNS=${CONNS:-"32 1"}    # connection counts, in the order they run within a round
 OTHER=${OTHER:-}          # a second shuffle-shard binary to compare, if any
+OTHER_FORWARDING=${OTHER_FORWARDING:-} # the second gateway's FORWARDING (see bench/lib/proxies.sh); alone, it compares this build with itself
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -60,6 +62,7 @@ say "building: cargo build --release -p shuffle-shard-cli"
 cargo build --release -p shuffle-shard-cli >&2
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/shuffle-shard"
 [[ -x $BIN ]] || die "$BIN was not built"
+[[ -z $OTHER_FORWARDING || -n $OTHER ]] || OTHER=$BIN
 pin_cpus
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ss-paired.XXXXXX")
@@ -112,12 +115,12 @@ taskset -c "$PROXY_CPU" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx.conf" -e "$WOR
 PIDS+=($!)
 ready nginx "http://127.0.0.1:$NGINX_PORT/x"
 
-# serve NAME BINARY PORT ADMIN_PORT: a gateway in its own directory.
+# serve NAME BINARY PORT ADMIN_PORT FORWARDING: a gateway in its own directory.
 serve() {
-    local name=$1 binary=$2 port=$3 admin=$4
+    local name=$1 binary=$2 port=$3 admin=$4 forwarding=$5
     mkdir -p "$WORK/$name"
     cp "$WORK/placement.key" "$WORK/tenants.toml" "$WORK/$name/"
-    gateway_toml "$WORK/$name/gateway.toml" "$port" "$admin" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
+    FORWARDING=$forwarding gateway_toml "$WORK/$name/gateway.toml" "$port" "$admin" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
     (cd "$WORK/$name" && exec taskset -c "$PROXY_CPU" "$binary" serve --workers 1 --config gateway.toml) \
         >"$WORK/$name.log" 2>&1 &
     PIDS+=($!)
@@ -125,14 +128,15 @@ serve() {
 }
 declare -A PORT=([nginx]=$NGINX_PORT [gateway]=$GATEWAY_PORT)
 TARGETS=(nginx gateway)
-serve gateway "$BIN" "$GATEWAY_PORT" "$GATEWAY_ADMIN_PORT"
+serve gateway "$BIN" "$GATEWAY_PORT" "$GATEWAY_ADMIN_PORT" "$FORWARDING"
 if [[ -n $OTHER ]]; then
-    serve other "$OTHER" "$OTHER_PORT" "$OTHER_ADMIN_PORT"
+    serve other "$OTHER" "$OTHER_PORT" "$OTHER_ADMIN_PORT" "${OTHER_FORWARDING:-$FORWARDING}"
     PORT[other]=$OTHER_PORT
     TARGETS+=(other)
 fi
 
 say "pinning: proxies on CPU $PROXY_CPU, backend on CPU $BACKEND_CPU, wrk on CPU $WRK_CPU"
+say "forwarding: gateway $FORWARDING${OTHER:+, other ${OTHER_FORWARDING:-$FORWARDING}} (bench/lib/proxies.sh)"
 say "measuring: $ROUNDS rounds; each runs every target for ${DURATION}s at ${CONN_LIST[*]} connections, starting one target further along each round"
 for target in "${TARGETS[@]}"; do
     args=(-t1 -c32 -d1s)

@@ -427,11 +427,13 @@ def gateway(doc: dict, link: str, perf: tuple[str, str] | None) -> tuple[list[st
     labels = {
         "backend": "backend direct",
         "nginx": f"nginx {upstream_version(v.get('nginx'))}",
+        "nginx-headers": f"nginx {upstream_version(v.get('nginx'))}, sending the gateway's fields",
         "haproxy": f"HAProxy {upstream_version(v.get('haproxy'))}",
         "gateway": "shuffle-shard gateway",
     }
-    short = {"backend": "backend direct", "nginx": "nginx", "haproxy": "HAProxy", "gateway": "gateway"}
-    order = [t for t in ("backend", "nginx", "haproxy", "gateway") if t in targets]
+    short = {"backend": "backend direct", "nginx": "nginx", "nginx-headers": "nginx + gateway's fields",
+             "haproxy": "HAProxy", "gateway": "gateway"}
+    order = [t for t in ("backend", "nginx", "nginx-headers", "haproxy", "gateway") if t in targets]
 
     def rps(t, c=conns):
         return targets[t]["by_connections"][str(c)]["requests_per_second"]
@@ -463,7 +465,8 @@ def gateway(doc: dict, link: str, perf: tuple[str, str] | None) -> tuple[list[st
         " event loop; nginx `worker_processes 1`; HAProxy `nbthread 1`); "
         f"{settings.get('pinning', 'pinning not recorded')}. wrk for peak load"
         f"{', oha with latency correction for a fixed rate' if any_fixed else ''};"
-        f" median [min–max] of {rounds} rounds of {duration} s. Every wrk response was checked to be 2xx.",
+        f" median [min–max] of {rounds} rounds of {duration} s. Every wrk response was checked to be 2xx."
+        + forwarding_sentence(settings.get("forwarding"), "nginx-headers" in targets),
         "",
     ]
     nginx = "nginx" in targets
@@ -559,6 +562,25 @@ def gateway(doc: dict, link: str, perf: tuple[str, str] | None) -> tuple[list[st
     return md, glance
 
 
+def forwarding_sentence(forwarding: str | None, with_headers_target: bool) -> str:
+    """What the gateway forwarded in the run, and what the extra nginx target is."""
+    if forwarding == "plain":
+        text = (" The gateway ran with `[forwarding]` off (no `x-forwarded-for` or `x-forwarded-host`, which the plain nginx"
+                " and HAProxy configurations do not send either); it still sends the backend the two fields issue 4"
+                " requires, `x-shuffle-tenant` and `x-shuffle-shard`, and drops the client's `Authorization`.")
+    elif forwarding == "default":
+        text = (" The gateway ran with its default forwarding (`x-forwarded-for` appended, `x-forwarded-host`), besides"
+                " `x-shuffle-tenant` and `x-shuffle-shard`.")
+    else:
+        text = (" The gateway sent `x-forwarded-for` and `x-forwarded-host` besides `x-shuffle-tenant` and"
+                " `x-shuffle-shard` (results from before `[forwarding]` existed).")
+    if with_headers_target:
+        text += (" \"nginx + gateway's fields\" is nginx made to send the backend the same two fields and to drop"
+                 " `Authorization`, given the gateway's request: not part of the target, it shows what those fields"
+                 " cost, whoever sends them.")
+    return text
+
+
 def gateway_verdict(doc, targets, conns, high, fixed, perf, rps_v, p50_v, short) -> list[str]:
     """The 'where we lose, and why' paragraph: every clause chosen by the numbers."""
     (rps_met, rps_r), (p50_met, p50_r) = rps_v, p50_v
@@ -648,13 +670,23 @@ def gateway_verdict(doc, targets, conns, high, fixed, perf, rps_v, p50_v, short)
     if proxy_cpu != backend_cpu and proxy_busy and backend_busy:
         pb, bb = sorted(proxy_busy)[len(proxy_busy) // 2], sorted(backend_busy)[len(backend_busy) // 2]
         if bb >= 97 and bb > pb + 2:
+            fields = ("two header fields nginx's plain configuration does not (`x-shuffle-tenant`, `x-shuffle-shard`)"
+                      if settings.get("forwarding") == "plain" else
+                      "four header fields nginx's plain configuration does not (`x-shuffle-tenant`, `x-shuffle-shard`,"
+                      " `x-forwarded-for`, `x-forwarded-host`)")
             why.append(
                 f"At {conns} connections the CPU that ran out first was the backend's (CPU {backend_cpu}, {bb:.0f} % busy,"
                 f" shared with wrk), not the gateway's (CPU {proxy_cpu}, {pb:.0f} %): there, requests/s measures what a proxy"
-                " costs the backend and wrk as much as what it costs itself, and the gateway sends the backend four header"
-                " fields nginx's plain configuration does not (`x-shuffle-tenant`, `x-shuffle-shard`, `x-forwarded-for`,"
-                " `x-forwarded-host`)."
+                f" costs the backend and wrk as much as what it costs itself, and the gateway sends the backend {fields}."
             )
+    tagged, versus = doc.get("nginx_headers_vs_nginx_paired"), doc.get("gateway_vs_nginx_headers_paired")
+    if tagged and versus and tagged.get("rounds"):
+        why.append(
+            f"nginx made to send the same fields served {tagged['requests_per_second_ratio_median']:.2f}× plain nginx's"
+            f" requests/s and {tagged['p50_ratio_median']:.2f}× its p50 (paired by round); against that nginx the"
+            f" gateway's paired ratios are {versus['requests_per_second_ratio_median']:.2f}× for requests/s and"
+            f" {versus['p50_ratio_median']:.2f}× for p50."
+        )
     pairs = doc.get("gateway_vs_nginx_paired")
     if pairs and pairs.get("rounds"):
         why.append(

@@ -72,9 +72,22 @@ pick_port() {
 }
 
 
+# What the gateway forwards about the client (FORWARDING):
+# - plain (the default): no x-forwarded-for and no x-forwarded-host, like
+#   the plain nginx and HAProxy configurations this bench compares it with,
+#   which add neither; the gateway still adds the two headers issue 4
+#   requires, x-shuffle-tenant and x-shuffle-shard;
+# - default: the gateway's defaults, x-forwarded-for appended and
+#   x-forwarded-host, what a configuration without [forwarding] sends.
+FORWARDING=${FORWARDING:-plain}
+case $FORWARDING in
+    plain | default) ;;
+    *) die "FORWARDING=$FORWARDING: write plain (no x-forwarded-* headers, like the plain nginx and HAProxy configurations) or default (the gateway's defaults)" ;;
+esac
+
 # gateway_toml FILE LISTEN_PORT ADMIN_PORT ID=PORT...: a gateway
-# configuration (rendezvous, k = 2, the bench's key and tenants file) over
-# the shards given.
+# configuration (rendezvous, k = 2, the bench's key and tenants file, the
+# forwarding FORWARDING says) over the shards given.
 gateway_toml() {
     local file=$1 listen=$2 admin=$3 shard
     shift 3
@@ -91,6 +104,11 @@ key_version = "bench"
 
 [admin]
 listen = "127.0.0.1:$admin"
+EOF
+        if [[ $FORWARDING == plain ]]; then
+            printf '\n[forwarding]\nx_forwarded_for = "off"\nx_forwarded_host = false\n'
+        fi
+        cat <<EOF
 
 [[cells]]
 name = "default"
@@ -106,11 +124,21 @@ EOF
 # keepalive_requests is raised on both sides so nginx, like the gateway,
 # never closes a busy keep-alive connection mid-run.
 #
-# nginx_conf FILE DIR LISTEN_PORT BACKEND_PORT: nginx as a plain reverse
-# proxy with one worker, listening on LISTEN_PORT, its pid, logs and
-# temporary files under DIR.
+# nginx_conf FILE DIR LISTEN_PORT BACKEND_PORT [gateway-headers]: nginx as
+# a plain reverse proxy with one worker, listening on LISTEN_PORT, its pid,
+# logs and temporary files under DIR. With gateway-headers it also sends
+# the backend the two fields the gateway must add (x-shuffle-tenant: bench,
+# x-shuffle-shard: s0, values as long as the gateway's) and drops the
+# client's Authorization, as the gateway does: the backend then gets the
+# same request fields from nginx as from a gateway with FORWARDING=plain.
 nginx_conf() {
-    local file=$1 dir=$2 listen=$3 backend=$4
+    local file=$1 dir=$2 listen=$3 backend=$4 headers=""
+    if [[ ${5:-} == gateway-headers ]]; then
+        headers='
+            proxy_set_header Authorization "";
+            proxy_set_header X-Shuffle-Tenant bench;
+            proxy_set_header X-Shuffle-Shard s0;'
+    fi
     mkdir -p "$dir"
     cat >"$file" <<EOF
 worker_processes 1;
@@ -142,7 +170,7 @@ http {
         location / {
             proxy_pass http://backend;
             proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            proxy_set_header Connection "";$headers
         }
     }
 }
