@@ -53,7 +53,24 @@ fn in_namespace(name: &[u8]) -> bool {
         && name
             .iter()
             .zip(NAMESPACE.as_bytes())
-            .all(|(&got, &want)| got.to_ascii_lowercase() == want || (got == b'_' && want == b'-'))
+            .all(|(&got, &want)| reads_as(got, want))
+}
+
+/// Whether a header name (in any case) reads as `want` (lowercase) to a
+/// backend that counts `_` as `-`, as CGI-style stacks do (see
+/// [`in_namespace`]): `X_Forwarded_For` is `x-forwarded-for` to them.
+fn spelled_like(name: &[u8], want: &[u8]) -> bool {
+    name.len() == want.len()
+        && name
+            .iter()
+            .zip(want)
+            .all(|(&got, &want)| reads_as(got, want))
+}
+
+/// One byte of a header name against one of a lowercase name, with `_`
+/// read as `-`.
+fn reads_as(got: u8, want: u8) -> bool {
+    got.to_ascii_lowercase() == want || (got == b'_' && want == b'-')
 }
 
 /// `x-forwarded-host`: the client's `Host`, set by the gateway alone.
@@ -143,7 +160,7 @@ impl Added<'_> {
 /// gateway's namespace, the client's credentials (consumed: backends get
 /// the tenant instead), a client's own `x-forwarded-host` (the gateway's to
 /// set), a client's own `x-forwarded-for` unless the gateway appends to it
-/// ([`ForwardedFor::Append`]), a `Content-Length` beside `Transfer-Encoding`, and the fields each
+/// ([`ForwardedFor::Append`]) (both also spelled with `_`), a `Content-Length` beside `Transfer-Encoding`, and the fields each
 /// attempt sets itself (`Host`).
 #[derive(Debug, Clone, Default)]
 pub struct Inbound {
@@ -221,8 +238,8 @@ impl Inbound {
             || !(never_forwarded(name, &self.named)
                 || name.eq_ignore_ascii_case(b"authorization")
                 || name.eq_ignore_ascii_case(crate::credential::API_KEY_HEADER.as_bytes())
-                || name.eq_ignore_ascii_case(b"x-forwarded-host")
-                || (self.drops_forwarded_for && name.eq_ignore_ascii_case(b"x-forwarded-for"))
+                || spelled_like(name, b"x-forwarded-host")
+                || (self.drops_forwarded_for && spelled_like(name, b"x-forwarded-for"))
                 || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
     }
 }
@@ -465,7 +482,20 @@ mod tests {
         outbound_reference(headers);
         headers.remove(header::AUTHORIZATION);
         headers.remove("x-api-key");
-        headers.remove(FORWARDED_HOST);
+        // Every spelling a CGI-style backend reads as the gateway's own.
+        let look_alikes: Vec<HeaderName> = headers
+            .keys()
+            .filter(|name| {
+                let name = name.as_str().replace('_', "-");
+                name == "x-forwarded-host"
+                    || (name == "x-forwarded-for"
+                        && forwarding.x_forwarded_for != ForwardedFor::Append)
+            })
+            .cloned()
+            .collect();
+        for name in look_alikes {
+            headers.remove(name);
+        }
         if let Some(host) = headers.remove(header::HOST)
             && forwarding.x_forwarded_host
         {
@@ -548,6 +578,8 @@ mod tests {
             Just("upgrade".to_owned()),
             Just("x-forwarded-host".to_owned()),
             Just("x-forwarded-for".to_owned()),
+            Just("X_Forwarded_Host".to_owned()),
+            Just("x_forwarded-for".to_owned()),
             Just("accept".to_owned()),
             "x[-_]shuffle[-_][a-z]{0,6}",
             "x-[a-z]{1,8}",

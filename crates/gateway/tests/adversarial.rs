@@ -421,7 +421,7 @@ async fn an_idempotency_key_named_by_connection_does_not_make_a_post_replayable(
 /// What a shard is told about the client is the operator's choice
 /// (`[forwarding]`), applied by a reload: the client's own
 /// `x-forwarded-for` passes only when the gateway appends to it, and the
-/// client's `x-forwarded-host` never does.
+/// client's `x-forwarded-host` never does, nor do their spellings with `_`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_settings_decide_what_shards_learn_about_the_client() {
     let token = "forwarding-test-admin-token";
@@ -440,6 +440,9 @@ async fn forwarding_settings_decide_what_shards_learn_about_the_client() {
             auth.as_str(),
             "X-Forwarded-For: 6.6.6.6",
             "X-Forwarded-Host: victim.example",
+            // Look-alikes that CGI-style backends read as the real ones.
+            "X_Forwarded_For: 7.7.7.7",
+            "X_Forwarded_Host: victim.example",
         ],
         b"",
     );
@@ -453,7 +456,10 @@ async fn forwarding_settings_decide_what_shards_learn_about_the_client() {
         let seen = &seen[0].1;
         let owned =
             |name| -> Vec<String> { seen.header(name).into_iter().map(str::to_owned).collect() };
-        (owned("x-forwarded-for"), owned("x-forwarded-host"))
+        assert_eq!(owned("x_forwarded_host"), Vec::<String>::new(), "{seen:?}");
+        let mut list = owned("x-forwarded-for");
+        list.extend(owned("x_forwarded_for"));
+        (list, owned("x-forwarded-host"))
     };
     let nothing: [&str; 0] = [];
 
@@ -482,7 +488,7 @@ async fn forwarding_settings_decide_what_shards_learn_about_the_client() {
     edit("x_forwarded_for = \"off\"", "x_forwarded_for = \"append\"");
     reload().await;
     let (list, host) = told().await;
-    assert_eq!(list, ["6.6.6.6", "127.0.0.1"]);
+    assert_eq!(list, ["6.6.6.6", "127.0.0.1", "7.7.7.7"]);
     assert_eq!(host, ["gateway.example"]);
 
     // A mode the gateway does not know is refused, naming it.
