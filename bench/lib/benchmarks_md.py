@@ -689,11 +689,20 @@ def gateway_verdict(doc, targets, conns, high, fixed, perf, rps_v, p50_v, short)
         )
     pairs = doc.get("gateway_vs_nginx_paired")
     if pairs and pairs.get("rounds"):
+        def interval(key):
+            span = pairs.get(key)
+            return f", 95 % interval {span[0]:.2f}–{span[1]:.2f}×" if span else ""
+
+        spans = [pairs.get(k) for k in ("requests_per_second_ratio_interval95", "p50_ratio_interval95")]
+        undecided = [s for s in spans if s and s[0] <= 1 <= s[1]]
         why.append(
             f"Round by round, the gateway's req/s was at least nginx's in {pairs['rounds_at_least_nginx']} of"
-            f" {pairs['rounds']} rounds (median ratio {pairs['requests_per_second_ratio_median']:.2f}×) and its p50 no more"
-            f" than nginx's in {pairs['rounds_at_most_nginx']} of {pairs['rounds']} (median ratio"
-            f" {pairs['p50_ratio_median']:.2f}×)."
+            f" {pairs['rounds']} rounds (median ratio {pairs['requests_per_second_ratio_median']:.2f}×"
+            f"{interval('requests_per_second_ratio_interval95')}) and its p50 no more than nginx's in"
+            f" {pairs['rounds_at_most_nginx']} of {pairs['rounds']} (median ratio {pairs['p50_ratio_median']:.2f}×"
+            f"{interval('p50_ratio_interval95')})"
+            + (": where an interval (a bootstrap over the rounds) spans 1.00, this run cannot tell the gateway and"
+               " nginx apart." if undecided else ".")
         )
     if rps_met and p50_met:
         label = "**Where we stand.**"
