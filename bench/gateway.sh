@@ -235,23 +235,13 @@ start_server() {
     die "$name: its address was in use at each of $START_ATTEMPTS attempts; see ${LAUNCH_LOGS[*]}"
 }
 
-hex_random() { head -c "$1" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-
 pick_port BACKEND_PORT
 pick_port NGINX_PORT
 pick_port NGINX_HEADERS_PORT
 pick_port HAPROXY_PORT
 pick_port GATEWAY_PORT
 pick_port ADMIN_PORT
-API_KEY="bench-$(hex_random 24)"
-AUTH="Authorization: Bearer $API_KEY"
-
-head -c 32 /dev/urandom >"$WORK/placement.key"
-cat >"$WORK/tenants.toml" <<EOF
-[[tenants]]
-id = "bench"
-api_key_sha256 = "$(printf %s "$API_KEY" | sha256sum | cut -d' ' -f1)"
-EOF
+bench_tenant
 
 # --- configurations ---------------------------------------------------------------
 

@@ -58,28 +58,11 @@ apt_install "${missing[@]}"
 NGINX=$(find_tool nginx)
 WRK=$(find_tool wrk)
 
-say "building: cargo build --release -p shuffle-shard-cli"
-cargo build --release -p shuffle-shard-cli >&2
-BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/shuffle-shard"
-[[ -x $BIN ]] || die "$BIN was not built"
+build_cli
 [[ -z $OTHER_FORWARDING || -n $OTHER ]] || OTHER=$BIN
 pin_cpus
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ss-paired.XXXXXX")
-PIDS=()
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+scratch_dir paired
 
 pick_port BACKEND_PORT
 pick_port NGINX_PORT
@@ -87,33 +70,18 @@ pick_port GATEWAY_PORT
 pick_port GATEWAY_ADMIN_PORT
 pick_port OTHER_PORT
 pick_port OTHER_ADMIN_PORT
-API_KEY="paired-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-AUTH="Authorization: Bearer $API_KEY"
-head -c 32 /dev/urandom >"$WORK/placement.key"
-printf '[[tenants]]\nid = "bench"\napi_key_sha256 = "%s"\n' \
-    "$(printf %s "$API_KEY" | sha256sum | cut -d' ' -f1)" >"$WORK/tenants.toml"
-
-# ready NAME URL [CURL_ARGS...]: waits up to 10 s for a 2xx answer.
-ready() {
-    local name=$1 url=$2
-    shift 2
-    for _ in $(seq 100); do
-        curl -fsS --max-time 2 -o /dev/null "$@" "$url" 2>/dev/null && return
-        sleep 0.1
-    done
-    die "$name did not answer $url within 10 s (a port taken by another process? run again); logs in $WORK"
-}
+bench_tenant
 
 taskset -c "$BACKEND_CPU" "$BIN" backend --listen "127.0.0.1:$BACKEND_PORT" --id s0 --workers 1 \
     >"$WORK/backend.log" 2>&1 &
 PIDS+=($!)
-ready backend "http://127.0.0.1:$BACKEND_PORT/x"
+ready backend "http://127.0.0.1:$BACKEND_PORT/x" 10
 
 nginx_conf "$WORK/nginx.conf" "$WORK/nginx" "$NGINX_PORT" "$BACKEND_PORT"
 taskset -c "$PROXY_CPU" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx.conf" -e "$WORK/nginx/error.log" \
     >"$WORK/nginx.log" 2>&1 &
 PIDS+=($!)
-ready nginx "http://127.0.0.1:$NGINX_PORT/x"
+ready nginx "http://127.0.0.1:$NGINX_PORT/x" 10
 
 # serve NAME BINARY PORT ADMIN_PORT FORWARDING: a gateway in its own directory.
 serve() {
@@ -124,7 +92,7 @@ serve() {
     (cd "$WORK/$name" && exec taskset -c "$PROXY_CPU" "$binary" serve --workers 1 --config gateway.toml) \
         >"$WORK/$name.log" 2>&1 &
     PIDS+=($!)
-    ready "$name" "http://127.0.0.1:$port/x" -H "$AUTH"
+    ready "$name" "http://127.0.0.1:$port/x" 10 -H "$AUTH"
 }
 declare -A PORT=([nginx]=$NGINX_PORT [gateway]=$GATEWAY_PORT)
 TARGETS=(nginx gateway)

@@ -1,4 +1,4 @@
-# Shared by bench/gateway.sh and bench/paired.sh (sourced, not run): finding tools, CPU pinning, free ports, the nginx and gateway configurations they compare, and reading wrk's latencies.
+# Shared by bench/gateway.sh, bench/paired.sh and bench/instructions.sh (sourced, not run): finding tools, building, the scratch directory and its processes, the bench tenant, CPU pinning, free ports, the nginx and gateway configurations they compare, and reading wrk's latencies.
 # shellcheck shell=bash disable=SC2034 # the variables set here are read by the scripts that source it
 #
 # The functions use the caller's `die`.
@@ -15,6 +15,58 @@ to_us() {
         sub(/[a-z]+$/, "", v);
         if (f < 0) exit 1;
         printf "%.2f\n", v * f }'
+}
+
+# build_cli: builds the release binary and sets BIN to it (ROOT is the
+# repository).
+build_cli() {
+    say "building: cargo build --release -p shuffle-shard-cli"
+    cargo build --release -p shuffle-shard-cli >&2
+    BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/shuffle-shard"
+    [[ -x $BIN ]] || die "$BIN was not built"
+}
+
+# scratch_dir NAME: sets WORK to a fresh temporary directory and PIDS to an
+# empty list; on exit every process in PIDS is stopped and WORK removed.
+scratch_dir() {
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/ss-$1.XXXXXX")
+    PIDS=()
+    trap stop_all EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+stop_all() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+
+# bench_tenant: the bench's one tenant, "bench", with a fresh API key as
+# long as every bench script's (54 bytes: one SHA-256 block), written to
+# WORK/tenants.toml beside a fresh WORK/placement.key; sets API_KEY and AUTH.
+bench_tenant() {
+    API_KEY="bench-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+    AUTH="Authorization: Bearer $API_KEY"
+    head -c 32 /dev/urandom >"$WORK/placement.key"
+    printf '[[tenants]]\nid = "bench"\napi_key_sha256 = "%s"\n' \
+        "$(printf %s "$API_KEY" | sha256sum | cut -d' ' -f1)" >"$WORK/tenants.toml"
+}
+
+# ready NAME URL SECONDS [CURL_ARGS...]: waits up to SECONDS for a 2xx
+# answer from URL.
+ready() {
+    local name=$1 url=$2 seconds=$3
+    shift 3
+    for _ in $(seq $((seconds * 10))); do
+        curl -fsS --max-time 2 -o /dev/null "$@" "$url" 2>/dev/null && return
+        sleep 0.1
+    done
+    die "$name did not answer $url within $seconds s (a port taken by another process? run again); logs in $WORK"
 }
 
 # allowed_cpus: the CPUs this process may run on, one per line.
