@@ -77,7 +77,7 @@ stop() {
 
 # measure PID PROFILE URL AUTH_OR_EMPTY: warms up, zeroes PID's callgrind
 # counters, runs wrk for DURATION seconds, dumps the counters (to PROFILE.N);
-# prints instructions per request.
+# prints "INSTRUCTIONS_PER_REQUEST DUMP REQUESTS".
 measure() {
     local pid=$1 profile=$2 url=$3 auth=$4 args out requests dump total
     # Valgrind slows the server it runs many times over: wrk waits for
@@ -99,9 +99,7 @@ measure() {
     total=$(awk '/^totals:/ { print $2 }' "$dump")
     [[ -n $total && -n $requests ]] || die "cannot read the dump $dump or wrk's output"
     say "    ($requests requests in ${DURATION}s; $total instructions)"
-    awk -v t="$total" -v n="$requests" 'BEGIN { printf "%.0f\n", t / n }'
-    LAST_DUMP=$dump LAST_REQUESTS=$requests
-    declare -p LAST_DUMP LAST_REQUESTS >"$WORK/last-measure"
+    awk -v t="$total" -v n="$requests" -v d="$dump" 'BEGIN { printf "%.0f %s %d\n", t / n, d, n }'
 }
 
 # software_sha256 DUMP REQUESTS: instructions per request in sha2's software
@@ -125,17 +123,8 @@ proxy_configs() {
     nginx_conf "$WORK/nginx.conf" "$WORK/nginx" "$NGINX_PORT" "$BACKEND_PORT"
     nginx_conf "$WORK/nginx-headers.conf" "$WORK/nginx-headers" "$NGINX_HEADERS_PORT" "$BACKEND_PORT" gateway-headers
     sed -i '1i master_process off;' "$WORK/nginx.conf" "$WORK/nginx-headers.conf"
-    local name port admin forwarding
-    for name in gateway default; do
-        if [[ $name == gateway ]]; then
-            port=$GATEWAY_PORT admin=$GATEWAY_ADMIN_PORT forwarding=plain
-        else
-            port=$DEFAULT_PORT admin=$DEFAULT_ADMIN_PORT forwarding=default
-        fi
-        mkdir -p "$WORK/$name"
-        cp "$WORK/placement.key" "$WORK/tenants.toml" "$WORK/$name/"
-        FORWARDING=$forwarding gateway_toml "$WORK/$name/gateway.toml" "$port" "$admin" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
-    done
+    gateway_dir gateway "$GATEWAY_PORT" "$GATEWAY_ADMIN_PORT" plain
+    gateway_dir default "$DEFAULT_PORT" "$DEFAULT_ADMIN_PORT" default
 }
 proxy_configs
 # start_nginx NAME UNDER_CALLGRIND, start_gateway NAME UNDER_CALLGRIND.
@@ -155,15 +144,15 @@ BACKEND_PID=$STARTED
 ready backend "http://127.0.0.1:$BACKEND_PORT/x" "$READY_S"
 start_nginx nginx yes
 ready nginx "http://127.0.0.1:$NGINX_PORT/x" "$READY_S"
-RESULT[proxy-nginx]=$(measure "$STARTED" "$PROFILE" "http://127.0.0.1:$NGINX_PORT/x" "")
+measured=$(measure "$STARTED" "$PROFILE" "http://127.0.0.1:$NGINX_PORT/x" "")
+RESULT[proxy-nginx]=${measured%% *}
 say "  nginx: ${RESULT[proxy-nginx]} instructions per request"
 stop "$STARTED"
 start_gateway gateway yes
 ready gateway "http://127.0.0.1:$GATEWAY_PORT/x" "$READY_S" -H "$AUTH"
-RESULT[proxy-gateway]=$(measure "$STARTED" "$PROFILE" "http://127.0.0.1:$GATEWAY_PORT/x" "$AUTH")
-# shellcheck disable=SC1091 # written by measure, which runs in a subshell
-source "$WORK/last-measure"
-SHA_SOFT=$(software_sha256 "$LAST_DUMP" "$LAST_REQUESTS")
+measured=$(measure "$STARTED" "$PROFILE" "http://127.0.0.1:$GATEWAY_PORT/x" "$AUTH")
+read -r "RESULT[proxy-gateway]" dump requests <<<"$measured"
+SHA_SOFT=$(software_sha256 "$dump" "$requests")
 say "  gateway: ${RESULT[proxy-gateway]} instructions per request, $SHA_SOFT of them software SHA-256"
 stop "$STARTED"
 stop "$BACKEND_PID"
@@ -184,7 +173,8 @@ ready default "http://127.0.0.1:$DEFAULT_PORT/x" "$READY_S" -H "$AUTH"
 for target in direct:$BACKEND_PORT: nginx:$NGINX_PORT: nginx-headers:$NGINX_HEADERS_PORT:"$AUTH" \
     gateway:$GATEWAY_PORT:"$AUTH" default:$DEFAULT_PORT:"$AUTH"; do
     IFS=: read -r name port auth <<<"$target"
-    RESULT[backend-$name]=$(measure "$BACKEND_PID" "$BACKEND_PROFILE" "http://127.0.0.1:$port/x" "$auth")
+    measured=$(measure "$BACKEND_PID" "$BACKEND_PROFILE" "http://127.0.0.1:$port/x" "$auth")
+    RESULT[backend-$name]=${measured%% *}
     say "  the backend, $name: ${RESULT[backend-$name]} instructions per request"
 done
 

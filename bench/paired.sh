@@ -85,10 +85,8 @@ ready nginx "http://127.0.0.1:$NGINX_PORT/x" 10
 
 # serve NAME BINARY PORT ADMIN_PORT FORWARDING: a gateway in its own directory.
 serve() {
-    local name=$1 binary=$2 port=$3 admin=$4 forwarding=$5
-    mkdir -p "$WORK/$name"
-    cp "$WORK/placement.key" "$WORK/tenants.toml" "$WORK/$name/"
-    FORWARDING=$forwarding gateway_toml "$WORK/$name/gateway.toml" "$port" "$admin" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
+    local name=$1 binary=$2 port=$3
+    gateway_dir "$name" "$port" "$4" "$5"
     (cd "$WORK/$name" && exec taskset -c "$PROXY_CPU" "$binary" serve --workers 1 --config gateway.toml) \
         >"$WORK/$name.log" 2>&1 &
     PIDS+=($!)

@@ -173,6 +173,16 @@ EOF
     } >"$file"
 }
 
+# gateway_dir NAME PORT ADMIN_PORT FORWARDING: WORK/NAME, a directory to
+# run a gateway from: the bench's key and tenants file (from bench_tenant)
+# and a gateway.toml over shards s0 and s1, both the backend at BACKEND_PORT.
+gateway_dir() {
+    local name=$1 port=$2 admin=$3
+    mkdir -p "$WORK/$name"
+    cp "$WORK/placement.key" "$WORK/tenants.toml" "$WORK/$name/"
+    FORWARDING=$4 gateway_toml "$WORK/$name/gateway.toml" "$port" "$admin" s0="$BACKEND_PORT" s1="$BACKEND_PORT"
+}
+
 # keepalive_requests is raised on both sides so nginx, like the gateway,
 # never closes a busy keep-alive connection mid-run.
 #

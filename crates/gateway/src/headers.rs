@@ -49,11 +49,8 @@ const HOP_BY_HOP: [&[u8]; 8] = [
 /// `HTTP_X_SHUFFLE_TENANT`, so a look-alike that got through would sit
 /// beside (or replace) the tenant the gateway sets.
 fn in_namespace(name: &[u8]) -> bool {
-    name.len() >= NAMESPACE.len()
-        && name
-            .iter()
-            .zip(NAMESPACE.as_bytes())
-            .all(|(&got, &want)| reads_as(got, want))
+    name.get(..NAMESPACE.len())
+        .is_some_and(|prefix| spelled_like(prefix, NAMESPACE.as_bytes()))
 }
 
 /// Whether a header name (in any case) reads as `want` (lowercase) to a
@@ -160,8 +157,9 @@ impl Added<'_> {
 /// gateway's namespace, the client's credentials (consumed: backends get
 /// the tenant instead), a client's own `x-forwarded-host` (the gateway's to
 /// set), a client's own `x-forwarded-for` unless the gateway appends to it
-/// ([`ForwardedFor::Append`]) (both also spelled with `_`), a `Content-Length` beside `Transfer-Encoding`, and the fields each
-/// attempt sets itself (`Host`).
+/// ([`ForwardedFor::Append`]) (both also spelled with `_`), a
+/// `Content-Length` beside `Transfer-Encoding`, and the fields each attempt
+/// sets itself (`Host`).
 #[derive(Debug, Clone, Default)]
 pub struct Inbound {
     /// The names the request's `Connection` lists (rarely any).
