@@ -527,19 +527,12 @@ stats() {
         print m, a[1], a[NR] }'
 }
 
-# paired A_LIST B_LIST ge|le: "MEDIAN WINS ROUNDS" for two per-round lists
-# in round order: the median of the ratios A/B, and in how many rounds A
-# was at least B (ge) or at most B (le).
+# paired A_LIST B_LIST ge|le: "MEDIAN WINS ROUNDS LOW HIGH" for two
+# per-round lists in round order: the median of the ratios A/B, in how many
+# rounds A was at least B (ge) or at most B (le), and a bootstrap 95 %
+# interval for that median (bench/lib/paired_ci.py).
 paired() {
-    awk -v a="$1" -v b="$2" -v dir="$3" 'BEGIN {
-        n = split(a, x, " "); split(b, y, " ");
-        for (i = 1; i <= n; i++) {
-            r[i] = x[i] / y[i];
-            if ((dir == "ge" && r[i] >= 1) || (dir == "le" && r[i] <= 1)) wins++;
-        }
-        for (i = 2; i <= n; i++) { v = r[i]; j = i - 1; while (j >= 1 && r[j] > v) { r[j + 1] = r[j]; j-- } r[j + 1] = v }
-        m = (n % 2) ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2;
-        printf "%.3f %d %d\n", m, wins, n }'
+    python3 -B "$(dirname "${BASH_SOURCE[0]}")/lib/paired_ci.py" "$3" "$1" "$2"
 }
 
 # The busy share of each watched CPU, median over rounds.
@@ -829,12 +822,6 @@ COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS RATE=$RATE${NICE_CMD[*]:+ NICE=$NICE}
 
 read -ra PAIRED_RPS < <(paired "${RPS_ALL[gateway]}" "${RPS_ALL[nginx]}" ge)
 read -ra PAIRED_P50 < <(paired "${P50_ALL[gateway]}" "${P50_ALL[nginx]}" le)
-# How far those medians could move on another run as long: a bootstrap 95 %
-# interval over the rounds (bench/lib/paired_ci.py). "_ LOW HIGH".
-PAIRED_CI="$(dirname "${BASH_SOURCE[0]}")/lib/paired_ci.py"
-read -r _ RPS_CI_LO RPS_CI_HI < <(python3 -B "$PAIRED_CI" "${RPS_ALL[gateway]}" "${RPS_ALL[nginx]}")
-read -r _ P50_CI_LO P50_CI_HI < <(python3 -B "$PAIRED_CI" "${P50_ALL[gateway]}" "${P50_ALL[nginx]}")
-read -r _ HEADERS_CI_LO HEADERS_CI_HI < <(python3 -B "$PAIRED_CI" "${RPS_ALL[nginx-headers]}" "${RPS_ALL[nginx]}")
 # What the gateway's fields cost, whoever sends them, and the gateway
 # against an nginx that sends them too.
 read -ra HEADERS_RPS < <(paired "${RPS_ALL[nginx-headers]}" "${RPS_ALL[nginx]}" ge)
@@ -892,9 +879,9 @@ CPU_HEADER=${CPU_HEADER%/}
     p50_ok=$(awk -v g="$gpm" -v n="$NGINX_P50" 'BEGIN { print ((g <= n) ? "met" : "missed") }')
     echo "Target (issue 4): at least nginx's req/s — $rps_ok ($(ratio "$grm" "$NGINX_RPS")×); no more than nginx's p50 — $p50_ok ($(ratio "$gpm" "$NGINX_P50")×)."
     echo
-    echo "Paired by round (a round runs every target at one connection count back to back, so the gateway's figure is taken within seconds of nginx's): the median of the per-round ratios is ${PAIRED_RPS[0]}× for req/s (at least nginx's in ${PAIRED_RPS[1]} of ${PAIRED_RPS[2]} rounds; bootstrap 95 % interval ${RPS_CI_LO}–${RPS_CI_HI}×) and ${PAIRED_P50[0]}× for p50 (no more than nginx's in ${PAIRED_P50[1]} of ${PAIRED_P50[2]} rounds; ${P50_CI_LO}–${P50_CI_HI}×). The target is judged on the medians above; these say how steady the comparison was: an interval that spans 1.00 means this run cannot tell the gateway and nginx apart."
+    echo "Paired by round (a round runs every target at one connection count back to back, so the gateway's figure is taken within seconds of nginx's): the median of the per-round ratios is ${PAIRED_RPS[0]}× for req/s (at least nginx's in ${PAIRED_RPS[1]} of ${PAIRED_RPS[2]} rounds; bootstrap 95 % interval ${PAIRED_RPS[3]}–${PAIRED_RPS[4]}×) and ${PAIRED_P50[0]}× for p50 (no more than nginx's in ${PAIRED_P50[1]} of ${PAIRED_P50[2]} rounds; ${PAIRED_P50[3]}–${PAIRED_P50[4]}×). The target is judged on the medians above; these say how steady the comparison was: an interval that spans 1.00 means this run cannot tell the gateway and nginx apart."
     echo
-    echo "What the gateway's fields cost the backend: nginx sending them served ${HEADERS_RPS[0]}× plain nginx's req/s (at least plain nginx's in ${HEADERS_RPS[1]} of ${HEADERS_RPS[2]} rounds; ${HEADERS_CI_LO}–${HEADERS_CI_HI}×) with ${HEADERS_P50[0]}× its p50, paired by round. Against that nginx, the gateway's paired ratios are ${VS_HEADERS_RPS[0]}× for req/s (at least its in ${VS_HEADERS_RPS[1]} of ${VS_HEADERS_RPS[2]} rounds) and ${VS_HEADERS_P50[0]}× for p50 (no more than its in ${VS_HEADERS_P50[1]} of ${VS_HEADERS_P50[2]})."
+    echo "What the gateway's fields cost the backend: nginx sending them served ${HEADERS_RPS[0]}× plain nginx's req/s (at least plain nginx's in ${HEADERS_RPS[1]} of ${HEADERS_RPS[2]} rounds; ${HEADERS_RPS[3]}–${HEADERS_RPS[4]}×) with ${HEADERS_P50[0]}× its p50, paired by round. Against that nginx, the gateway's paired ratios are ${VS_HEADERS_RPS[0]}× for req/s (at least its in ${VS_HEADERS_RPS[1]} of ${VS_HEADERS_RPS[2]} rounds) and ${VS_HEADERS_P50[0]}× for p50 (no more than its in ${VS_HEADERS_P50[1]} of ${VS_HEADERS_P50[2]})."
     echo
     echo "## By connection count"
     echo
@@ -1010,8 +997,8 @@ json_string() { printf '"%s"' "$(printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'
         if [[ $target == "$last" ]]; then echo "    }"; else echo "    },"; fi
     done
     echo "  ],"
-    echo "  \"gateway_vs_nginx_paired\": {\"requests_per_second_ratio_median\": ${PAIRED_RPS[0]}, \"requests_per_second_ratio_interval95\": [$RPS_CI_LO, $RPS_CI_HI], \"rounds_at_least_nginx\": ${PAIRED_RPS[1]}, \"p50_ratio_median\": ${PAIRED_P50[0]}, \"p50_ratio_interval95\": [$P50_CI_LO, $P50_CI_HI], \"rounds_at_most_nginx\": ${PAIRED_P50[1]}, \"rounds\": ${PAIRED_RPS[2]}},"
-    echo "  \"nginx_headers_vs_nginx_paired\": {\"requests_per_second_ratio_median\": ${HEADERS_RPS[0]}, \"requests_per_second_ratio_interval95\": [$HEADERS_CI_LO, $HEADERS_CI_HI], \"rounds_at_least_nginx\": ${HEADERS_RPS[1]}, \"p50_ratio_median\": ${HEADERS_P50[0]}, \"rounds_at_most_nginx\": ${HEADERS_P50[1]}, \"rounds\": ${HEADERS_RPS[2]}},"
+    echo "  \"gateway_vs_nginx_paired\": {\"requests_per_second_ratio_median\": ${PAIRED_RPS[0]}, \"requests_per_second_ratio_interval95\": [${PAIRED_RPS[3]}, ${PAIRED_RPS[4]}], \"rounds_at_least_nginx\": ${PAIRED_RPS[1]}, \"p50_ratio_median\": ${PAIRED_P50[0]}, \"p50_ratio_interval95\": [${PAIRED_P50[3]}, ${PAIRED_P50[4]}], \"rounds_at_most_nginx\": ${PAIRED_P50[1]}, \"rounds\": ${PAIRED_RPS[2]}},"
+    echo "  \"nginx_headers_vs_nginx_paired\": {\"requests_per_second_ratio_median\": ${HEADERS_RPS[0]}, \"requests_per_second_ratio_interval95\": [${HEADERS_RPS[3]}, ${HEADERS_RPS[4]}], \"rounds_at_least_nginx\": ${HEADERS_RPS[1]}, \"p50_ratio_median\": ${HEADERS_P50[0]}, \"rounds_at_most_nginx\": ${HEADERS_P50[1]}, \"rounds\": ${HEADERS_RPS[2]}},"
     echo "  \"gateway_vs_nginx_headers_paired\": {\"requests_per_second_ratio_median\": ${VS_HEADERS_RPS[0]}, \"rounds_at_least\": ${VS_HEADERS_RPS[1]}, \"p50_ratio_median\": ${VS_HEADERS_P50[0]}, \"rounds_at_most\": ${VS_HEADERS_P50[1]}, \"rounds\": ${VS_HEADERS_RPS[2]}},"
     echo "  \"fixed_rate_note\": $(json_string "${OHA_NOTE:-}"),"
     echo "  \"shard_kill\": {\"duration_s\": $FAIL_DURATION, \"kill_at_s\": $FAIL_KILL_AT, \"connections\": $CONNS, \"answered_by_before\": $(json_string "$FAIL_SHARDS_BEFORE"), \"requests_per_second\": $FAIL_RPS, \"requests\": $FAIL_REQUESTS, \"non_2xx\": $FAIL_NON2XX, \"socket_errors\": {\"connect\": $FAIL_CONNECT, \"read\": $FAIL_READ, \"write\": $FAIL_WRITE, \"timeout\": $FAIL_TIMEOUT, \"total\": $FAIL_SOCKET}, \"p50_us\": $FAIL_P50, \"p99_us\": $FAIL_P99, \"max_us\": $FAIL_MAX},"

@@ -1,6 +1,7 @@
-"""Paired per-round ratios of two targets: their median and a bootstrap 95 % interval for that median.
+"""Paired per-round ratios of two targets: their median, in how many rounds A won, and a bootstrap 95 % interval for the median.
 
-Usage: python3 paired_ci.py "A1 A2 ..." "B1 B2 ..."  ->  "MEDIAN LOW HIGH" (ratios A/B, three decimals)
+Usage: python3 paired_ci.py ge|le "A1 A2 ..." "B1 B2 ..."  ->  "MEDIAN WINS ROUNDS LOW HIGH"
+(ratios A/B to three decimals; a round is a win when A/B >= 1 with ge, <= 1 with le)
 
 The rounds of a benchmark run are few (5 to 12) and the machine's speed
 drifts between them, so a single median ratio says little about how sure
@@ -29,8 +30,11 @@ def paired_interval(a: list[float], b: list[float], resamples: int = RESAMPLES, 
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) != 4 or sys.argv[1] not in ("ge", "le"):
         sys.exit(__doc__.splitlines()[2])
-    first, second = ([float(v) for v in arg.split()] for arg in sys.argv[1:])
+    direction = sys.argv[1]
+    first, second = ([float(v) for v in arg.split()] for arg in sys.argv[2:])
     median, low, high = paired_interval(first, second)
-    print(f"{median:.3f} {low:.3f} {high:.3f}")
+    ratios = [x / y for x, y in zip(first, second)]
+    wins = sum(r >= 1 if direction == "ge" else r <= 1 for r in ratios)
+    print(f"{median:.3f} {wins} {len(ratios)} {low:.3f} {high:.3f}")
