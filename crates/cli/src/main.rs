@@ -106,6 +106,10 @@ fn main() -> ExitCode {
 fn exit_code(error: &anyhow::Error) -> ExitCode {
     if error.downcast_ref::<output::OutputFailed>().is_some()
         || error.downcast_ref::<drill::PropertiesViolated>().is_some()
+        || matches!(
+            error.downcast_ref::<gateway::runtime::RunError>(),
+            Some(gateway::runtime::RunError::Stopped(_))
+        )
     {
         ExitCode::from(EXIT_FAILURE)
     } else {

@@ -33,6 +33,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     Router::new()
         .route("/", get(status_page))
         .route("/metrics", get(metrics))
+        .route("/readyz", get(ready))
         .route("/admin/shards", get(shards))
         .route("/admin/shards/{id}/{action}", post(shard_action))
         .route("/admin/tenants", get(worst_tenants))
@@ -40,6 +41,14 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/admin/blast", get(blast))
         .route("/admin/reload", post(reload))
         .with_state(gateway)
+}
+
+/// `GET /readyz`: 200 once the gateway serves. Open without a token on
+/// any address because it says nothing else: it is what a readiness probe
+/// needs, where `/metrics` would need a token on a listener others can
+/// reach.
+async fn ready() -> &'static str {
+    "ready\n"
 }
 
 /// Serves the admin router on `listener` until `shutdown` completes.

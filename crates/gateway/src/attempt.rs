@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::body::RequestBody;
 use crate::state::ShardRuntime;
-use crate::upstream::{SendError, UpstreamBody};
+use crate::upstream::{SendError, Timeouts, UpstreamBody};
 use crate::wire::RequestHead;
 
 /// How an attempt failed.
@@ -56,6 +56,59 @@ pub fn backend_target<'a>(prefix: &str, request: &'a Uri) -> Cow<'a, str> {
     }
 }
 
+/// Whether a request target can be put behind a shard's path prefix
+/// without leaving it: an origin-form (or absolute-form) target whose path
+/// has no dot-segment, raw or percent-encoded in any case, with `/`, `\`,
+/// `%2f` and `%5c` all taken as separators, as some backends take them.
+/// `/api` + `/../admin` is `/admin` to any backend that resolves
+/// dot-segments, and `*` or an authority-form target has no path to put
+/// the prefix before. (nginx answers such targets 400 too.) The query is
+/// not a path and is not looked at.
+pub fn stays_under_prefix(request: &Uri) -> bool {
+    let Some(path_and_query) = request.path_and_query() else {
+        // Authority-form (`host:port`): no path at all.
+        return request.scheme().is_some();
+    };
+    let path = path_and_query.path();
+    if !path.starts_with('/') {
+        // `*` and anything else that is not a path.
+        return false;
+    }
+    if !path.contains('.') && !path.contains('%') {
+        return true;
+    }
+    let decoded = decode_separators_and_dots(path);
+    !decoded
+        .split(['/', '\\'])
+        .any(|segment| segment == "." || segment == "..")
+}
+
+/// `path` with `%2e`, `%2f` and `%5c` (any case) decoded: the only
+/// escapes that can make a dot-segment or a separator.
+fn decode_separators_and_dots(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut decoded = String::with_capacity(path.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] == b'%' && at + 2 < bytes.len() {
+            let escaped = match (bytes[at + 1], bytes[at + 2].to_ascii_lowercase()) {
+                (b'2', b'e') => Some('.'),
+                (b'2', b'f') => Some('/'),
+                (b'5', b'c') => Some('\\'),
+                _ => None,
+            };
+            if let Some(escaped) = escaped {
+                decoded.push(escaped);
+                at += 3;
+                continue;
+            }
+        }
+        decoded.push(char::from(bytes[at]));
+        at += 1;
+    }
+    decoded
+}
+
 /// A shard URL's path prefix, as [`backend_target`] takes it.
 pub fn path_prefix(base: &Uri) -> &str {
     base.path().trim_end_matches('/')
@@ -78,6 +131,8 @@ pub struct Timing {
     pub per_try: Duration,
     /// The request's overall deadline.
     pub deadline: Instant,
+    /// How long the response body may wait for the backend's next bytes.
+    pub body_idle: Duration,
 }
 
 /// Sends one attempt of the client's request to `uri`: `client` is its
@@ -111,13 +166,17 @@ pub async fn send(
         shard: shard.id_header.as_ref(),
         ..client
     };
+    let timeouts = Timeouts {
+        connect: timing.per_try,
+        body_idle: timing.body_idle,
+    };
     let mut resends = 0;
     loop {
         let result = tokio::select! {
             // The exchange first: polling in a fixed order spares drawing a
             // random one on every poll, and a response that is ready wins.
             biased;
-            result = shard.upstream.send(request, body.for_attempt(), timing.per_try, timing.started) => result,
+            result = shard.upstream.send(request, body.for_attempt(), timeouts, timing.started) => result,
             () = time_limit(body, timing) => return Err(Failure::Timeout),
         };
         let error = match result {
@@ -157,6 +216,7 @@ async fn time_limit(body: &RequestBody, timing: Timing) {
         started,
         per_try,
         deadline,
+        ..
     } = timing;
     let uploaded = if body.is_buffered() {
         started
@@ -192,5 +252,41 @@ mod tests {
         let bare: Uri = "http://gateway.example".parse().unwrap();
         assert_eq!(backend_target("", &bare), "/");
         assert_eq!(backend_target("/api", &bare), "/api/");
+    }
+
+    #[test]
+    fn targets_that_would_leave_a_prefix_are_refused() {
+        for bad in [
+            "/../admin/secret",
+            "/a/../../admin",
+            "/%2e%2e/admin",
+            "/%2E%2e/admin",
+            "/.%2e/admin",
+            "/./x",
+            "/a/%2e/b",
+            "/a/.",
+            "/..%2fadmin",
+            "/..%2Fadmin",
+            "/..%5cadmin",
+            "*",
+            "127.0.0.1:80",
+        ] {
+            let uri: Uri = bad.parse().unwrap();
+            assert!(!stays_under_prefix(&uri), "{bad} was accepted");
+        }
+        for good in [
+            "/",
+            "/v1/items?x=..%2f",
+            "/a..b/c",
+            "/.well-known/x",
+            "/a/...",
+            "/%2e%2e%2e/x",
+            "/%41",
+            "/trailing%2",
+            "http://gateway.example/v1",
+        ] {
+            let uri: Uri = good.parse().unwrap();
+            assert!(stays_under_prefix(&uri), "{good} was refused");
+        }
     }
 }

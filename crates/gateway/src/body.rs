@@ -18,14 +18,16 @@
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-use crate::state::ShardRuntime;
-use crate::upstream::UpstreamBody;
+use crate::headers;
+use crate::state::{Gateway, ShardRuntime, Snapshot};
+use crate::upstream::{ExchangeError, UpstreamBody};
 use crate::wire::Fields;
 
 /// The body of a response the gateway sends: one it wrote itself, or a
@@ -48,7 +50,58 @@ pub enum ResponseBody {
 pub struct BackendBody {
     body: UpstreamBody,
     /// Released when the body ends or is dropped.
-    _in_flight: Option<InFlight>,
+    in_flight: Option<InFlight>,
+    /// Where the body's end is reported, once the request path has handed
+    /// the response over ([`ResponseBody::settle_with`]).
+    settle: Option<Settle>,
+}
+
+/// What judges how a backend's body ended. The attempt's head came back
+/// fine, but that is not yet a success: a body that stalls, breaks off or
+/// is malformed is the shard failing (and counts towards its ejection, so
+/// a shard that answers heads and then hangs is taken out like one that
+/// refuses connections), and only a body that ends cleanly breaks a run of
+/// failures. A body its client abandons is nobody's verdict on the shard.
+#[derive(Debug)]
+struct Settle {
+    gateway: Arc<Gateway>,
+    snapshot: Arc<Snapshot>,
+}
+
+impl BackendBody {
+    /// The body has ended (`Ok`) or failed: judge the shard, once.
+    fn settle(&mut self, ended: Result<(), &ExchangeError>) {
+        let Some(Settle { gateway, snapshot }) = self.settle.take() else {
+            return;
+        };
+        if let Err(error) = ended {
+            if matches!(error, ExchangeError::Stalled) {
+                gateway.metrics.backend_stalls.inc();
+            }
+            if let Some(InFlight(shard)) = &self.in_flight {
+                tracing::debug!(cell = %shard.cell, shard = %shard.id, %error, "the backend's response body failed");
+            }
+        }
+        // A response without an in-flight guard was judged already (a
+        // retryable status passed on as the last answer).
+        let Some(InFlight(shard)) = &self.in_flight else {
+            return;
+        };
+        match ended {
+            Ok(()) => Gateway::record_success(shard),
+            Err(_) => gateway.record_failure(&snapshot.config.outlier, shard, Instant::now()),
+        }
+    }
+}
+
+impl Drop for BackendBody {
+    fn drop(&mut self) {
+        // A body with nothing left (a 204, a HEAD answer, one read whole
+        // with its head) may never be polled to its end.
+        if self.body.is_end_stream() {
+            self.settle(Ok(()));
+        }
+    }
 }
 
 /// A request counted in a shard's in-flight requests until dropped: an
@@ -86,8 +139,19 @@ impl ResponseBody {
     pub fn backend(body: UpstreamBody, in_flight: Option<InFlight>) -> Self {
         ResponseBody::Backend(BackendBody {
             body,
-            _in_flight: in_flight,
+            in_flight,
+            settle: None,
         })
+    }
+
+    /// How a backend's body ends is reported to `gateway` (under
+    /// `snapshot`'s outlier settings); nothing for a body of the gateway's
+    /// own. The request path hands over the references it holds anyway, so
+    /// this costs no reference count.
+    pub fn settle_with(&mut self, gateway: Arc<Gateway>, snapshot: Arc<Snapshot>) {
+        if let ResponseBody::Backend(backend) = self {
+            backend.settle = Some(Settle { gateway, snapshot });
+        }
     }
 
     /// The backend's header fields, for a backend's body.
@@ -111,9 +175,28 @@ impl Body for ResponseBody {
             ResponseBody::Full(bytes) => {
                 Poll::Ready(bytes.take().map(|bytes| Ok(Frame::data(bytes))))
             }
-            ResponseBody::Backend(backend) => Pin::new(&mut backend.body)
-                .poll_frame(cx)
-                .map_err(BoxError::from),
+            ResponseBody::Backend(backend) => {
+                let polled = ready!(Pin::new(&mut backend.body).poll_frame(cx));
+                Poll::Ready(match polled {
+                    None => {
+                        backend.settle(Ok(()));
+                        None
+                    }
+                    Some(Err(error)) => {
+                        backend.settle(Err(&error));
+                        Some(Err(BoxError::from(error)))
+                    }
+                    Some(Ok(frame)) => Some(Ok(match frame.into_trailers() {
+                        // The backend's trailers cross the same boundary as
+                        // its header fields did.
+                        Ok(trailers) => Frame::trailers(headers::filter_trailers(
+                            trailers,
+                            headers::response_trailer_passes,
+                        )),
+                        Err(frame) => frame,
+                    })),
+                })
+            }
         }
     }
 

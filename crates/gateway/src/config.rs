@@ -206,7 +206,15 @@ pub struct LimitSettings {
     /// Time in-flight requests get to finish on shutdown.
     pub shutdown_grace: Duration,
     /// Client connections served at once; more wait in the listen queue.
+    /// A closing connection that still drains what its client sends
+    /// (lingering) holds its place until it is gone.
     pub max_connections: usize,
+    /// How long a response body may wait for bytes from its backend before
+    /// both sides are closed (and the shard charged with a failure).
+    pub backend_idle_timeout: Duration,
+    /// How long a response may wait for its client to accept bytes before
+    /// both sides are closed.
+    pub client_write_timeout: Duration,
 }
 
 /// The admin listener (operations API, metrics, status page).
@@ -404,6 +412,8 @@ struct RawLimits {
     header_read_timeout_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
     max_connections: Option<usize>,
+    backend_idle_timeout_ms: Option<u64>,
+    client_write_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -587,138 +597,13 @@ impl GatewayConfig {
             })
             .transpose()?;
 
-        let ms = Duration::from_millis;
-        let r = raw.routing;
-        let routing = RoutingSettings {
-            exhausted: r.exhausted.unwrap_or(Exhausted::Strict),
-            per_try_timeout: ms(r.per_try_timeout_ms.unwrap_or(2_000)),
-            request_timeout: ms(r.request_timeout_ms.unwrap_or(10_000)),
-            retry_on_status: r.retry_on_status.unwrap_or_else(|| vec![502, 503, 504]),
-            max_replay_body_bytes: r.max_replay_body_bytes.unwrap_or(64 * 1024),
-            backoff_base: ms(r.backoff_base_ms.unwrap_or(2)),
-            backoff_max: ms(r.backoff_max_ms.unwrap_or(50)),
-            retry_after_seconds: r.retry_after_seconds.unwrap_or(1),
-            failover: r.failover.unwrap_or(true),
-        };
-        positive(&routing.per_try_timeout).map_err(|p| err("routing.per_try_timeout_ms", p))?;
-        if routing.request_timeout < routing.per_try_timeout {
-            return Err(err(
-                "routing.request_timeout_ms",
-                "must be at least routing.per_try_timeout_ms".into(),
-            ));
-        }
-        if let Some(bad) = routing
-            .retry_on_status
-            .iter()
-            .find(|s| !(100..=599).contains(*s))
-        {
-            return Err(err(
-                "routing.retry_on_status",
-                format!("{bad} is not an HTTP status"),
-            ));
-        }
-
-        let b = raw.retry_budget;
-        let retry_budget = RetryBudgetSettings {
-            ratio: b.ratio.unwrap_or(0.2),
-            min_per_second: b.min_per_second.unwrap_or(10),
-            window: Duration::from_secs(b.window_seconds.unwrap_or(10)),
-        };
-        if !(0.0..=1000.0).contains(&retry_budget.ratio) {
-            return Err(err(
-                "retry_budget.ratio",
-                "must be between 0 and 1000".into(),
-            ));
-        }
-        if !(1..=60).contains(&retry_budget.window.as_secs()) {
-            return Err(err(
-                "retry_budget.window_seconds",
-                "must be between 1 and 60".into(),
-            ));
-        }
-
-        let h = raw.health;
-        let interval = ms(h.interval_ms.unwrap_or(1_000));
-        let health = HealthSettings {
-            path: h.path.unwrap_or_else(|| "/healthz".into()),
-            interval,
-            timeout: ms(h.timeout_ms.unwrap_or(500)),
-            rise: h.rise.unwrap_or(2),
-            fall: h.fall.unwrap_or(3),
-            staleness: h.staleness_ms.map(ms).unwrap_or(interval * 3),
-        };
-        if !health.path.starts_with('/') {
-            return Err(err("health.path", "must start with '/'".into()));
-        }
-        positive(&health.interval).map_err(|p| err("health.interval_ms", p))?;
-        if health.rise == 0 || health.fall == 0 {
-            return Err(err(
-                "health.rise",
-                "rise and fall must be at least 1".into(),
-            ));
-        }
-        if health.staleness <= health.interval {
-            return Err(err(
-                "health.staleness_ms",
-                "must be longer than health.interval_ms, or every check would go stale".into(),
-            ));
-        }
-
-        let o = raw.outlier;
-        let outlier = OutlierSettings {
-            consecutive_failures: o.consecutive_failures.unwrap_or(5),
-            base_ejection: ms(o.base_ejection_ms.unwrap_or(10_000)),
-            max_ejection: ms(o.max_ejection_ms.unwrap_or(300_000)),
-        };
-        if outlier.consecutive_failures == 0 {
-            return Err(err(
-                "outlier.consecutive_failures",
-                "must be at least 1".into(),
-            ));
-        }
-        if outlier.max_ejection < outlier.base_ejection {
-            return Err(err(
-                "outlier.max_ejection_ms",
-                "must be at least outlier.base_ejection_ms".into(),
-            ));
-        }
-
-        let l = raw.limits;
-        let limits = LimitSettings {
-            max_header_bytes: l.max_header_bytes.unwrap_or(16 * 1024),
-            max_body_bytes: l.max_body_bytes.unwrap_or(10 * 1024 * 1024),
-            header_read_timeout: ms(l.header_read_timeout_ms.unwrap_or(10_000)),
-            shutdown_grace: ms(l.shutdown_grace_ms.unwrap_or(10_000)),
-            max_connections: l.max_connections.unwrap_or(10_000),
-        };
-        if limits.max_connections == 0 {
-            return Err(err(
-                "limits.max_connections",
-                "must be at least 1 (it caps the client connections served at once)".into(),
-            ));
-        }
-        if limits.max_header_bytes < 1024 {
-            return Err(err(
-                "limits.max_header_bytes",
-                "must be at least 1024".into(),
-            ));
-        }
-
-        let a = raw.admin;
-        let admin = AdminSettings {
-            listen: parse_addr(a.listen.as_deref().unwrap_or("127.0.0.1:9901"))
-                .map_err(|p| err("admin.listen", p))?,
-            token_file: a.token_file.as_deref().map(resolve),
-            metrics_without_token: a.metrics_without_token.unwrap_or(false),
-            status_page_without_token: a.status_page_without_token.unwrap_or(false),
-            availability_window: Duration::from_secs(a.availability_window_seconds.unwrap_or(60)),
-        };
-        if !(10..=3600).contains(&admin.availability_window.as_secs()) {
-            return Err(err(
-                "admin.availability_window_seconds",
-                "must be between 10 and 3600".into(),
-            ));
-        }
+        let err = |(key, problem): (&str, String)| ConfigError::new(path, key, problem);
+        let routing = routing_settings(raw.routing).map_err(err)?;
+        let retry_budget = retry_budget_settings(raw.retry_budget).map_err(err)?;
+        let health = health_settings(raw.health).map_err(err)?;
+        let outlier = outlier_settings(raw.outlier).map_err(err)?;
+        let limits = limit_settings(raw.limits).map_err(err)?;
+        let admin = admin_settings(raw.admin, &resolve).map_err(err)?;
 
         Ok(Self {
             path: path.to_owned(),
@@ -750,12 +635,264 @@ impl GatewayConfig {
     }
 }
 
-fn positive(duration: &Duration) -> Result<(), String> {
-    if duration.is_zero() {
-        Err("must be greater than zero".into())
+/// A problem with one key: the key's dotted name and what is wrong.
+type KeyProblem = (&'static str, String);
+
+/// The longest timeout, interval or grace period any key accepts: an hour.
+/// Longer values are typos, and unbounded ones overflow the clock.
+const MAX_MS: u64 = 3_600_000;
+
+/// `value` if it lies in `range`, else an error naming the range.
+fn within<T: PartialOrd + std::fmt::Display + Copy>(
+    key: &'static str,
+    value: T,
+    range: std::ops::RangeInclusive<T>,
+) -> Result<T, KeyProblem> {
+    if range.contains(&value) {
+        Ok(value)
     } else {
-        Ok(())
+        Err((
+            key,
+            format!(
+                "{value} is out of range; use a value from {} to {}",
+                range.start(),
+                range.end()
+            ),
+        ))
     }
+}
+
+/// A duration in milliseconds from `key`, `default` when absent, within
+/// `range`.
+fn millis(
+    key: &'static str,
+    value: Option<u64>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<Duration, KeyProblem> {
+    within(key, value.unwrap_or(default), range).map(Duration::from_millis)
+}
+
+fn routing_settings(r: RawRouting) -> Result<RoutingSettings, KeyProblem> {
+    let per_try_timeout = millis(
+        "routing.per_try_timeout_ms",
+        r.per_try_timeout_ms,
+        2_000,
+        1..=MAX_MS,
+    )?;
+    let request_timeout = millis(
+        "routing.request_timeout_ms",
+        r.request_timeout_ms,
+        10_000,
+        1..=MAX_MS,
+    )?;
+    if request_timeout < per_try_timeout {
+        return Err((
+            "routing.request_timeout_ms",
+            "must be at least routing.per_try_timeout_ms".into(),
+        ));
+    }
+    let retry_on_status = r.retry_on_status.unwrap_or_else(|| vec![502, 503, 504]);
+    if let Some(bad) = retry_on_status.iter().find(|s| !(100..=599).contains(*s)) {
+        return Err((
+            "routing.retry_on_status",
+            format!("{bad} is not an HTTP status (100 to 599)"),
+        ));
+    }
+    let backoff_base = millis("routing.backoff_base_ms", r.backoff_base_ms, 2, 0..=60_000)?;
+    let backoff_max = millis("routing.backoff_max_ms", r.backoff_max_ms, 50, 0..=60_000)?;
+    if backoff_max < backoff_base {
+        return Err((
+            "routing.backoff_max_ms",
+            "must be at least routing.backoff_base_ms".into(),
+        ));
+    }
+    Ok(RoutingSettings {
+        exhausted: r.exhausted.unwrap_or(Exhausted::Strict),
+        per_try_timeout,
+        request_timeout,
+        retry_on_status,
+        max_replay_body_bytes: within(
+            "routing.max_replay_body_bytes",
+            r.max_replay_body_bytes.unwrap_or(64 * 1024),
+            0..=64 * 1024 * 1024,
+        )?,
+        backoff_base,
+        backoff_max,
+        retry_after_seconds: within(
+            "routing.retry_after_seconds",
+            r.retry_after_seconds.unwrap_or(1),
+            0..=86_400,
+        )?,
+        failover: r.failover.unwrap_or(true),
+    })
+}
+
+fn retry_budget_settings(b: RawRetryBudget) -> Result<RetryBudgetSettings, KeyProblem> {
+    let ratio = b.ratio.unwrap_or(0.2);
+    // NaN is in no range: `within` refuses it too.
+    Ok(RetryBudgetSettings {
+        ratio: within("retry_budget.ratio", ratio, 0.0..=1000.0)?,
+        min_per_second: within(
+            "retry_budget.min_per_second",
+            b.min_per_second.unwrap_or(10),
+            0..=1_000_000,
+        )?,
+        window: Duration::from_secs(within(
+            "retry_budget.window_seconds",
+            b.window_seconds.unwrap_or(10),
+            1..=60,
+        )?),
+    })
+}
+
+fn health_settings(h: RawHealth) -> Result<HealthSettings, KeyProblem> {
+    let interval = millis("health.interval_ms", h.interval_ms, 1_000, 1..=MAX_MS)?;
+    let path = h.path.unwrap_or_else(|| "/healthz".into());
+    if !path.starts_with('/') {
+        return Err(("health.path", "must start with '/'".into()));
+    }
+    let staleness = match h.staleness_ms {
+        Some(staleness) => millis("health.staleness_ms", Some(staleness), 0, 1..=24 * MAX_MS)?,
+        None => interval * 3,
+    };
+    if staleness <= interval {
+        return Err((
+            "health.staleness_ms",
+            "must be longer than health.interval_ms, or every check would go stale".into(),
+        ));
+    }
+    Ok(HealthSettings {
+        path,
+        interval,
+        timeout: millis("health.timeout_ms", h.timeout_ms, 500, 1..=MAX_MS)?,
+        rise: within("health.rise", h.rise.unwrap_or(2), 1..=1000)?,
+        fall: within("health.fall", h.fall.unwrap_or(3), 1..=1000)?,
+        staleness,
+    })
+}
+
+fn outlier_settings(o: RawOutlier) -> Result<OutlierSettings, KeyProblem> {
+    let base_ejection = millis(
+        "outlier.base_ejection_ms",
+        o.base_ejection_ms,
+        10_000,
+        1..=24 * MAX_MS,
+    )?;
+    let max_ejection = millis(
+        "outlier.max_ejection_ms",
+        o.max_ejection_ms,
+        300_000,
+        1..=24 * MAX_MS,
+    )?;
+    if max_ejection < base_ejection {
+        return Err((
+            "outlier.max_ejection_ms",
+            "must be at least outlier.base_ejection_ms".into(),
+        ));
+    }
+    Ok(OutlierSettings {
+        consecutive_failures: within(
+            "outlier.consecutive_failures",
+            o.consecutive_failures.unwrap_or(5),
+            1..=1_000_000,
+        )?,
+        base_ejection,
+        max_ejection,
+    })
+}
+
+fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
+    Ok(LimitSettings {
+        max_header_bytes: within(
+            "limits.max_header_bytes",
+            l.max_header_bytes.unwrap_or(16 * 1024),
+            1024..=1024 * 1024,
+        )?,
+        max_body_bytes: within(
+            "limits.max_body_bytes",
+            l.max_body_bytes.unwrap_or(10 * 1024 * 1024),
+            0..=1 << 40,
+        )?,
+        header_read_timeout: millis(
+            "limits.header_read_timeout_ms",
+            l.header_read_timeout_ms,
+            10_000,
+            1..=MAX_MS,
+        )?,
+        shutdown_grace: millis(
+            "limits.shutdown_grace_ms",
+            l.shutdown_grace_ms,
+            10_000,
+            0..=MAX_MS,
+        )?,
+        // It caps the client connections served at once: zero would serve
+        // nobody, and the semaphore behind it has a ceiling of its own.
+        max_connections: within(
+            "limits.max_connections",
+            l.max_connections.unwrap_or(10_000),
+            1..=1_000_000,
+        )?,
+        backend_idle_timeout: millis(
+            "limits.backend_idle_timeout_ms",
+            l.backend_idle_timeout_ms,
+            60_000,
+            1..=MAX_MS,
+        )?,
+        client_write_timeout: millis(
+            "limits.client_write_timeout_ms",
+            l.client_write_timeout_ms,
+            60_000,
+            1..=MAX_MS,
+        )?,
+    })
+}
+
+fn admin_settings(
+    a: RawAdmin,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<AdminSettings, KeyProblem> {
+    let listen = parse_addr(a.listen.as_deref().unwrap_or("127.0.0.1:9901"))
+        .map_err(|problem| ("admin.listen", problem))?;
+    let admin = AdminSettings {
+        listen,
+        token_file: a.token_file.as_deref().map(resolve),
+        metrics_without_token: a.metrics_without_token.unwrap_or(false),
+        status_page_without_token: a.status_page_without_token.unwrap_or(false),
+        availability_window: Duration::from_secs(within(
+            "admin.availability_window_seconds",
+            a.availability_window_seconds.unwrap_or(60),
+            10..=3600,
+        )?),
+    };
+    // What is served without a token on a listener others can reach is
+    // served to anyone: the status page lists every fully-down tenant's
+    // subset. Refused rather than warned about.
+    if !admin.listen.ip().is_loopback() {
+        let open: Vec<&str> = [
+            ("admin.metrics_without_token", admin.metrics_without_token),
+            (
+                "admin.status_page_without_token",
+                admin.status_page_without_token,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(key, on)| on.then_some(key))
+        .collect();
+        if !open.is_empty() {
+            return Err((
+                "admin.listen",
+                format!(
+                    "{} is not a loopback address, and {} = true would serve it to anyone who can reach it; \
+                     bind admin.listen to 127.0.0.1 (or ::1), or set {} = false and use admin.token_file",
+                    admin.listen,
+                    open.join(" and "),
+                    open.join(" and ")
+                ),
+            ));
+        }
+    }
+    Ok(admin)
 }
 
 fn parse_addr(text: &str) -> Result<SocketAddr, String> {

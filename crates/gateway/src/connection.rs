@@ -20,7 +20,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -32,12 +32,14 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
 use crate::body::{BoxError, ClientBody, ResponseBody};
 use crate::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::config::LimitSettings;
 use crate::headers;
+use crate::idle::IdleTimer;
 use crate::proxy::{self, Peer};
 use crate::shutdown::ShutdownWatch;
 use crate::state::Gateway;
@@ -67,10 +69,18 @@ pub async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     shutdown: ShutdownWatch,
+    slot: OwnedSemaphorePermit,
 ) {
     let limits = gateway.snapshot().config.limits.clone();
     let peer = Peer::new(peer);
-    let mut io = Lingering::new(stream);
+    let mut io = Lingering::new(
+        stream,
+        slot,
+        WriteTimeout {
+            timer: IdleTimer::new(limits.client_write_timeout),
+            expired: gateway.metrics.client_stalls.clone(),
+        },
+    );
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
     let mut out = Vec::with_capacity(1024);
     let mut head_timer = Deadline::default();
@@ -490,14 +500,55 @@ struct Lingering {
     stream: Option<TcpStream>,
     /// The client has closed its side: nothing is left to drain.
     client_closed: bool,
+    /// The connection's place under `limits.max_connections`, held until
+    /// the socket is closed, lingering included: otherwise a flood of
+    /// requests answered early would hold sockets beyond the cap.
+    slot: Option<OwnedSemaphorePermit>,
+    /// Writes that wait on the client too long fail.
+    write_timeout: WriteTimeout,
+}
+
+/// `limits.client_write_timeout_ms`: a client that accepts no bytes of its
+/// response for this long has its connection closed, which drops the
+/// response and with it the backend's connection and the shard's
+/// in-flight count. Otherwise a client that stops reading would pin both
+/// for as long as it likes.
+struct WriteTimeout {
+    timer: IdleTimer,
+    /// `shuffle_stream_timeouts_total{side="client"}`.
+    expired: prometheus_client::metrics::counter::Counter,
 }
 
 impl Lingering {
-    fn new(stream: TcpStream) -> Self {
+    fn new(stream: TcpStream, slot: OwnedSemaphorePermit, write_timeout: WriteTimeout) -> Self {
         Self {
             stream: Some(stream),
             client_closed: false,
+            slot: Some(slot),
+            write_timeout,
         }
+    }
+
+    /// What a write to the client that made `progress` (or is still
+    /// waiting) comes to under the write timeout.
+    fn timed<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        progress: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if progress.is_ready() {
+            self.write_timeout.timer.progressed();
+            return progress;
+        }
+        ready!(self.write_timeout.timer.poll_expired(cx));
+        self.write_timeout.expired.inc();
+        // Nothing more is read from or written to a client that stopped
+        // reading: no lingering either.
+        self.client_closed = true;
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client accepted nothing for limits.client_write_timeout_ms",
+        )))
     }
 
     fn tcp(&self) -> &TcpStream {
@@ -520,7 +571,9 @@ impl Drop for Lingering {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let slot = self.slot.take();
         runtime.spawn(async move {
+            let _slot = slot;
             // Usually the write side has been shut down already; if not
             // (an aborted connection), the client learns it here.
             let _ = stream.shutdown().await;
@@ -561,7 +614,8 @@ impl AsyncWrite for Lingering {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.stream().poll_write(cx, buf)
+        let progress = self.stream().poll_write(cx, buf);
+        self.timed(cx, progress)
     }
 
     fn poll_write_vectored(
@@ -569,7 +623,8 @@ impl AsyncWrite for Lingering {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.stream().poll_write_vectored(cx, bufs)
+        let progress = self.stream().poll_write_vectored(cx, bufs);
+        self.timed(cx, progress)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -10,6 +10,7 @@
 //! alone. Both directions work on header fields as they were written
 //! ([`Fields`]), with one predicate, names compared in any case.
 
+use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
@@ -68,6 +69,86 @@ fn spelled_like(name: &[u8], want: &[u8]) -> bool {
 /// read as `-`.
 fn reads_as(got: u8, want: u8) -> bool {
     got.to_ascii_lowercase() == want || (got == b'_' && want == b'-')
+}
+
+/// The fields through which a client, or a proxy in front of the gateway,
+/// tells a backend who the client is and how it connected (besides
+/// `x-forwarded-for` and `x-forwarded-host`, which are the gateway's own).
+/// When the gateway does not keep the client's `x-forwarded-for` list
+/// ([`ForwardedFor::Replace`] or [`ForwardedFor::Off`]), nothing in front
+/// of it is trusted to vouch for the client, so none of these pass either
+/// (in any spelling a CGI-style backend reads as theirs). With
+/// [`ForwardedFor::Append`] they pass unchanged: the operator has said a
+/// trusted proxy sits in front.
+const CLIENT_ORIGIN: [&[u8]; 6] = [
+    b"forwarded",
+    b"x-real-ip",
+    b"true-client-ip",
+    b"x-forwarded-proto",
+    b"x-forwarded-port",
+    b"x-forwarded-prefix",
+];
+
+/// Whether a name reads (to a CGI-style backend) as one of
+/// [`CLIENT_ORIGIN`], `x-forwarded-for` or `x-forwarded-host`.
+fn describes_client_origin(name: &[u8]) -> bool {
+    CLIENT_ORIGIN
+        .iter()
+        .chain([&b"x-forwarded-for"[..], b"x-forwarded-host"].iter())
+        .any(|origin| spelled_like(name, origin))
+}
+
+/// Fields that never pass in a trailer section, whichever way it goes,
+/// beyond what the header rules already drop: a recipient that merges
+/// trailers into the header section (RFC 9110 section 6.5.1 warns some
+/// do) would take them as the message's own framing, routing or identity.
+const NEVER_IN_TRAILERS: [&[u8]; 4] = [
+    b"content-length",
+    b"content-encoding",
+    b"content-range",
+    b"host",
+];
+
+/// Whether a request trailer (its name in any case) goes to the shard:
+/// what [`Inbound::forwards`] lets through as a header, less the framing
+/// fields, and less anything describing the client's origin even when the
+/// client's `x-forwarded-for` is kept, since in a trailer the gateway's own
+/// entry could not be the last one.
+pub fn request_trailer_passes(inbound: &Inbound, name: &[u8]) -> bool {
+    inbound.forwards(name)
+        && !NEVER_IN_TRAILERS
+            .iter()
+            .any(|never| name.eq_ignore_ascii_case(never))
+        && !describes_client_origin(name)
+}
+
+/// Whether a backend's response trailer (its name in any case) reaches the
+/// client: what [`outbound`] lets through as a header, less the framing
+/// fields.
+pub fn response_trailer_passes(name: &[u8]) -> bool {
+    !never_forwarded(name, &[] as &[&[u8]])
+        && !NEVER_IN_TRAILERS
+            .iter()
+            .any(|never| name.eq_ignore_ascii_case(never))
+}
+
+/// Keeps the trailers `passes` allows (trailer sections are rare and small,
+/// so a new map is fine).
+pub fn filter_trailers(trailers: HeaderMap, passes: impl Fn(&[u8]) -> bool) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    let mut name = None;
+    for (next, value) in trailers {
+        // `into_iter` names a field only at its first value.
+        if next.is_some() {
+            name = next;
+        }
+        if let Some(name) = &name
+            && passes(name.as_str().as_bytes())
+        {
+            kept.append(name.clone(), value);
+        }
+    }
+    kept
 }
 
 /// `x-forwarded-host`: the client's `Host`, set by the gateway alone.
@@ -156,8 +237,9 @@ impl Added<'_> {
 /// ones (by the standard list or named in the request's `Connection`), the
 /// gateway's namespace, the client's credentials (consumed: backends get
 /// the tenant instead), a client's own `x-forwarded-host` (the gateway's to
-/// set), a client's own `x-forwarded-for` unless the gateway appends to it
-/// ([`ForwardedFor::Append`]) (both also spelled with `_`), a
+/// set), a client's own `x-forwarded-for` and the rest of
+/// [`CLIENT_ORIGIN`] unless the gateway appends to it
+/// ([`ForwardedFor::Append`]) (all also spelled with `_`), a
 /// `Content-Length` beside `Transfer-Encoding`, and the fields each attempt
 /// sets itself (`Host`).
 #[derive(Debug, Clone, Default)]
@@ -237,7 +319,7 @@ impl Inbound {
                 || name.eq_ignore_ascii_case(b"authorization")
                 || name.eq_ignore_ascii_case(crate::credential::API_KEY_HEADER.as_bytes())
                 || spelled_like(name, b"x-forwarded-host")
-                || (self.drops_forwarded_for && spelled_like(name, b"x-forwarded-for"))
+                || (self.drops_forwarded_for && describes_client_origin(name))
                 || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
     }
 }
@@ -485,8 +567,17 @@ mod tests {
             .keys()
             .filter(|name| {
                 let name = name.as_str().replace('_', "-");
+                let origin = [
+                    "x-forwarded-for",
+                    "forwarded",
+                    "x-real-ip",
+                    "true-client-ip",
+                    "x-forwarded-proto",
+                    "x-forwarded-port",
+                    "x-forwarded-prefix",
+                ];
                 name == "x-forwarded-host"
-                    || (name == "x-forwarded-for"
+                    || (origin.contains(&name.as_str())
                         && forwarding.x_forwarded_for != ForwardedFor::Append)
             })
             .cloned()
@@ -578,6 +669,12 @@ mod tests {
             Just("x-forwarded-for".to_owned()),
             Just("X_Forwarded_Host".to_owned()),
             Just("x_forwarded-for".to_owned()),
+            Just("Forwarded".to_owned()),
+            Just("X_Real_IP".to_owned()),
+            Just("true-client-ip".to_owned()),
+            Just("x-forwarded-proto".to_owned()),
+            Just("X-Forwarded_Port".to_owned()),
+            Just("x-forwarded-prefix".to_owned()),
             Just("accept".to_owned()),
             "x[-_]shuffle[-_][a-z]{0,6}",
             "x-[a-z]{1,8}",
@@ -640,5 +737,50 @@ mod tests {
             outbound_reference(&mut reference);
             proptest::prop_assert_eq!(pairs(&fast), pairs(&reference));
         }
+    }
+
+    #[test]
+    fn trailers_cross_the_same_boundary_as_headers() {
+        let mut trailers = HeaderMap::new();
+        for (name, value) in [
+            ("x-shuffle-tenant", "victim"),
+            ("x_shuffle_shard", "s9"),
+            ("authorization", "Bearer stolen"),
+            ("x-api-key", "k"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x_real_ip", "6.6.6.6"),
+            ("content-length", "5"),
+            ("host", "evil"),
+            ("connection", "close"),
+            ("x-checksum", "abc"),
+        ] {
+            trailers.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        trailers.append("x-checksum", "def".parse().unwrap());
+        let fields = Fields::default();
+        // Even when the client's x-forwarded-for list is kept.
+        let inbound = Inbound::new(&fields, ForwardedFor::Append);
+        let kept = filter_trailers(trailers.clone(), |name| {
+            request_trailer_passes(&inbound, name)
+        });
+        assert_eq!(
+            kept.get_all("x-checksum").iter().collect::<Vec<_>>(),
+            ["abc", "def"]
+        );
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        let kept = filter_trailers(trailers, response_trailer_passes);
+        for gone in [
+            "x-shuffle-tenant",
+            "x_shuffle_shard",
+            "content-length",
+            "host",
+            "connection",
+        ] {
+            assert!(!kept.contains_key(gone), "{gone} passed");
+        }
+        assert!(kept.contains_key("x-checksum"));
     }
 }

@@ -165,6 +165,12 @@ impl HealthState {
         before != self.active
     }
 
+    /// Records a real request's attempt that succeeded: its response ended
+    /// cleanly. (No clock is needed to forgive.)
+    pub fn record_success(&mut self) {
+        self.consecutive_errors = 0;
+    }
+
     /// Records the outcome of a real request's attempt. Returns the ejection
     /// reason when this failure ejected the shard.
     pub fn record_attempt(

@@ -1,51 +1,115 @@
-//! The active health checker: every interval, GET the health path on every
-//! shard of every cell, concurrently, and feed the results to each shard's
-//! health state.
+//! The active health checker: each shard is checked on its own schedule,
+//! one deadline per check, so one sick shard can never delay, stale or fail
+//! another's health.
+//!
+//! An earlier version checked every shard concurrently but waited for all
+//! of them before the next round, and drained each answer's body without a
+//! limit: one shard whose `/healthz` sent a head and then stalled its body
+//! froze every check, every other shard went stale, and every tenant got
+//! 503, the shared-fate outage shuffle sharding exists to prevent. Now a
+//! shard's checker is its own task; a check that does not finish within
+//! `health.timeout_ms` (connect, head and body together) fails, and the
+//! body is read only up to [`MAX_BODY`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use http::{Method, StatusCode};
+use http::Method;
+use http_body_util::BodyExt;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::attempt::backend_target;
 use crate::body::AttemptBody;
+use crate::config::HealthSettings;
 use crate::headers::{Added, Inbound};
 use crate::state::{Gateway, ShardRuntime};
+use crate::upstream::Timeouts;
 use crate::wire::{Fields, RequestHead};
 
-/// Runs checks until the task is dropped. The snapshot is re-read every
-/// round, so reloads take effect at the next round.
+/// The most of a health answer's body that is read. A longer body is not
+/// read further (its connection is closed instead of reused) and the
+/// status alone decides: a shard is not unhealthy for being talkative, but
+/// the checker never spends unbounded time or memory on one.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Runs every shard's checks until the task is dropped (which stops them
+/// all). Shards that appear on a reload get a checker of their own; shards
+/// a reload removed lose theirs. Settings are re-read before every check,
+/// so a reload takes effect at each shard's next check.
 pub async fn run(gateway: Arc<Gateway>) {
+    let mut checkers = JoinSet::new();
+    let mut running: HashMap<usize, AbortHandle> = HashMap::new();
     loop {
         let snapshot = gateway.snapshot();
-        let settings = snapshot.config.health.clone();
-        let checks = snapshot.all_shards().map(|shard| {
-            let shard = Arc::clone(shard);
-            let settings = settings.clone();
-            tokio::spawn(async move {
-                let passed = check(&shard, &settings.path, settings.timeout).await;
-                let changed = shard
-                    .health
-                    .lock()
-                    .expect("health lock")
-                    .record_check(passed, Instant::now(), &settings);
-                if changed {
-                    tracing::info!(cell = %shard.cell, shard = %shard.id, passed, "active health changed");
-                }
-            })
+        let current: HashMap<usize, &Arc<ShardRuntime>> = snapshot
+            .all_shards()
+            .map(|shard| (shard_key(shard), shard))
+            .collect();
+        running.retain(|key, checker| {
+            let keep = current.contains_key(key);
+            if !keep {
+                checker.abort();
+            }
+            keep
         });
-        let handles: Vec<_> = checks.collect();
-        for handle in handles {
-            let _ = handle.await;
+        for (key, shard) in current {
+            running.entry(key).or_insert_with(|| {
+                checkers.spawn(check_forever(Arc::clone(&gateway), Arc::clone(shard)))
+            });
+        }
+        let interval = snapshot.config.health.interval;
+        drop(snapshot);
+        // Reap finished (aborted) checkers so the set stays small, and look
+        // for added or removed shards once per interval.
+        let pause = tokio::time::sleep(interval);
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                () = &mut pause => break,
+                Some(_) = checkers.join_next(), if !checkers.is_empty() => {}
+            }
+        }
+    }
+}
+
+/// A shard's identity for the checker: its run-time state, which a reload
+/// keeps for a shard whose cell, id and URL stay the same.
+fn shard_key(shard: &Arc<ShardRuntime>) -> usize {
+    Arc::as_ptr(shard) as usize
+}
+
+/// Checks one shard every interval, for ever.
+async fn check_forever(gateway: Arc<Gateway>, shard: Arc<ShardRuntime>) {
+    loop {
+        let settings = gateway.snapshot().config.health.clone();
+        let passed = check(&shard, &settings).await;
+        let changed = shard.health.lock().expect("health lock").record_check(
+            passed,
+            Instant::now(),
+            &settings,
+        );
+        if changed {
+            tracing::info!(cell = %shard.cell, shard = %shard.id, passed, "active health changed");
         }
         tokio::time::sleep(settings.interval).await;
     }
 }
 
-/// One check: a 2xx answer within the timeout passes. It goes over the
-/// shard's pooled connections, like the traffic it vouches for.
-async fn check(shard: &ShardRuntime, path: &str, timeout: std::time::Duration) -> bool {
-    let uri = path.parse().unwrap_or_default();
+/// One check: a 2xx answer, head and body (to [`MAX_BODY`]) within
+/// `health.timeout_ms` of the start, passes. It goes over the shard's
+/// pooled connections, like the traffic it vouches for.
+pub async fn check(shard: &ShardRuntime, settings: &HealthSettings) -> bool {
+    let started = Instant::now();
+    let deadline = started + settings.timeout;
+    tokio::time::timeout_at(deadline, exchange(shard, settings, started))
+        .await
+        .unwrap_or(false)
+}
+
+/// The check's exchange, without its deadline.
+async fn exchange(shard: &ShardRuntime, settings: &HealthSettings, started: Instant) -> bool {
+    let uri = settings.path.parse().unwrap_or_default();
     let target = backend_target(&shard.path_prefix, &uri);
     let request = RequestHead {
         method: &Method::GET,
@@ -57,16 +121,34 @@ async fn check(shard: &ShardRuntime, path: &str, timeout: std::time::Duration) -
         host: shard.host_header.as_ref(),
         shard: None,
     };
-    let send = shard
+    let Ok(response) = shard
         .upstream
-        .send(request, AttemptBody::Done, timeout, Instant::now());
-    match tokio::time::timeout(timeout, send).await {
-        Ok(Ok(response)) => {
-            let status = response.status();
-            // Drain the body so the connection can be reused.
-            let _ = http_body_util::BodyExt::collect(response.into_body()).await;
-            status.is_success() || status == StatusCode::NO_CONTENT
+        .send(
+            request,
+            AttemptBody::Done,
+            Timeouts {
+                connect: settings.timeout,
+                body_idle: settings.timeout,
+            },
+            started,
+        )
+        .await
+    else {
+        return false;
+    };
+    let passed = response.status().is_success();
+    let mut body = response.into_body();
+    let mut read = 0;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            // A body that breaks off is a shard that is not well.
+            return false;
+        };
+        read += frame.data_ref().map_or(0, bytes::Bytes::len);
+        if read > MAX_BODY {
+            // Dropping the body closes the connection.
+            break;
         }
-        _ => false,
     }
+    passed
 }

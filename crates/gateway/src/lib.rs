@@ -25,6 +25,7 @@ pub mod credential;
 pub mod headers;
 pub mod health;
 pub mod health_check;
+pub mod idle;
 pub mod live_blast;
 pub mod member;
 pub mod metrics;

@@ -64,6 +64,13 @@ pub(crate) struct EjectionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct SideLabels {
+    /// `backend`: a response body the backend stopped sending;
+    /// `client`: a response the client stopped accepting.
+    pub(crate) side: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct BoundLabels {
     pub(crate) le: String,
 }
@@ -166,6 +173,10 @@ pub struct Metrics {
     pub(crate) tenants_below: Family<ThresholdLabels, Gauge>,
     pub(crate) blast_fully_down: Family<CellLabels, Gauge>,
     pub(crate) blast_degraded: Family<CellLabels, Gauge>,
+    /// `shuffle_stream_timeouts_total{side="backend"}`.
+    pub(crate) backend_stalls: Counter,
+    /// `shuffle_stream_timeouts_total{side="client"}`.
+    pub(crate) client_stalls: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -283,9 +294,25 @@ impl Metrics {
             "Modeled tenants with at least one member out of rotation now",
             blast_degraded.clone(),
         );
+        let stream_timeouts = Family::<SideLabels, Counter>::default();
+        registry.register(
+            "stream_timeouts",
+            "Responses cut off after their head because one side stopped moving: side=backend sent nothing for limits.backend_idle_timeout_ms, side=client accepted nothing for limits.client_write_timeout_ms",
+            stream_timeouts.clone(),
+        );
+        // Both series exist from the start (at 0), so a rate() over them
+        // works before the first timeout.
+        let backend_stalls = stream_timeouts
+            .get_or_create(&SideLabels { side: "backend" })
+            .clone();
+        let client_stalls = stream_timeouts
+            .get_or_create(&SideLabels { side: "client" })
+            .clone();
         Self {
             registry,
             scrape: Mutex::new(()),
+            backend_stalls,
+            client_stalls,
             requests,
             attempts,
             failovers,

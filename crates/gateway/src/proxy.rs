@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Body;
 use placement::ShardIndex;
@@ -29,7 +29,7 @@ use crate::credential;
 use crate::headers;
 use crate::member::{self, Pick};
 use crate::metrics::Metrics;
-use crate::state::{Gateway, ShardRuntime, Snapshot};
+use crate::state::{Gateway, Snapshot};
 use crate::upstream::UpstreamBody;
 use crate::wire::{Fields, RequestHead, Stated};
 
@@ -44,7 +44,7 @@ struct Served {
     attempts: usize,
     /// The method and path (without the query, which can carry secrets),
     /// kept only when the access log is on.
-    request_line: Option<(http::Method, String)>,
+    request_line: Option<(Method, String)>,
     /// When a backend's answer was taken, if one was: the clock read that
     /// ended the attempt also ends the request (what is left is
     /// bookkeeping), saving a read per request.
@@ -128,6 +128,8 @@ pub async fn handle(
                     "request"
                 );
             }
+            // The body reports how it ends; the references move with it.
+            response.body_mut().settle_with(gateway, served.snapshot);
         }
         None => gateway.metrics.request("", outcome, elapsed),
     }
@@ -146,6 +148,19 @@ async fn route(
     request_body: &mut Option<RequestBody>,
 ) -> (Response<ResponseBody>, Option<Served>) {
     gateway.stats.requests.fetch_add(1, Ordering::Relaxed);
+    if request.method() == Method::CONNECT {
+        // A tunnel is not a request a shard can serve, and a backend that
+        // said yes would turn the connection into a pipe no rule watches.
+        let mut response = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "CONNECT is not supported: the gateway routes requests, it does not open tunnels",
+        );
+        response.headers_mut().insert(
+            header::ALLOW,
+            HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+        );
+        return (response, None);
+    }
     let snapshot = gateway.snapshot();
     let config = &snapshot.config;
     let deadline = started + config.routing.request_timeout;
@@ -178,6 +193,7 @@ async fn route(
         );
     };
     let (cell, subset) = (route.cell, route.subset.as_slice());
+
     let shards = &snapshot.shards[cell];
     let cell_name = snapshot.config.cells[cell].name.as_str();
     let mut served = Served {
@@ -188,6 +204,16 @@ async fn route(
         request_line: None,
         answered_at: None,
     };
+
+    if snapshot.prefixed[cell] && !attempt::stays_under_prefix(request.uri()) {
+        return (
+            error_response(
+                StatusCode::BAD_REQUEST,
+                "the request target has a dot-segment (\"/./\" or \"/../\", also percent-encoded) or is not a path; send a normalised absolute path",
+            ),
+            Some(served),
+        );
+    }
 
     // The body: refuse what is too large, buffer what may be replayed.
     let (parts, incoming) = request.into_parts();
@@ -356,6 +382,7 @@ async fn route(
                     started: attempt_started,
                     per_try: config.routing.per_try_timeout,
                     deadline,
+                    body_idle: config.limits.backend_idle_timeout,
                 },
                 safe_to_repeat,
             )
@@ -390,7 +417,12 @@ async fn route(
         gateway
             .shard_windows
             .record(crate::admin::shard_key(shard), failure.is_none(), now);
-        record_outcome(gateway, &snapshot, shard, failure.is_none(), now);
+        // A failure counts now; a success only once its body has ended
+        // cleanly (see `body::BackendBody`): a shard that answers heads and
+        // then stalls must not have each head forgive its last stall.
+        if failure.is_some() {
+            gateway.record_failure(&config.outlier, shard, now);
+        }
         match (result, failure) {
             (Ok(response), None) => {
                 served.answered_at = Some(now);
@@ -434,37 +466,6 @@ async fn route(
         }
     };
     (response, Some(served))
-}
-
-/// Feeds an attempt's outcome to passive outlier detection.
-fn record_outcome(
-    gateway: &Gateway,
-    snapshot: &Snapshot,
-    shard: &ShardRuntime,
-    success: bool,
-    now: Instant,
-) {
-    if !success {
-        shard.failures.fetch_add(1, Ordering::Relaxed);
-    }
-    let ejected = shard.health.lock().expect("health lock").record_attempt(
-        success,
-        now,
-        &snapshot.config.outlier,
-    );
-    if let Some(reason) = ejected {
-        gateway.stats.ejections.fetch_add(1, Ordering::Relaxed);
-        gateway
-            .metrics
-            .ejections
-            .get_or_create(&crate::metrics::EjectionLabels {
-                cell: shard.cell.clone(),
-                shard: shard.id.clone(),
-                reason: reason.name(),
-            })
-            .inc();
-        tracing::warn!(cell = %shard.cell, shard = %shard.id, ?reason, "shard ejected");
-    }
 }
 
 /// Streams a backend response to the client, keeping the shard's in-flight

@@ -31,6 +31,20 @@ pub enum StartError {
     },
 }
 
+/// Why a gateway that started stopped serving.
+#[derive(Debug, Error)]
+pub enum RunError {
+    /// It could not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// A part of it stopped on its own: the process would look alive and
+    /// serve nothing, so it exits for its supervisor to restart it.
+    #[error(
+        "the {0} stopped unexpectedly; exiting so that a supervisor (systemd, Kubernetes) restarts the gateway"
+    )]
+    Stopped(&'static str),
+}
+
 /// A running gateway.
 #[derive(Debug)]
 pub struct Running {
@@ -53,6 +67,25 @@ impl Running {
         let _ = self.stop.send(true);
         let _ = self.server.await;
         let _ = self.admin.await;
+        self.health.abort();
+    }
+
+    /// Completes when a listener or the health checker ends on its own
+    /// (a panic, or a loop that gave up), naming it. They run until
+    /// shutdown otherwise, so this is never complete while all is well.
+    pub async fn unexpected_stop(&mut self) -> &'static str {
+        tokio::select! {
+            _ = &mut self.server => "data listener",
+            _ = &mut self.admin => "admin listener",
+            _ = &mut self.health => "health checker",
+        }
+    }
+
+    /// Stops everything at once, without a grace period.
+    fn abort(self) {
+        let _ = self.stop.send(true);
+        self.server.abort();
+        self.admin.abort();
         self.health.abort();
     }
 }
@@ -80,6 +113,11 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
             addr: admin_addr,
             source,
         })?;
+    if !admin_addr.ip().is_loopback() {
+        // Start-up refuses token-less pages on such an address (see
+        // `config`); the token-protected API is still worth a line.
+        tracing::warn!(admin = %admin_addr, "the admin listener is reachable from other hosts; keep admin.token_file secret, or bind admin.listen to 127.0.0.1");
+    }
     let gateway = Gateway::new(snapshot);
     let health = tokio::spawn(health_check::run(Arc::clone(&gateway)));
     let (stop, stopped) = watch::channel(false);
@@ -109,15 +147,24 @@ async fn stop_signal(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
 }
 
-/// Runs the gateway from a configuration file until SIGINT or SIGTERM.
-pub async fn run(config: &Path) -> Result<(), StartError> {
-    let snapshot = Snapshot::load(config, None)?;
-    let running = start(snapshot).await?;
+/// Runs the gateway from a configuration file until SIGINT or SIGTERM, or
+/// until a part of it stops on its own ([`RunError::Stopped`]).
+pub async fn run(config: &Path) -> Result<(), RunError> {
+    let snapshot = Snapshot::load(config, None).map_err(StartError::from)?;
+    let mut running = start(snapshot).await?;
     tracing::info!(addr = %running.addr, admin = %running.admin_addr, "gateway listening");
     let reloads = tokio::spawn(reload_on_hangup(Arc::clone(&running.gateway)));
-    wait_for_stop_signal().await;
-    tracing::info!("shutting down");
+    let stopped = tokio::select! {
+        () = wait_for_stop_signal() => None,
+        part = running.unexpected_stop() => Some(part),
+    };
     reloads.abort();
+    if let Some(part) = stopped {
+        tracing::error!(part, "stopped unexpectedly; exiting");
+        running.abort();
+        return Err(RunError::Stopped(part));
+    }
+    tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())
 }
@@ -152,5 +199,58 @@ async fn wait_for_stop_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A configuration on ephemeral loopback ports with one shard nobody
+    /// serves.
+    fn snapshot(dir: &Path) -> Snapshot {
+        std::fs::write(dir.join("placement.key"), [9_u8; 32]).unwrap();
+        std::fs::write(dir.join("tenants.toml"), "").unwrap();
+        let path = dir.join("gateway.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\
+             [placement]\nalgorithm = \"rendezvous\"\nk = 1\nkey_file = \"placement.key\"\nkey_version = \"v1\"\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\n\
+             [[cells]]\nname = \"default\"\nshards = [{ id = \"s0\", url = \"http://127.0.0.1:9\" }]\n",
+        )
+        .unwrap();
+        Snapshot::load(&path, None).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_listener_that_ends_is_reported_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        for (part, kill) in [
+            (
+                "data listener",
+                (|r: &Running| r.server.abort()) as fn(&Running),
+            ),
+            ("admin listener", |r: &Running| r.admin.abort()),
+            ("health checker", |r: &Running| r.health.abort()),
+        ] {
+            let mut running = start(snapshot(dir.path())).await.unwrap();
+            kill(&running);
+            assert_eq!(running.unexpected_stop().await, part);
+            running.abort();
+        }
+    }
+
+    #[tokio::test]
+    async fn nothing_is_reported_while_all_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut running = start(snapshot(dir.path())).await.unwrap();
+        let waited = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            running.unexpected_stop(),
+        )
+        .await;
+        assert!(waited.is_err(), "reported {waited:?} while running");
+        running.shutdown().await;
     }
 }

@@ -61,12 +61,14 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let connection = connection::serve(Arc::clone(&gateway), stream, peer, stop.watch());
-        connections.spawn(async move {
-            connection.await;
-            // The slot is free once the connection is gone.
-            drop(slot);
-        });
+        // The slot is free once the connection is gone, lingering included.
+        connections.spawn(connection::serve(
+            Arc::clone(&gateway),
+            stream,
+            peer,
+            stop.watch(),
+            slot,
+        ));
     }
     drop(listener);
     let grace = gateway.snapshot().config.limits.shutdown_grace;

@@ -142,6 +142,9 @@ pub struct Snapshot {
     pub shards: Vec<Vec<Arc<ShardRuntime>>>,
     /// Per cell: the blast-radius model over the cell's tenants.
     pub blast: Vec<crate::live_blast::CellModel>,
+    /// Per cell: some shard's URL has a path prefix, so request targets
+    /// must stay under it ([`crate::attempt::stays_under_prefix`]).
+    pub(crate) prefixed: Vec<bool>,
     /// The admin bearer token, when one is configured.
     pub admin_token: Option<crate::credential::Secret>,
     /// Per cell: its request metric series, looked up on first use.
@@ -172,7 +175,7 @@ impl Snapshot {
         // reported against the configuration key that names it.
         let authenticator = Authenticator::new(config.jwt.as_ref())
             .map_err(|e| ConfigError::new(&config.path, "auth.jwt.key_file", e.to_string()))?;
-        let shards = config
+        let shards: Vec<Vec<Arc<ShardRuntime>>> = config
             .cells
             .iter()
             .map(|cell| {
@@ -196,6 +199,10 @@ impl Snapshot {
             })
             .collect();
         let blast = crate::live_blast::build(&topology, &tenants);
+        let prefixed = shards
+            .iter()
+            .map(|cell| cell.iter().any(|shard| !shard.path_prefix.is_empty()))
+            .collect();
         let cell_count = config.cells.len();
         let routes = (0..tenants.len())
             .map(|_| std::sync::OnceLock::new())
@@ -214,6 +221,7 @@ impl Snapshot {
             authenticator,
             shards,
             blast,
+            prefixed,
             admin_token,
             cell_metrics: (0..cell_count)
                 .map(|_| std::sync::OnceLock::new())
@@ -375,6 +383,40 @@ impl Gateway {
     /// The current snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot.load_full()
+    }
+
+    /// Feeds a failed attempt to passive outlier detection (and counts the
+    /// ejection it causes, if it does).
+    pub(crate) fn record_failure(
+        &self,
+        outlier: &crate::config::OutlierSettings,
+        shard: &ShardRuntime,
+        now: Instant,
+    ) {
+        shard.failures.fetch_add(1, Ordering::Relaxed);
+        let ejected = shard
+            .health
+            .lock()
+            .expect("health lock")
+            .record_attempt(false, now, outlier);
+        if let Some(reason) = ejected {
+            self.stats.ejections.fetch_add(1, Ordering::Relaxed);
+            self.metrics
+                .ejections
+                .get_or_create(&crate::metrics::EjectionLabels {
+                    cell: shard.cell.clone(),
+                    shard: shard.id.clone(),
+                    reason: reason.name(),
+                })
+                .inc();
+            tracing::warn!(cell = %shard.cell, shard = %shard.id, ?reason, "shard ejected");
+        }
+    }
+
+    /// Feeds a successful attempt (its response ended cleanly) to passive
+    /// outlier detection: the run of failures is broken.
+    pub(crate) fn record_success(shard: &ShardRuntime) {
+        shard.health.lock().expect("health lock").record_success();
     }
 
     /// Reloads from the configuration file. The new configuration is

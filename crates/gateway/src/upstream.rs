@@ -37,6 +37,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::body::{AttemptBody, AttemptBodyError};
+use crate::headers::{self, Inbound};
+use crate::idle::IdleTimer;
 use crate::wire::{
     self, ChunkedDecoder, Decoded, Fields, RequestFraming, RequestHead, ResponseFraming, Stated,
     WireError,
@@ -87,6 +89,20 @@ pub enum ExchangeError {
     /// The client's request body failed while it was being sent.
     #[error("the request body could not be sent")]
     Body(#[source] AttemptBodyError),
+    /// The backend sent nothing for `limits.backend_idle_timeout_ms` while
+    /// its response body was awaited.
+    #[error("the backend's response body stalled for longer than limits.backend_idle_timeout_ms")]
+    Stalled,
+}
+
+/// How long an exchange may wait.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// To make a new connection.
+    pub connect: Duration,
+    /// For the next bytes of a response body that has begun
+    /// (`limits.backend_idle_timeout_ms`).
+    pub body_idle: Duration,
 }
 
 impl ExchangeError {
@@ -189,7 +205,7 @@ impl Upstream {
     }
 
     /// Sends `request` with `body` on an idle connection, or a new one made
-    /// within `connect_timeout`, and returns the response once its head has
+    /// within `timeouts.connect`, and returns the response once its head has
     /// arrived. `now` is a recent clock reading (the caller has one), which
     /// decides which idle connections have expired. The response body gives
     /// the connection back when it has been read to its end, and holds the
@@ -199,20 +215,26 @@ impl Upstream {
         self: &Arc<Self>,
         request: RequestHead<'_>,
         mut body: AttemptBody,
-        connect_timeout: Duration,
+        timeouts: Timeouts,
         now: Instant,
     ) -> Result<Response<UpstreamBody>, SendError> {
         // A pooled connection that turns out closed when the head is
         // written took nothing; the next one (or a new one) gets the request.
         while let Some(connection) = self.checkout(now) {
-            match self.exchange(connection, &request, &mut body).await {
+            match self
+                .exchange(connection, &request, &mut body, timeouts)
+                .await
+            {
                 Ok(response) => return Ok(response),
                 Err(Failed::NotSent) => {}
                 Err(Failed::Exchange(error)) => return Err(SendError::Exchange(error)),
             }
         }
-        let connection = self.connect(connect_timeout).await?;
-        match self.exchange(connection, &request, &mut body).await {
+        let connection = self.connect(timeouts.connect).await?;
+        match self
+            .exchange(connection, &request, &mut body, timeouts)
+            .await
+        {
             Ok(response) => Ok(response),
             Err(Failed::NotSent) => Err(SendError::NotSent),
             Err(Failed::Exchange(error)) => Err(SendError::Exchange(error)),
@@ -258,6 +280,7 @@ impl Upstream {
         mut connection: Connection,
         request: &RequestHead<'_>,
         body: &mut AttemptBody,
+        timeouts: Timeouts,
     ) -> Result<Response<UpstreamBody>, Failed> {
         let (framing, add_length) = request_framing(request, body);
         let Connection {
@@ -287,7 +310,7 @@ impl Upstream {
             // say): its answer is taken, and the rest of the body is not
             // sent, which leaves the connection unfit for reuse.
             let (mut reader, mut writer) = stream.split();
-            let upload = upload(&mut writer, body, framing, write);
+            let upload = upload(&mut writer, body, framing, request.inbound, write);
             let answer = read_head(&mut reader, read, request.method);
             tokio::pin!(upload, answer);
             tokio::select! {
@@ -320,6 +343,7 @@ impl Upstream {
             reusable: head.keep_alive && sent_whole,
             upstream: Arc::clone(self),
             fields: head.fields,
+            idle: IdleTimer::new(timeouts.body_idle),
         };
         if body.state == BodyState::Length(0) {
             body.finish();
@@ -404,11 +428,14 @@ async fn write_head(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), Written>
     Ok(())
 }
 
-/// Streams the client's body to the backend, chunked or as is.
+/// Streams the client's body to the backend, chunked or as is. The
+/// client's trailers cross the same boundary its header fields did
+/// ([`headers::request_trailer_passes`]).
 async fn upload<W: AsyncWrite + Unpin>(
     writer: &mut W,
     body: &mut AttemptBody,
     framing: RequestFraming,
+    inbound: &Inbound,
     scratch: &mut Vec<u8>,
 ) -> Result<(), ExchangeError> {
     let chunked = framing == RequestFraming::Chunked;
@@ -434,6 +461,9 @@ async fn upload<W: AsyncWrite + Unpin>(
                 }
                 Err(frame) => match frame.into_trailers() {
                     Ok(trailers) if chunked => {
+                        let trailers = headers::filter_trailers(trailers, |name| {
+                            headers::request_trailer_passes(inbound, name)
+                        });
                         wire::encode_last_chunk(scratch, Some(&trailers));
                         true
                     }
@@ -515,6 +545,8 @@ pub struct UpstreamBody {
     /// response's header map is left empty: a map is built only where one
     /// is needed, see [`Fields`].)
     fields: Fields,
+    /// Fires when the backend has sent nothing for too long.
+    idle: IdleTimer,
 }
 
 impl std::fmt::Debug for UpstreamBody {
@@ -601,11 +633,13 @@ impl Body for UpstreamBody {
                 }
             }
             make_room(read);
-            match ready!(tokio_util::io::poll_read_buf(
-                Pin::new(&mut connection.stream),
-                cx,
-                read
-            )) {
+            let polled = tokio_util::io::poll_read_buf(Pin::new(&mut connection.stream), cx, read);
+            if polled.is_pending() {
+                ready!(this.idle.poll_expired(cx));
+                return this.fail(ExchangeError::Stalled);
+            }
+            this.idle.progressed();
+            match ready!(polled) {
                 Ok(0) if this.state == BodyState::UntilClose => {
                     this.state = BodyState::Done;
                     this.connection = None;

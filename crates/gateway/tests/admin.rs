@@ -571,3 +571,14 @@ async fn the_data_listener_never_shows_placement() {
         assert!(answer.get("subset").is_none() && answer.get("members").is_none());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_needs_no_token_and_says_nothing_else() {
+    let fixture = Fixture::start(options()).await;
+    let (status, _, body) = fixture.admin("GET", "/readyz", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, b"ready\n".as_slice());
+    // Everything else still wants the token.
+    let (status, headers, body) = fixture.admin("GET", "/metrics", None).await;
+    assert_unauthorized(status, &headers, &body, "/metrics");
+}

@@ -69,9 +69,11 @@ fn the_kubernetes_config_map_is_a_valid_configuration_for_the_probes_it_has() {
     let config = &snapshot.config;
     assert!(snapshot.tenants.len() >= 2);
     assert!(snapshot.admin_token.is_some());
-    // The readiness probe reaches /metrics on 9901 without a token.
+    // The readiness probe reaches /readyz on 9901, which needs no token;
+    // nothing else is open on an address others can reach.
     assert_eq!(config.admin.listen, "0.0.0.0:9901".parse().unwrap());
-    assert!(config.admin.metrics_without_token);
+    assert!(!config.admin.metrics_without_token);
+    assert!(!config.admin.status_page_without_token);
     assert_eq!(config.listen.port(), 8080);
 
     let deployment = read("kubernetes/deployment.yaml");
@@ -79,7 +81,7 @@ fn the_kubernetes_config_map_is_a_valid_configuration_for_the_probes_it_has() {
         "replicas: 3",
         "containerPort: 8080",
         "containerPort: 9901",
-        "path: /metrics",
+        "path: /readyz",
         "port: admin",
         "tcpSocket:",
         "prometheus.io/scrape: \"true\"",

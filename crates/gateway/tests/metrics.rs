@@ -455,8 +455,17 @@ async fn every_family_is_exported_with_values_that_match_the_traffic() {
         ("shuffle_tenants_below_availability", "gauge"),
         ("shuffle_blast_fully_down_tenants", "gauge"),
         ("shuffle_blast_degraded_tenants", "gauge"),
+        ("shuffle_stream_timeouts", "counter"),
     ] {
         assert_eq!(metrics.kind(family), Some(kind), "{family}\n{text}");
+    }
+    // Nothing stalled: both sides' series exist, at zero.
+    for side in ["backend", "client"] {
+        assert_eq!(
+            metrics.value("shuffle_stream_timeouts_total", &[("side", side)]),
+            0.0,
+            "{side}"
+        );
     }
 
     // Requests by outcome: every good GET, the 401 (no cell: no tenant),
@@ -698,7 +707,8 @@ async fn every_family_is_exported_with_values_that_match_the_traffic() {
                     "reason",
                     "kind",
                     "le",
-                    "threshold"
+                    "threshold",
+                    "side"
                 ]
                 .contains(&label.as_str()),
                 "unexpected label {label} on {}",

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use gateway::body::AttemptBody;
 use gateway::headers::{Added, Inbound};
-use gateway::upstream::{ExchangeError, SendError, Upstream, UpstreamBody};
+use gateway::upstream::{ExchangeError, SendError, Timeouts, Upstream, UpstreamBody};
 use gateway::wire::{Fields, RequestHead, WireError};
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
@@ -23,7 +23,10 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::{Instant, timeout};
 
 /// The connect timeout given to every send.
-const CONNECT: Duration = Duration::from_secs(5);
+const TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(5),
+    body_idle: Duration::from_secs(60),
+};
 
 /// How long anything in these tests may take before it counts as a hang.
 const DEADLINE: Duration = Duration::from_secs(5);
@@ -267,9 +270,12 @@ async fn send(
         host: Some(&host),
         shard: request.shard.as_ref(),
     };
-    timeout(DEADLINE, upstream.send(head, body, CONNECT, Instant::now()))
-        .await
-        .expect("no answer in time")
+    timeout(
+        DEADLINE,
+        upstream.send(head, body, TIMEOUTS, Instant::now()),
+    )
+    .await
+    .expect("no answer in time")
 }
 
 /// Sends `GET /x` with no body.
