@@ -133,6 +133,8 @@ pub struct Timing {
     pub deadline: Instant,
     /// How long the response body may wait for the backend's next bytes.
     pub body_idle: Duration,
+    /// How long the whole response may take, if limited.
+    pub response: Option<Duration>,
 }
 
 /// Sends one attempt of the client's request to `uri`: `client` is its
@@ -169,6 +171,7 @@ pub async fn send(
     let timeouts = Timeouts {
         connect: timing.per_try,
         body_idle: timing.body_idle,
+        response: timing.response,
     };
     let mut resends = 0;
     loop {

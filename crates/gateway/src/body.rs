@@ -75,7 +75,7 @@ impl BackendBody {
             return;
         };
         if let Err(error) = ended {
-            if matches!(error, ExchangeError::Stalled) {
+            if matches!(error, ExchangeError::Stalled | ExchangeError::TooSlow) {
                 gateway.metrics.backend_stalls.inc();
             }
             if let Some(InFlight(shard)) = &self.in_flight {

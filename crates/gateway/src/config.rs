@@ -215,6 +215,11 @@ pub struct LimitSettings {
     /// How long a response may wait for its client to accept bytes before
     /// both sides are closed.
     pub client_write_timeout: Duration,
+    /// How long a backend's whole response (head and body) may take from
+    /// the attempt's start before both sides are closed (and the shard
+    /// charged with a failure); `None` (0 in the file, the default) for no
+    /// limit, as in nginx: set it to catch a shard that trickles.
+    pub backend_response_timeout: Option<Duration>,
 }
 
 /// The admin listener (operations API, metrics, status page).
@@ -414,6 +419,7 @@ struct RawLimits {
     max_connections: Option<usize>,
     backend_idle_timeout_ms: Option<u64>,
     client_write_timeout_ms: Option<u64>,
+    backend_response_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -845,6 +851,13 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
             60_000,
             1..=MAX_MS,
         )?,
+        backend_response_timeout: Some(millis(
+            "limits.backend_response_timeout_ms",
+            l.backend_response_timeout_ms,
+            0,
+            0..=24 * MAX_MS,
+        )?)
+        .filter(|limit| !limit.is_zero()),
     })
 }
 

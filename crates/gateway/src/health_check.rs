@@ -129,6 +129,8 @@ async fn exchange(shard: &ShardRuntime, settings: &HealthSettings, started: Inst
             Timeouts {
                 connect: settings.timeout,
                 body_idle: settings.timeout,
+                // The check's own deadline bounds it all.
+                response: None,
             },
             started,
         )

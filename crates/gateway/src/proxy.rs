@@ -383,6 +383,7 @@ async fn route(
                     per_try: config.routing.per_try_timeout,
                     deadline,
                     body_idle: config.limits.backend_idle_timeout,
+                    response: config.limits.backend_response_timeout,
                 },
                 safe_to_repeat,
             )

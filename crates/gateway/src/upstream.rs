@@ -38,7 +38,7 @@ use tokio::time::Instant;
 
 use crate::body::{AttemptBody, AttemptBodyError};
 use crate::headers::{self, Inbound};
-use crate::idle::IdleTimer;
+use crate::idle::{Expired, IdleTimer};
 use crate::wire::{
     self, ChunkedDecoder, Decoded, Fields, RequestFraming, RequestHead, ResponseFraming, Stated,
     WireError,
@@ -93,6 +93,10 @@ pub enum ExchangeError {
     /// its response body was awaited.
     #[error("the backend's response body stalled for longer than limits.backend_idle_timeout_ms")]
     Stalled,
+    /// The backend's response did not end within
+    /// `limits.backend_response_timeout_ms` (a body that trickles).
+    #[error("the backend's response took longer than limits.backend_response_timeout_ms")]
+    TooSlow,
 }
 
 /// How long an exchange may wait.
@@ -103,6 +107,9 @@ pub struct Timeouts {
     /// For the next bytes of a response body that has begun
     /// (`limits.backend_idle_timeout_ms`).
     pub body_idle: Duration,
+    /// For the whole response, head and body, from the start of the
+    /// exchange (`limits.backend_response_timeout_ms`); `None` for no limit.
+    pub response: Option<Duration>,
 }
 
 impl ExchangeError {
@@ -220,9 +227,10 @@ impl Upstream {
     ) -> Result<Response<UpstreamBody>, SendError> {
         // A pooled connection that turns out closed when the head is
         // written took nothing; the next one (or a new one) gets the request.
+        let response_deadline = timeouts.response.and_then(|limit| now.checked_add(limit));
         while let Some(connection) = self.checkout(now) {
             match self
-                .exchange(connection, &request, &mut body, timeouts)
+                .exchange(connection, &request, &mut body, timeouts, response_deadline)
                 .await
             {
                 Ok(response) => return Ok(response),
@@ -232,7 +240,7 @@ impl Upstream {
         }
         let connection = self.connect(timeouts.connect).await?;
         match self
-            .exchange(connection, &request, &mut body, timeouts)
+            .exchange(connection, &request, &mut body, timeouts, response_deadline)
             .await
         {
             Ok(response) => Ok(response),
@@ -281,6 +289,7 @@ impl Upstream {
         request: &RequestHead<'_>,
         body: &mut AttemptBody,
         timeouts: Timeouts,
+        response_deadline: Option<Instant>,
     ) -> Result<Response<UpstreamBody>, Failed> {
         let (framing, add_length) = request_framing(request, body);
         let Connection {
@@ -343,7 +352,7 @@ impl Upstream {
             reusable: head.keep_alive && sent_whole,
             upstream: Arc::clone(self),
             fields: head.fields,
-            idle: IdleTimer::new(timeouts.body_idle),
+            idle: IdleTimer::with_deadline(timeouts.body_idle, response_deadline),
         };
         if body.state == BodyState::Length(0) {
             body.finish();
@@ -635,8 +644,11 @@ impl Body for UpstreamBody {
             make_room(read);
             let polled = tokio_util::io::poll_read_buf(Pin::new(&mut connection.stream), cx, read);
             if polled.is_pending() {
-                ready!(this.idle.poll_expired(cx));
-                return this.fail(ExchangeError::Stalled);
+                let error = match ready!(this.idle.poll_expired(cx)) {
+                    Expired::Idle => ExchangeError::Stalled,
+                    Expired::Deadline => ExchangeError::TooSlow,
+                };
+                return this.fail(error);
             }
             this.idle.progressed();
             match ready!(polled) {
