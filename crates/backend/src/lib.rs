@@ -3,11 +3,37 @@
 //! The gateway's tests, the drills and the demo all need shards that fail in
 //! realistic ways: a killed process (connection refused), a hung one that
 //! accepts and never answers (blackhole), a slow one, one that returns
-//! errors at some rate, one that flaps, and one that resets mid-response.
+//! errors at some rate, one that flaps, one that resets mid-response, and
+//! the sicker ones a real fleet shows: bodies that stall or trickle, heads
+//! without bodies, health checks that hang, flood or answer garbage, and a
+//! process that stops reading its sockets ([`Mode`]).
 //! [`Backend`] is one shard: it answers `200` with a small JSON body naming
 //! itself and the tenant the gateway said it was serving, answers its health
 //! path, records every request's headers when asked to ([`Recording`]), and
-//! switches behaviour on demand.
+//! switches behaviour on demand, in process ([`Backend::set_mode`]) or from
+//! another one through its control API ([`control`]).
+//!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use backend::{Backend, Mode};
+//!
+//! let shard = Backend::start("s0").await?;
+//! let control = shard.serve_control("127.0.0.1:0".parse().unwrap()).await?;
+//! shard.set_mode("health-stall".parse().unwrap());
+//! assert_eq!(shard.mode(), Mode::HealthStallBody);
+//! # let _ = control;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod control;
+mod mode;
+mod raw;
+
+pub use mode::{MODE_SYNTAX, Mode, ParseModeError};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,33 +50,9 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
-
-/// How the backend behaves.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Mode {
-    /// Answers every request.
-    Healthy,
-    /// Not listening: connections are refused.
-    Killed,
-    /// Accepts connections and never answers.
-    Blackhole,
-    /// Answers after a delay.
-    Slow(Duration),
-    /// Answers this status to a share of requests (and health checks).
-    Errors {
-        /// The status to answer.
-        status: u16,
-        /// The share of requests that get it, 0.0–1.0.
-        rate: f64,
-    },
-    /// Alternates between healthy and killed every period.
-    Flapping(Duration),
-    /// Sends response headers, part of the body, then resets the connection.
-    ResetMidResponse,
-}
 
 /// Whether a backend keeps what it sees of each request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,10 +95,58 @@ impl Seen {
 struct Shared {
     id: String,
     health_path: String,
-    mode: Mutex<Mode>,
+    /// The current mode; the supervisor subscribes to it, handlers read it
+    /// per request.
+    mode: watch::Sender<Mode>,
     recording: Recording,
     seen: Mutex<Vec<Seen>>,
     requests: AtomicU64,
+}
+
+impl Shared {
+    fn mode(&self) -> Mode {
+        self.mode.borrow().clone()
+    }
+
+    /// Counts a data-path request and keeps what `seen` says of it when
+    /// recording; `seen` is only called then, as copying headers costs.
+    fn note(&self, seen: impl FnOnce() -> Seen) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        if self.recording == Recording::Every {
+            self.seen.lock().expect("seen lock").push(seen());
+        }
+    }
+
+    /// The healthy answer's body, the same from hyper and from the raw loop.
+    fn answer(&self, tenant: &str, method: &str, path: &str, body_len: usize) -> String {
+        serde_json::json!({
+            "shard": self.id,
+            "tenant": tenant,
+            "method": method,
+            "path": path,
+            "body_len": body_len,
+        })
+        .to_string()
+    }
+}
+
+/// Switches one backend's mode from anywhere: a cheap, cloneable handle
+/// for the control API and for tests.
+#[derive(Debug, Clone)]
+pub struct ModeSwitch {
+    shared: Arc<Shared>,
+}
+
+impl ModeSwitch {
+    /// The current mode.
+    pub fn get(&self) -> Mode {
+        self.shared.mode()
+    }
+
+    /// Switches behaviour, as [`Backend::set_mode`] does.
+    pub fn set(&self, mode: Mode) {
+        self.shared.mode.send_replace(mode);
+    }
 }
 
 /// One running test shard.
@@ -104,8 +154,10 @@ struct Shared {
 pub struct Backend {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    mode_tx: watch::Sender<Mode>,
     task: JoinHandle<()>,
+    /// Control API servers started by [`Backend::serve_control`], stopped
+    /// with the backend.
+    control: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Backend {
@@ -129,21 +181,21 @@ impl Backend {
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let (mode, mode_rx) = watch::channel(Mode::Healthy);
         let shared = Arc::new(Shared {
             id: id.to_owned(),
             health_path: "/healthz".into(),
-            mode: Mutex::new(Mode::Healthy),
+            mode,
             recording,
             seen: Mutex::new(Vec::new()),
             requests: AtomicU64::new(0),
         });
-        let (mode_tx, mode_rx) = watch::channel(Mode::Healthy);
         let task = tokio::spawn(supervise(listener, addr, Arc::clone(&shared), mode_rx));
         Ok(Self {
             addr,
             shared,
-            mode_tx,
             task,
+            control: Mutex::new(Vec::new()),
         })
     }
 
@@ -164,9 +216,34 @@ impl Backend {
 
     /// Switches behaviour. Killing closes the listener and every open
     /// connection; any other mode reopens the listener on the same port.
+    /// Switching into or out of the modes hyper cannot act out (see
+    /// [`Mode`]: the stalls, trickles, health faults and `Unread`) also
+    /// closes every open connection, so the next ones start in the new mode.
     pub fn set_mode(&self, mode: Mode) {
-        *self.shared.mode.lock().expect("mode lock") = mode.clone();
-        let _ = self.mode_tx.send(mode);
+        self.switch().set(mode);
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> Mode {
+        self.shared.mode()
+    }
+
+    /// A handle that switches this backend's mode from elsewhere.
+    pub fn switch(&self) -> ModeSwitch {
+        ModeSwitch {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Serves the control API ([`control`]) on `addr` (port 0 for an
+    /// ephemeral one) until the backend is dropped, and returns the address
+    /// it listens on.
+    pub async fn serve_control(&self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        let listener = TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let task = tokio::spawn(control::serve(listener, self.switch()));
+        self.control.lock().expect("control lock").push(task);
+        Ok(bound)
     }
 
     /// Requests answered or refused by the handler (health checks excluded).
@@ -190,6 +267,9 @@ impl Backend {
 impl Drop for Backend {
     fn drop(&mut self) {
         self.task.abort();
+        for task in self.control.lock().expect("control lock").drain(..) {
+            task.abort();
+        }
     }
 }
 
@@ -232,9 +312,14 @@ async fn supervise(
             }
             () = flap_timer => flap_up = !flap_up,
         }
+        let next = mode.borrow().clone();
         // A shard that stops listening also drops the connections it has,
-        // as a killed process would.
-        if !want(&mode.borrow(), flap_up) {
+        // as a killed process would. A connection is served by hyper or by
+        // the raw loop for its whole life, and the gateway keeps pooled
+        // connections alive, so a switch that involves a raw mode drops
+        // them too: otherwise the new mode would reach only new connections.
+        let serving_changes = next != current && (next.is_raw() || current.is_raw());
+        if !want(&next, flap_up) || serving_changes {
             let _ = stop.send(());
         }
     }
@@ -267,14 +352,32 @@ async fn accept_loop(
         let shared = Arc::clone(shared);
         let mut stopped = stop.subscribe();
         tokio::spawn(async move {
-            let service = service_fn(move |request| handle(Arc::clone(&shared), request));
-            let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
-                _ = connection => {}
+                () = serve_connection(stream, shared) => {}
                 _ = stopped.recv() => {}
             }
         });
     }
+}
+
+/// Serves one connection as the mode at accept time says; the supervisor
+/// drops it when the mode moves to one served differently.
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    let mode = shared.mode();
+    if mode == Mode::Unread {
+        // Holding the socket without reading leaves the request in the
+        // kernel's buffer, as a wedged process would.
+        let _held = stream;
+        return std::future::pending().await;
+    }
+    if mode.is_raw() {
+        let _ = raw::serve(stream, shared).await;
+        return;
+    }
+    let service = service_fn(move |request| handle(Arc::clone(&shared), request));
+    let _ = http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
 }
 
 /// The response body type: a full body, or one that breaks off.
@@ -290,7 +393,7 @@ async fn handle(
     shared: Arc<Shared>,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    let mode = shared.mode.lock().expect("mode lock").clone();
+    let mode = shared.mode();
     let is_health = request.uri().path() == shared.health_path;
     let (parts, body) = request.into_parts();
     let body = body
@@ -299,10 +402,7 @@ async fn handle(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     if !is_health {
-        shared.requests.fetch_add(1, Ordering::Relaxed);
-    }
-    if !is_health && shared.recording == Recording::Every {
-        shared.seen.lock().expect("seen lock").push(Seen {
+        shared.note(|| Seen {
             method: parts.method.to_string(),
             path: parts
                 .uri
@@ -320,6 +420,11 @@ async fn handle(
                 .collect(),
             body_len: body.len(),
         });
+    }
+    if mode.is_raw() && raw::affects(&mode, is_health) {
+        // The mode moved to one hyper cannot act out while this connection
+        // was open; the supervisor is closing it, so say nothing meanwhile.
+        std::future::pending::<()>().await;
     }
     match mode {
         Mode::Blackhole => std::future::pending::<()>().await,
@@ -342,14 +447,8 @@ async fn handle(
         .get("x-shuffle-tenant")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let answer = serde_json::json!({
-        "shard": shared.id,
-        "tenant": tenant,
-        "method": parts.method.as_str(),
-        "path": parts.uri.path(),
-        "body_len": body.len(),
-    });
-    Ok(Response::new(full(answer.to_string())))
+    let answer = shared.answer(tenant, parts.method.as_str(), parts.uri.path(), body.len());
+    Ok(Response::new(full(answer)))
 }
 
 /// A body that sends one chunk and then fails.

@@ -4,8 +4,6 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
-use std::str::FromStr;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use backend::{Backend, Mode, Recording};
@@ -22,12 +20,30 @@ shard and the tenant the gateway forwarded (x-shuffle-tenant), and GET \
   errors:STATUS:RATE  answer STATUS to a share RATE (0.0-1.0) of requests
   flapping:MS         alternate between healthy and killed every MS milliseconds
   reset               send headers and part of the body, then reset
+  unread              accept connections, never read them nor answer
+Data path only (/healthz stays healthy):
+  stall-body          a 200 head promising 1024 bytes, 16 of them, then nothing
+  trickle:MS          a chunked 200, one byte every MS milliseconds, never ending
+  close-after-head    a 200 head promising 1024 bytes, then close
+Health path only (every other path stays healthy):
+  health-no-head      read the health check and never answer
+  health-stall        a 200 head promising 1024 bytes, 16 of them, then nothing
+  health-trickle:MS   a chunked 200, one byte every MS milliseconds, never ending
+  health-huge:BYTES   a 200 with BYTES bytes of body, as fast as they are read
+  health-garbage      answer bytes that are not HTTP, then close
+
+--control IP:PORT also serves a control API on that address (only): \
+PUT /mode with a mode above as the body switches the running backend (204, or \
+400 naming the valid modes), GET /mode reads it. Open connections are closed \
+when a switch changes how they are served, so the new mode reaches them.
 
 It runs until SIGINT or SIGTERM and then exits 0. One line on stderr says \
 where it listens.
 
-Example:
-  shuffle-shard backend --listen 127.0.0.1:9100 --id s0 --mode slow:50";
+Examples:
+  shuffle-shard backend --listen 127.0.0.1:9100 --id s0 --mode slow:50
+  shuffle-shard backend --listen 127.0.0.1:9103 --id s3 --control 127.0.0.1:9203
+  curl -X PUT --data health-stall http://127.0.0.1:9203/mode";
 
 /// Arguments of `shuffle-shard backend`.
 #[derive(Debug, Args)]
@@ -41,63 +57,13 @@ pub struct BackendArgs {
     id: String,
     /// How it behaves (see below)
     #[arg(long, value_name = "MODE", default_value = "healthy")]
-    mode: ModeArg,
+    mode: Mode,
+    /// Also serve the control API (PUT/GET /mode) on this address
+    #[arg(long, value_name = "IP:PORT")]
+    control: Option<SocketAddr>,
     /// Worker threads of the async runtime (1 for benchmarks that pin one core)
     #[arg(long, value_name = "N", default_value = "1")]
     workers: NonZeroUsize,
-}
-
-/// A `--mode` value, parsed.
-#[derive(Debug, Clone)]
-struct ModeArg(Mode);
-
-impl FromStr for ModeArg {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let millis = |value: &str| {
-            value
-                .parse::<u64>()
-                .map(Duration::from_millis)
-                .map_err(|_| format!("{text:?}: {value:?} is not a whole number of milliseconds"))
-        };
-        let mode = match text.split(':').collect::<Vec<_>>().as_slice() {
-            ["healthy"] => Mode::Healthy,
-            ["killed"] => Mode::Killed,
-            ["blackhole"] => Mode::Blackhole,
-            ["reset"] => Mode::ResetMidResponse,
-            ["slow", ms] => Mode::Slow(millis(ms)?),
-            ["flapping", ms] => {
-                let period = millis(ms)?;
-                if period.is_zero() {
-                    return Err(format!("{text:?}: the flapping period must be above 0"));
-                }
-                Mode::Flapping(period)
-            }
-            ["errors", status, rate] => {
-                let status = status
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|s| (100..=599).contains(s))
-                    .ok_or_else(|| {
-                        format!("{text:?}: {status:?} is not an HTTP status (100-599)")
-                    })?;
-                let rate = rate
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|r| (0.0..=1.0).contains(r))
-                    .ok_or_else(|| format!("{text:?}: {rate:?} is not a rate from 0.0 to 1.0"))?;
-                Mode::Errors { status, rate }
-            }
-            _ => {
-                return Err(format!(
-                    "{text:?} is not a mode; use healthy, killed, blackhole, slow:MS, \
-                     errors:STATUS:RATE, flapping:MS or reset"
-                ));
-            }
-        };
-        Ok(Self(mode))
-    }
 }
 
 /// Runs `shuffle-shard backend`.
@@ -126,12 +92,21 @@ async fn serve(args: BackendArgs) -> Result<()> {
                 args.listen
             )
         })?;
-    backend.set_mode(args.mode.0.clone());
+    backend.set_mode(args.mode.clone());
+    let control = match args.control {
+        Some(addr) => {
+            let bound = backend.serve_control(addr).await.with_context(|| {
+                format!("cannot listen on --control {addr}; is another process using it?")
+            })?;
+            format!(", control API on http://{bound}")
+        }
+        None => String::new(),
+    };
     eprintln!(
-        "backend {} listening on {} (mode {:?}, {} worker{})",
+        "backend {} listening on {} (mode {}, {} worker{}){control}",
         backend.id(),
         backend.url(),
-        args.mode.0,
+        args.mode,
         args.workers,
         if args.workers.get() == 1 { "" } else { "s" }
     );
@@ -144,10 +119,27 @@ async fn serve(args: BackendArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
     use super::*;
 
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BackendArgs,
+    }
+
+    /// `--mode` as clap parses it, with its error text on failure.
     fn mode(text: &str) -> Result<Mode, String> {
-        text.parse::<ModeArg>().map(|m| m.0)
+        Cli::try_parse_from(["backend", "--mode", text])
+            .map(|cli| cli.args.mode)
+            .map_err(|error| error.to_string())
+    }
+
+    fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
     }
 
     #[test]
@@ -156,11 +148,8 @@ mod tests {
         assert_eq!(mode("killed"), Ok(Mode::Killed));
         assert_eq!(mode("blackhole"), Ok(Mode::Blackhole));
         assert_eq!(mode("reset"), Ok(Mode::ResetMidResponse));
-        assert_eq!(mode("slow:50"), Ok(Mode::Slow(Duration::from_millis(50))));
-        assert_eq!(
-            mode("flapping:200"),
-            Ok(Mode::Flapping(Duration::from_millis(200)))
-        );
+        assert_eq!(mode("slow:50"), Ok(Mode::Slow(ms(50))));
+        assert_eq!(mode("flapping:200"), Ok(Mode::Flapping(ms(200))));
         assert_eq!(
             mode("errors:503:0.25"),
             Ok(Mode::Errors {
@@ -168,6 +157,15 @@ mod tests {
                 rate: 0.25
             })
         );
+        assert_eq!(mode("stall-body"), Ok(Mode::StallBody));
+        assert_eq!(mode("trickle:100"), Ok(Mode::Trickle(ms(100))));
+        assert_eq!(mode("close-after-head"), Ok(Mode::CloseAfterHead));
+        assert_eq!(mode("health-no-head"), Ok(Mode::HealthNoHead));
+        assert_eq!(mode("health-stall"), Ok(Mode::HealthStallBody));
+        assert_eq!(mode("health-trickle:25"), Ok(Mode::HealthTrickle(ms(25))));
+        assert_eq!(mode("health-huge:1048576"), Ok(Mode::HealthHuge(1 << 20)));
+        assert_eq!(mode("health-garbage"), Ok(Mode::HealthGarbage));
+        assert_eq!(mode("unread"), Ok(Mode::Unread));
     }
 
     #[test]
@@ -184,8 +182,28 @@ mod tests {
             "errors:503:1.5",
             "errors:503:x",
             "healthy:1",
+            "trickle",
+            "trickle:0",
+            "trickle:x",
+            "health-trickle:0",
+            "health-huge",
+            "health-huge:x",
+            "health-huge:-5",
+            "stall-body:1",
+            "health-stall-body",
+            "unread:1",
         ] {
-            assert!(mode(bad).is_err(), "{bad:?} was accepted");
+            let error = mode(bad).expect_err(bad);
+            assert!(error.contains(&format!("{bad:?}")), "{bad:?}: {error}");
         }
+    }
+
+    #[test]
+    fn the_control_address_is_optional() {
+        let cli = Cli::try_parse_from(["backend"]).unwrap();
+        assert_eq!(cli.args.control, None);
+        let cli = Cli::try_parse_from(["backend", "--control", "127.0.0.1:9203"]).unwrap();
+        assert_eq!(cli.args.control, Some("127.0.0.1:9203".parse().unwrap()));
+        assert!(Cli::try_parse_from(["backend", "--control", "localhost"]).is_err());
     }
 }

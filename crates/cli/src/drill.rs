@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
+use backend::Mode;
 use clap::Args;
 use drill::run::{DrillReport, Fault};
-use drill::{AdminClient, LoadShape, Session, Thresholds};
+use drill::{AdminClient, LoadShape, Session, ShardControl, Thresholds};
 
 use crate::output::{print_json, print_text};
 use crate::table::{Align, Table};
@@ -30,7 +31,14 @@ The tenants file has one TENANT<TAB>API_KEY per line.
 Examples:
   shuffle-shard drill --gateway http://127.0.0.1:8080 --admin http://127.0.0.1:9901 \\
       --admin-token-file admin.token --tenants-file drill-tenants.tsv --fail s3
-  shuffle-shard drill ... --kill s3 --wait-seconds 30   # you break s3 yourself";
+  shuffle-shard drill ... --kill s3 --wait-seconds 30   # you break s3 yourself
+  shuffle-shard drill ... --break s3=http://127.0.0.1:9203 --break-mode health-stall
+
+--break ID=CONTROL_URL breaks a shard run by `shuffle-shard backend --control` \
+through its control API: the drill sets --break-mode (default killed; any \
+`shuffle-shard backend --mode` but healthy) before the fault phase, waits up \
+to --wait-seconds for the gateway to take it out of rotation, and sets it \
+healthy again afterwards.";
 
 /// Arguments of `shuffle-shard drill`.
 #[derive(Debug, Args)]
@@ -54,13 +62,25 @@ pub struct DrillArgs {
         value_name = "IDS",
         value_delimiter = ',',
         conflicts_with = "kill",
-        required_unless_present = "kill"
+        required_unless_present_any = ["kill", "break"]
     )]
     fail: Vec<String>,
     /// Shards you will break yourself (kill, blackhole); the drill waits for the gateway to notice
     #[arg(long, value_name = "IDS", value_delimiter = ',')]
     kill: Vec<String>,
-    /// With --kill: how long to wait for the gateway to see the fault, and the recovery
+    /// Shards the drill breaks through their control API (`backend --control`), repeatable or comma-separated
+    #[arg(
+        id = "break",
+        long = "break",
+        value_name = "ID=CONTROL_URL",
+        value_delimiter = ',',
+        conflicts_with_all = ["fail", "kill"]
+    )]
+    breaks: Vec<String>,
+    /// With --break: the mode that breaks them (a `backend --mode`) [default: killed]
+    #[arg(long, value_name = "MODE", requires = "break")]
+    break_mode: Option<Mode>,
+    /// With --kill or --break: how long to wait for the gateway to see the fault, and the recovery
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     wait_seconds: u64,
     /// Requests per tenant in each phase
@@ -96,6 +116,7 @@ pub fn run(args: DrillArgs) -> Result<()> {
     if args.requests_per_tenant == 0 || args.concurrency == 0 {
         bail!("--requests-per-tenant and --concurrency must be at least 1");
     }
+    let fault = fault(&args)?;
     let token = std::fs::read_to_string(&args.admin_token_file).with_context(|| {
         format!(
             "cannot read --admin-token-file {}",
@@ -113,14 +134,6 @@ pub fn run(args: DrillArgs) -> Result<()> {
         .gateway
         .parse()
         .map_err(|_| anyhow!("--gateway {:?} is not a URL", args.gateway))?;
-    let fault = if args.kill.is_empty() {
-        Fault::Admin(args.fail.clone())
-    } else {
-        Fault::Wait {
-            shards: args.kill.clone(),
-            timeout: Duration::from_secs(args.wait_seconds),
-        }
-    };
     let shape = LoadShape {
         requests_per_tenant: args.requests_per_tenant,
         concurrency: args.concurrency,
@@ -149,6 +162,62 @@ pub fn run(args: DrillArgs) -> Result<()> {
     } else {
         Err(PropertiesViolated(report.verdict.violations.join("; ")).into())
     }
+}
+
+/// The fault the arguments ask for (clap has already made them exclusive).
+fn fault(args: &DrillArgs) -> Result<Fault> {
+    let timeout = Duration::from_secs(args.wait_seconds);
+    if args.breaks.is_empty() && args.break_mode.is_some() {
+        // clap's `requires` stands aside when --fail or --kill is given.
+        bail!("--break-mode needs --break ID=CONTROL_URL; it is not used with --fail or --kill");
+    }
+    if !args.breaks.is_empty() {
+        let mode = args.break_mode.clone().unwrap_or(Mode::Killed);
+        if mode == Mode::Healthy {
+            bail!(
+                "--break-mode healthy breaks nothing; pick a sick mode, e.g. killed or health-stall"
+            );
+        }
+        return Ok(Fault::Break {
+            shards: parse_breaks(&args.breaks)?,
+            mode: mode.to_string(),
+            timeout,
+        });
+    }
+    if !args.kill.is_empty() {
+        return Ok(Fault::Wait {
+            shards: args.kill.clone(),
+            timeout,
+        });
+    }
+    Ok(Fault::Admin(args.fail.clone()))
+}
+
+/// Parses `--break` values, `ID=CONTROL_URL` each, with one shard once.
+fn parse_breaks(values: &[String]) -> Result<Vec<ShardControl>> {
+    let mut shards: Vec<ShardControl> = Vec::with_capacity(values.len());
+    for value in values {
+        let example = "e.g. --break s3=http://127.0.0.1:9203";
+        let (id, url) = value
+            .split_once('=')
+            .filter(|(id, url)| !id.trim().is_empty() && !url.trim().is_empty())
+            .ok_or_else(|| anyhow!("--break {value:?}: expected ID=CONTROL_URL, {example}"))?;
+        let (id, url) = (id.trim(), url.trim());
+        let base: http::Uri = url
+            .parse()
+            .ok()
+            .filter(|uri: &http::Uri| uri.scheme_str() == Some("http") && uri.host().is_some())
+            .ok_or_else(|| {
+                anyhow!(
+                    "--break {value:?}: {url:?} is not an http:// URL of a control API, {example}"
+                )
+            })?;
+        if shards.iter().any(|shard| shard.id() == id) {
+            bail!("--break names shard {id:?} twice; give each shard once");
+        }
+        shards.push(ShardControl::new(id, &base));
+    }
+    Ok(shards)
 }
 
 fn render(report: &DrillReport) -> String {
@@ -217,4 +286,105 @@ fn render(report: &DrillReport) -> String {
 
 fn yes(value: bool) -> String {
     if value { "yes".into() } else { "NO".into() }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: DrillArgs,
+    }
+
+    fn parse(fault: &[&str]) -> Result<DrillArgs, String> {
+        let mut argv = vec![
+            "drill",
+            "--gateway",
+            "http://127.0.0.1:8080",
+            "--admin",
+            "http://127.0.0.1:9901",
+            "--admin-token-file",
+            "t",
+            "--tenants-file",
+            "f",
+        ];
+        argv.extend_from_slice(fault);
+        Cli::try_parse_from(argv)
+            .map(|cli| cli.args)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn break_takes_repeated_and_comma_separated_shards_and_a_mode() {
+        let args = parse(&[
+            "--break",
+            "s3=http://127.0.0.1:9203,s4=http://127.0.0.1:9204",
+            "--break",
+            "s5=http://10.0.0.5:9200/",
+            "--break-mode",
+            "health-trickle:100",
+        ])
+        .unwrap();
+        assert_eq!(args.breaks.len(), 3);
+        assert_eq!(
+            args.break_mode,
+            Some(Mode::HealthTrickle(Duration::from_millis(100)))
+        );
+        let shards = parse_breaks(&args.breaks).unwrap();
+        let ids: Vec<&str> = shards.iter().map(ShardControl::id).collect();
+        assert_eq!(ids, ["s3", "s4", "s5"]);
+        assert_eq!(shards[2].base(), "http://10.0.0.5:9200");
+        let default = parse(&["--break", "s3=http://127.0.0.1:9203"]).unwrap();
+        let Fault::Break { mode, .. } = fault(&default).unwrap() else {
+            panic!("not a break");
+        };
+        assert_eq!(mode, "killed");
+    }
+
+    #[test]
+    fn break_conflicts_with_the_other_faults() {
+        for other in [["--fail", "s1"], ["--kill", "s1"]] {
+            let error =
+                parse(&["--break", "s3=http://127.0.0.1:9203", other[0], other[1]]).unwrap_err();
+            assert!(error.contains("cannot be used with"), "{error}");
+        }
+        for other in [["--fail", "s1"], ["--kill", "s1"]] {
+            let args = parse(&["--break-mode", "unread", other[0], other[1]]).unwrap();
+            let error = fault(&args).unwrap_err().to_string();
+            assert!(error.contains("--break-mode needs --break"), "{error}");
+        }
+        assert!(parse(&[]).is_err(), "some fault is required");
+    }
+
+    #[test]
+    fn bad_break_values_name_the_flag_and_the_fix() {
+        let error = parse(&["--break", "s3=http://h:1", "--break-mode", "trickle:0"]).unwrap_err();
+        assert!(error.contains("trickle:0"), "{error}");
+        for bad in [
+            "s3",
+            "=http://127.0.0.1:9203",
+            "s3=",
+            "s3=127.0.0.1:9203",
+            "s3=https://127.0.0.1:9203",
+            "s3=http://",
+        ] {
+            let error = parse_breaks(&[bad.to_owned()]).unwrap_err().to_string();
+            assert!(error.starts_with("--break "), "{bad}: {error}");
+            assert!(error.contains("e.g. --break s3=http://"), "{bad}: {error}");
+        }
+        let twice = ["s3=http://a:1".to_owned(), "s3=http://b:1".to_owned()];
+        assert!(
+            parse_breaks(&twice)
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
+        let healthy = parse(&["--break", "s3=http://a:1", "--break-mode", "healthy"]).unwrap();
+        let error = fault(&healthy).unwrap_err().to_string();
+        assert!(error.contains("--break-mode healthy"), "{error}");
+    }
 }

@@ -1,32 +1,35 @@
 //! `shuffle-shard backend` as a real process: it answers as the shard it was
-//! named and exits 0 on SIGTERM.
+//! named, switches mode through its control API, and exits 0 on SIGTERM.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
+fn free_addr() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port()
+        .port();
+    format!("127.0.0.1:{port}")
 }
 
-#[test]
-fn backend_answers_as_its_shard_and_stops_on_sigterm() {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
-        .args(["backend", "--listen", &addr, "--id", "s0"])
+fn spawn(args: &[&str]) -> Child {
+    Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+        .arg("backend")
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
 
+/// Connects once the child listens on `addr`.
+fn connect(child: &mut Child, addr: &str) -> TcpStream {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut stream = loop {
-        match TcpStream::connect(&addr) {
+    let stream = loop {
+        match TcpStream::connect(addr) {
             Ok(stream) => break stream,
             Err(error) => {
                 if let Some(status) = child.try_wait().unwrap() {
@@ -41,16 +44,33 @@ fn backend_answers_as_its_shard_and_stops_on_sigterm() {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     stream
-        .write_all(b"GET /x HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let body: serde_json::Value = serde_json::from_str(body).unwrap();
-    assert_eq!(body["shard"], "s0");
-    assert_eq!(body["path"], "/x");
+}
 
+/// One request with `connection: close`: the status and the body.
+fn call(child: &mut Child, addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = connect(child, addr);
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let Some((head, body)) = response.split_once("\r\n\r\n") else {
+        return (0, response);
+    };
+    let status = head
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_owned())
+}
+
+/// Sends SIGTERM and asserts the child exits 0.
+fn terminate(mut child: Child) {
     let pid = child.id().to_string();
     assert!(
         Command::new("kill")
@@ -71,4 +91,63 @@ fn backend_answers_as_its_shard_and_stops_on_sigterm() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status}");
+}
+
+#[test]
+fn backend_answers_as_its_shard_and_stops_on_sigterm() {
+    let addr = free_addr();
+    let mut child = spawn(&["--listen", &addr, "--id", "s0"]);
+    let (status, body) = call(&mut child, &addr, "GET", "/x", "");
+    assert_eq!(status, 200, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["shard"], "s0");
+    assert_eq!(body["path"], "/x");
+    terminate(child);
+}
+
+#[test]
+fn the_control_api_switches_the_running_backend() {
+    let (addr, control) = (free_addr(), free_addr());
+    let mut child = spawn(&[
+        "--listen",
+        &addr,
+        "--id",
+        "s3",
+        "--mode",
+        "health-garbage",
+        "--control",
+        &control,
+    ]);
+    assert_eq!(
+        call(&mut child, &control, "GET", "/mode", ""),
+        (200, "health-garbage".into())
+    );
+    let (status, garbage) = call(&mut child, &addr, "GET", "/healthz", "");
+    assert_eq!(status, 0, "not HTTP: {garbage:?}");
+
+    assert_eq!(call(&mut child, &control, "PUT", "/mode", "healthy").0, 204);
+    assert_eq!(call(&mut child, &addr, "GET", "/healthz", "").0, 200);
+
+    let (status, message) = call(&mut child, &control, "PUT", "/mode", "trickle:0");
+    assert_eq!(status, 400, "{message}");
+    assert!(
+        message.contains("trickle:0") && message.contains("health-stall"),
+        "{message}"
+    );
+    assert_eq!(
+        call(&mut child, &control, "GET", "/mode", ""),
+        (200, "healthy".into())
+    );
+    terminate(child);
+}
+
+#[test]
+fn a_bad_mode_is_refused_with_the_valid_ones() {
+    let output = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+        .args(["backend", "--mode", "health-huge:x"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("health-huge:x"), "{stderr}");
 }

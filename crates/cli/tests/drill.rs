@@ -1,16 +1,20 @@
 //! `shuffle-shard drill` against a real gateway with real test shards: the
 //! measured sets equal the analyser's for a single and a double failure,
-//! and with failover turned off the drill reports the violation (exit 1).
+//! with failover turned off the drill reports the violation (exit 1), and a
+//! shard the drill breaks itself through its control API is routed around
+//! and healed.
 
 use std::process::Command;
 
-use backend::Backend;
+use backend::{Backend, Mode};
 use gateway::runtime::Running;
 use sha2::{Digest, Sha256};
 
 struct Setup {
     dir: tempfile::TempDir,
-    _backends: Vec<Backend>,
+    backends: Vec<Backend>,
+    /// Each backend's control API URL, in shard order.
+    controls: Vec<String>,
     running: Running,
 }
 
@@ -20,10 +24,23 @@ fn hex(bytes: &[u8]) -> String {
 
 /// 8 shards in 2 zones, zone-aware k = 2, 300 tenants, a drill tenants file.
 async fn setup(routing: &str) -> Setup {
+    setup_with(routing, "").await
+}
+
+/// As [`setup`], with `health` as the body of the `[health]` table (none
+/// when empty), and a control API per shard.
+async fn setup_with(routing: &str, health: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let mut backends = Vec::new();
+    let mut controls = Vec::new();
     for i in 0..8 {
-        backends.push(Backend::start(&format!("s{i}")).await.unwrap());
+        let backend = Backend::start(&format!("s{i}")).await.unwrap();
+        let control = backend
+            .serve_control("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        controls.push(format!("http://{control}"));
+        backends.push(backend);
     }
     std::fs::write(
         dir.path().join("placement.key"),
@@ -59,8 +76,13 @@ async fn setup(routing: &str) -> Setup {
             )
         })
         .collect();
+    let health = if health.is_empty() {
+        String::new()
+    } else {
+        format!("[health]\n{health}\n\n")
+    };
     let config = format!(
-        "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\n[placement]\nalgorithm = \"rendezvous\"\nk = 2\nkey_file = \"placement.key\"\nkey_version = \"v1\"\nzone_aware = true\n\n[routing]\n{routing}\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\n\n[[cells]]\nname = \"main\"\nshards = [\n{shards}]\n"
+        "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\n[placement]\nalgorithm = \"rendezvous\"\nk = 2\nkey_file = \"placement.key\"\nkey_version = \"v1\"\nzone_aware = true\n\n[routing]\n{routing}\n\n{health}[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\n\n[[cells]]\nname = \"main\"\nshards = [\n{shards}]\n"
     );
     let path = dir.path().join("gateway.toml");
     std::fs::write(&path, config).unwrap();
@@ -69,14 +91,21 @@ async fn setup(routing: &str) -> Setup {
         .unwrap();
     Setup {
         dir,
-        _backends: backends,
+        backends,
+        controls,
         running,
     }
 }
 
-/// Runs the drill binary (off the async runtime, which serves the gateway).
+/// Runs the drill binary with `--fail`.
 async fn drill(setup: &Setup, fail: &str) -> (Option<i32>, serde_json::Value, String) {
-    let args = vec![
+    drill_with(setup, &["--fail", fail]).await
+}
+
+/// Runs the drill binary with `fault` as its fault arguments (off the async
+/// runtime, which serves the gateway).
+async fn drill_with(setup: &Setup, fault: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let mut args = vec![
         "drill".to_owned(),
         "--gateway".into(),
         format!("http://{}", setup.running.addr),
@@ -86,8 +115,6 @@ async fn drill(setup: &Setup, fail: &str) -> (Option<i32>, serde_json::Value, St
         setup.dir.path().join("admin.token").display().to_string(),
         "--tenants-file".into(),
         setup.dir.path().join("drill.tsv").display().to_string(),
-        "--fail".into(),
-        fail.into(),
         "--requests-per-tenant".into(),
         "4".into(),
         // Latency on a shared 2-core test machine is noise; the latency
@@ -96,6 +123,7 @@ async fn drill(setup: &Setup, fail: &str) -> (Option<i32>, serde_json::Value, St
         "10000".into(),
         "--json".into(),
     ];
+    args.extend(fault.iter().map(|arg| (*arg).to_owned()));
     let output = tokio::task::spawn_blocking(move || {
         Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
             .args(&args)
@@ -156,6 +184,73 @@ async fn without_failover_the_drill_reports_the_violation() {
     let violations = report["verdict"]["violations"].to_string();
     assert!(violations.contains("degraded tenant"), "{violations}");
     assert!(stderr.contains("drill failed"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_broken_through_its_control_api_is_routed_around_and_healed() {
+    // Quick health checks, so the stalled one is seen within a second.
+    let setup = setup_with(
+        "",
+        "interval_ms = 200\ntimeout_ms = 300\nfall = 2\nrise = 1",
+    )
+    .await;
+    let broken = format!("s3={}", setup.controls[3]);
+    let (code, report, stderr) = drill_with(
+        &setup,
+        &[
+            "--break",
+            &broken,
+            "--break-mode",
+            "health-stall",
+            "--wait-seconds",
+            "20",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    assert_eq!(report["passed"], true, "{report:#}");
+    let verdict = &report["verdict"];
+    assert_eq!(verdict["failed"], serde_json::json!(["main/s3"]));
+    assert_eq!(verdict["unaffected_errors"], 0);
+    assert!(verdict["degraded"].as_u64().unwrap() > 0);
+    assert_eq!(verdict["degraded"], verdict["modeled_degraded"]);
+    assert_eq!(verdict["fully_down"], 0);
+    assert_eq!(
+        report["phases"][2]["errors"], 0,
+        "after healing nobody fails"
+    );
+    assert_eq!(
+        setup.backends[3].mode(),
+        Mode::Healthy,
+        "the drill healed s3"
+    );
+}
+
+#[test]
+fn a_break_without_a_control_api_exits_2_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "t").unwrap();
+    std::fs::write(dir.path().join("tenants.tsv"), "acme\tkey\n").unwrap();
+    let output = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+        .args([
+            "drill",
+            "--gateway",
+            "http://127.0.0.1:1",
+            "--admin",
+            "http://127.0.0.1:1",
+            "--break",
+            "s3:9203",
+        ])
+        .arg("--admin-token-file")
+        .arg(dir.path().join("token"))
+        .arg("--tenants-file")
+        .arg(dir.path().join("tenants.tsv"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--break \"s3:9203\""), "{stderr}");
+    assert!(stderr.contains("ID=CONTROL_URL"), "{stderr}");
 }
 
 #[test]

@@ -13,4 +13,8 @@ pub enum DrillError {
     /// unexpectedly.
     #[error("{0}")]
     Gateway(String),
+    /// A shard's control API (the drill's `--break`) could not be reached or
+    /// refused the mode.
+    #[error("{0}")]
+    Control(String),
 }

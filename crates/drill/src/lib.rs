@@ -4,10 +4,12 @@
 //! prediction for the same failure set.
 //!
 //! The crate talks to a running gateway over HTTP only (its data listener
-//! and its admin API), so the same drill runs against a gateway in this
-//! process (the demo, the tests) or in production.
+//! and its admin API), and to test shards' control APIs when it breaks them
+//! itself, so the same drill runs against a gateway in this process (the
+//! demo, the tests) or in production.
 
 pub mod admin;
+pub mod control;
 pub mod credentials;
 mod error;
 pub mod load;
@@ -15,6 +17,7 @@ pub mod run;
 pub mod session;
 
 pub use admin::AdminClient;
+pub use control::ShardControl;
 pub use credentials::TenantCredential;
 pub use error::DrillError;
 pub use load::LoadShape;

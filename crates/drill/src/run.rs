@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::control::{HEALTHY, ShardControl};
 use crate::error::DrillError;
 use crate::session::{Phase, Session, ShardRef, Thresholds, Verdict};
 
@@ -23,6 +24,28 @@ pub enum Fault {
         /// How long to wait for the gateway to notice.
         timeout: Duration,
     },
+    /// The drill breaks these shards for real through their control APIs
+    /// (`shuffle-shard backend --control`), waits up to `timeout` for the
+    /// gateway to see them out, and afterwards sets them healthy and waits
+    /// for them to come back.
+    Break {
+        /// The shards to break, each with its control API.
+        shards: Vec<ShardControl>,
+        /// The mode to set, in the backend's `--mode` spelling.
+        mode: String,
+        /// How long to wait for the gateway to notice, and for the recovery.
+        timeout: Duration,
+    },
+}
+
+impl Fault {
+    /// The ids of the shards this fault takes out.
+    fn shard_ids(&self) -> Vec<String> {
+        match self {
+            Self::Admin(ids) | Self::Wait { shards: ids, .. } => ids.clone(),
+            Self::Break { shards, .. } => shards.iter().map(|s| s.id().to_owned()).collect(),
+        }
+    }
 }
 
 /// A phase's load summary.
@@ -107,18 +130,27 @@ async fn wait_for(
     }
 }
 
-/// Runs the drill.
-pub async fn run(
-    session: &Session,
-    fault: &Fault,
-    thresholds: Thresholds,
-) -> Result<DrillReport, DrillError> {
-    let ids = match fault {
-        Fault::Admin(ids) | Fault::Wait { shards: ids, .. } => ids,
-    };
-    let failed = resolve(session, ids).await?;
-    let before = session.measure().await;
+/// Sets `mode` on every shard; when one refuses, heals those already
+/// broken, so a failed drill leaves no shard sick.
+async fn set_modes(shards: &[ShardControl], mode: &str) -> Result<(), DrillError> {
+    for (done, shard) in shards.iter().enumerate() {
+        if let Err(error) = shard.set_mode(mode).await {
+            if mode != HEALTHY {
+                for broken in &shards[..done] {
+                    let _ = broken.set_mode(HEALTHY).await;
+                }
+            }
+            return Err(error);
+        }
+    }
+    Ok(())
+}
 
+/// Injects the fault and, unless the operator injects it, waits for the
+/// gateway to report every failed shard out of rotation.
+async fn inject(session: &Session, fault: &Fault, failed: &[ShardRef]) -> Result<(), DrillError> {
+    let all_out = |out: &[ShardRef]| failed.iter().all(|f| out.contains(f));
+    let ids = fault.shard_ids().join(", ");
     match fault {
         Fault::Admin(ids) => {
             for id in ids {
@@ -126,21 +158,43 @@ pub async fn run(
             }
         }
         Fault::Wait { timeout, .. } => {
-            let all_out = |out: &[ShardRef]| failed.iter().all(|f| out.contains(f));
             if !wait_for(session, *timeout, all_out).await? {
                 return Err(DrillError::Gateway(format!(
-                    "the gateway did not report {} out of rotation within {:?}; was the fault injected?",
-                    ids.join(", "),
-                    timeout
+                    "the gateway did not report {ids} out of rotation within {timeout:?}; was the fault injected?"
+                )));
+            }
+        }
+        Fault::Break {
+            shards,
+            mode,
+            timeout,
+        } => {
+            set_modes(shards, mode).await?;
+            let seen = wait_for(session, *timeout, all_out).await;
+            if !matches!(seen, Ok(true)) {
+                let _ = set_modes(shards, HEALTHY).await;
+            }
+            if !seen? {
+                return Err(DrillError::Gateway(format!(
+                    "the gateway did not report {ids} out of rotation within {timeout:?} after the drill set --break-mode {mode}; \
+                     check that its health checks catch {mode} (see [health] timeout_ms), or raise --wait-seconds"
                 )));
             }
         }
     }
-    let failovers_before = session.admin().failovers().await?;
-    let during = session.measure().await;
-    let failovers_after = session.admin().failovers().await?;
-    let measured_degraded = session.measured_degraded().await?;
+    Ok(())
+}
 
+/// Undoes the fault and waits (up to its timeout) for the shards to come
+/// back; after a failed fault phase only undoes it, as waiting would only
+/// delay the error.
+async fn heal(
+    session: &Session,
+    fault: &Fault,
+    failed: &[ShardRef],
+    wait: bool,
+) -> Result<(), DrillError> {
+    let none_failed = |out: &[ShardRef]| !failed.iter().any(|f| out.contains(f));
     match fault {
         Fault::Admin(ids) => {
             for id in ids {
@@ -148,10 +202,48 @@ pub async fn run(
             }
         }
         Fault::Wait { timeout, .. } => {
-            let none_failed = |out: &[ShardRef]| !failed.iter().any(|f| out.contains(f));
-            wait_for(session, *timeout, none_failed).await?;
+            if wait {
+                wait_for(session, *timeout, none_failed).await?;
+            }
+        }
+        Fault::Break {
+            shards, timeout, ..
+        } => {
+            set_modes(shards, HEALTHY).await?;
+            if wait {
+                wait_for(session, *timeout, none_failed).await?;
+            }
         }
     }
+    Ok(())
+}
+
+/// Runs the drill.
+pub async fn run(
+    session: &Session,
+    fault: &Fault,
+    thresholds: Thresholds,
+) -> Result<DrillReport, DrillError> {
+    let failed = resolve(session, &fault.shard_ids()).await?;
+    let before = session.measure().await;
+
+    inject(session, fault, &failed).await?;
+    let measured = async {
+        let failovers_before = session.admin().failovers().await?;
+        let during = session.measure().await;
+        let failovers_after = session.admin().failovers().await?;
+        let measured_degraded = session.measured_degraded().await?;
+        Ok::<_, DrillError>((
+            during,
+            failovers_after - failovers_before,
+            measured_degraded,
+        ))
+    }
+    .await;
+    // Heal even when the fault phase failed, so no shard is left broken.
+    let healed = heal(session, fault, &failed, measured.is_ok()).await;
+    let (during, failovers, measured_degraded) = measured?;
+    healed?;
     let after = session.measure().await;
 
     let verdict = session.evaluate(
@@ -160,7 +252,7 @@ pub async fn run(
         &during,
         &failed,
         &measured_degraded,
-        failovers_after - failovers_before,
+        failovers,
         thresholds,
     );
     Ok(DrillReport {
