@@ -248,7 +248,7 @@ fn inbound_header_filter() {
         let shard = http::HeaderValue::from_static("s0");
         let fields = gateway::wire::Fields::from_header_map(&headers);
         let inbound =
-            gateway::headers::Inbound::new(&fields, gateway::config::ForwardedFor::Append);
+            gateway::headers::Inbound::new(&fields, gateway::config::ForwardedFor::Append, false);
         let head = gateway::wire::RequestHead {
             method: &http::Method::GET,
             target: "/",

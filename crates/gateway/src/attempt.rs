@@ -74,17 +74,21 @@ pub fn stays_under_prefix(request: &Uri) -> bool {
         // `*` and anything else that is not a path.
         return false;
     }
-    if !path.contains('.') && !path.contains('%') {
+    if !path.contains(['.', '%']) {
         return true;
     }
     let decoded = decode_separators_and_dots(path);
+    // Servlet containers (Tomcat, Jetty) and Spring drop a segment's
+    // `;parameters` before resolving it: `/..;/` is `/../` to them.
     !decoded
         .split(['/', '\\'])
+        .map(|segment| segment.split(';').next().unwrap_or(segment))
         .any(|segment| segment == "." || segment == "..")
 }
 
-/// `path` with `%2e`, `%2f` and `%5c` (any case) decoded: the only
-/// escapes that can make a dot-segment or a separator.
+/// `path` with `%2e`, `%2f`, `%5c` and `%3b` (any case) decoded: the only
+/// escapes that can make a dot-segment, a separator or the start of a
+/// segment's parameters.
 fn decode_separators_and_dots(path: &str) -> String {
     let bytes = path.as_bytes();
     let mut decoded = String::with_capacity(path.len());
@@ -95,6 +99,7 @@ fn decode_separators_and_dots(path: &str) -> String {
                 (b'2', b'e') => Some('.'),
                 (b'2', b'f') => Some('/'),
                 (b'5', b'c') => Some('\\'),
+                (b'3', b'b') => Some(';'),
                 _ => None,
             };
             if let Some(escaped) = escaped {
@@ -271,6 +276,10 @@ mod tests {
             "/..%2fadmin",
             "/..%2Fadmin",
             "/..%5cadmin",
+            "/..;/admin",
+            "/a/..;/admin",
+            "/.;/admin",
+            "/..%3b/admin",
             "*",
             "127.0.0.1:80",
         ] {
@@ -283,6 +292,8 @@ mod tests {
             "/a..b/c",
             "/.well-known/x",
             "/a/...",
+            "/a;b/c",
+            "/..a;/b",
             "/%2e%2e%2e/x",
             "/%41",
             "/trailing%2",

@@ -80,22 +80,48 @@ fn reads_as(got: u8, want: u8) -> bool {
 /// (in any spelling a CGI-style backend reads as theirs). With
 /// [`ForwardedFor::Append`] they pass unchanged: the operator has said a
 /// trusted proxy sits in front.
-const CLIENT_ORIGIN: [&[u8]; 6] = [
+const CLIENT_ORIGIN: [&[u8]; 18] = [
     b"forwarded",
     b"x-real-ip",
     b"true-client-ip",
     b"x-forwarded-proto",
     b"x-forwarded-port",
     b"x-forwarded-prefix",
+    // What CDNs, load balancers and frameworks also read as the client's
+    // address, scheme or host.
+    b"x-client-ip",
+    b"cf-connecting-ip",
+    b"fastly-client-ip",
+    b"x-cluster-client-ip",
+    b"x-forwarded-scheme",
+    b"x-forwarded-ssl",
+    b"x-forwarded-server",
+    b"x-forwarded-protocol",
+    b"x-original-host",
+    b"x-host",
+    b"front-end-https",
+    b"x-envoy-external-address",
 ];
+
+/// Fields through which IIS, Symfony and other frameworks let a proxy in
+/// front override the request's path. Behind a shard's path prefix they
+/// would undo it (`/api` + `X-Original-URL: /admin`), so there they never
+/// pass; elsewhere they follow [`CLIENT_ORIGIN`]'s rule.
+const PATH_OVERRIDES: [&[u8]; 2] = [b"x-original-url", b"x-rewrite-url"];
 
 /// Whether a name reads (to a CGI-style backend) as one of
 /// [`CLIENT_ORIGIN`], `x-forwarded-for` or `x-forwarded-host`.
 fn describes_client_origin(name: &[u8]) -> bool {
     CLIENT_ORIGIN
         .iter()
+        .chain(PATH_OVERRIDES.iter())
         .chain([&b"x-forwarded-for"[..], b"x-forwarded-host"].iter())
         .any(|origin| spelled_like(name, origin))
+}
+
+/// Whether a name reads as one of [`PATH_OVERRIDES`].
+fn overrides_path(name: &[u8]) -> bool {
+    PATH_OVERRIDES.iter().any(|over| spelled_like(name, over))
 }
 
 /// Fields that never pass in a trailer section, whichever way it goes,
@@ -258,12 +284,16 @@ pub struct Inbound {
     /// The client's own `x-forwarded-for` is dropped: the gateway replaces
     /// it, or sends none.
     drops_forwarded_for: bool,
+    /// The request goes under a shard's path prefix: nothing may override
+    /// its path.
+    prefixed: bool,
 }
 
 impl Inbound {
     /// The filter for a client's request `fields`, where the client's
-    /// `x-forwarded-for` passes only if `forwarded_for` appends to it.
-    pub fn new(fields: &Fields, forwarded_for: ForwardedFor) -> Self {
+    /// `x-forwarded-for` passes only if `forwarded_for` appends to it, and
+    /// `prefixed` says the request goes under a shard's path prefix.
+    pub fn new(fields: &Fields, forwarded_for: ForwardedFor, prefixed: bool) -> Self {
         // One look at the few names a request has: `Connection` and
         // `Transfer-Encoding` are rare.
         let (mut listed, mut chunked, mut idempotency_key) = (false, false, false);
@@ -291,6 +321,7 @@ impl Inbound {
             open: false,
             idempotency_key,
             drops_forwarded_for: forwarded_for != ForwardedFor::Append,
+            prefixed,
         }
     }
 
@@ -320,6 +351,7 @@ impl Inbound {
                 || name.eq_ignore_ascii_case(crate::credential::API_KEY_HEADER.as_bytes())
                 || spelled_like(name, b"x-forwarded-host")
                 || (self.drops_forwarded_for && describes_client_origin(name))
+                || (self.prefixed && overrides_path(name))
                 || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
     }
 }
@@ -517,7 +549,7 @@ mod tests {
         client_address: Option<&HeaderValue>,
     ) -> HeaderMap {
         let fields = Fields::from_header_map(&headers);
-        let inbound = Inbound::new(&fields, forwarding.x_forwarded_for);
+        let inbound = Inbound::new(&fields, forwarding.x_forwarded_for, false);
         let head = crate::wire::RequestHead {
             method: &http::Method::GET,
             target: "/",
@@ -575,6 +607,20 @@ mod tests {
                     "x-forwarded-proto",
                     "x-forwarded-port",
                     "x-forwarded-prefix",
+                    "x-client-ip",
+                    "cf-connecting-ip",
+                    "fastly-client-ip",
+                    "x-cluster-client-ip",
+                    "x-forwarded-scheme",
+                    "x-forwarded-ssl",
+                    "x-forwarded-server",
+                    "x-forwarded-protocol",
+                    "x-original-host",
+                    "x-host",
+                    "front-end-https",
+                    "x-envoy-external-address",
+                    "x-original-url",
+                    "x-rewrite-url",
                 ];
                 name == "x-forwarded-host"
                     || (origin.contains(&name.as_str())
@@ -675,6 +721,8 @@ mod tests {
             Just("x-forwarded-proto".to_owned()),
             Just("X-Forwarded_Port".to_owned()),
             Just("x-forwarded-prefix".to_owned()),
+            Just("CF-Connecting-IP".to_owned()),
+            Just("x_original_url".to_owned()),
             Just("accept".to_owned()),
             "x[-_]shuffle[-_][a-z]{0,6}",
             "x-[a-z]{1,8}",
@@ -762,7 +810,7 @@ mod tests {
         trailers.append("x-checksum", "def".parse().unwrap());
         let fields = Fields::default();
         // Even when the client's x-forwarded-for list is kept.
-        let inbound = Inbound::new(&fields, ForwardedFor::Append);
+        let inbound = Inbound::new(&fields, ForwardedFor::Append, false);
         let kept = filter_trailers(trailers.clone(), |name| {
             request_trailer_passes(&inbound, name)
         });

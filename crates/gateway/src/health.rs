@@ -12,8 +12,9 @@
 //!
 //! Passive ejection counts consecutive failed attempts from real traffic;
 //! at the threshold the shard is ejected for `base × ejections` (capped,
-//! jittered). A passing active check after the ejection has expired
-//! readmits it, and so does the ejection simply running out.
+//! jittered), and readmitted when the ejection runs out. A passing active
+//! check never forgives failed attempts: a shard whose `/healthz` answers
+//! while its real traffic fails is still ejected by that traffic.
 //!
 //! Every transition takes `now` explicitly, so the state machine is tested
 //! with a paused tokio clock and no sleeps.
@@ -149,11 +150,14 @@ impl HealthState {
             if self.passes >= settings.rise || self.active == Active::Presumed {
                 self.active = Active::Healthy;
             }
-            // A passing check readmits a shard whose ejection has expired
-            // and forgives the errors that led to it.
+            // A passing check says the health endpoint is fine, not that
+            // real traffic is: it forgives no failed attempts, or a shard
+            // whose data path fails while its `/healthz` answers (a gray
+            // failure) would never be ejected as long as its failures came
+            // further apart than the check interval. An ejection that has
+            // run out is simply over.
             if !self.is_ejected(now) {
                 self.ejected_until = None;
-                self.consecutive_errors = 0;
             }
         } else {
             self.passes = 0;
@@ -330,6 +334,21 @@ mod tests {
                 Availability::Up
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn passing_checks_do_not_forgive_failed_attempts() {
+        let (settings, outliers, mut state) = (health(), outlier(), HealthState::new());
+        let now = Instant::now();
+        state.record_attempt(false, now, &outliers);
+        state.record_attempt(false, now, &outliers);
+        // The health endpoint answers, again and again, between failures.
+        state.record_check(true, now, &settings);
+        state.record_check(true, now, &settings);
+        assert_eq!(
+            state.record_attempt(false, now, &outliers),
+            Some(EjectReason::ConsecutiveFailures)
+        );
     }
 
     #[tokio::test(start_paused = true)]

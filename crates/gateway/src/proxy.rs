@@ -231,7 +231,11 @@ async fn route(
     // a header the client named in `Connection` (`Connection:
     // Idempotency-Key`) is hop-by-hop and never reaches the backend, so it
     // cannot make the request safe to repeat either.
-    let inbound = headers::Inbound::new(fields, config.forwarding.x_forwarded_for);
+    let inbound = headers::Inbound::new(
+        fields,
+        config.forwarding.x_forwarded_for,
+        snapshot.prefixed[cell],
+    );
     let added = headers::Added::new(
         &config.forwarding,
         fields,
