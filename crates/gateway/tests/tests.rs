@@ -5,8 +5,10 @@ mod util;
 
 mod admin;
 mod adversarial;
+mod boundary;
 mod connection;
 mod deploy;
+mod isolation;
 mod logs;
 mod metrics;
 mod reload;
