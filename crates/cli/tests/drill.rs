@@ -226,21 +226,27 @@ async fn a_shard_broken_through_its_control_api_is_routed_around_and_healed() {
     );
 }
 
+/// `drill` aimed at a gateway and admin API where nothing listens, for
+/// arguments that must be refused before anything is dialled.
+fn drill_to_nowhere() -> Command {
+    let mut command = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"));
+    command.args([
+        "drill",
+        "--gateway",
+        "http://127.0.0.1:1",
+        "--admin",
+        "http://127.0.0.1:1",
+    ]);
+    command
+}
+
 #[test]
 fn a_break_without_a_control_api_exits_2_naming_the_flag() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("token"), "t").unwrap();
     std::fs::write(dir.path().join("tenants.tsv"), "acme\tkey\n").unwrap();
-    let output = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
-        .args([
-            "drill",
-            "--gateway",
-            "http://127.0.0.1:1",
-            "--admin",
-            "http://127.0.0.1:1",
-            "--break",
-            "s3:9203",
-        ])
+    let output = drill_to_nowhere()
+        .args(["--break", "s3:9203"])
         .arg("--admin-token-file")
         .arg(dir.path().join("token"))
         .arg("--tenants-file")
@@ -255,14 +261,7 @@ fn a_break_without_a_control_api_exits_2_naming_the_flag() {
 
 #[test]
 fn bad_arguments_exit_2() {
-    let output = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
-        .args([
-            "drill",
-            "--gateway",
-            "http://127.0.0.1:1",
-            "--admin",
-            "http://127.0.0.1:1",
-        ])
+    let output = drill_to_nowhere()
         .args([
             "--admin-token-file",
             "/nonexistent/token",

@@ -1,12 +1,13 @@
 //! `shuffle-shard serve` as a real process: it routes each tenant only to
-//! the shards `place --config` names, refuses unsafe keys at start, and
-//! stops cleanly on SIGTERM; two replicas started from one configuration
+//! the shards `place --config` names, refuses unsafe keys and token-less
+//! admin pages open to other hosts at start, and stops cleanly on SIGTERM; two replicas started from one configuration
 //! route every tenant to the same subset without talking to each other.
 
 use std::collections::BTreeSet;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use backend::Backend;
@@ -72,6 +73,18 @@ fn write_config(
     (listen, tenants)
 }
 
+/// `serve --config <config>` as a child process, its stderr piped for the
+/// test to read.
+fn spawn_serve(config: &std::path::Path) -> Child {
+    Command::new(binary())
+        .args(["serve", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Waits until something accepts on `addr`, or fails after 10 s.
 fn wait_for_listener(addr: &str, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -105,13 +118,7 @@ async fn serve_routes_each_tenant_to_the_subset_place_config_reports() {
     let (listen, tenants) = write_config(dir.path(), &backends, &key);
     let config = dir.path().join("gateway.toml");
 
-    let mut child = Command::new(binary())
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_serve(&config);
     wait_for_listener(&listen, &mut child);
 
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
@@ -213,19 +220,67 @@ fn serve_refuses_the_public_recipe_key_and_short_keys() {
     }
 }
 
+/// `serve` refuses to start an admin listener that other hosts can reach
+/// with a page served without the admin token: it exits with status 2 and
+/// one line on stderr naming both keys, before anything listens.
+#[test]
+fn serve_refuses_tokenless_admin_pages_on_a_non_loopback_listener() {
+    // A configuration valid but for its admin table: enough shards for
+    // `k` and for the whale's own k.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backends: Vec<Backend> = (0..4)
+        .map(|i| runtime.block_on(Backend::start(&format!("s{i}"))).unwrap())
+        .collect();
+    for key in ["status_page_without_token", "metrics_without_token"] {
+        let dir = tempfile::tempdir().unwrap();
+        let placement_key: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
+        write_config(dir.path(), &backends, &placement_key);
+        let config = dir.path().join("gateway.toml");
+        let text = with_exposed_admin(&std::fs::read_to_string(&config).unwrap(), key);
+        std::fs::write(&config, text).unwrap();
+        let mut child = spawn_serve(&config);
+        // A guard against a hang, not a timing: a gateway that started and
+        // never said so is killed (by its id) after a minute.
+        let (done, watched) = std::sync::mpsc::channel::<()>();
+        let pid = child.id().to_string();
+        let guard = std::thread::spawn(move || {
+            if let Err(RecvTimeoutError::Timeout) = watched.recv_timeout(Duration::from_secs(60)) {
+                let _ = Command::new("kill").args(["-9", &pid]).status();
+            }
+        });
+        // Read stderr to its end (the process exiting closes it); a gateway
+        // that starts instead says so, and is stopped here.
+        let mut lines = Vec::new();
+        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = line.unwrap();
+            if line.contains("gateway listening") {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{key}: serve started with admin.listen on 0.0.0.0: {line}");
+            }
+            lines.push(line);
+        }
+        let status = child.wait().unwrap();
+        let _ = done.send(());
+        guard.join().unwrap();
+        let lines: Vec<&String> = lines.iter().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(status.code(), Some(2), "{key}: {status}: {lines:?}");
+        assert_eq!(lines.len(), 1, "{key}: {lines:?}");
+        assert!(
+            lines[0].contains("admin.listen") && lines[0].contains(key),
+            "{key}: {}",
+            lines[0]
+        );
+        assert!(!lines[0].contains("panicked"), "{}", lines[0]);
+    }
+}
+
 /// Starts `serve` and reads the bound data and admin addresses from its
 /// log line, so several replicas can run from one configuration that says
 /// port 0.
 fn start_replica(config: &std::path::Path) -> (Child, String, String) {
-    use std::io::BufRead;
-    let mut child = Command::new(binary())
-        .args(["serve", "--config"])
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut child = spawn_serve(config);
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     // The first log line says where it listens; `lines()` ends if the
     // process exits, so this cannot wait for ever.
     for line in lines.by_ref() {
@@ -336,4 +391,13 @@ fn with_ephemeral_ports(text: &str) -> String {
         }
     }
     out
+}
+
+/// Opens the admin listener to every interface and serves `page` there
+/// without the token.
+fn with_exposed_admin(text: &str, page: &str) -> String {
+    text.replace(
+        "[admin]\nlisten = \"127.0.0.1:",
+        &format!("[admin]\n{page} = true\nlisten = \"0.0.0.0:"),
+    )
 }

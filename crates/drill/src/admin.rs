@@ -2,27 +2,24 @@
 //! read tenants' subsets and shard health, and read the failover counter.
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::{Method, StatusCode, Uri};
 use serde_json::Value;
 
+use crate::api::{Api, CallError};
 use crate::error::DrillError;
 
 /// The admin API of one gateway.
 #[derive(Clone)]
 pub struct AdminClient {
-    base: String,
+    api: Api,
     token: String,
-    client: Client<HttpConnector, Full<Bytes>>,
 }
 
+// By hand, so that the token never reaches a log.
 impl std::fmt::Debug for AdminClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminClient")
-            .field("base", &self.base)
+            .field("base", &self.api.base())
             .finish_non_exhaustive()
     }
 }
@@ -42,29 +39,29 @@ impl AdminClient {
     /// A client for the admin API at `base` (e.g. `http://127.0.0.1:9901`).
     pub fn new(base: &Uri, token: &str) -> Self {
         Self {
-            base: base.to_string().trim_end_matches('/').to_owned(),
+            api: Api::new(base),
             token: token.to_owned(),
-            client: Client::builder(TokioExecutor::new()).build_http(),
         }
     }
 
     async fn call(&self, method: Method, path: &str) -> Result<(StatusCode, Bytes), DrillError> {
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header("authorization", format!("Bearer {}", self.token))
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| DrillError::Input(format!("bad admin URL {}: {e}", self.base)))?;
-        let response = self.client.request(request).await.map_err(|e| {
-            DrillError::Gateway(format!("admin API at {} unreachable: {e}", self.base))
-        })?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
+        let base = self.api.base();
+        let (status, body) = self
+            .api
+            .call(
+                method,
+                path,
+                ("authorization", &format!("Bearer {}", self.token)),
+                Bytes::new(),
+            )
             .await
-            .map_err(|e| DrillError::Gateway(format!("admin API {path}: {e}")))?
-            .to_bytes();
+            .map_err(|e| match e {
+                CallError::Request(e) => DrillError::Input(format!("bad admin URL {base}: {e}")),
+                CallError::Unreachable(e) => {
+                    DrillError::Gateway(format!("admin API at {base} unreachable: {e}"))
+                }
+                CallError::Body(e) => DrillError::Gateway(format!("admin API {path}: {e}")),
+            })?;
         if status == StatusCode::UNAUTHORIZED {
             return Err(DrillError::Input(
                 "the admin API refused the token (401); check --admin-token-file".into(),

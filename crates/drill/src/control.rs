@@ -6,32 +6,19 @@
 //! the body, answered `204` (or `400` naming the valid modes).
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::{Method, StatusCode, Uri};
 
+use crate::api::{Api, CallError};
 use crate::error::DrillError;
 
 /// The mode that heals a shard.
 pub const HEALTHY: &str = "healthy";
 
 /// One shard's control API.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ShardControl {
     id: String,
-    base: String,
-    client: Client<HttpConnector, Full<Bytes>>,
-}
-
-impl std::fmt::Debug for ShardControl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShardControl")
-            .field("id", &self.id)
-            .field("base", &self.base)
-            .finish_non_exhaustive()
-    }
+    api: Api,
 }
 
 impl ShardControl {
@@ -39,8 +26,7 @@ impl ShardControl {
     pub fn new(id: &str, base: &Uri) -> Self {
         Self {
             id: id.to_owned(),
-            base: base.to_string().trim_end_matches('/').to_owned(),
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            api: Api::new(base),
         }
     }
 
@@ -51,30 +37,30 @@ impl ShardControl {
 
     /// The control API's base URL.
     pub fn base(&self) -> &str {
-        &self.base
+        self.api.base()
     }
 
     /// Switches the shard to `mode` (the backend's `--mode` spelling).
     pub async fn set_mode(&self, mode: &str) -> Result<(), DrillError> {
-        let flag = format!("--break {}={}", self.id, self.base);
-        let request = Request::builder()
-            .method(Method::PUT)
-            .uri(format!("{}/mode", self.base))
-            .header("content-type", "text/plain")
-            .body(Full::new(Bytes::from(mode.to_owned())))
-            .map_err(|e| DrillError::Input(format!("{flag}: not a URL: {e}")))?;
-        let response = self.client.request(request).await.map_err(|e| {
-            DrillError::Control(format!(
-                "{flag}: the control API is unreachable ({e}); is `shuffle-shard backend --control` listening there?"
-            ))
-        })?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
+        let flag = format!("--break {}={}", self.id, self.base());
+        let (status, body) = self
+            .api
+            .call(
+                Method::PUT,
+                "/mode",
+                ("content-type", "text/plain"),
+                Bytes::from(mode.to_owned()),
+            )
             .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
+            .map_err(|e| match e {
+                CallError::Request(e) => DrillError::Input(format!("{flag}: not a URL: {e}")),
+                CallError::Unreachable(e) => DrillError::Control(format!(
+                    "{flag}: the control API is unreachable ({e}); is `shuffle-shard backend --control` listening there?"
+                )),
+                CallError::Body(e) => DrillError::Control(format!(
+                    "{flag}: setting mode {mode:?}: the answer broke off ({e})"
+                )),
+            })?;
         if status == StatusCode::NO_CONTENT || status == StatusCode::OK {
             return Ok(());
         }

@@ -9,6 +9,7 @@
 //! demo, the tests) or in production.
 
 pub mod admin;
+mod api;
 pub mod control;
 pub mod credentials;
 mod error;

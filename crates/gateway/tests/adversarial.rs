@@ -14,46 +14,25 @@ use std::time::Duration;
 use backend::{Mode, Seen};
 use http::StatusCode;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::util::{
-    Fixture, Options, RawResponse, base64url, hs256_token, random_bytes, raw_request, unix_now,
+    Fixture, Options, RawResponse, base64url, bearer_line, hs256_token, random_bytes, raw,
+    raw_request, read_while_open, unix_now,
 };
 
 // ---------------------------------------------------------------------------
 // Helpers.
 
-/// A raw HTTP/1.1 request: the request line, the header lines verbatim, a
-/// blank line and the body.
-fn raw(request_line: &str, header_lines: &[&str], body: &[u8]) -> Vec<u8> {
-    let mut bytes = format!("{request_line}\r\n").into_bytes();
-    for line in header_lines {
-        bytes.extend_from_slice(line.as_bytes());
-        bytes.extend_from_slice(b"\r\n");
-    }
-    bytes.extend_from_slice(b"\r\n");
-    bytes.extend_from_slice(body);
-    bytes
-}
-
 /// Everything the gateway sends back on one connection until it closes it
 /// (or five seconds pass: a connection left open is not a failure here, the
 /// caller checks what was answered).
-async fn raw_until_closed(addr: SocketAddr, bytes: &[u8]) -> String {
+async fn answered_on(addr: SocketAddr, request: &[u8]) -> String {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let _ = stream.write_all(bytes).await;
+    let _ = stream.write_all(request).await;
     let mut received = Vec::new();
-    let mut buffer = [0_u8; 8192];
-    let _ = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => received.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await;
+    let _ = read_while_open(&mut stream, &mut received, Duration::from_secs(5)).await;
     String::from_utf8_lossy(&received).into_owned()
 }
 
@@ -70,11 +49,6 @@ fn clear_seen(fixture: &Fixture) {
     for backend in &fixture.backends {
         backend.clear_seen();
     }
-}
-
-/// `Authorization: Bearer <tenant's key>` as a raw header line.
-fn bearer_line(fixture: &Fixture, tenant: &str) -> String {
-    format!("Authorization: Bearer {}", fixture.api_key(tenant))
 }
 
 /// Checks that every request a backend saw came from `tenant`, landed in
@@ -222,7 +196,7 @@ async fn smuggled_requests_never_reach_a_backend() {
         clear_seen(&fixture);
         let mut lines = vec!["Host: gateway", auth.as_str()];
         lines.extend(framing);
-        let answer = raw_until_closed(
+        let answer = answered_on(
             fixture.running.addr,
             &raw("POST /first HTTP/1.1", &lines, body),
         )

@@ -8,11 +8,8 @@
 //! them; what the shard received is read back from it (`Backend::seen`, or
 //! a test's own shard that also records trailers).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use backend::{Backend, Seen};
@@ -20,34 +17,19 @@ use bytes::Bytes;
 use gateway::Snapshot;
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
-use hyper::body::{Body, Frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use hyper::body::Frame;
 use tokio::net::TcpStream;
 
 use crate::util::{
-    CustomShard, Fixture, Options, RawResponse, ShardBody, random_bytes, raw_request, text,
+    CustomShard, Fixture, Frames, Options, RawResponse, ShardBody, bearer_line, exchange,
+    random_bytes, raw, raw_request, raw_until_closed, text,
 };
+
+/// How long an answer may take before it counts as a hang.
+const HANG: Duration = Duration::from_secs(5);
 
 // ---------------------------------------------------------------------------
 // Helpers.
-
-/// A raw HTTP/1.1 request: the request line, the header lines verbatim, a
-/// blank line and the body.
-fn raw(request_line: &str, header_lines: &[&str], body: &[u8]) -> Vec<u8> {
-    let mut bytes = format!("{request_line}\r\n").into_bytes();
-    for line in header_lines {
-        bytes.extend_from_slice(line.as_bytes());
-        bytes.extend_from_slice(b"\r\n");
-    }
-    bytes.extend_from_slice(b"\r\n");
-    bytes.extend_from_slice(body);
-    bytes
-}
-
-/// `Authorization: Bearer <tenant's key>` as a raw header line.
-fn bearer_line(fixture: &Fixture, tenant: &str) -> String {
-    format!("Authorization: Bearer {}", fixture.api_key(tenant))
-}
 
 /// A header name as a CGI-style backend reads it: lowercase, `_` as `-`.
 fn read_as(name: &str) -> String {
@@ -65,71 +47,6 @@ fn pairs(map: &HeaderMap) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// Everything the gateway sends back on a fresh connection after `bytes`,
-/// until it closes the connection (the request asks it to). Panics if it
-/// neither answers nor closes within five seconds (a hang, not a timing).
-async fn raw_until_closed(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let _ = stream.write_all(bytes).await;
-    let mut received = Vec::new();
-    let mut buffer = [0_u8; 8192];
-    tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => received.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await
-    .expect("the gateway neither finished its answer nor closed the connection");
-    received
-}
-
-/// Writes `bytes` on an open connection and reads one response framed by
-/// its `Content-Length` (or with no body). For a second request on a
-/// connection a first one has already used; panics after five seconds.
-async fn exchange(stream: &mut TcpStream, bytes: &[u8]) -> RawResponse {
-    stream.write_all(bytes).await.unwrap();
-    let mut received = Vec::new();
-    let mut buffer = [0_u8; 8192];
-    tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            if let Some(at) = received.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&received[..at]).into_owned();
-                let mut response = RawResponse {
-                    status: head
-                        .split(' ')
-                        .nth(1)
-                        .and_then(|code| code.parse().ok())
-                        .unwrap_or(0),
-                    head,
-                    body: Vec::new(),
-                };
-                let length: usize = response
-                    .header("content-length")
-                    .map_or(0, |length| length.parse().unwrap());
-                if received.len() >= at + 4 + length {
-                    response.body = received[at + 4..at + 4 + length].to_vec();
-                    return response;
-                }
-            }
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => {
-                    return RawResponse {
-                        status: 0,
-                        head: String::from_utf8_lossy(&received).into_owned(),
-                        body: Vec::new(),
-                    };
-                }
-                Ok(n) => received.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await
-    .expect("no complete response within five seconds")
 }
 
 /// Every request any of the fixture's backends saw.
@@ -171,27 +88,6 @@ async fn recording_shard() -> (CustomShard, Arc<Mutex<Vec<Received>>>) {
     })
     .await;
     (shard, received)
-}
-
-/// A response body of one data frame and then a trailer section.
-struct Trailing {
-    data: Option<Bytes>,
-    trailers: Option<HeaderMap>,
-}
-
-impl Body for Trailing {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        if let Some(data) = self.data.take() {
-            return Poll::Ready(Some(Ok(Frame::data(data))));
-        }
-        Poll::Ready(self.trailers.take().map(|t| Ok(Frame::trailers(t))))
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -295,10 +191,10 @@ async fn response_trailers_never_reveal_placement() {
         trailers.insert("x-shuffle-tenant", "t".parse().unwrap());
         trailers.insert("connection", "x".parse().unwrap());
         trailers.insert("x-checksum", "abc".parse().unwrap());
-        let body = Trailing {
-            data: Some(Bytes::from_static(b"hello")),
-            trailers: Some(trailers),
-        };
+        let body = Frames::new([
+            Frame::data(Bytes::from_static(b"hello")),
+            Frame::trailers(trailers),
+        ]);
         let mut response = Response::new(ShardBody::new(body));
         response.headers_mut().insert(
             "trailer",
@@ -317,9 +213,9 @@ async fn response_trailers_never_reveal_placement() {
             &["Host: shard", "TE: trailers", "Connection: close"],
             b"",
         ),
+        HANG,
     )
     .await;
-    let direct = String::from_utf8_lossy(&direct);
     assert!(
         direct.contains("x-shuffle-shard: s1") && direct.contains("x-checksum: abc"),
         "{direct}"
@@ -340,8 +236,8 @@ async fn response_trailers_never_reveal_placement() {
             "Connection: close",
         ];
         lines.extend(framing);
-        let answer = raw_until_closed(fixture.running.addr, &raw(request_line, &lines, body)).await;
-        let answer = String::from_utf8_lossy(&answer);
+        let answer =
+            raw_until_closed(fixture.running.addr, &raw(request_line, &lines, body), HANG).await;
         assert!(
             answer.starts_with("HTTP/1.1 200"),
             "{request_line}: {answer}"
@@ -387,6 +283,27 @@ fn traffic(backend: &Backend) -> Vec<Seen> {
         .collect()
 }
 
+/// `method_and_target` over HTTP/1.1 with the `auth` line and `body`: an
+/// empty body has no `Content-Length` (the connection's own loop serves
+/// it), any other one does (hyper's path).
+async fn send_with_body(
+    fixture: &Fixture,
+    auth: &str,
+    method_and_target: &str,
+    body: &[u8],
+) -> RawResponse {
+    let length = format!("Content-Length: {}", body.len());
+    let mut lines = vec!["Host: gateway", auth];
+    if !body.is_empty() {
+        lines.push(&length);
+    }
+    raw_request(
+        fixture.running.addr,
+        &raw(&format!("{method_and_target} HTTP/1.1"), &lines, body),
+    )
+    .await
+}
+
 /// A target that would leave the shard's prefix (dot segments, encoded or
 /// not, encoded slashes next to dots, backslashes) or is not a path at all
 /// (`*`, authority-form) is refused with 400 before any shard sees it, on
@@ -416,16 +333,8 @@ async fn targets_that_escape_a_shard_prefix_get_400_and_reach_no_shard() {
     ];
     for (method, target) in targets {
         for body in [&b""[..], b"hi"] {
-            let length = format!("Content-Length: {}", body.len());
-            let mut lines = vec!["Host: gateway", auth.as_str()];
-            if !body.is_empty() {
-                lines.push(&length);
-            }
-            let response = raw_request(
-                fixture.running.addr,
-                &raw(&format!("{method} {target} HTTP/1.1"), &lines, body),
-            )
-            .await;
+            let response =
+                send_with_body(&fixture, &auth, &format!("{method} {target}"), body).await;
             assert_eq!(
                 response.status, 400,
                 "{method} {target} (body {body:?}): {}",
@@ -477,16 +386,7 @@ async fn ordinary_targets_with_dots_are_served_under_the_prefix() {
     for target in ["/v1/items?x=..%2f", "/a..b/c", "/.well-known/x"] {
         for body in [&b""[..], b"hi"] {
             backend.clear_seen();
-            let length = format!("Content-Length: {}", body.len());
-            let mut lines = vec!["Host: gateway", auth.as_str()];
-            if !body.is_empty() {
-                lines.push(&length);
-            }
-            let response = raw_request(
-                fixture.running.addr,
-                &raw(&format!("POST {target} HTTP/1.1"), &lines, body),
-            )
-            .await;
+            let response = send_with_body(&fixture, &auth, &format!("POST {target}"), body).await;
             assert_eq!(response.status, 200, "{target}: {}", response.head);
             let paths: Vec<String> = traffic(&backend).into_iter().map(|s| s.path).collect();
             assert_eq!(paths, [format!("/api{target}")], "{target} (body {body:?})");

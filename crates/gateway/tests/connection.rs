@@ -11,24 +11,21 @@
 //! byte, a missing chunk terminator) shows up as the next response failing
 //! to parse.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::{Body, Frame, Incoming};
+use hyper::body::{Frame, Incoming};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 
 use crate::util::{
-    ChannelBody, CustomShard, Fixture, Options, RawResponse, ShardBody, eventually, full,
+    ChannelBody, CustomShard, Fixture, Frames, Options, RawResponse, ShardBody, eventually, full,
 };
 
 /// How long anything in these tests may take before it counts as a hang.
@@ -227,22 +224,6 @@ async fn echo(request: Request<Incoming>) -> Response<ShardBody> {
     Response::new(full(answer))
 }
 
-/// A body of ready pieces that declares no length, so hyper sends it
-/// chunked.
-struct Pieces(VecDeque<Bytes>);
-
-impl Body for Pieces {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        Poll::Ready(self.0.pop_front().map(|piece| Ok(Frame::data(piece))))
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Pipelining and the hand-off.
 
@@ -423,11 +404,11 @@ async fn a_response_the_backend_sends_chunked_reaches_the_client_chunked_and_who
             match streamed {
                 Some(streamed) => Response::new(ChannelBody(streamed).boxed()),
                 None => Response::new(
-                    Pieces(VecDeque::from([
-                        Bytes::from_static(b"alpha,"),
-                        Bytes::from_static(b"beta,"),
-                        Bytes::from_static(b"gamma"),
-                    ]))
+                    Frames::new([
+                        Frame::data(Bytes::from_static(b"alpha,")),
+                        Frame::data(Bytes::from_static(b"beta,")),
+                        Frame::data(Bytes::from_static(b"gamma")),
+                    ])
                     .boxed(),
                 ),
             }

@@ -25,11 +25,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 
-use crate::util::{CustomShard, Fixture, Options, eventually};
+use crate::util::{CustomShard, Fixture, Options, eventually, read_while_open};
 
 const TOKEN: &str = "isolation-admin-token-9d41c7e2b05f";
 
@@ -241,17 +241,7 @@ fn raw_get(key: &str) -> Vec<u8> {
 /// passes.
 async fn read_until_closed(stream: &mut TcpStream, within: Duration) -> Received {
     let mut bytes = Vec::new();
-    let closed = timeout(within, async {
-        let mut buffer = vec![0_u8; 64 * 1024];
-        loop {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => bytes.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await
-    .is_ok();
+    let closed = read_while_open(stream, &mut bytes, within).await;
     let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
         return Received {
             status: 0,

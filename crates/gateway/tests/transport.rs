@@ -32,7 +32,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
-use crate::util::{ChannelBody, CustomShard, Fixture, Options, eventually, only_shard, text};
+use crate::util::{
+    ChannelBody, CustomShard, Fixture, Options, eventually, only_shard, raw_until_closed,
+    read_while_open, text,
+};
 
 /// How long anything in these tests may take before it counts as a hang.
 const DEADLINE: Duration = Duration::from_secs(2);
@@ -45,28 +48,11 @@ const DEADLINE: Duration = Duration::from_secs(2);
 /// is still open after [`DEADLINE`].
 async fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
     let mut received = Vec::new();
-    let mut buffer = [0_u8; 4096];
-    timeout(DEADLINE, async {
-        loop {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => received.extend_from_slice(&buffer[..n]),
-            }
-        }
-    })
-    .await
-    .expect("the gateway neither answered nor closed the connection");
+    assert!(
+        read_while_open(stream, &mut received, DEADLINE).await,
+        "the gateway neither answered nor closed the connection"
+    );
     received
-}
-
-/// Sends `bytes` on a fresh connection and returns everything the gateway
-/// sends back before it closes the connection.
-async fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    // The gateway may answer (and stop reading) before it has read all of
-    // an oversized request, so a failed write is not a failure here.
-    let _ = stream.write_all(bytes).await;
-    String::from_utf8_lossy(&read_until_closed(&mut stream).await).into_owned()
 }
 
 /// The status line of a raw answer, for assertion messages.
@@ -146,7 +132,7 @@ async fn oversized_request_heads_get_431_and_reach_nobody() {
         "GET / HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\nx-big: {}\r\n\r\n",
         "a".repeat(32 * 1024)
     );
-    let answer = raw_exchange(addr, one_big_header.as_bytes()).await;
+    let answer = raw_until_closed(addr, one_big_header.as_bytes(), DEADLINE).await;
     assert!(
         answer.starts_with("HTTP/1.1 431"),
         "{}",
@@ -158,7 +144,7 @@ async fn oversized_request_heads_get_431_and_reach_nobody() {
         .collect();
     let many =
         format!("GET / HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\n{many_headers}\r\n");
-    let answer = raw_exchange(addr, many.as_bytes()).await;
+    let answer = raw_until_closed(addr, many.as_bytes(), DEADLINE).await;
     assert!(
         answer.starts_with("HTTP/1.1 431"),
         "{}",
@@ -171,7 +157,7 @@ async fn oversized_request_heads_get_431_and_reach_nobody() {
         "GET / HTTP/1.1\r\nhost: gw\r\nconnection: close\r\nauthorization: Bearer {key}\r\nx-big: {}\r\n\r\n",
         "c".repeat(12 * 1024)
     );
-    let answer = raw_exchange(addr, fits.as_bytes()).await;
+    let answer = raw_until_closed(addr, fits.as_bytes(), DEADLINE).await;
     assert!(
         answer.starts_with("HTTP/1.1 200"),
         "{}",
@@ -198,14 +184,14 @@ async fn a_header_limit_below_hypers_minimum_buffer_is_still_enforced() {
             "d".repeat(filler)
         )
     };
-    let answer = raw_exchange(addr, head(6 * 1024).as_bytes()).await;
+    let answer = raw_until_closed(addr, head(6 * 1024).as_bytes(), DEADLINE).await;
     assert!(
         answer.starts_with("HTTP/1.1 431"),
         "a 6 KiB head with a 4 KiB limit: {}",
         status_line(&answer)
     );
     assert_eq!(fixture.total_backend_requests(), 0);
-    let answer = raw_exchange(addr, head(3 * 1024).as_bytes()).await;
+    let answer = raw_until_closed(addr, head(3 * 1024).as_bytes(), DEADLINE).await;
     assert!(
         answer.starts_with("HTTP/1.1 200"),
         "a 3 KiB head with a 4 KiB limit: {}",
@@ -231,7 +217,7 @@ async fn declared_bodies_over_the_limit_get_413_and_reach_nobody() {
     let head = format!(
         "PUT /upload HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\ncontent-length: 1000000\r\n\r\n"
     );
-    let answer = raw_exchange(fixture.running.addr, head.as_bytes()).await;
+    let answer = raw_until_closed(fixture.running.addr, head.as_bytes(), DEADLINE).await;
     assert!(
         answer.starts_with("HTTP/1.1 413"),
         "{}",

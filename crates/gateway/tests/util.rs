@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -26,7 +27,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use sha2::{Digest, Sha256};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -467,10 +469,28 @@ impl RawResponse {
     }
 }
 
+/// `Authorization: Bearer <tenant's key>` as a raw header line.
+pub fn bearer_line(fixture: &Fixture, tenant: &str) -> String {
+    format!("Authorization: Bearer {}", fixture.api_key(tenant))
+}
+
+/// A raw HTTP/1.1 request: the request line, the header lines verbatim, a
+/// blank line and the body. For requests a client library would normalise
+/// (duplicate, folded or conflicting headers, odd targets).
+pub fn raw(request_line: &str, header_lines: &[&str], body: &[u8]) -> Vec<u8> {
+    let mut bytes = format!("{request_line}\r\n").into_bytes();
+    for line in header_lines {
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"\r\n");
+    bytes.extend_from_slice(body);
+    bytes
+}
+
 /// Reads what is available into `received`; false once the peer has
 /// closed the connection (or reset it).
-async fn read_more(stream: &mut tokio::net::TcpStream, received: &mut Vec<u8>) -> bool {
-    use tokio::io::AsyncReadExt;
+async fn read_more(stream: &mut TcpStream, received: &mut Vec<u8>) -> bool {
     let mut buffer = [0_u8; 8192];
     match stream.read(&mut buffer).await {
         Ok(0) | Err(_) => false,
@@ -481,17 +501,51 @@ async fn read_more(stream: &mut tokio::net::TcpStream, received: &mut Vec<u8>) -
     }
 }
 
+/// Reads into `received` until the peer closes the connection (EOF or
+/// reset) or `within` passes; whether it closed in time. Whether a
+/// connection still open is a failure is the caller's to say.
+pub async fn read_while_open(
+    stream: &mut TcpStream,
+    received: &mut Vec<u8>,
+    within: Duration,
+) -> bool {
+    tokio::time::timeout(within, async { while read_more(stream, received).await {} })
+        .await
+        .is_ok()
+}
+
+/// Everything the gateway sends back on a fresh connection to `addr` after
+/// `request`, until it closes the connection. Panics if it neither answers
+/// nor closes within `within` (a hang, not a timing).
+pub async fn raw_until_closed(addr: SocketAddr, request: &[u8], within: Duration) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // The gateway may answer (and stop reading) before it has read all of
+    // a request it refuses, so a failed write is not a failure here.
+    let _ = stream.write_all(request).await;
+    let mut received = Vec::new();
+    assert!(
+        read_while_open(&mut stream, &mut received, within).await,
+        "the gateway neither finished its answer nor closed the connection within {within:?}"
+    );
+    String::from_utf8_lossy(&received).into_owned()
+}
+
 /// Writes `request` verbatim on a fresh connection to `addr` and reads one
-/// final response (interim `1xx` answers such as `100 Continue` are skipped),
-/// framed by its `Content-Length`, chunked encoding, or the connection
-/// closing (no body for `HEAD`, 204 and 304). For requests
-/// a client library would normalise (duplicate, folded or conflicting
-/// headers). A connection closed before a complete head gives status 0.
-/// Panics if nothing complete arrives within five seconds.
+/// final response, as [`exchange`] does. A connection closed before a
+/// complete head gives status 0.
 pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
-    use tokio::io::AsyncWriteExt;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    exchange(&mut stream, request).await
+}
+
+/// Writes `request` verbatim on `stream` (a fresh connection or one a
+/// previous request has used) and reads one final response (interim `1xx`
+/// answers such as `100 Continue` are skipped), framed by its
+/// `Content-Length`, chunked encoding, or the connection closing (no body
+/// for `HEAD`, 204 and 304). A connection closed before a complete head
+/// gives status 0. Panics if nothing complete arrives within five seconds.
+pub async fn exchange(stream: &mut TcpStream, request: &[u8]) -> RawResponse {
     let head_request = request.starts_with(b"HEAD ");
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     // The gateway may answer (and close) before reading all of a request
     // it refuses, so a failed write is not a failure here.
     let _ = stream.write_all(request).await;
@@ -506,7 +560,7 @@ pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
                 }
                 break at + 4;
             }
-            if !read_more(&mut stream, &mut received).await {
+            if !read_more(stream, &mut received).await {
                 return RawResponse {
                     status: 0,
                     head: String::from_utf8_lossy(&received).into_owned(),
@@ -531,7 +585,7 @@ pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
         }
         if let Some(length) = response.header("content-length") {
             let length: usize = length.parse().unwrap();
-            while received.len() < length && read_more(&mut stream, &mut received).await {}
+            while received.len() < length && read_more(stream, &mut received).await {}
             received.truncate(length);
             response.body = received;
         } else if response
@@ -546,7 +600,7 @@ pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
                         break at + i;
                     }
                     assert!(
-                        read_more(&mut stream, &mut received).await,
+                        read_more(stream, &mut received).await,
                         "the connection closed mid-chunk"
                     );
                 };
@@ -559,7 +613,7 @@ pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
                 }
                 while received.len() < at + size + 2 {
                     assert!(
-                        read_more(&mut stream, &mut received).await,
+                        read_more(stream, &mut received).await,
                         "the connection closed mid-chunk"
                     );
                 }
@@ -567,7 +621,7 @@ pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
                 at += size + 2;
             }
         } else {
-            while read_more(&mut stream, &mut received).await {}
+            while read_more(stream, &mut received).await {}
             response.body = received;
         }
         response
@@ -696,5 +750,27 @@ impl Body for ChannelBody {
         self.0
             .poll_recv(cx)
             .map(|chunk| chunk.map(|chunk| chunk.map(Frame::data)))
+    }
+}
+
+/// A body of ready frames (data, then perhaps a trailer section) that
+/// declares no length, so hyper sends it chunked.
+pub struct Frames(pub VecDeque<Frame<Bytes>>);
+
+impl Frames {
+    pub fn new(frames: impl IntoIterator<Item = Frame<Bytes>>) -> Self {
+        Self(frames.into_iter().collect())
+    }
+}
+
+impl Body for Frames {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        Poll::Ready(self.0.pop_front().map(Ok))
     }
 }
