@@ -77,6 +77,9 @@ pub fn stays_under_prefix(request: &Uri) -> bool {
     if !path.contains(['.', '%']) {
         return true;
     }
+    if has_ambiguous_escape(path) {
+        return false;
+    }
     let decoded = decode_separators_and_dots(path);
     // Servlet containers (Tomcat, Jetty) and Spring drop a segment's
     // `;parameters` before resolving it: `/..;/` is `/../` to them.
@@ -84,6 +87,19 @@ pub fn stays_under_prefix(request: &Uri) -> bool {
         .split(['/', '\\'])
         .map(|segment| segment.split(';').next().unwrap_or(segment))
         .any(|segment| segment == "." || segment == "..")
+}
+
+/// Whether `path` holds an escape some backend decodes into a dot or a
+/// separator that a single decoding does not show: an escaped `%`
+/// (`%252e`, for a backend that decodes twice), a NUL (`%00`, which ends a
+/// path in C), IIS's `%u002e`, or an overlong UTF-8 sequence (`%c0%ae`,
+/// `%e0%80%ae`, `%f0%80%80%ae`), which old decoders took for `.`. A path
+/// that needs any of these has no business under a prefix.
+fn has_ambiguous_escape(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    ["%25", "%00", "%u", "%c0", "%c1", "%e0%8", "%e0%9", "%f0%8"]
+        .iter()
+        .any(|escape| lower.contains(escape))
 }
 
 /// `path` with `%2e`, `%2f`, `%5c` and `%3b` (any case) decoded: the only
@@ -138,8 +154,9 @@ pub struct Timing {
     pub deadline: Instant,
     /// How long the response body may wait for the backend's next bytes.
     pub body_idle: Duration,
-    /// How long the whole response may take, if limited.
-    pub response: Option<Duration>,
+    /// How long the response body may wait on the backend in all, if
+    /// limited.
+    pub body_total: Option<Duration>,
 }
 
 /// Sends one attempt of the client's request to `uri`: `client` is its
@@ -176,7 +193,7 @@ pub async fn send(
     let timeouts = Timeouts {
         connect: timing.per_try,
         body_idle: timing.body_idle,
-        response: timing.response,
+        body_total: timing.body_total,
     };
     let mut resends = 0;
     loop {
@@ -280,6 +297,11 @@ mod tests {
             "/a/..;/admin",
             "/.;/admin",
             "/..%3b/admin",
+            "/%252e%252e/admin",
+            "/%c0%ae%c0%ae/admin",
+            "/%e0%80%ae%e0%80%ae/admin",
+            "/%u002e%u002e/admin",
+            "/..%00/admin",
             "*",
             "127.0.0.1:80",
         ] {
@@ -293,6 +315,8 @@ mod tests {
             "/.well-known/x",
             "/a/...",
             "/a;b/c",
+            "/%e0%a4%85/x",
+            "/caf%c3%a9",
             "/..a;/b",
             "/%2e%2e%2e/x",
             "/%41",

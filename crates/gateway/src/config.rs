@@ -215,11 +215,12 @@ pub struct LimitSettings {
     /// How long a response may wait for its client to accept bytes before
     /// both sides are closed.
     pub client_write_timeout: Duration,
-    /// How long a backend's whole response (head and body) may take from
-    /// the attempt's start before both sides are closed (and the shard
-    /// charged with a failure); `None` (0 in the file, the default) for no
-    /// limit, as in nginx: set it to catch a shard that trickles.
-    pub backend_response_timeout: Option<Duration>,
+    /// How long a response body may wait on its backend in all (time its
+    /// client takes to read does not count) before both sides are closed
+    /// and the shard charged with a failure; `None` (0 in the file, the
+    /// default) for no limit, as in nginx: set it to catch a shard that
+    /// trickles.
+    pub backend_body_timeout: Option<Duration>,
 }
 
 /// The admin listener (operations API, metrics, status page).
@@ -419,7 +420,7 @@ struct RawLimits {
     max_connections: Option<usize>,
     backend_idle_timeout_ms: Option<u64>,
     client_write_timeout_ms: Option<u64>,
-    backend_response_timeout_ms: Option<u64>,
+    backend_body_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -754,24 +755,36 @@ fn retry_budget_settings(b: RawRetryBudget) -> Result<RetryBudgetSettings, KeyPr
 
 fn health_settings(h: RawHealth) -> Result<HealthSettings, KeyProblem> {
     let interval = millis("health.interval_ms", h.interval_ms, 1_000, 1..=MAX_MS)?;
+    let timeout = millis("health.timeout_ms", h.timeout_ms, 500, 1..=MAX_MS)?;
     let path = h.path.unwrap_or_else(|| "/healthz".into());
-    if !path.starts_with('/') {
-        return Err(("health.path", "must start with '/'".into()));
+    if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
+        return Err((
+            "health.path",
+            format!("{path:?} is not a path; write an absolute path such as \"/healthz\""),
+        ));
     }
+    // A shard's checks start one interval after the last one ended, and a
+    // check may take up to its timeout: results are that far apart when all
+    // is well, so staleness must allow for both, or a shard that answers
+    // its checks slowly but well would flap stale.
+    let cycle = interval + timeout;
     let staleness = match h.staleness_ms {
         Some(staleness) => millis("health.staleness_ms", Some(staleness), 0, 1..=24 * MAX_MS)?,
-        None => interval * 3,
+        None => interval * 3 + timeout,
     };
-    if staleness <= interval {
+    if staleness <= cycle {
         return Err((
             "health.staleness_ms",
-            "must be longer than health.interval_ms, or every check would go stale".into(),
+            format!(
+                "must be longer than health.interval_ms + health.timeout_ms ({} ms), or a shard whose checks pass slowly would go stale between them",
+                cycle.as_millis()
+            ),
         ));
     }
     Ok(HealthSettings {
         path,
         interval,
-        timeout: millis("health.timeout_ms", h.timeout_ms, 500, 1..=MAX_MS)?,
+        timeout,
         rise: within("health.rise", h.rise.unwrap_or(2), 1..=1000)?,
         fall: within("health.fall", h.fall.unwrap_or(3), 1..=1000)?,
         staleness,
@@ -851,9 +864,9 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
             60_000,
             1..=MAX_MS,
         )?,
-        backend_response_timeout: Some(millis(
-            "limits.backend_response_timeout_ms",
-            l.backend_response_timeout_ms,
+        backend_body_timeout: Some(millis(
+            "limits.backend_body_timeout_ms",
+            l.backend_body_timeout_ms,
             0,
             0..=24 * MAX_MS,
         )?)
@@ -881,7 +894,7 @@ fn admin_settings(
     // What is served without a token on a listener others can reach is
     // served to anyone: the status page lists every fully-down tenant's
     // subset. Refused rather than warned about.
-    if !admin.listen.ip().is_loopback() {
+    if !admin.listen.ip().to_canonical().is_loopback() {
         let open: Vec<&str> = [
             ("admin.metrics_without_token", admin.metrics_without_token),
             (
@@ -987,5 +1000,38 @@ mod tests {
             .to_string();
         assert!(error.contains("gateway.toml"), "{error}");
         assert!(error.contains("limits.max_connections"), "{error}");
+    }
+
+    #[test]
+    fn staleness_must_outlast_a_whole_check_cycle() {
+        let error = load_with("[health]\ninterval_ms = 100\ntimeout_ms = 500\nstaleness_ms = 600")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("health.staleness_ms"), "{error}");
+        assert!(error.contains("600 ms"), "{error}");
+        // The default allows for three intervals and a slow check.
+        let health = load_with("[health]\ninterval_ms = 100\ntimeout_ms = 500")
+            .unwrap()
+            .health;
+        assert_eq!(health.staleness, Duration::from_millis(800));
+    }
+
+    #[test]
+    fn a_health_path_that_is_not_a_path_is_refused() {
+        let error = load_with("[health]\npath = \"/a b\"")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("health.path"), "{error}");
+    }
+
+    #[test]
+    fn tokenless_pages_are_refused_on_mapped_addresses_too() {
+        let error =
+            load_with("[admin]\nlisten = \"[::ffff:10.0.0.1]:9901\"\nmetrics_without_token = true")
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("admin.metrics_without_token"), "{error}");
+        load_with("[admin]\nlisten = \"[::ffff:127.0.0.1]:9901\"\nmetrics_without_token = true")
+            .unwrap();
     }
 }

@@ -540,7 +540,7 @@ impl Lingering {
             self.write_timeout.timer.progressed();
             return progress;
         }
-        // No deadline is set on this timer: it can only idle out.
+        // No budget is set on this timer: it can only idle out.
         ready!(self.write_timeout.timer.poll_expired(cx));
         self.write_timeout.expired.inc();
         // Nothing more is read from or written to a client that stopped

@@ -80,7 +80,12 @@ fn reads_as(got: u8, want: u8) -> bool {
 /// (in any spelling a CGI-style backend reads as theirs). With
 /// [`ForwardedFor::Append`] they pass unchanged: the operator has said a
 /// trusted proxy sits in front.
-const CLIENT_ORIGIN: [&[u8]; 18] = [
+///
+/// It is a list of what is known to be read that way, not a guarantee: a
+/// backend that trusts some other field for the client's address should
+/// stand behind `replace` only with that field dropped by a proxy of its
+/// own.
+const CLIENT_ORIGIN: [&[u8]; 24] = [
     b"forwarded",
     b"x-real-ip",
     b"true-client-ip",
@@ -101,6 +106,12 @@ const CLIENT_ORIGIN: [&[u8]; 18] = [
     b"x-host",
     b"front-end-https",
     b"x-envoy-external-address",
+    b"client-ip",
+    b"x-original-forwarded-for",
+    b"x-forwarded-uri",
+    b"wl-proxy-client-ip",
+    b"proxy-client-ip",
+    b"x-azure-clientip",
 ];
 
 /// Fields through which IIS, Symfony and other frameworks let a proxy in
@@ -619,6 +630,12 @@ mod tests {
                     "x-host",
                     "front-end-https",
                     "x-envoy-external-address",
+                    "client-ip",
+                    "x-original-forwarded-for",
+                    "x-forwarded-uri",
+                    "wl-proxy-client-ip",
+                    "proxy-client-ip",
+                    "x-azure-clientip",
                     "x-original-url",
                     "x-rewrite-url",
                 ];

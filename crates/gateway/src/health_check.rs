@@ -35,11 +35,16 @@ pub const MAX_BODY: usize = 64 * 1024;
 
 /// Runs every shard's checks until the task is dropped (which stops them
 /// all). Shards that appear on a reload get a checker of their own; shards
-/// a reload removed lose theirs. Settings are re-read before every check,
-/// so a reload takes effect at each shard's next check.
+/// a reload removed lose theirs; a checker that ended on its own (it
+/// panicked) is started again, and said so. Checkers re-read their
+/// settings before every check and start afresh on every reload, so a
+/// shorter interval or a new shard takes effect at once, not after the old
+/// interval (which staleness, judged by the new settings, would not wait
+/// for).
 pub async fn run(gateway: Arc<Gateway>) {
     let mut checkers = JoinSet::new();
     let mut running: HashMap<usize, AbortHandle> = HashMap::new();
+    let mut reloads = gateway.reloads();
     loop {
         let snapshot = gateway.snapshot();
         let current: HashMap<usize, &Arc<ShardRuntime>> = snapshot
@@ -47,7 +52,7 @@ pub async fn run(gateway: Arc<Gateway>) {
             .map(|shard| (shard_key(shard), shard))
             .collect();
         running.retain(|key, checker| {
-            let keep = current.contains_key(key);
+            let keep = current.contains_key(key) && !checker.is_finished();
             if !keep {
                 checker.abort();
             }
@@ -60,14 +65,26 @@ pub async fn run(gateway: Arc<Gateway>) {
         }
         let interval = snapshot.config.health.interval;
         drop(snapshot);
-        // Reap finished (aborted) checkers so the set stays small, and look
-        // for added or removed shards once per interval.
+        // Look again once per interval, at once on a reload, and at once
+        // when a checker ends on its own.
         let pause = tokio::time::sleep(interval);
         tokio::pin!(pause);
         loop {
             tokio::select! {
                 () = &mut pause => break,
-                Some(_) = checkers.join_next(), if !checkers.is_empty() => {}
+                changed = reloads.changed() => {
+                    if changed.is_err() {
+                        // The gateway is gone.
+                        return;
+                    }
+                    break;
+                }
+                Some(ended) = checkers.join_next(), if !checkers.is_empty() => {
+                    if let Err(error) = ended && error.is_panic() {
+                        tracing::error!(%error, "a shard's health checker panicked; starting it again");
+                        break;
+                    }
+                }
             }
         }
     }
@@ -79,8 +96,10 @@ fn shard_key(shard: &Arc<ShardRuntime>) -> usize {
     Arc::as_ptr(shard) as usize
 }
 
-/// Checks one shard every interval, for ever.
+/// Checks one shard every interval, for ever; a reload cuts the wait
+/// short, so the new settings apply from the next check on.
 async fn check_forever(gateway: Arc<Gateway>, shard: Arc<ShardRuntime>) {
+    let mut reloads = gateway.reloads();
     loop {
         let settings = gateway.snapshot().config.health.clone();
         let passed = check(&shard, &settings).await;
@@ -92,7 +111,10 @@ async fn check_forever(gateway: Arc<Gateway>, shard: Arc<ShardRuntime>) {
         if changed {
             tracing::info!(cell = %shard.cell, shard = %shard.id, passed, "active health changed");
         }
-        tokio::time::sleep(settings.interval).await;
+        tokio::select! {
+            () = tokio::time::sleep(settings.interval) => {}
+            _ = reloads.changed() => {}
+        }
     }
 }
 
@@ -130,7 +152,7 @@ async fn exchange(shard: &ShardRuntime, settings: &HealthSettings, started: Inst
                 connect: settings.timeout,
                 body_idle: settings.timeout,
                 // The check's own deadline bounds it all.
-                response: None,
+                body_total: None,
             },
             started,
         )

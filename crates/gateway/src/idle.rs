@@ -9,18 +9,22 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 /// A timer for a stream that must keep moving: it runs only while the
-/// stream waits, and starts afresh after every bit of progress; it can also
-/// hold a deadline for the whole stream, which no progress moves (a stream
-/// that trickles a byte at a time keeps moving, and still has to end).
-/// Nothing is allocated or armed until the stream first has to wait, so a
-/// body that came whole with its head costs no timer at all.
+/// stream waits, and starts afresh after every bit of progress. It can also
+/// hold a budget for all the stream's waits together, which progress does
+/// not renew: a stream that trickles a byte at a time keeps moving, and
+/// still runs out. Time the stream is not waiting (its reader is busy, or
+/// slow) never counts, so a slow reader cannot use up a fast writer's
+/// budget. Nothing is allocated or armed until the stream first has to
+/// wait, so a body that came whole with its head costs no timer at all,
+/// and without a budget progress reads no clock.
 #[derive(Debug)]
 pub struct IdleTimer {
     limit: Duration,
-    deadline: Option<Instant>,
+    /// What is left of the waits' budget, if there is one.
+    budget: Option<Duration>,
     sleep: Option<Pin<Box<Sleep>>>,
-    /// The sleep's deadline belongs to the current wait.
-    armed: bool,
+    /// When the current wait began, while it lasts.
+    waiting_since: Option<Instant>,
 }
 
 /// Why an [`IdleTimer`] fired.
@@ -28,51 +32,55 @@ pub struct IdleTimer {
 pub enum Expired {
     /// Nothing moved for the limit.
     Idle,
-    /// The whole stream's deadline passed.
-    Deadline,
+    /// The waits together used up the budget.
+    Budget,
 }
 
 impl IdleTimer {
     /// A timer that fires after `limit` of waiting without progress.
     pub fn new(limit: Duration) -> Self {
-        Self::with_deadline(limit, None)
+        Self::with_budget(limit, None)
     }
 
-    /// The same, and at `deadline` (if any) whatever the progress.
-    pub fn with_deadline(limit: Duration, deadline: Option<Instant>) -> Self {
+    /// The same, and once all waits together reach `budget` (if any).
+    pub fn with_budget(limit: Duration, budget: Option<Duration>) -> Self {
         Self {
             limit,
-            deadline,
+            budget,
             sleep: None,
-            armed: false,
+            waiting_since: None,
         }
     }
 
-    /// The stream moved: the next wait starts a new period.
+    /// The stream moved: the wait (if there was one) is over, and the next
+    /// one starts a new period.
     pub fn progressed(&mut self) {
-        self.armed = false;
+        if let Some(since) = self.waiting_since.take()
+            && let Some(budget) = &mut self.budget
+        {
+            *budget = budget.saturating_sub(since.elapsed());
+        }
     }
 
     /// The stream has to wait: ready once it has waited `limit` since its
-    /// last progress, or at the deadline.
+    /// last progress, or its waits have used up the budget.
     pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Expired> {
-        let limit = self.limit;
-        let sleep = self
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
-        if !self.armed {
-            let idle_at = Instant::now() + limit;
-            sleep.as_mut().reset(
-                self.deadline
-                    .map_or(idle_at, |deadline| deadline.min(idle_at)),
-            );
-            self.armed = true;
+        if self.waiting_since.is_none() {
+            let now = Instant::now();
+            self.waiting_since = Some(now);
+            let wait = self
+                .budget
+                .map_or(self.limit, |budget| budget.min(self.limit));
+            match &mut self.sleep {
+                Some(sleep) => sleep.as_mut().reset(now + wait),
+                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(now + wait))),
+            }
         }
+        let sleep = self.sleep.as_mut().expect("armed above");
         ready!(sleep.as_mut().poll(cx));
-        Poll::Ready(if Some(sleep.deadline()) == self.deadline {
-            Expired::Deadline
-        } else {
-            Expired::Idle
+        Poll::Ready(match self.budget {
+            Some(budget) if budget <= self.limit => Expired::Budget,
+            _ => Expired::Idle,
         })
     }
 }
@@ -109,17 +117,37 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_trickle_keeps_it_from_idling_but_not_from_the_deadline() {
-        let deadline = Instant::now() + Duration::from_millis(250);
-        let mut timer = IdleTimer::with_deadline(Duration::from_millis(100), Some(deadline));
+    async fn a_trickle_keeps_it_from_idling_but_uses_up_its_budget() {
+        let mut timer =
+            IdleTimer::with_budget(Duration::from_millis(100), Some(Duration::from_millis(250)));
         for _ in 0..4 {
             assert_eq!(expired(&mut timer).await, None);
             tokio::time::advance(Duration::from_millis(60)).await;
             timer.progressed();
         }
-        // 240 ms in: the next wait is cut at 250 ms, not 340.
+        // 240 ms of waiting so far: the next wait is cut after 10 ms.
         assert_eq!(expired(&mut timer).await, None);
         tokio::time::advance(Duration::from_millis(10)).await;
-        assert_eq!(expired(&mut timer).await, Some(Expired::Deadline));
+        assert_eq!(expired(&mut timer).await, Some(Expired::Budget));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_not_spent_waiting_never_counts() {
+        let mut timer =
+            IdleTimer::with_budget(Duration::from_millis(100), Some(Duration::from_millis(250)));
+        for _ in 0..10 {
+            // A short wait on the stream...
+            assert_eq!(expired(&mut timer).await, None);
+            tokio::time::advance(Duration::from_millis(5)).await;
+            timer.progressed();
+            // ...then a long time the stream is not waiting (a slow reader).
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        // 50 ms of waiting in ten seconds: 200 ms of budget left.
+        assert_eq!(expired(&mut timer).await, None);
+        tokio::time::advance(Duration::from_millis(99)).await;
+        assert_eq!(expired(&mut timer).await, None);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(expired(&mut timer).await, Some(Expired::Idle));
     }
 }

@@ -387,7 +387,7 @@ async fn route(
                     per_try: config.routing.per_try_timeout,
                     deadline,
                     body_idle: config.limits.backend_idle_timeout,
-                    response: config.limits.backend_response_timeout,
+                    body_total: config.limits.backend_body_timeout,
                 },
                 safe_to_repeat,
             )

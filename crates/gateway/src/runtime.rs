@@ -113,7 +113,7 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
             addr: admin_addr,
             source,
         })?;
-    if !admin_addr.ip().is_loopback() {
+    if !admin_addr.ip().to_canonical().is_loopback() {
         // Start-up refuses token-less pages on such an address (see
         // `config`); the token-protected API is still worth a line.
         tracing::warn!(admin = %admin_addr, "the admin listener is reachable from other hosts; keep admin.token_file secret, or bind admin.listen to 127.0.0.1");

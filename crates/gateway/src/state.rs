@@ -363,6 +363,10 @@ pub struct Gateway {
     pub tenant_windows: crate::window::Windows,
     /// Per-shard attempts over the availability window (for utilization).
     pub shard_windows: crate::window::Windows,
+    /// Bumped by every reload that took effect, so that what schedules
+    /// itself by the configuration (the health checkers) looks again at
+    /// once instead of after its old interval.
+    reloads: tokio::sync::watch::Sender<u64>,
 }
 
 impl Gateway {
@@ -377,7 +381,13 @@ impl Gateway {
             metrics: crate::metrics::Metrics::new(),
             tenant_windows: crate::window::Windows::new(window, Instant::now()),
             shard_windows: crate::window::Windows::new(window, Instant::now()),
+            reloads: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// Changes whenever a reload takes effect.
+    pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloads.subscribe()
     }
 
     /// The current snapshot.
@@ -428,6 +438,20 @@ impl Gateway {
     pub fn reload(&self, allow_migration: bool) -> Result<Reloaded, LoadError> {
         let current = self.snapshot();
         let next = Snapshot::load(&current.config.path, Some(&current))?;
+        // The admin listener is bound once, at start: a file that names
+        // another address would be judged (token-less pages on a loopback
+        // address, say) by where it is not listening.
+        if next.config.admin.listen != current.config.admin.listen {
+            return Err(ConfigError::new(
+                &next.config.path,
+                "admin.listen",
+                format!(
+                    "is read at start; the admin listener stays on {} until a restart; put {} back, or restart the gateway to move it",
+                    current.config.admin.listen, current.config.admin.listen
+                ),
+            )
+            .into());
+        }
         let (changed, tenants) = current.migration_to(&next);
         if changed > 0 && !(allow_migration || next.config.reload_allow_migration) {
             return Err(LoadError::Migration {
@@ -437,6 +461,7 @@ impl Gateway {
             });
         }
         self.snapshot.store(Arc::new(next));
+        self.reloads.send_modify(|generation| *generation += 1);
         Ok(Reloaded { changed, tenants })
     }
 }

@@ -93,9 +93,11 @@ pub enum ExchangeError {
     /// its response body was awaited.
     #[error("the backend's response body stalled for longer than limits.backend_idle_timeout_ms")]
     Stalled,
-    /// The backend's response did not end within
-    /// `limits.backend_response_timeout_ms` (a body that trickles).
-    #[error("the backend's response took longer than limits.backend_response_timeout_ms")]
+    /// The response body waited on the backend for longer than
+    /// `limits.backend_body_timeout_ms` in all (a body that trickles).
+    #[error(
+        "the backend's response body waited on the backend for longer than limits.backend_body_timeout_ms in all"
+    )]
     TooSlow,
 }
 
@@ -107,9 +109,9 @@ pub struct Timeouts {
     /// For the next bytes of a response body that has begun
     /// (`limits.backend_idle_timeout_ms`).
     pub body_idle: Duration,
-    /// For the whole response, head and body, from the start of the
-    /// exchange (`limits.backend_response_timeout_ms`); `None` for no limit.
-    pub response: Option<Duration>,
+    /// For all of a response body's waits on the backend together
+    /// (`limits.backend_body_timeout_ms`); `None` for no limit.
+    pub body_total: Option<Duration>,
 }
 
 impl ExchangeError {
@@ -227,10 +229,9 @@ impl Upstream {
     ) -> Result<Response<UpstreamBody>, SendError> {
         // A pooled connection that turns out closed when the head is
         // written took nothing; the next one (or a new one) gets the request.
-        let response_deadline = timeouts.response.and_then(|limit| now.checked_add(limit));
         while let Some(connection) = self.checkout(now) {
             match self
-                .exchange(connection, &request, &mut body, timeouts, response_deadline)
+                .exchange(connection, &request, &mut body, timeouts)
                 .await
             {
                 Ok(response) => return Ok(response),
@@ -240,7 +241,7 @@ impl Upstream {
         }
         let connection = self.connect(timeouts.connect).await?;
         match self
-            .exchange(connection, &request, &mut body, timeouts, response_deadline)
+            .exchange(connection, &request, &mut body, timeouts)
             .await
         {
             Ok(response) => Ok(response),
@@ -289,7 +290,6 @@ impl Upstream {
         request: &RequestHead<'_>,
         body: &mut AttemptBody,
         timeouts: Timeouts,
-        response_deadline: Option<Instant>,
     ) -> Result<Response<UpstreamBody>, Failed> {
         let (framing, add_length) = request_framing(request, body);
         let Connection {
@@ -352,7 +352,7 @@ impl Upstream {
             reusable: head.keep_alive && sent_whole,
             upstream: Arc::clone(self),
             fields: head.fields,
-            idle: IdleTimer::with_deadline(timeouts.body_idle, response_deadline),
+            idle: IdleTimer::with_budget(timeouts.body_idle, timeouts.body_total),
         };
         if body.state == BodyState::Length(0) {
             body.finish();
@@ -646,7 +646,7 @@ impl Body for UpstreamBody {
             if polled.is_pending() {
                 let error = match ready!(this.idle.poll_expired(cx)) {
                     Expired::Idle => ExchangeError::Stalled,
-                    Expired::Deadline => ExchangeError::TooSlow,
+                    Expired::Budget => ExchangeError::TooSlow,
                 };
                 return this.fail(error);
             }

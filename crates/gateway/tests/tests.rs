@@ -14,6 +14,7 @@ mod metrics;
 mod reload;
 mod replicas;
 mod routing;
+mod second_look;
 mod status_page;
 mod transport;
 mod upstream;

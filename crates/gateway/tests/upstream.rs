@@ -26,7 +26,7 @@ use tokio::time::{Instant, timeout};
 const TIMEOUTS: Timeouts = Timeouts {
     connect: Duration::from_secs(5),
     body_idle: Duration::from_secs(60),
-    response: None,
+    body_total: None,
 };
 
 /// How long anything in these tests may take before it counts as a hang.
