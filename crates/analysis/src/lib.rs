@@ -32,10 +32,12 @@
 //! ```
 
 mod blast;
+mod combinatorics;
 mod error;
 pub mod load;
 pub mod migrate;
 pub mod overlap;
+mod percentile;
 mod placements;
 pub mod plan;
 mod population;
@@ -45,6 +47,8 @@ pub mod waves;
 mod zones;
 
 pub use blast::{BlastModel, Impact, Sweep, SweepFigure};
+pub use combinatorics::binomial;
 pub use error::AnalysisError;
+pub use percentile::nearest_rank;
 pub use placements::Placements;
 pub use population::Population;

@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use crate::blast::BlastModel;
+use crate::combinatorics::binomial;
 use crate::zones::allocations;
 
 /// How tenant pairs share shards.
@@ -23,23 +24,6 @@ pub struct Overlap {
     pub shared_counts: Vec<f64>,
     /// `pair_counts[j]`: number of pairs sharing exactly `j` shards.
     pub pair_counts: Vec<u128>,
-}
-
-/// C(n, r), saturating at `u128::MAX`.
-pub fn binomial(n: u64, r: u64) -> u128 {
-    if r > n {
-        return 0;
-    }
-    let r = r.min(n - r);
-    let mut result: u128 = 1;
-    for i in 0..r {
-        // result · (n − i) / (i + 1) is exact at every step.
-        match result.checked_mul(u128::from(n - i)) {
-            Some(product) => result = product / u128::from(i + 1),
-            None => return u128::MAX,
-        }
-    }
-    result
 }
 
 /// The exact pairwise overlap of a population.
@@ -134,15 +118,6 @@ pub fn expected_shared_counts(zone_sizes: &[usize], k: usize) -> Option<Vec<f64>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn binomials() {
-        assert_eq!(binomial(16, 2), 120);
-        assert_eq!(binomial(40, 3), 9880);
-        assert_eq!(binomial(3, 5), 0);
-        assert_eq!(binomial(64, 0), 1);
-        assert_eq!(binomial(1000, 500), u128::MAX);
-    }
 
     #[test]
     fn unzoned_expectation_is_hypergeometric() {

@@ -13,6 +13,7 @@
 use placement::ShardIndex;
 use rayon::prelude::*;
 
+use crate::combinatorics::{binomial, for_each_combination};
 use crate::error::AnalysisError;
 use crate::placements::Placements;
 
@@ -47,35 +48,6 @@ impl Packer {
         for _ in 0..len {
             out.push((key & mask) as ShardIndex);
             key >>= self.bits;
-        }
-    }
-}
-
-/// Calls `visit` with every `m`-element subset of `items` (in lexicographic
-/// order of positions), reusing one buffer.
-pub(crate) fn for_each_combination(
-    items: &[ShardIndex],
-    m: usize,
-    mut visit: impl FnMut(&[ShardIndex]),
-) {
-    let len = items.len();
-    if m > len {
-        return;
-    }
-    let mut positions: Vec<usize> = (0..m).collect();
-    let mut chosen: Vec<ShardIndex> = positions.iter().map(|&p| items[p]).collect();
-    loop {
-        visit(&chosen);
-        // Advance the rightmost position that can still move.
-        let Some(i) = (0..m).rev().find(|&i| positions[i] < len - m + i) else {
-            return;
-        };
-        positions[i] += 1;
-        for j in i + 1..m {
-            positions[j] = positions[j - 1] + 1;
-        }
-        for j in i..m {
-            chosen[j] = items[positions[j]];
         }
     }
 }
@@ -173,7 +145,7 @@ impl SubsetTables {
         // output is allocated once and each row fills its own slice: no
         // intermediate vectors, which at ten million tenants would double
         // the peak memory.
-        let per_row = |size: usize| crate::overlap::binomial(size as u64, m as u64) as usize;
+        let per_row = |size: usize| binomial(size as u64, m as u64) as usize;
         let total: usize = self
             .exact
             .iter()
@@ -205,30 +177,6 @@ impl SubsetTables {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn combinations_are_all_visited_in_order() {
-        let mut seen = Vec::new();
-        for_each_combination(&[1, 4, 7, 9], 2, |c| seen.push(c.to_vec()));
-        assert_eq!(
-            seen,
-            vec![
-                vec![1, 4],
-                vec![1, 7],
-                vec![1, 9],
-                vec![4, 7],
-                vec![4, 9],
-                vec![7, 9]
-            ]
-        );
-        let mut count = 0;
-        for_each_combination(&[1, 2, 3], 0, |c| {
-            assert!(c.is_empty());
-            count += 1;
-        });
-        assert_eq!(count, 1);
-        for_each_combination(&[1], 2, |_| panic!("no 2-subsets of one item"));
-    }
 
     #[test]
     fn packing_round_trips() {

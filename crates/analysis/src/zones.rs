@@ -2,8 +2,9 @@
 //! distribution over splits, for the closed-form overlap expectation.
 //!
 //! Zone-aware placement ranks zones per tenant uniformly at random (a keyed
-//! hash) and water-fills `k` members over them (see the placement crate's
-//! `zones` module). Enumerating every ranking gives the exact distribution.
+//! hash) and water-fills `k` members over them. Enumerating every ranking
+//! through placement's own [`placement::water_fill`] gives the exact
+//! distribution, and a change to that rule changes this expectation with it.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +23,7 @@ pub(crate) fn allocations(zone_sizes: &[usize], k: usize) -> Option<Vec<(Vec<usi
     let mut total = 0u64;
     permute(&mut order, 0, &mut |ranking| {
         *counts
-            .entry(water_fill(k, ranking, zone_sizes))
+            .entry(placement::water_fill(k, ranking, |zone| zone_sizes[zone]))
             .or_default() += 1;
         total += 1;
     });
@@ -32,32 +33,6 @@ pub(crate) fn allocations(zone_sizes: &[usize], k: usize) -> Option<Vec<(Vec<usi
             .map(|(split, count)| (split, count as f64 / total as f64))
             .collect(),
     )
-}
-
-/// The same water-filling rule as placement's zone-aware allocation.
-fn water_fill(k: usize, order: &[usize], sizes: &[usize]) -> Vec<usize> {
-    let mut counts = vec![0; sizes.len()];
-    let mut remaining = k;
-    while remaining > 0 {
-        let open: Vec<usize> = order
-            .iter()
-            .copied()
-            .filter(|&z| counts[z] < sizes[z])
-            .collect();
-        let share = remaining / open.len();
-        if share == 0 {
-            for &zone in open.iter().take(remaining) {
-                counts[zone] += 1;
-            }
-            break;
-        }
-        for zone in open {
-            let give = share.min(sizes[zone] - counts[zone]);
-            counts[zone] += give;
-            remaining -= give;
-        }
-    }
-    counts
 }
 
 fn permute(items: &mut Vec<usize>, from: usize, visit: &mut impl FnMut(&[usize])) {

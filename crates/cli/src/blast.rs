@@ -15,9 +15,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use analysis::load::{self, FailoverLoad, LoadReport};
-use analysis::overlap::{self, Overlap, binomial};
+use analysis::overlap::{self, Overlap};
 use analysis::waves::{self, WaveExposure, Waves};
-use analysis::{AnalysisError, BlastModel, Impact, Placements, Population, Sweep, SweepFigure};
+use analysis::{
+    AnalysisError, BlastModel, Impact, Placements, Population, Sweep, SweepFigure, binomial,
+};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use placement::{Fleet, ShardIndex};

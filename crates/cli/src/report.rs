@@ -9,9 +9,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use analysis::overlap::{self, binomial};
-
-use analysis::{BlastModel, Placements, load};
+use analysis::{BlastModel, Placements, binomial, load, overlap};
 use anyhow::{Context, Result};
 use clap::Args;
 // `::` because this module is itself named `report`.

@@ -128,12 +128,9 @@ async fn send(
     )
 }
 
-/// The `q` quantile (nearest rank) of latencies, in milliseconds.
+/// The `q` quantile (nearest rank, the analyser's definition) of latencies,
+/// in milliseconds; 0 when there are none.
 pub fn quantile_ms(latencies_us: &mut [u32], q: f64) -> f64 {
-    if latencies_us.is_empty() {
-        return 0.0;
-    }
     latencies_us.sort_unstable();
-    let rank = ((q * latencies_us.len() as f64).ceil() as usize).clamp(1, latencies_us.len());
-    f64::from(latencies_us[rank - 1]) / 1000.0
+    analysis::nearest_rank(latencies_us, q).map_or(0.0, |us| f64::from(us) / 1000.0)
 }

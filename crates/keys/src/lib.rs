@@ -62,8 +62,8 @@ pub enum KeyLoadError {
         /// The operating system's reason; see [`io::Error::kind`].
         error: io::Error,
     },
-    /// The key file holds no bytes, or only zero bytes (which HMAC treats as
-    /// no key at all).
+    /// The key file holds no bytes, or only zero bytes (no secret: up to 64
+    /// of them HMAC treats as no key at all).
     #[error("key file {} is empty or all zero bytes; write random key material into it, e.g. `head -c 32 /dev/urandom > FILE`", path.display())]
     EmptyFile {
         /// The empty file.
@@ -109,7 +109,8 @@ pub enum KeyLoadError {
         /// What was wrong with the hex; it never quotes the value.
         error: KeyError,
     },
-    /// The environment variable is set but holds no key bytes.
+    /// The environment variable is set but holds no key bytes, or only zero
+    /// bytes.
     #[error(
         "environment variable {var} is empty or all zero bytes; set it to a random key as hex digits, e.g. from `openssl rand -hex 32`"
     )]
@@ -173,10 +174,10 @@ pub fn from_file(path: &Path) -> Result<PlacementKey, KeyLoadError> {
             max: MAX_KEY_FILE_BYTES,
         });
     }
-    // A file of only zero bytes is the empty key to HMAC (see
-    // `PlacementKey::is_empty`), so it is refused like an empty file.
+    // A file of only zero bytes is no secret (see `PlacementKey::is_all_zero`),
+    // so it is refused like an empty file.
     let key = PlacementKey::from_bytes(bytes);
-    if key.is_empty() {
+    if key.is_all_zero() {
         return Err(KeyLoadError::EmptyFile {
             path: path.to_owned(),
         });
@@ -220,7 +221,7 @@ fn from_env_value(var: &str, value: Option<OsString>) -> Result<PlacementKey, Ke
         var: var.to_owned(),
         error,
     })?;
-    if key.is_empty() {
+    if key.is_all_zero() {
         return Err(KeyLoadError::EnvEmpty {
             var: var.to_owned(),
         });
@@ -335,10 +336,16 @@ mod tests {
         let file = key_file(b"");
         let error = from_file(file.path()).unwrap_err();
         assert!(matches!(error, KeyLoadError::EmptyFile { .. }));
-        // Zero bytes are the empty key to HMAC.
-        let zeros = key_file(&[0; 32]);
-        let zero_error = from_file(zeros.path()).unwrap_err();
-        assert!(matches!(zero_error, KeyLoadError::EmptyFile { .. }));
+        // Zero bytes are the empty key to HMAC, and beyond HMAC's 64-byte
+        // block (where they are hashed) still no secret.
+        for len in [32, 65] {
+            let zeros = key_file(&vec![0; len]);
+            let zero_error = from_file(zeros.path()).unwrap_err();
+            assert!(
+                matches!(zero_error, KeyLoadError::EmptyFile { .. }),
+                "{len}"
+            );
+        }
         assert!(matches!(
             from_env_value("K", Some("0000".into())),
             Err(KeyLoadError::EnvEmpty { .. })

@@ -41,7 +41,7 @@ pub struct PlacementKey {
 impl PlacementKey {
     /// Wraps raw key bytes, verbatim. An empty key is accepted because the
     /// recipe accepts it; callers that serve traffic should check
-    /// [`is_empty`](Self::is_empty) and [`is_recipe_default`](Self::is_recipe_default).
+    /// [`is_all_zero`](Self::is_all_zero) and [`is_recipe_default`](Self::is_recipe_default).
     pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> Self {
         Self {
             bytes: bytes.into().into_boxed_slice(),
@@ -83,11 +83,25 @@ impl PlacementKey {
         self.ct_eq(&Self::recipe_default())
     }
 
-    /// Whether the key is, for HMAC, the empty key: no bytes, or only zero
-    /// bytes (`head -c 32 /dev/zero` where `/dev/urandom` was meant). Such a
-    /// key makes placement a public function, like no key at all.
+    /// Whether the key has no bytes at all.
+    ///
+    /// This is only about the length, like [`len`](Self::len). To refuse a
+    /// key that is no secret, ask [`is_all_zero`](Self::is_all_zero), which
+    /// also holds for no bytes.
     pub fn is_empty(&self) -> bool {
-        self.hmac_block_key().iter().all(|&byte| byte == 0)
+        self.bytes.is_empty()
+    }
+
+    /// Whether every byte of the key is zero, or it has none: `head -c 32
+    /// /dev/zero` where `/dev/urandom` was meant, or `00` in a hex variable.
+    /// Such a key is no secret: up to HMAC's 64-byte block it is the empty
+    /// key to HMAC, so placement with it is a public function of the tenant
+    /// id; a longer one is still the first key anyone would guess. Key
+    /// loaders refuse it.
+    pub fn is_all_zero(&self) -> bool {
+        // Folded over every byte rather than stopping at the first non-zero
+        // one, so the time taken does not say where that byte is.
+        self.bytes.iter().fold(0u8, |seen, &byte| seen | byte) == 0
     }
 
     /// The key's length in bytes, as given. The length is not secret enough
@@ -273,6 +287,24 @@ mod tests {
     }
 
     #[test]
+    fn is_empty_is_about_length_and_is_all_zero_about_secrecy() {
+        // Regression for issue 17: `is_empty` was true for a 32-byte all-zero
+        // key, disagreeing with `len() == 32`.
+        for len in [0, 1, 32, 64, 65, 100] {
+            let zeros = PlacementKey::from_bytes(vec![0; len]);
+            assert_eq!(zeros.is_empty(), len == 0, "{len} zero bytes");
+            assert_eq!(zeros.len(), len);
+            assert!(zeros.is_all_zero(), "{len} zero bytes are no secret");
+        }
+        for bytes in [vec![1], vec![0, 0, 0, 1], [vec![0; 64], vec![9]].concat()] {
+            let key = PlacementKey::from_bytes(bytes);
+            assert!(!key.is_empty());
+            assert!(!key.is_all_zero());
+        }
+        assert!(!PlacementKey::recipe_default().is_all_zero());
+    }
+
+    #[test]
     fn debug_never_shows_key_bytes() {
         let secret = b"super-secret-material";
         let key = PlacementKey::from_bytes(secret.to_vec());
@@ -291,8 +323,6 @@ mod tests {
         assert!(!PlacementKey::from_bytes(b"shuffle-shard-v".to_vec()).is_recipe_default());
         assert!(PlacementKey::from_bytes(b"shuffle-shard-v1".to_vec()).is_recipe_default());
         assert!(PlacementKey::from_bytes(b"shuffle-shard-v1\0\0".to_vec()).is_recipe_default());
-        assert!(PlacementKey::from_bytes(vec![0; 64]).is_empty());
-        assert!(!PlacementKey::from_bytes(vec![0; 65]).is_empty());
         let long = vec![7u8; 100];
         let hashed = Sha256::digest(&long).to_vec();
         assert!(PlacementKey::from_bytes(long).ct_eq(&PlacementKey::from_bytes(hashed)));

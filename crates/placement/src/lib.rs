@@ -48,4 +48,4 @@ pub use hmac_modulo::HmacModulo;
 pub use key::{KeyRing, PlacementKey, RECIPE_DEFAULT_KEY};
 pub use placer::{Algorithm, PlacementConfig, Placer, TenantOverride, UnknownAlgorithm};
 pub use rendezvous::Rendezvous;
-pub use zones::ZoneAware;
+pub use zones::{ZoneAware, water_fill};

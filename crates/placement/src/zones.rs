@@ -141,7 +141,7 @@ impl ZoneAware {
             Within::HmacModulo { ranker, .. } => ranker.hash(TENANT_DOMAIN, tenant.as_bytes()),
         };
         let order = self.zone_order(hash);
-        let counts = allocate(k as usize, &order, |zone| self.zones[zone].members.len());
+        let counts = water_fill(k as usize, &order, |zone| self.zones[zone].members.len());
 
         // Each zone's members, chosen from that zone alone.
         let mut chosen: Vec<Vec<ShardIndex>> = vec![Vec::new(); self.zones.len()];
@@ -226,10 +226,24 @@ fn plan_zones(fleet: &Fleet, hasher: &KeyedHasher) -> Result<Vec<ZonePlan>, Plac
         .collect())
 }
 
-/// How many members each zone gives, by water-filling (see the module docs).
-/// `order` lists zone positions best-first; `size` gives a zone's shard count.
-/// The caller guarantees `k` ≤ the total size.
-pub(crate) fn allocate(k: usize, order: &[usize], size: impl Fn(usize) -> usize) -> Vec<usize> {
+/// How many of a tenant's `k` members each zone gives, by water-filling (see
+/// the module docs): `counts[zone]` for each zone position.
+///
+/// `order` lists the zone positions `0..zones` best-ranked first; `size`
+/// gives a zone's shard count. Public so that the analyser's closed-form
+/// overlap expectation enumerates splits with this very rule rather than a
+/// copy that could drift from it.
+///
+/// ```
+/// // Three zones of 10, ranked 2, 0, 1: five members split 2, 1, 2.
+/// let sizes = [10, 10, 10];
+/// assert_eq!(placement::water_fill(5, &[2, 0, 1], |zone| sizes[zone]), [2, 1, 2]);
+/// ```
+///
+/// # Panics
+/// If `k` exceeds the total size of the zones, or `order` is not a
+/// permutation of `0..order.len()`.
+pub fn water_fill(k: usize, order: &[usize], size: impl Fn(usize) -> usize) -> Vec<usize> {
     let mut counts = vec![0; order.len()];
     let mut remaining = k;
     while remaining > 0 {
@@ -261,16 +275,16 @@ mod tests {
     #[test]
     fn allocation_is_ceil_floor_without_caps() {
         let sizes = [10, 10, 10];
-        assert_eq!(allocate(5, &[2, 0, 1], |z| sizes[z]), vec![2, 1, 2]);
-        assert_eq!(allocate(6, &[2, 0, 1], |z| sizes[z]), vec![2, 2, 2]);
-        assert_eq!(allocate(1, &[1, 0, 2], |z| sizes[z]), vec![0, 1, 0]);
+        assert_eq!(water_fill(5, &[2, 0, 1], |z| sizes[z]), vec![2, 1, 2]);
+        assert_eq!(water_fill(6, &[2, 0, 1], |z| sizes[z]), vec![2, 2, 2]);
+        assert_eq!(water_fill(1, &[1, 0, 2], |z| sizes[z]), vec![0, 1, 0]);
     }
 
     #[test]
     fn allocation_spills_from_small_zones() {
         let sizes = [1, 10, 10];
-        assert_eq!(allocate(5, &[0, 1, 2], |z| sizes[z]), vec![1, 2, 2]);
-        assert_eq!(allocate(6, &[0, 2, 1], |z| sizes[z]), vec![1, 2, 3]);
-        assert_eq!(allocate(21, &[0, 1, 2], |z| sizes[z]), vec![1, 10, 10]);
+        assert_eq!(water_fill(5, &[0, 1, 2], |z| sizes[z]), vec![1, 2, 2]);
+        assert_eq!(water_fill(6, &[0, 2, 1], |z| sizes[z]), vec![1, 2, 3]);
+        assert_eq!(water_fill(21, &[0, 1, 2], |z| sizes[z]), vec![1, 10, 10]);
     }
 }

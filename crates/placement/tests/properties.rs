@@ -355,12 +355,12 @@ fn place_alike(a: &PlacementKey, b: &PlacementKey) -> bool {
     })
 }
 
-// The two tests below fail today: they expose a bug in `PlacementKey`'s
-// guards (src/key.rs, `is_recipe_default` and `is_empty`). A gateway is told
-// to refuse keys for which either holds, because with them placement is a
-// public function of the tenant id. But HMAC zero-pads keys shorter than its
-// 64-byte block, so a key and the same key followed by zero bytes are one and
-// the same HMAC key, while the guards compare raw bytes and miss it.
+// The two tests below pin `PlacementKey`'s guards (src/key.rs,
+// `is_recipe_default` and `is_all_zero`) to what HMAC does. A gateway refuses
+// keys for which either holds, because with them placement is a public
+// function of the tenant id. HMAC zero-pads keys shorter than its 64-byte
+// block, so a key and the same key followed by zero bytes are one and the
+// same HMAC key; guards comparing raw bytes would miss that.
 
 #[test]
 fn a_zero_padded_default_key_is_flagged_as_the_recipe_default() {
@@ -389,9 +389,9 @@ fn an_all_zero_key_is_flagged_like_the_empty_key() {
             "HMAC treats {len} zero byte(s) as the empty key"
         );
         assert!(
-            zeros.is_empty() || zeros.is_recipe_default(),
-            "a key of {len} zero byte(s) places exactly like the empty key, yet neither \
-             is_empty() nor is_recipe_default() flags it, so a gateway would serve with it"
+            zeros.is_all_zero(),
+            "a key of {len} zero byte(s) places exactly like the empty key, yet \
+             is_all_zero() does not flag it, so a gateway would serve with it"
         );
     }
 }

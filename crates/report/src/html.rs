@@ -6,7 +6,13 @@
 
 /// Escapes text for use in HTML element content and in double- or
 /// single-quoted attribute values.
-pub(crate) fn escape(text: &str) -> String {
+///
+/// Public so that every HTML page of the product escapes by this one rule.
+///
+/// ```
+/// assert_eq!(report::escape("<b>O'Neil & co</b>"), "&lt;b&gt;O&#39;Neil &amp; co&lt;/b&gt;");
+/// ```
+pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -53,6 +53,8 @@
 mod charts;
 mod html;
 
+pub use html::escape;
+
 use std::fmt::Write as _;
 
 use analysis::Sweep;
@@ -60,7 +62,7 @@ use analysis::load::LoadReport;
 use analysis::plan::Plan;
 use thiserror::Error;
 
-use crate::html::{count, escape, load as fmt_load, percent, shard_set};
+use crate::html::{count, load as fmt_load, percent, shard_set};
 
 /// Everything the report shows.
 #[derive(Debug, Clone, Copy)]
