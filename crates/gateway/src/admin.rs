@@ -24,9 +24,9 @@ use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
 use crate::health::Availability;
-use crate::live_blast::LiveBlast;
 use crate::metrics::{AVAILABILITY_BOUNDS, BoundLabels, CellLabels, ShardLabels, ThresholdLabels};
 use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
+use crate::views::{live_blast, worst};
 
 /// Builds the admin router.
 pub fn router(gateway: Arc<Gateway>) -> Router {
@@ -155,7 +155,7 @@ pub fn refresh_gauges(gateway: &Gateway) {
                 .shard_in_flight
                 .get_or_create(&labels)
                 .set(shard.in_flight() as i64);
-            let tally = gateway.shard_windows.tally(shard_key(shard), now);
+            let tally = gateway.shard_windows.tally(shard.window_key(), now);
             rates.push(tally.total as f64 / window_seconds);
         }
         metrics
@@ -200,11 +200,6 @@ pub fn refresh_gauges(gateway: &Gateway) {
     }
 }
 
-/// The key a shard's rate window is recorded under.
-pub(crate) fn shard_key(shard: &ShardRuntime) -> &str {
-    &shard.window_key
-}
-
 fn coefficient_of_variation(values: &[f64]) -> f64 {
     if values.is_empty() {
         return 0.0;
@@ -215,18 +210,6 @@ fn coefficient_of_variation(values: &[f64]) -> f64 {
     }
     let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / values.len() as f64;
     variance.sqrt() / mean
-}
-
-/// The live blast radius of one cell.
-pub fn live_blast(snapshot: &Snapshot, cell: usize) -> LiveBlast {
-    let shards = &snapshot.shards[cell];
-    let (indices, ids): (Vec<placement::ShardIndex>, Vec<String>) = shards
-        .iter()
-        .enumerate()
-        .filter(|(_, shard)| shard.availability(&snapshot.config) != Availability::Up)
-        .map(|(index, shard)| (index as placement::ShardIndex, shard.id.clone()))
-        .unzip();
-    snapshot.blast[cell].evaluate(&snapshot.config.cells[cell].name, &indices, &ids)
 }
 
 async fn metrics(
@@ -273,7 +256,7 @@ fn shard_view(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime) -> S
         failed: health.failed,
         drained: health.drained,
         in_flight: shard.in_flight(),
-        request_rate: gateway.shard_windows.tally(shard_key(shard), now).total as f64
+        request_rate: gateway.shard_windows.tally(shard.window_key(), now).total as f64
             / gateway.shard_windows.length().as_secs_f64(),
     }
 }
@@ -392,23 +375,6 @@ struct WorstQuery {
     worst: Option<usize>,
 }
 
-/// The tenants with the lowest success ratio over the window.
-pub fn worst(gateway: &Gateway, count: usize) -> Vec<serde_json::Value> {
-    let mut tallies = gateway.tenant_windows.all(Instant::now());
-    tallies.sort_by(|a, b| {
-        let ratio = |t: &crate::window::Tally| t.ratio().unwrap_or(1.0);
-        ratio(&a.1)
-            .total_cmp(&ratio(&b.1))
-            .then(b.1.total.cmp(&a.1.total))
-            .then(a.0.cmp(&b.0))
-    });
-    tallies
-        .into_iter()
-        .take(count)
-        .map(|(tenant, tally)| json!({ "tenant": tenant, "ok": tally.ok, "total": tally.total, "availability": tally.ratio() }))
-        .collect()
-}
-
 async fn worst_tenants(
     State(gateway): State<Arc<Gateway>>,
     Query(query): Query<WorstQuery>,
@@ -427,7 +393,7 @@ async fn blast(
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let snapshot = gateway.snapshot();
     authorize(&snapshot, &headers, Access::Admin)?;
-    let cells: Vec<LiveBlast> = (0..snapshot.config.cells.len())
+    let cells: Vec<crate::live_blast::LiveBlast> = (0..snapshot.config.cells.len())
         .map(|c| live_blast(&snapshot, c))
         .collect();
     Ok(Json(json!({ "cells": cells })))

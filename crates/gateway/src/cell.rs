@@ -6,31 +6,10 @@
 //! applied, so routing a request is a map lookup and one placement.
 
 use http::HeaderValue;
-use placement::{
-    Fleet, PlacementConfig, PlacementError, Placer, Shard, ShardIndex, TenantOverride,
-};
+use placement::{Placer, ShardIndex, TenantOverride};
 
 use crate::config::{CellSettings, ConfigError, GatewayConfig};
 use crate::tenants::Tenants;
-
-/// Builds the placer a cell's settings describe (without tenant overrides).
-pub fn placer_for(cell: &CellSettings) -> Result<Placer, PlacementError> {
-    let shards = cell
-        .shards
-        .iter()
-        .map(|shard| Shard {
-            id: shard.id.clone(),
-            zone: shard.zone.clone(),
-            weight: shard.weight,
-        })
-        .collect();
-    let config = PlacementConfig {
-        algorithm: cell.algorithm,
-        k: cell.k,
-        zone_aware: cell.zone_aware,
-    };
-    Placer::new(Fleet::new(shards)?, &cell.key, config)
-}
 
 /// Where a configured tenant's requests go: its cell, its subset there, and
 /// the header value that names the tenant to backends.
@@ -70,7 +49,7 @@ impl Topology {
     pub fn build(config: &GatewayConfig, tenants: &Tenants) -> Result<Self, ConfigError> {
         let mut cells = Vec::with_capacity(config.cells.len());
         for settings in &config.cells {
-            let placer = placer_for(settings).map_err(|e| {
+            let placer = settings.placer().map_err(|e| {
                 ConfigError::new(
                     &config.path,
                     format!("cells.{}", settings.name),

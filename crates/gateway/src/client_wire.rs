@@ -22,7 +22,7 @@ use http::header::{self, HeaderMap};
 use http::{Method, Request, StatusCode, Uri, Version};
 use hyper::body::SizeHint;
 
-use crate::wire::{FieldSpan, Fields, Spans};
+use crate::fields::{FieldSpan, Fields, Spans};
 
 /// The most header fields in a head the loop serves (hyper's default
 /// limit; a head with more is handed to hyper, which refuses it).

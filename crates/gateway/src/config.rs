@@ -435,6 +435,27 @@ struct RawAdmin {
 
 // ---- Loading and validation ---------------------------------------------
 
+impl CellSettings {
+    /// The placer these settings describe (without tenant overrides).
+    pub fn placer(&self) -> Result<placement::Placer, placement::PlacementError> {
+        let shards = self
+            .shards
+            .iter()
+            .map(|shard| placement::Shard {
+                id: shard.id.clone(),
+                zone: shard.zone.clone(),
+                weight: shard.weight,
+            })
+            .collect();
+        let config = placement::PlacementConfig {
+            algorithm: self.algorithm,
+            k: self.k,
+            zone_aware: self.zone_aware,
+        };
+        placement::Placer::new(placement::Fleet::new(shards)?, &self.key, config)
+    }
+}
+
 impl GatewayConfig {
     /// Reads and validates a configuration file, including the key files it
     /// names. (The tenants file is read separately, see `tenants`.)
@@ -561,7 +582,8 @@ impl GatewayConfig {
             };
             // Building the placer here proves k, zones and weights are
             // consistent before anything listens.
-            crate::cell::placer_for(&settings)
+            settings
+                .placer()
                 .map_err(|e| err(&format!("cells[{position}]"), e.to_string()))?;
             cells.push(settings);
         }

@@ -35,15 +35,16 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use crate::body::{BoxError, ClientBody, ResponseBody};
+use crate::body::ClientBody;
 use crate::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::config::LimitSettings;
+use crate::fields::Fields;
 use crate::headers;
 use crate::idle::IdleTimer;
 use crate::proxy::{self, Peer};
+use crate::response::{BoxError, ResponseBody};
 use crate::shutdown::ShutdownWatch;
 use crate::state::Gateway;
-use crate::wire::Fields;
 
 /// The read buffer's first size, and what is added when it runs low.
 const READ_BUFFER: usize = 8 * 1024;

@@ -6,8 +6,100 @@
 
 use http::HeaderMap;
 
-use crate::authenticate::AuthError;
-use crate::wire::Fields;
+use thiserror::Error;
+
+use crate::fields::Fields;
+
+/// Why a request was not authenticated. Every variant answers 401.
+///
+/// No variant holds any part of the credential; reasons are fixed text.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AuthError {
+    /// No `Authorization` or `x-api-key` header.
+    #[error("no credential was sent")]
+    Missing,
+    /// The credential headers could not be read.
+    #[error("malformed credential: {reason}")]
+    Malformed {
+        /// What is wrong, in words that never include the credential.
+        reason: &'static str,
+    },
+    /// No tenant has this API key.
+    #[error("unknown API key")]
+    UnknownKey,
+    /// The JWT is not well formed, its signature or algorithm is wrong, or a
+    /// claim has the wrong type.
+    #[error("invalid token: {reason}")]
+    InvalidToken {
+        /// What is wrong, in words that never include the token.
+        reason: &'static str,
+    },
+    /// The JWT's `exp` has passed.
+    #[error("the token has expired")]
+    Expired,
+    /// The JWT's `nbf` is in the future.
+    #[error("the token is not valid yet")]
+    NotYetValid,
+    /// The JWT's `iss` is missing or not the configured issuer.
+    #[error("the token's issuer is missing or not accepted")]
+    WrongIssuer,
+    /// The JWT's `aud` is missing or does not include the configured
+    /// audience.
+    #[error("the token's audience is missing or not accepted")]
+    WrongAudience,
+    /// The JWT has no string in the configured tenant claim.
+    #[error("the token has no string claim {claim:?} naming the tenant")]
+    MissingTenantClaim {
+        /// The configured claim name (from the configuration, not the token).
+        claim: String,
+    },
+    /// The JWT names a tenant that is not in the tenants file.
+    #[error("the token names tenant {tenant:?}, which is not in the tenants file")]
+    UnknownTenant {
+        /// The tenant id from the verified token: for the operator's log,
+        /// never for the client (see [`AuthError::public_message`]).
+        tenant: String,
+    },
+}
+
+impl AuthError {
+    /// A short message that is safe to send in the 401 body: no credential,
+    /// and no tenant id (so a client with a validly signed token cannot
+    /// probe which tenants exist).
+    pub fn public_message(&self) -> &'static str {
+        match self {
+            Self::Missing => {
+                "missing credential: send Authorization: Bearer <credential> or x-api-key"
+            }
+            // The reasons are fixed text written for the client.
+            Self::Malformed { reason } => reason,
+            Self::UnknownKey => "invalid credential",
+            Self::InvalidToken { .. } => "invalid token",
+            Self::Expired => "token expired",
+            Self::NotYetValid => "token not yet valid",
+            Self::WrongIssuer => "token issuer not accepted",
+            Self::WrongAudience => "token audience not accepted",
+            Self::MissingTenantClaim { .. } => "token names no tenant",
+            Self::UnknownTenant { .. } => "unknown tenant",
+        }
+    }
+
+    /// A stable, low-cardinality name for metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Malformed { .. } => "malformed",
+            Self::UnknownKey => "unknown_key",
+            Self::InvalidToken { .. } => "invalid_token",
+            Self::Expired => "expired",
+            Self::NotYetValid => "not_yet_valid",
+            Self::WrongIssuer => "wrong_issuer",
+            Self::WrongAudience => "wrong_audience",
+            Self::MissingTenantClaim { .. } => "missing_tenant_claim",
+            Self::UnknownTenant { .. } => "unknown_tenant",
+        }
+    }
+}
 
 /// The header an API key may come in instead of `Authorization`.
 pub const API_KEY_HEADER: &str = "x-api-key";

@@ -15,7 +15,7 @@ use http::header::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use crate::config::{ForwardedFor, ForwardingSettings};
-use crate::wire::Fields;
+use crate::fields::Fields;
 
 /// The gateway's header namespace.
 pub const NAMESPACE: &str = "x-shuffle-";

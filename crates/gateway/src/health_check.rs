@@ -19,11 +19,11 @@ use http_body_util::BodyExt;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::attempt::backend_target;
 use crate::body::AttemptBody;
 use crate::config::HealthSettings;
 use crate::headers::{Added, Inbound};
 use crate::state::{Gateway, ShardRuntime};
+use crate::target::backend_target;
 use crate::upstream::Timeouts;
 use crate::wire::{Fields, RequestHead};
 

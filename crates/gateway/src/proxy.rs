@@ -24,11 +24,12 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::attempt::{self, Failure};
-use crate::body::{ClientBody, ClientFault, InFlight, RequestBody, ResponseBody, full};
+use crate::body::{ClientBody, ClientFault, RequestBody};
 use crate::credential;
 use crate::headers;
 use crate::member::{self, Pick};
 use crate::metrics::Metrics;
+use crate::response::{InFlight, ResponseBody, full};
 use crate::state::{Gateway, Snapshot};
 use crate::upstream::UpstreamBody;
 use crate::wire::{Fields, RequestHead, Stated};
@@ -205,7 +206,7 @@ async fn route(
         answered_at: None,
     };
 
-    if snapshot.prefixed[cell] && !attempt::stays_under_prefix(request.uri()) {
+    if snapshot.prefixed[cell] && !crate::target::stays_under_prefix(request.uri()) {
         return (
             error_response(
                 StatusCode::BAD_REQUEST,
@@ -421,7 +422,7 @@ async fn route(
         );
         gateway
             .shard_windows
-            .record(crate::admin::shard_key(shard), failure.is_none(), now);
+            .record(shard.window_key(), failure.is_none(), now);
         // A failure counts now; a success only once its body has ended
         // cleanly (see `body::BackendBody`): a shard that answers heads and
         // then stalls must not have each head forgive its last stall.

@@ -92,7 +92,7 @@ impl ShardRuntime {
             host_header: url
                 .authority()
                 .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok()),
-            path_prefix: crate::attempt::path_prefix(url).to_owned(),
+            path_prefix: crate::target::path_prefix(url).to_owned(),
             upstream: Arc::new(Upstream::new(url)),
             metrics: std::sync::OnceLock::new(),
         }
@@ -119,6 +119,11 @@ impl ShardRuntime {
             .lock()
             .expect("health lock")
             .availability(now, &config.health)
+    }
+
+    /// The key its request-rate window is recorded under.
+    pub(crate) fn window_key(&self) -> &str {
+        &self.window_key
     }
 
     /// Requests in flight.

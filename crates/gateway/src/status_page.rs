@@ -6,9 +6,9 @@ use std::fmt::Write;
 
 use tokio::time::Instant;
 
-use crate::admin::{live_blast, shard_key, worst};
 use crate::health::Availability;
 use crate::state::Gateway;
+use crate::views::{live_blast, worst};
 
 /// Seconds between refreshes.
 const REFRESH_SECONDS: u32 = 3;
@@ -84,7 +84,8 @@ pub fn render(gateway: &Gateway) -> String {
                 .filter(|s| s.zone.as_deref() == zone)
             {
                 let availability = shard.availability(&snapshot.config);
-                let rate = gateway.shard_windows.tally(shard_key(shard), now).total as f64 / window;
+                let rate =
+                    gateway.shard_windows.tally(shard.window_key(), now).total as f64 / window;
                 let _ = write!(
                     html,
                     "<span class=\"shard {class}\" data-shard=\"{id}\" data-health=\"{class}\"><strong>{id}</strong><br>{class} · {in_flight} in flight · {rate:.1}/s</span>",
@@ -139,14 +140,14 @@ pub fn render(gateway: &Gateway) -> String {
         );
     }
     for row in worst {
-        let ratio = row["availability"].as_f64().unwrap_or(1.0);
+        let ratio = row.availability.unwrap_or(1.0);
         let _ = write!(
             html,
             "<tr><td>{}</td><td class=\"num{}\">{:.3}%</td><td class=\"num\">{}</td></tr>",
-            escape(row["tenant"].as_str().unwrap_or("")),
+            escape(&row.tenant),
             if ratio < 0.99 { " bad" } else { "" },
             ratio * 100.0,
-            row["total"]
+            row.total
         );
     }
     html.push_str("</table>");

@@ -15,13 +15,13 @@
 
 use std::io::Write as _;
 use std::mem::MaybeUninit;
-use std::ops::Range;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
-use smallvec::SmallVec;
 
+pub use crate::fields::Fields;
+use crate::fields::{FieldSpan, Spans};
 use crate::headers::{Added, FORWARDED_FOR, FORWARDED_HOST, Inbound, SHARD, TENANT};
 
 /// The largest response head (or trailer section) accepted from a backend.
@@ -256,13 +256,13 @@ pub fn parse_response_head(
             // Both lengths: the message was framed by the coding, but a
             // sender that says both cannot be trusted with the next one.
             && !(fields.coded && fields.has_length);
-        let fields = Fields {
-            head,
-            spans: parsed.fields,
+        let fields_coded_with_length = fields.coded && fields.has_length;
+        let mut fields = Fields::new(head, parsed.fields);
+        if fields_coded_with_length {
             // The coding framed the body, so the length is not forwarded
             // (RFC 9112 section 6.3).
-            without_length: fields.coded && fields.has_length,
-        };
+            fields = fields.without_length();
+        }
         return Ok(Some(ResponseHead {
             status,
             version: parsed.version,
@@ -270,119 +270,6 @@ pub fn parse_response_head(
             framing,
             keep_alive,
         }));
-    }
-}
-
-/// Where a head's fields lie in it, compact because the fields travel
-/// with the request or response and are moved with it.
-pub(crate) type Spans = SmallVec<[FieldSpan; 12]>;
-
-/// One field's name and value, as offsets into the head.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct FieldSpan {
-    name: (u32, u32),
-    value: (u32, u32),
-}
-
-impl FieldSpan {
-    /// `None` for offsets past 4 GiB, which no head reaches.
-    pub(crate) fn new(name: Range<usize>, value: Range<usize>) -> Option<Self> {
-        let narrow = |at: usize| u32::try_from(at).ok();
-        Some(Self {
-            name: (narrow(name.start)?, narrow(name.end)?),
-            value: (narrow(value.start)?, narrow(value.end)?),
-        })
-    }
-
-    fn name(self) -> Range<usize> {
-        self.name.0 as usize..self.name.1 as usize
-    }
-
-    fn value(self) -> Range<usize> {
-        self.value.0 as usize..self.value.1 as usize
-    }
-}
-
-/// A head's header fields as they were written (by a client or a backend):
-/// the head's bytes and where each field's name and value lie in them.
-/// The gateway reads, filters and writes them from here, without a header
-/// map in between: a client's towards a shard (filtered by
-/// [`crate::headers::Inbound`]), a backend's towards the client (filtered
-/// by [`crate::headers::outbound`]). Where hyper is involved, a header map
-/// is turned into fields ([`Fields::from_header_map`]) or built from them
-/// ([`Fields::to_header_map`]).
-#[derive(Debug, Clone, Default)]
-pub struct Fields {
-    head: Bytes,
-    spans: Spans,
-    /// `Content-Length` is left out (the body was framed by a coding).
-    without_length: bool,
-}
-
-impl Fields {
-    /// The fields of a head whose bytes are `head`.
-    pub(crate) fn new(head: Bytes, spans: Spans) -> Self {
-        Self {
-            head,
-            spans,
-            without_length: false,
-        }
-    }
-
-    /// A header map's fields, written out once as a head would carry them.
-    pub fn from_header_map(headers: &HeaderMap) -> Self {
-        let mut head = Vec::new();
-        let mut spans = Spans::new();
-        for (name, value) in headers {
-            let name_at = head.len();
-            head.extend_from_slice(name.as_str().as_bytes());
-            let value_at = head.len() + 2;
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            if let Some(span) = FieldSpan::new(name_at..value_at - 2, value_at..head.len()) {
-                spans.push(span);
-            }
-            head.extend_from_slice(b"\r\n");
-        }
-        Self::new(Bytes::from(head), spans)
-    }
-
-    /// Every field's name and value, in order, as sent.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.spans
-            .iter()
-            .map(|span| (&self.head[span.name()], &self.head[span.value()]))
-            .filter(|(name, _)| {
-                !(self.without_length && name.eq_ignore_ascii_case(b"content-length"))
-            })
-    }
-
-    /// The first value of the field `name` (any case).
-    pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.iter()
-            .find(|(field, _)| field.eq_ignore_ascii_case(name.as_bytes()))
-            .map(|(_, value)| value)
-    }
-
-    /// The fields `keep` lets through, as a header map sharing the head's
-    /// bytes. httparse has checked the syntax already, so a field `http`
-    /// refuses cannot happen; it would be an error, not dropped silently.
-    pub fn to_header_map<'a>(
-        &'a self,
-        keep: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-    ) -> Result<HeaderMap, WireError> {
-        let mut headers = HeaderMap::with_capacity(self.spans.len());
-        let base = self.head.as_ptr() as usize;
-        for (name, value) in keep {
-            let name = HeaderName::from_bytes(name)
-                .map_err(|_| WireError::MalformedHead(httparse::Error::HeaderName))?;
-            // The value is a slice of the head: share it, do not copy it.
-            let start = value.as_ptr() as usize - base;
-            let value = HeaderValue::from_maybe_shared(self.head.slice(start..start + value.len()))
-                .map_err(|_| WireError::MalformedHead(httparse::Error::HeaderValue))?;
-            headers.append(name, value);
-        }
-        Ok(headers)
     }
 }
 

@@ -1,0 +1,135 @@
+//! Header fields as they were written: a head's bytes and where each
+//! field's name and value lie in them. The lowest layer of the request
+//! path: the codecs ([`crate::wire`], [`crate::client_wire`]) produce them
+//! and the trust boundary ([`crate::headers`]) filters them, so neither
+//! needs the other to talk about fields.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
+
+/// A field `http` refuses (httparse had accepted it): a head that cannot be
+/// passed on as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a header field's name or value is not valid HTTP")]
+pub struct InvalidField;
+
+/// Where a head's fields lie in it, compact because the fields travel
+/// with the request or response and are moved with it.
+pub(crate) type Spans = SmallVec<[FieldSpan; 12]>;
+
+/// One field's name and value, as offsets into the head.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FieldSpan {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+impl FieldSpan {
+    /// `None` for offsets past 4 GiB, which no head reaches.
+    pub(crate) fn new(name: Range<usize>, value: Range<usize>) -> Option<Self> {
+        let narrow = |at: usize| u32::try_from(at).ok();
+        Some(Self {
+            name: (narrow(name.start)?, narrow(name.end)?),
+            value: (narrow(value.start)?, narrow(value.end)?),
+        })
+    }
+
+    fn name(self) -> Range<usize> {
+        self.name.0 as usize..self.name.1 as usize
+    }
+
+    fn value(self) -> Range<usize> {
+        self.value.0 as usize..self.value.1 as usize
+    }
+}
+
+/// A head's header fields as they were written (by a client or a backend):
+/// the head's bytes and where each field's name and value lie in them.
+/// The gateway reads, filters and writes them from here, without a header
+/// map in between: a client's towards a shard (filtered by
+/// [`crate::headers::Inbound`]), a backend's towards the client (filtered
+/// by [`crate::headers::outbound`]). Where hyper is involved, a header map
+/// is turned into fields ([`Fields::from_header_map`]) or built from them
+/// ([`Fields::to_header_map`]).
+#[derive(Debug, Clone, Default)]
+pub struct Fields {
+    head: Bytes,
+    spans: Spans,
+    /// `Content-Length` is left out (the body was framed by a coding).
+    without_length: bool,
+}
+
+impl Fields {
+    /// The fields of a head whose bytes are `head`.
+    pub(crate) fn new(head: Bytes, spans: Spans) -> Self {
+        Self {
+            head,
+            spans,
+            without_length: false,
+        }
+    }
+
+    /// The same fields less `Content-Length` (a coding framed the body).
+    pub(crate) fn without_length(mut self) -> Self {
+        self.without_length = true;
+        self
+    }
+
+    /// A header map's fields, written out once as a head would carry them.
+    pub fn from_header_map(headers: &HeaderMap) -> Self {
+        let mut head = Vec::new();
+        let mut spans = Spans::new();
+        for (name, value) in headers {
+            let name_at = head.len();
+            head.extend_from_slice(name.as_str().as_bytes());
+            let value_at = head.len() + 2;
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            if let Some(span) = FieldSpan::new(name_at..value_at - 2, value_at..head.len()) {
+                spans.push(span);
+            }
+            head.extend_from_slice(b"\r\n");
+        }
+        Self::new(Bytes::from(head), spans)
+    }
+
+    /// Every field's name and value, in order, as sent.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.spans
+            .iter()
+            .map(|span| (&self.head[span.name()], &self.head[span.value()]))
+            .filter(|(name, _)| {
+                !(self.without_length && name.eq_ignore_ascii_case(b"content-length"))
+            })
+    }
+
+    /// The first value of the field `name` (any case).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.iter()
+            .find(|(field, _)| field.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, value)| value)
+    }
+
+    /// The fields `keep` lets through, as a header map sharing the head's
+    /// bytes. httparse has checked the syntax already, so a field `http`
+    /// refuses cannot happen; it would be an error, not dropped silently.
+    pub fn to_header_map<'a>(
+        &'a self,
+        keep: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<HeaderMap, InvalidField> {
+        let mut headers = HeaderMap::with_capacity(self.spans.len());
+        let base = self.head.as_ptr() as usize;
+        for (name, value) in keep {
+            let name = HeaderName::from_bytes(name).map_err(|_| InvalidField)?;
+            // The value is a slice of the head: share it, do not copy it.
+            let start = value.as_ptr() as usize - base;
+            let value = HeaderValue::from_maybe_shared(self.head.slice(start..start + value.len()))
+                .map_err(|_| InvalidField)?;
+            headers.append(name, value);
+        }
+        Ok(headers)
+    }
+}
