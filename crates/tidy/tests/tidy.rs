@@ -1,0 +1,348 @@
+//! The house rules, read off the source tree: every Rust file opens with a
+//! `//!` line; no library crate's modules import each other in a circle;
+//! and the gateway's modules import only their own layer or the layers
+//! below it (the request path never reaches into the listeners or the
+//! operations side, and the codecs never into the request path). Each
+//! failure names the files that break the rule.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The workspace's `crates/` folder.
+fn crates_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Every `.rs` file below `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|name| name != "target") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn every_rust_file_opens_with_a_module_doc_line() {
+    let crates = crates_dir();
+    let mut undocumented = Vec::new();
+    for file in rust_files(&crates)
+        .iter()
+        .chain(&rust_files(&crates.join("../fuzz")))
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        if !text.starts_with("//!") {
+            undocumented.push(file.display().to_string());
+        }
+    }
+    assert!(
+        undocumented.is_empty(),
+        "these files do not open with a `//!` line saying what they are for:\n{}",
+        undocumented.join("\n")
+    );
+}
+
+/// A library crate's source: its top-level modules (a file `src/x.rs`, or a
+/// folder `src/x/`) and, for each, the files that make it up.
+fn modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
+    let mut modules: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for file in rust_files(src) {
+        let relative = file.strip_prefix(src).unwrap();
+        let first = relative.components().next().unwrap();
+        let name = first
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        if name == "lib" || name == "main" {
+            continue;
+        }
+        modules.entry(name).or_default().push(file);
+    }
+    modules
+}
+
+/// The code of a file without its comments and without its unit tests
+/// (by the house convention, a `#[cfg(test)]` module at the end): what
+/// the build uses.
+fn code(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The top-level modules `code` names through `crate::`: in paths
+/// (`crate::a::b`) and in `use crate::{a, b::c}` groups.
+fn imported(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level names of the group, at brace depth zero.
+            let mut depth = 0;
+            let mut name = String::new();
+            let mut at_start = true;
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => at_start = true,
+                    c if depth == 0 && at_start && (c.is_alphanumeric() || c == '_') => {
+                        name.push(c)
+                    }
+                    _ => {
+                        if depth == 0 && !name.is_empty() {
+                            at_start = false;
+                        }
+                    }
+                }
+                if (!at_start || c == ',' || c == '}') && !name.is_empty() {
+                    names.insert(std::mem::take(&mut name));
+                }
+            }
+            if !name.is_empty() {
+                names.insert(name);
+            }
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// Module → the crate's other top-level modules it imports.
+fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let modules = modules(src);
+    modules
+        .iter()
+        .map(|(name, files)| {
+            let mut deps = BTreeSet::new();
+            for file in files {
+                let text = std::fs::read_to_string(file).unwrap();
+                deps.extend(
+                    imported(&code(&text))
+                        .into_iter()
+                        .filter(|dep| dep != name && modules.contains_key(dep)),
+                );
+            }
+            (name.clone(), deps)
+        })
+        .collect()
+}
+
+/// The strongly connected components of more than one module (Tarjan).
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Search<'g> {
+        graph: &'g BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        on_stack: BTreeSet<&'g str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'g> Search<'g> {
+        fn visit(&mut self, v: &'g str) {
+            let at = self.index.len();
+            self.index.insert(v, at);
+            self.low.insert(v, at);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in &self.graph[v] {
+                let w = w.as_str();
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.low[v].min(self.low[w]);
+                    self.low.insert(v, low);
+                } else if self.on_stack.contains(w) {
+                    let low = self.low[v].min(self.index[w]);
+                    self.low.insert(v, low);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut component = Vec::new();
+                loop {
+                    let w = self.stack.pop().unwrap();
+                    self.on_stack.remove(w);
+                    component.push(w.to_owned());
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort();
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let mut search = Search {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !search.index.contains_key(v.as_str()) {
+            search.visit(v);
+        }
+    }
+    search.found
+}
+
+#[test]
+fn no_library_crate_has_an_import_cycle() {
+    let mut problems = Vec::new();
+    for entry in std::fs::read_dir(crates_dir()).unwrap().flatten() {
+        let src = entry.path().join("src");
+        if !src.join("lib.rs").exists() {
+            continue;
+        }
+        let graph = import_graph(&src);
+        for cycle in cycles(&graph) {
+            let edges: Vec<String> = cycle
+                .iter()
+                .map(|module| {
+                    let inside: Vec<&str> = graph[module]
+                        .iter()
+                        .filter(|dep| cycle.contains(dep))
+                        .map(String::as_str)
+                        .collect();
+                    format!("{module} -> {}", inside.join(", "))
+                })
+                .collect();
+            problems.push(format!(
+                "{}: these modules import each other in a circle: {}",
+                src.display(),
+                edges.join("; ")
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The gateway's layers, lowest first. A module may import its own layer
+/// (without a cycle, checked above) and the layers below; never above.
+const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
+    (
+        "foundations: bytes, timers and counters that know nothing of HTTP",
+        &["fields", "idle", "shutdown", "window", "metrics", "target"],
+    ),
+    (
+        "configuration: the files, validated; placement per cell; health rules",
+        &[
+            "config",
+            "tenants",
+            "cell",
+            "live_blast",
+            "health",
+            "retry_budget",
+        ],
+    ),
+    (
+        "codecs and the trust boundary: HTTP/1.1 both ways, what a client may say, who it is",
+        &[
+            "headers",
+            "wire",
+            "client_wire",
+            "credential",
+            "authenticate",
+        ],
+    ),
+    (
+        "the upstream side: request bodies and each shard's connections",
+        &["body", "upstream"],
+    ),
+    (
+        "run-time state: the swappable snapshot and per-shard state",
+        &["state"],
+    ),
+    (
+        "the request path: member, attempt, outcome, and the health checks that vouch for members",
+        &["member", "attempt", "response", "health_check", "proxy"],
+    ),
+    (
+        "operations: admin API, status page and the views they share",
+        &["views", "status_page", "admin"],
+    ),
+    (
+        "listeners: accepting clients and serving their connections",
+        &["connection", "server"],
+    ),
+    ("start and stop", &["runtime"]),
+];
+
+#[test]
+fn the_gateways_modules_import_only_their_layer_and_below() {
+    let src = crates_dir().join("gateway/src");
+    let graph = import_graph(&src);
+    let layer_of: BTreeMap<&str, usize> = GATEWAY_LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(layer, (_, modules))| modules.iter().map(move |module| (*module, layer)))
+        .collect();
+    let unplaced: Vec<&String> = graph
+        .keys()
+        .filter(|module| !layer_of.contains_key(module.as_str()))
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "gateway modules missing from GATEWAY_LAYERS in {}: {unplaced:?}; add each to the layer it belongs to",
+        file!()
+    );
+    let mut upward = Vec::new();
+    for (module, deps) in &graph {
+        let own = layer_of[module.as_str()];
+        for dep in deps {
+            let theirs = layer_of[dep.as_str()];
+            if theirs > own {
+                upward.push(format!(
+                    "{module} ({}) imports {dep} ({})",
+                    GATEWAY_LAYERS[own].0, GATEWAY_LAYERS[theirs].0
+                ));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports that reach upward in crates/gateway/src:\n{}",
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn the_import_reader_sees_paths_and_groups() {
+    let names =
+        imported("use crate::a::X;\nuse crate::{b, c::{D, E}, d::F};\nfn f() { crate::e::g(); }");
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert_eq!(names, ["a", "b", "c", "d", "e"]);
+    let mut graph = BTreeMap::new();
+    graph.insert("x".to_owned(), BTreeSet::from(["y".to_owned()]));
+    graph.insert("y".to_owned(), BTreeSet::from(["z".to_owned()]));
+    graph.insert("z".to_owned(), BTreeSet::from(["x".to_owned()]));
+    graph.insert("w".to_owned(), BTreeSet::from(["x".to_owned()]));
+    assert_eq!(cycles(&graph), [["x", "y", "z"]]);
+}
