@@ -359,7 +359,8 @@ impl Inbound {
         self.open
             || !(never_forwarded(name, &self.named)
                 || name.eq_ignore_ascii_case(b"authorization")
-                || name.eq_ignore_ascii_case(crate::credential::API_KEY_HEADER.as_bytes())
+                // In every spelling a CGI-style backend reads as it.
+                || spelled_like(name, crate::credential::API_KEY_HEADER.as_bytes())
                 || spelled_like(name, b"x-forwarded-host")
                 || (self.drops_forwarded_for && describes_client_origin(name))
                 || (self.prefixed && overrides_path(name))
@@ -604,7 +605,14 @@ mod tests {
         }
         outbound_reference(headers);
         headers.remove(header::AUTHORIZATION);
-        headers.remove("x-api-key");
+        let api_keys: Vec<HeaderName> = headers
+            .keys()
+            .filter(|name| name.as_str().replace('_', "-") == "x-api-key")
+            .cloned()
+            .collect();
+        for name in api_keys {
+            headers.remove(name);
+        }
         // Every spelling a CGI-style backend reads as the gateway's own.
         let look_alikes: Vec<HeaderName> = headers
             .keys()
@@ -722,6 +730,7 @@ mod tests {
             Just("host".to_owned()),
             Just("authorization".to_owned()),
             Just("x-api-key".to_owned()),
+            Just("X_Api_Key".to_owned()),
             Just("connection".to_owned()),
             Just("keep-alive".to_owned()),
             Just("transfer-encoding".to_owned()),
