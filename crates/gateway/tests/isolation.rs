@@ -437,8 +437,7 @@ fn sick_fleet() -> Options {
         outlier: QUICK_EJECTION.into(),
         // The body timeout catches a shard that trickles: its bytes never
         // stop long enough for the idle timeout.
-        extra: "[limits]\nbackend_idle_timeout_ms = 300\nbackend_body_timeout_ms = 1000\n"
-            .into(),
+        extra: "[limits]\nbackend_idle_timeout_ms = 300\nbackend_body_timeout_ms = 1000\n".into(),
         admin_token: Some(TOKEN.into()),
         ..Options::default()
     }
