@@ -158,8 +158,9 @@ impl Authenticator {
 /// The map lookup is keyed by the SHA-256 of the presented key, so whatever
 /// its timing reveals is about that digest, and an attacker cannot choose
 /// digests: walking a stored digest byte by byte would need preimages of
-/// SHA-256, and a known digest still does not give the key. (The map's
-/// SipHash is also seeded per process.) The constant-time comparison after
+/// SHA-256, and a known digest still does not give the key. (The map
+/// hashes nothing itself: its key is the first 8 bytes of that digest,
+/// see `tenants::DigestHasher`.) The constant-time comparison after
 /// the lookup is what authenticates: it makes the decision on the full
 /// 32 bytes whatever index found the record.
 fn by_api_key<'t>(key: &str, tenants: &'t Tenants) -> Result<&'t TenantRecord, AuthError> {

@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use report::escape;
 use tokio::time::Instant;
 
 use crate::health::Availability;
@@ -13,13 +14,6 @@ use crate::views::{live_blast, worst};
 /// Seconds between refreshes.
 const REFRESH_SECONDS: u32 = 3;
 
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
-}
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d232a;background:#fafbfc}\
 h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:1.6rem}h3{font-size:1rem;margin:.8rem 0 .3rem}\
