@@ -127,8 +127,8 @@ fn tenant_args(tenants: Vec<OsString>) -> Result<Vec<String>> {
 /// A gateway configuration's placement: cells, their placers with the
 /// tenants file's overrides, and which cell each tenant is in.
 struct GatewaySetup {
-    topology: gateway::cell::Topology,
-    tenants: gateway::tenants::Tenants,
+    topology: gateway::route::cell::Topology,
+    tenants: gateway::config::tenants::Tenants,
     /// The cell every tenant is placed in, when --cell was given.
     cell: Option<usize>,
 }
@@ -136,8 +136,8 @@ struct GatewaySetup {
 impl GatewaySetup {
     fn load(path: &std::path::Path, cell: Option<&str>) -> Result<Self> {
         let config = gateway::GatewayConfig::load(path)?;
-        let tenants = gateway::tenants::Tenants::load(&config)?;
-        let topology = gateway::cell::Topology::build(&config, &tenants)?;
+        let tenants = gateway::config::tenants::Tenants::load(&config)?;
+        let topology = gateway::route::cell::Topology::build(&config, &tenants)?;
         let cell = match cell {
             Some(name) => Some(topology.find(name).ok_or_else(|| {
                 let names: Vec<&str> = config.cells.iter().map(|c| c.name.as_str()).collect();

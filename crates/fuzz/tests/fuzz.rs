@@ -180,9 +180,9 @@ fn gateway_tenants_file() {
     let path = dir.path().join("tenants.toml");
     fuzz("tenants", |input| {
         let text = String::from_utf8_lossy(input);
-        if let Ok(tenants) = gateway::tenants::Tenants::parse(&path, &text, &config) {
+        if let Ok(tenants) = gateway::config::tenants::Tenants::parse(&path, &text, &config) {
             // Whatever was accepted must also be placeable.
-            let _ = gateway::cell::Topology::build(&config, &tenants);
+            let _ = gateway::route::cell::Topology::build(&config, &tenants);
         }
     });
 }
@@ -195,7 +195,7 @@ fn credentials() {
         &seed("config", "full.toml"),
     )
     .expect("the full corpus configuration is valid");
-    let tenants = gateway::tenants::Tenants::parse(
+    let tenants = gateway::config::tenants::Tenants::parse(
         &dir.path().join("tenants.toml"),
         "[[tenants]]\nid = \"acme\"\napi_key_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n",
         &config,
@@ -209,7 +209,7 @@ fn credentials() {
         audience: None,
         tenant_claim: "sub".into(),
     };
-    let authenticator = gateway::authenticate::Authenticator::new(Some(&jwt)).unwrap();
+    let authenticator = gateway::trust::authenticate::Authenticator::new(Some(&jwt)).unwrap();
     fuzz("credentials", |input| {
         for name in ["authorization", "x-api-key"] {
             let Ok(value) = http::HeaderValue::from_bytes(input) else {
@@ -218,7 +218,8 @@ fn credentials() {
             let mut headers = http::HeaderMap::new();
             headers.insert(http::HeaderName::from_static(name), value);
             for jwt_enabled in [false, true] {
-                if let Ok(credential) = gateway::credential::extract_from_map(&headers, jwt_enabled)
+                if let Ok(credential) =
+                    gateway::trust::credential::extract_from_map(&headers, jwt_enabled)
                 {
                     let result = authenticator.authenticate(&credential, &tenants);
                     // Only the one real key may authenticate, and nothing
@@ -253,17 +254,20 @@ fn inbound_header_filter() {
         let tenant = http::HeaderValue::from_static("tenant-a");
         let host = http::HeaderValue::from_static("s0:9100");
         let shard = http::HeaderValue::from_static("s0");
-        let fields = gateway::fields::Fields::from_header_map(&headers);
-        let inbound =
-            gateway::headers::Inbound::new(&fields, gateway::config::ForwardedFor::Append, false);
-        let head = gateway::wire::RequestHead {
+        let fields = gateway::protocol::fields::Fields::from_header_map(&headers);
+        let inbound = gateway::trust::headers::Inbound::new(
+            &fields,
+            gateway::config::ForwardedFor::Append,
+            false,
+        );
+        let head = gateway::protocol::wire::RequestHead {
             method: &http::Method::GET,
             target: "/",
             fields: &fields,
             inbound: &inbound,
             stated: None,
-            added: gateway::headers::Added {
-                forwarded_host: gateway::headers::client_host(&fields),
+            added: gateway::trust::headers::Added {
+                forwarded_host: gateway::trust::headers::client_host(&fields),
                 forwarded_for: None,
                 tenant: Some(&tenant),
             },
@@ -271,10 +275,10 @@ fn inbound_header_filter() {
             shard: Some(&shard),
         };
         let mut wire = Vec::new();
-        gateway::wire::encode_request_head(
+        gateway::protocol::wire::encode_request_head(
             &mut wire,
             &head,
-            gateway::wire::RequestFraming::Length,
+            gateway::protocol::wire::RequestFraming::Length,
             None,
         );
         // The invariant, on what a backend receives: nothing in the
@@ -357,7 +361,7 @@ fn zone_specs_and_hex_keys() {
 /// Feeds `buf` to a chunked decoder until it ends, fails or asks for more,
 /// and checks that every step made progress (no input can make it spin).
 fn decode_chunked(buf: &mut bytes::BytesMut) {
-    use gateway::wire::{ChunkedDecoder, Decoded};
+    use gateway::protocol::wire::{ChunkedDecoder, Decoded};
     let mut decoder = ChunkedDecoder::default();
     // Every step but the last takes at least one byte or ends the body.
     for _ in 0..=buf.len() + 2 {
@@ -374,8 +378,8 @@ fn decode_chunked(buf: &mut bytes::BytesMut) {
 fn client_request_heads() {
     fuzz("requests", |input| {
         let mut buf = bytes::BytesMut::from(input);
-        match gateway::client_wire::read_head(&mut buf, 16 * 1024) {
-            gateway::client_wire::HeadRead::Simple(simple) => {
+        match gateway::protocol::client_wire::read_head(&mut buf, 16 * 1024) {
+            gateway::protocol::client_wire::HeadRead::Simple(simple) => {
                 // Exactly the head was taken; what follows stays for the
                 // next request, byte for byte.
                 assert!(buf.len() < input.len(), "a head was parsed from nothing");
@@ -386,7 +390,8 @@ fn client_request_heads() {
                 }
             }
             // hyper gets every byte the loop read, untouched.
-            gateway::client_wire::HeadRead::HandOff | gateway::client_wire::HeadRead::Partial => {
+            gateway::protocol::client_wire::HeadRead::HandOff
+            | gateway::protocol::client_wire::HeadRead::Partial => {
                 assert_eq!(&buf[..], input);
             }
         }
@@ -539,7 +544,7 @@ fn read_as<'a>(fields: &'a [(&'a str, &'a str)], wanted: &str) -> Vec<(&'a str, 
 fn check_encoded_head(
     wire: &[u8],
     request_line: &str,
-    client: &gateway::fields::Fields,
+    client: &gateway::protocol::fields::Fields,
     forwarded_for: gateway::config::ForwardedFor,
     prefixed: bool,
 ) {
@@ -636,7 +641,7 @@ fn check_encoded_head(
     // One Host, the shard's; one x-forwarded-host, the client's Host as
     // the gateway read it, in no other spelling.
     assert_eq!(read_as(&fields, "host"), [("host", "s0:9100")]);
-    let client_host = gateway::headers::client_host(client).map(String::from_utf8_lossy);
+    let client_host = gateway::trust::headers::client_host(client).map(String::from_utf8_lossy);
     let forwarded_host = read_as(&fields, "x-forwarded-host");
     match &client_host {
         Some(host) => assert_eq!(forwarded_host, [("x-forwarded-host", host.as_ref())]),
@@ -693,10 +698,10 @@ fn check_encoded_head(
     // And the connection loop's own reader, httparse underneath as in a
     // shard, takes the whole head as one request (when it has few enough
     // fields to read it at all).
-    if fields.len() <= gateway::client_wire::MAX_HEADERS {
+    if fields.len() <= gateway::protocol::client_wire::MAX_HEADERS {
         let mut again = bytes::BytesMut::from(wire);
-        match gateway::client_wire::read_head(&mut again, usize::MAX) {
-            gateway::client_wire::HeadRead::Simple(simple) => {
+        match gateway::protocol::client_wire::read_head(&mut again, usize::MAX) {
+            gateway::protocol::client_wire::HeadRead::Simple(simple) => {
                 assert!(again.is_empty(), "{text:?}");
                 let line = format!(
                     "{} {} HTTP/1.1",
@@ -718,7 +723,7 @@ fn check_encoded_head(
 #[test]
 fn fast_path_request_heads() {
     use gateway::config::{ForwardedFor, ForwardingSettings};
-    use gateway::headers::{Added, Inbound};
+    use gateway::trust::headers::{Added, Inbound};
     let tenant = http::HeaderValue::from_static("tenant-a");
     let host = http::HeaderValue::from_static("s0:9100");
     let shard = http::HeaderValue::from_static("s0");
@@ -727,8 +732,8 @@ fn fast_path_request_heads() {
     let check = |input: &[u8]| {
         inputs.set(inputs.get() + 1);
         let mut buf = bytes::BytesMut::from(input);
-        let gateway::client_wire::HeadRead::Simple(simple) =
-            gateway::client_wire::read_head(&mut buf, 16 * 1024)
+        let gateway::protocol::client_wire::HeadRead::Simple(simple) =
+            gateway::protocol::client_wire::read_head(&mut buf, 16 * 1024)
         else {
             // `client_request_heads` checks that hyper then gets every byte.
             return;
@@ -748,7 +753,7 @@ fn fast_path_request_heads() {
             (ForwardedFor::Off, ""),
         ] {
             // The gateway refuses (400) a target that would leave a prefix.
-            if !prefix.is_empty() && !gateway::target::stays_under_prefix(uri) {
+            if !prefix.is_empty() && !gateway::trust::target::stays_under_prefix(uri) {
                 continue;
             }
             let forwarding = ForwardingSettings {
@@ -756,8 +761,8 @@ fn fast_path_request_heads() {
                 x_forwarded_host: true,
             };
             let inbound = Inbound::new(fields, x_forwarded_for, !prefix.is_empty());
-            let target = gateway::target::backend_target(prefix, uri);
-            let head = gateway::wire::RequestHead {
+            let target = gateway::trust::target::backend_target(prefix, uri);
+            let head = gateway::protocol::wire::RequestHead {
                 method,
                 target: &target,
                 fields,
@@ -778,10 +783,10 @@ fn fast_path_request_heads() {
                 http::Method::POST | http::Method::PUT | http::Method::PATCH
             );
             let mut wire = Vec::new();
-            gateway::wire::encode_request_head(
+            gateway::protocol::wire::encode_request_head(
                 &mut wire,
                 &head,
-                gateway::wire::RequestFraming::Length,
+                gateway::protocol::wire::RequestFraming::Length,
                 (!forwards_length && says_length).then_some(0),
             );
             let request_line = format!("{method} {target} HTTP/1.1");
@@ -811,11 +816,11 @@ fn backend_responses() {
     fuzz("responses", |input| {
         for method in [http::Method::GET, http::Method::HEAD] {
             let mut buf = bytes::BytesMut::from(input);
-            match gateway::wire::parse_response_head(&mut buf, &method) {
+            match gateway::protocol::wire::parse_response_head(&mut buf, &method) {
                 Ok(Some(head)) => {
                     assert!(buf.len() < input.len(), "a head was parsed from nothing");
                     assert!(!head.status.is_informational());
-                    if head.framing == gateway::wire::ResponseFraming::Chunked {
+                    if head.framing == gateway::protocol::wire::ResponseFraming::Chunked {
                         decode_chunked(&mut buf);
                     }
                 }

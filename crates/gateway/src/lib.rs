@@ -2,48 +2,40 @@
 //! proxy that sends each tenant only to its own subset of shards and fails
 //! over inside that subset.
 //!
-//! A request flows through one module per step: credential
-//! ([`credential`]) → tenant ([`authenticate`]) → cell and subset ([`cell`])
-//! → member ([`member`]) → attempt ([`attempt`], over the shard's pooled
-//! connections in [`upstream`], speaking
-//! [`wire`]) → outcome ([`proxy`]).
-//! [`health`] and [`retry_budget`] are the state machines that decide which
-//! members are up and whether a retry is allowed; [`state`] holds the
-//! swappable snapshot and per-shard state; [`server`] is the listener and
-//! [`connection`] serves one client connection (speaking [`client_wire`]
-//! for plain requests, handing the rest to hyper).
+//! The folders are its layers, lowest first; a module imports only its own
+//! layer and those below (the tidy test in `crates/tidy` checks it):
+//!
+//! - [`protocol`]: HTTP/1.1 as bytes, no I/O: header fields as written, the
+//!   client-facing half ([`protocol::client_wire`]) and the shard-facing
+//!   half ([`protocol::wire`]).
+//! - [`config`]: the configuration file and the tenants file, validated.
+//! - [`trust`]: the trust boundary: what of a client's request may reach a
+//!   shard, who the client is, and where its target may go.
+//! - [`upstream`]: each shard's pooled connections and the request bodies
+//!   they carry.
+//! - [`health`]: the health state machine, the retry budget, and the active
+//!   checks that drive the first.
+//! - [`state`]: the swappable snapshot and the per-shard state that
+//!   survives reloads.
+//! - [`route`]: the request path: credential → tenant → cell and subset
+//!   ([`route::cell`]) → member ([`route::member`]) → attempt
+//!   ([`route::attempt`]) → outcome ([`route::proxy`], streaming back a
+//!   [`route::response`]).
+//! - [`ops`]: the operations side: admin API, metrics, status page, the
+//!   views they share, windows and the live blast radius.
+//! - [`listen`]: accepting clients and serving their connections.
+//! - [`runtime`]: starting and stopping it all.
 
-pub mod admin;
-pub mod attempt;
-pub mod authenticate;
-pub mod body;
-pub mod cell;
-pub mod client_wire;
 pub mod config;
-pub mod connection;
-pub mod credential;
-pub mod fields;
-pub mod headers;
 pub mod health;
-pub mod health_check;
-pub mod idle;
-pub mod live_blast;
-pub mod member;
-pub mod metrics;
-pub mod proxy;
-pub mod response;
-pub mod retry_budget;
+pub mod listen;
+pub mod ops;
+pub mod protocol;
+pub mod route;
 pub mod runtime;
-pub mod server;
-pub mod shutdown;
 pub mod state;
-pub mod status_page;
-pub mod target;
-pub mod tenants;
+pub mod trust;
 pub mod upstream;
-pub mod views;
-pub mod window;
-pub mod wire;
 
 pub use config::{ConfigError, GatewayConfig};
 pub use state::{Gateway, Snapshot};

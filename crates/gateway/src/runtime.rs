@@ -10,9 +10,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin;
-use crate::health_check;
-use crate::server;
+use crate::health;
+use crate::listen::server;
+use crate::ops::admin;
 use crate::state::{Gateway, LoadError, Snapshot};
 
 /// Why the gateway could not start.
@@ -119,7 +119,7 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
         tracing::warn!(admin = %admin_addr, "the admin listener is reachable from other hosts; keep admin.token_file secret, or bind admin.listen to 127.0.0.1");
     }
     let gateway = Gateway::new(snapshot);
-    let health = tokio::spawn(health_check::run(Arc::clone(&gateway)));
+    let health = tokio::spawn(health::check::run(Arc::clone(&gateway)));
     let (stop, stopped) = watch::channel(false);
     let server = tokio::spawn(server::serve(
         Arc::clone(&gateway),

@@ -13,12 +13,12 @@ use http::HeaderValue;
 use thiserror::Error;
 use tokio::time::Instant;
 
-use crate::authenticate::Authenticator;
-use crate::cell::{TenantRoute, Topology};
+use crate::config::tenants::{TenantRecord, Tenants};
 use crate::config::{ConfigError, GatewayConfig};
+use crate::health::retry_budget::RetryBudget;
 use crate::health::{Availability, HealthState};
-use crate::retry_budget::RetryBudget;
-use crate::tenants::{TenantRecord, Tenants};
+use crate::route::cell::{TenantRoute, Topology};
+use crate::trust::authenticate::Authenticator;
 use crate::upstream::Upstream;
 
 /// Why a configuration could not be loaded.
@@ -73,7 +73,7 @@ pub struct ShardRuntime {
     /// Its keep-alive connections.
     pub(crate) upstream: Arc<Upstream>,
     /// This shard's metric series, looked up on first use.
-    metrics: std::sync::OnceLock<crate::metrics::ShardHandles>,
+    metrics: std::sync::OnceLock<crate::ops::metrics::ShardHandles>,
 }
 
 impl ShardRuntime {
@@ -92,7 +92,7 @@ impl ShardRuntime {
             host_header: url
                 .authority()
                 .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok()),
-            path_prefix: crate::target::path_prefix(url).to_owned(),
+            path_prefix: crate::trust::target::path_prefix(url).to_owned(),
             upstream: Arc::new(Upstream::new(url)),
             metrics: std::sync::OnceLock::new(),
         }
@@ -101,8 +101,8 @@ impl ShardRuntime {
     /// This shard's attempt metrics.
     pub(crate) fn metrics(
         &self,
-        metrics: &crate::metrics::Metrics,
-    ) -> &crate::metrics::ShardHandles {
+        metrics: &crate::ops::metrics::Metrics,
+    ) -> &crate::ops::metrics::ShardHandles {
         self.metrics
             .get_or_init(|| metrics.shard_handles(&self.cell, &self.id))
     }
@@ -146,14 +146,14 @@ pub struct Snapshot {
     /// Per cell, per shard index: the shard's run-time state.
     pub shards: Vec<Vec<Arc<ShardRuntime>>>,
     /// Per cell: the blast-radius model over the cell's tenants.
-    pub blast: Vec<crate::live_blast::CellModel>,
+    pub blast: Vec<crate::ops::live_blast::CellModel>,
     /// Per cell: some shard's URL has a path prefix, so request targets
-    /// must stay under it ([`crate::attempt::stays_under_prefix`]).
+    /// must stay under it ([`crate::route::attempt::stays_under_prefix`]).
     pub(crate) prefixed: Vec<bool>,
     /// The admin bearer token, when one is configured.
-    pub admin_token: Option<crate::credential::Secret>,
+    pub admin_token: Option<crate::trust::credential::Secret>,
     /// Per cell: its request metric series, looked up on first use.
-    cell_metrics: Vec<std::sync::OnceLock<crate::metrics::CellHandles>>,
+    cell_metrics: Vec<std::sync::OnceLock<crate::ops::metrics::CellHandles>>,
     /// Per tenant (by position in the tenants file): its route, computed on
     /// first use. Boxed so that tenants never seen cost one pointer each.
     routes: Vec<std::sync::OnceLock<Box<TenantRoute>>>,
@@ -203,7 +203,7 @@ impl Snapshot {
                     .collect()
             })
             .collect();
-        let blast = crate::live_blast::build(&topology, &tenants);
+        let blast = crate::ops::live_blast::build(&topology, &tenants);
         let prefixed = shards
             .iter()
             .map(|cell| cell.iter().any(|shard| !shard.path_prefix.is_empty()))
@@ -256,8 +256,8 @@ impl Snapshot {
     pub(crate) fn cell_metrics(
         &self,
         cell: usize,
-        metrics: &crate::metrics::Metrics,
-    ) -> &crate::metrics::CellHandles {
+        metrics: &crate::ops::metrics::Metrics,
+    ) -> &crate::ops::metrics::CellHandles {
         self.cell_metrics[cell].get_or_init(|| metrics.cell_handles(&self.config.cells[cell].name))
     }
 
@@ -312,7 +312,7 @@ impl Snapshot {
 
 /// Reads the admin token: the file's contents without surrounding
 /// whitespace, at least 16 characters.
-fn read_token(path: &std::path::Path) -> Result<crate::credential::Secret, String> {
+fn read_token(path: &std::path::Path) -> Result<crate::trust::credential::Secret, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let token = text.trim();
@@ -323,7 +323,7 @@ fn read_token(path: &std::path::Path) -> Result<crate::credential::Secret, Strin
             path.display()
         ));
     }
-    Ok(crate::credential::Secret::new(token))
+    Ok(crate::trust::credential::Secret::new(token))
 }
 
 /// Counters of what the gateway did, read by tests, drills and metrics.
@@ -363,11 +363,11 @@ pub struct Gateway {
     /// Counters.
     pub stats: Stats,
     /// Prometheus metrics.
-    pub metrics: crate::metrics::Metrics,
+    pub metrics: crate::ops::metrics::Metrics,
     /// Per-tenant success over the availability window.
-    pub tenant_windows: crate::window::Windows,
+    pub tenant_windows: crate::ops::window::Windows,
     /// Per-shard attempts over the availability window (for utilization).
-    pub shard_windows: crate::window::Windows,
+    pub shard_windows: crate::ops::window::Windows,
     /// Bumped by every reload that took effect, so that what schedules
     /// itself by the configuration (the health checkers) looks again at
     /// once instead of after its old interval.
@@ -383,9 +383,9 @@ impl Gateway {
             snapshot: ArcSwap::from_pointee(snapshot),
             budget,
             stats: Stats::default(),
-            metrics: crate::metrics::Metrics::new(),
-            tenant_windows: crate::window::Windows::new(window, Instant::now()),
-            shard_windows: crate::window::Windows::new(window, Instant::now()),
+            metrics: crate::ops::metrics::Metrics::new(),
+            tenant_windows: crate::ops::window::Windows::new(window, Instant::now()),
+            shard_windows: crate::ops::window::Windows::new(window, Instant::now()),
             reloads: tokio::sync::watch::Sender::new(0),
         })
     }
@@ -418,7 +418,7 @@ impl Gateway {
             self.stats.ejections.fetch_add(1, Ordering::Relaxed);
             self.metrics
                 .ejections
-                .get_or_create(&crate::metrics::EjectionLabels {
+                .get_or_create(&crate::ops::metrics::EjectionLabels {
                     cell: shard.cell.clone(),
                     shard: shard.id.clone(),
                     reason: reason.name(),

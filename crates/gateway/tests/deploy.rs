@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gateway::tenants::Tenants;
+use gateway::config::tenants::Tenants;
 use gateway::{GatewayConfig, Snapshot};
 
 use crate::util::random_bytes;

@@ -117,7 +117,7 @@ async fn the_access_log_has_one_event_per_request_and_no_secret_anywhere() {
     // One access-log event per request that named a tenant.
     let access: Vec<&String> = lines
         .iter()
-        .filter(|l| l.contains("message=request") && l.contains("gateway::proxy"))
+        .filter(|l| l.contains("message=request") && l.contains("gateway::route::proxy"))
         .collect();
     assert_eq!(access.len(), 2, "{text}");
     for line in &access {

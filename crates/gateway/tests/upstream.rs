@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use gateway::body::AttemptBody;
-use gateway::headers::{Added, Inbound};
+use gateway::protocol::wire::{Fields, RequestHead, WireError};
+use gateway::trust::headers::{Added, Inbound};
+use gateway::upstream::body::AttemptBody;
 use gateway::upstream::{ExchangeError, SendError, Timeouts, Upstream, UpstreamBody};
-use gateway::wire::{Fields, RequestHead, WireError};
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Body;
@@ -535,7 +535,7 @@ async fn a_head_larger_than_one_read_is_read_and_one_past_the_limit_refused() {
     assert_eq!(fetched.upstream.idle_count(), 1);
 
     assert_exchange_fails(
-        &[with_field_of(gateway::wire::MAX_HEAD_BYTES).as_bytes()],
+        &[with_field_of(gateway::protocol::wire::MAX_HEAD_BYTES).as_bytes()],
         After::KeepOpen,
         |error| matches!(error, ExchangeError::Protocol(WireError::HeadTooLarge)),
     )

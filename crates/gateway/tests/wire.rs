@@ -1,4 +1,4 @@
-//! Property tests of the HTTP/1.1 codec toward the shards (`gateway::wire`)
+//! Property tests of the HTTP/1.1 codec toward the shards (`gateway::protocol::wire`)
 //! against slow, plainly written references: a hand-written chunked encoder
 //! for the chunked decoder, the RFC 9112 framing rules for the response head
 //! parser, and httparse reading back what the request head encoder wrote.
@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 
 use bytes::BytesMut;
-use gateway::headers::{Added, Inbound};
-use gateway::wire::{
+use gateway::protocol::wire::{
     ChunkedDecoder, Decoded, Fields, RequestFraming, RequestHead, ResponseFraming, WireError,
     encode_chunk, encode_last_chunk, encode_request_head, parse_response_head,
 };
+use gateway::trust::headers::{Added, Inbound};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use proptest::collection::vec;

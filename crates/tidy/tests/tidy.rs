@@ -56,22 +56,24 @@ fn every_rust_file_opens_with_a_module_doc_line() {
     );
 }
 
-/// A library crate's source: its top-level modules (a file `src/x.rs`, or a
-/// folder `src/x/`) and, for each, the files that make it up.
-fn modules(src: &Path) -> BTreeMap<String, Vec<PathBuf>> {
-    let mut modules: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+/// A library crate's source: its modules, each a file (`src/a/b.rs` is
+/// `a::b`, `src/a/mod.rs` is `a`), without the crate root.
+fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
+    let mut modules = BTreeMap::new();
     for file in rust_files(src) {
-        let relative = file.strip_prefix(src).unwrap();
-        let first = relative.components().next().unwrap();
-        let name = first
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_owned();
-        if name == "lib" || name == "main" {
+        let relative = file.strip_prefix(src).unwrap().with_extension("");
+        let mut parts: Vec<String> = relative
+            .components()
+            .map(|part| part.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if parts.last().is_some_and(|last| last == "mod") {
+            parts.pop();
+        }
+        let name = parts.join("::");
+        if name == "lib" || name == "main" || name.is_empty() {
             continue;
         }
-        modules.entry(name).or_default().push(file);
+        modules.insert(name, file);
     }
     modules
 }
@@ -87,66 +89,80 @@ fn code(text: &str) -> String {
         .join("\n")
 }
 
-/// The top-level modules `code` names through `crate::`: in paths
-/// (`crate::a::b`) and in `use crate::{a, b::c}` groups.
+/// The paths `code` names through `crate::` (`crate::a::b::C` gives
+/// `a::b::C`), in paths and in `use crate::{a, b::c}` groups, as far as
+/// they are made of names.
 fn imported(code: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
+    fn path_at(text: &str) -> String {
+        text.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+            .collect::<String>()
+            .trim_end_matches(':')
+            .to_owned()
+    }
+    let mut paths = BTreeSet::new();
     let mut rest = code;
     while let Some(at) = rest.find("crate::") {
         rest = &rest[at + "crate::".len()..];
         if let Some(group) = rest.strip_prefix('{') {
-            // Top-level names of the group, at brace depth zero.
+            // Each entry of the group at brace depth zero.
             let mut depth = 0;
-            let mut name = String::new();
-            let mut at_start = true;
-            for c in group.chars() {
+            let mut entry_start = Some(0);
+            for (i, c) in group.char_indices() {
                 match c {
                     '{' => depth += 1,
                     '}' if depth == 0 => break,
                     '}' => depth -= 1,
-                    ',' if depth == 0 => at_start = true,
-                    c if depth == 0 && at_start && (c.is_alphanumeric() || c == '_') => {
-                        name.push(c)
-                    }
-                    _ => {
-                        if depth == 0 && !name.is_empty() {
-                            at_start = false;
-                        }
-                    }
+                    ',' if depth == 0 => entry_start = Some(i + 1),
+                    _ => {}
                 }
-                if (!at_start || c == ',' || c == '}') && !name.is_empty() {
-                    names.insert(std::mem::take(&mut name));
+                if let Some(start) = entry_start
+                    && !c.is_whitespace()
+                    && c != ','
+                {
+                    let path = path_at(&group[start.max(i)..]);
+                    if !path.is_empty() {
+                        paths.insert(path);
+                    }
+                    entry_start = None;
                 }
-            }
-            if !name.is_empty() {
-                names.insert(name);
             }
         } else {
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            names.insert(name);
+            let path = path_at(rest);
+            if !path.is_empty() {
+                paths.insert(path);
+            }
         }
     }
-    names
+    paths
 }
 
-/// Module → the crate's other top-level modules it imports.
+/// The module a path names something in: its longest prefix that is one of
+/// `modules`.
+fn module_of<'m>(path: &str, modules: &'m BTreeMap<String, PathBuf>) -> Option<&'m str> {
+    let mut candidate = path;
+    loop {
+        if let Some((name, _)) = modules.get_key_value(candidate) {
+            return Some(name);
+        }
+        candidate = &candidate[..candidate.rfind("::")?];
+    }
+}
+
+/// Module → the crate's other modules it imports. A module's parent is
+/// not counted as imported by its children's mere existence, only by use.
 fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let modules = modules(src);
     modules
         .iter()
-        .map(|(name, files)| {
-            let mut deps = BTreeSet::new();
-            for file in files {
-                let text = std::fs::read_to_string(file).unwrap();
-                deps.extend(
-                    imported(&code(&text))
-                        .into_iter()
-                        .filter(|dep| dep != name && modules.contains_key(dep)),
-                );
-            }
+        .map(|(name, file)| {
+            let text = std::fs::read_to_string(file).unwrap();
+            let deps = imported(&code(&text))
+                .iter()
+                .filter_map(|path| module_of(path, &modules))
+                .filter(|dep| *dep != name)
+                .map(str::to_owned)
+                .collect();
             (name.clone(), deps)
         })
         .collect()
@@ -244,69 +260,78 @@ fn no_library_crate_has_an_import_cycle() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// The gateway's layers, lowest first. A module may import its own layer
-/// (without a cycle, checked above) and the layers below; never above.
+/// The gateway's layers, lowest first, by module path: a module belongs
+/// to the most specific entry that names it or a parent of it. A module may
+/// import its own layer (without a cycle, checked above) and the layers
+/// below; never above.
 const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
     (
-        "foundations: bytes, timers and counters that know nothing of HTTP",
-        &["fields", "idle", "shutdown", "window", "metrics", "target"],
+        "foundations: bytes, timers and counters that know nothing of routing",
+        &[
+            "protocol::fields",
+            "upstream::idle",
+            "listen::shutdown",
+            "ops::window",
+            "ops::metrics",
+            "trust::target",
+        ],
     ),
     (
         "configuration: the files, validated; placement per cell; health rules",
         &[
             "config",
-            "tenants",
-            "cell",
-            "live_blast",
+            "route::cell",
+            "ops::live_blast",
             "health",
-            "retry_budget",
+            "health::retry_budget",
         ],
     ),
     (
         "codecs and the trust boundary: HTTP/1.1 both ways, what a client may say, who it is",
-        &[
-            "headers",
-            "wire",
-            "client_wire",
-            "credential",
-            "authenticate",
-        ],
+        &["protocol", "trust"],
     ),
     (
         "the upstream side: request bodies and each shard's connections",
-        &["body", "upstream"],
+        &["upstream"],
     ),
     (
         "run-time state: the swappable snapshot and per-shard state",
         &["state"],
     ),
     (
-        "the request path: member, attempt, outcome, and the health checks that vouch for members",
-        &["member", "attempt", "response", "health_check", "proxy"],
+        "the request path, and the health checks that vouch for its members",
+        &["route", "health::check"],
     ),
     (
         "operations: admin API, status page and the views they share",
-        &["views", "status_page", "admin"],
+        &["ops"],
     ),
     (
         "listeners: accepting clients and serving their connections",
-        &["connection", "server"],
+        &["listen"],
     ),
     ("start and stop", &["runtime"]),
 ];
+
+/// The layer of a gateway module: the most specific entry of
+/// [`GATEWAY_LAYERS`] that names it or one of its parents.
+fn layer_of(module: &str) -> Option<usize> {
+    GATEWAY_LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(layer, (_, entries))| entries.iter().map(move |entry| (layer, *entry)))
+        .filter(|(_, entry)| module == *entry || module.starts_with(&format!("{entry}::")))
+        .max_by_key(|(_, entry)| entry.len())
+        .map(|(layer, _)| layer)
+}
 
 #[test]
 fn the_gateways_modules_import_only_their_layer_and_below() {
     let src = crates_dir().join("gateway/src");
     let graph = import_graph(&src);
-    let layer_of: BTreeMap<&str, usize> = GATEWAY_LAYERS
-        .iter()
-        .enumerate()
-        .flat_map(|(layer, (_, modules))| modules.iter().map(move |module| (*module, layer)))
-        .collect();
     let unplaced: Vec<&String> = graph
         .keys()
-        .filter(|module| !layer_of.contains_key(module.as_str()))
+        .filter(|module| layer_of(module).is_none())
         .collect();
     assert!(
         unplaced.is_empty(),
@@ -315,9 +340,9 @@ fn the_gateways_modules_import_only_their_layer_and_below() {
     );
     let mut upward = Vec::new();
     for (module, deps) in &graph {
-        let own = layer_of[module.as_str()];
+        let own = layer_of(module).unwrap();
         for dep in deps {
-            let theirs = layer_of[dep.as_str()];
+            let theirs = layer_of(dep).unwrap();
             if theirs > own {
                 upward.push(format!(
                     "{module} ({}) imports {dep} ({})",
@@ -335,14 +360,25 @@ fn the_gateways_modules_import_only_their_layer_and_below() {
 
 #[test]
 fn the_import_reader_sees_paths_and_groups() {
-    let names =
+    let paths =
         imported("use crate::a::X;\nuse crate::{b, c::{D, E}, d::F};\nfn f() { crate::e::g(); }");
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    assert_eq!(names, ["a", "b", "c", "d", "e"]);
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    assert_eq!(paths, ["a::X", "b", "c", "d::F", "e::g"]);
+    let modules: BTreeMap<String, PathBuf> = ["a", "a::b", "c"]
+        .into_iter()
+        .map(|name| (name.to_owned(), PathBuf::new()))
+        .collect();
+    assert_eq!(module_of("a::b::C", &modules), Some("a::b"));
+    assert_eq!(module_of("a::X", &modules), Some("a"));
+    assert_eq!(module_of("z::X", &modules), None);
     let mut graph = BTreeMap::new();
     graph.insert("x".to_owned(), BTreeSet::from(["y".to_owned()]));
     graph.insert("y".to_owned(), BTreeSet::from(["z".to_owned()]));
     graph.insert("z".to_owned(), BTreeSet::from(["x".to_owned()]));
     graph.insert("w".to_owned(), BTreeSet::from(["x".to_owned()]));
     assert_eq!(cycles(&graph), [["x", "y", "z"]]);
+    assert_eq!(layer_of("health::check"), Some(5));
+    assert_eq!(layer_of("health"), Some(1));
+    assert_eq!(layer_of("route::proxy"), Some(5));
+    assert_eq!(layer_of("route::cell"), Some(1));
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 use http::{Response, Uri};
 use tokio::time::Instant;
 
-use crate::body::RequestBody;
+use crate::protocol::wire::RequestHead;
 use crate::state::ShardRuntime;
-use crate::target::backend_target;
+use crate::trust::target::backend_target;
+use crate::upstream::body::RequestBody;
 use crate::upstream::{SendError, Timeouts, UpstreamBody};
-use crate::wire::RequestHead;
 
 /// How an attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

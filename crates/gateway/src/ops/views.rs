@@ -6,7 +6,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::health::Availability;
-use crate::live_blast::LiveBlast;
+use crate::ops::live_blast::LiveBlast;
 use crate::state::{Gateway, Snapshot};
 
 /// One tenant's success over the availability window.
@@ -27,7 +27,7 @@ pub struct TenantAvailability {
 pub fn worst(gateway: &Gateway, count: usize) -> Vec<TenantAvailability> {
     let mut tallies = gateway.tenant_windows.all(Instant::now());
     tallies.sort_by(|a, b| {
-        let ratio = |t: &crate::window::Tally| t.ratio().unwrap_or(1.0);
+        let ratio = |t: &crate::ops::window::Tally| t.ratio().unwrap_or(1.0);
         ratio(&a.1)
             .total_cmp(&ratio(&b.1))
             .then(b.1.total.cmp(&a.1.total))

@@ -1,7 +1,7 @@
 //! Header fields as they were written: a head's bytes and where each
 //! field's name and value lie in them. The lowest layer of the request
-//! path: the codecs ([`crate::wire`], [`crate::client_wire`]) produce them
-//! and the trust boundary ([`crate::headers`]) filters them, so neither
+//! path: the codecs ([`crate::protocol::wire`], [`crate::protocol::client_wire`]) produce them
+//! and the trust boundary ([`crate::trust::headers`]) filters them, so neither
 //! needs the other to talk about fields.
 
 use std::ops::Range;
@@ -50,8 +50,8 @@ impl FieldSpan {
 /// the head's bytes and where each field's name and value lie in them.
 /// The gateway reads, filters and writes them from here, without a header
 /// map in between: a client's towards a shard (filtered by
-/// [`crate::headers::Inbound`]), a backend's towards the client (filtered
-/// by [`crate::headers::outbound`]). Where hyper is involved, a header map
+/// [`crate::trust::headers::Inbound`]), a backend's towards the client (filtered
+/// by [`crate::trust::headers::outbound`]). Where hyper is involved, a header map
 /// is turned into fields ([`Fields::from_header_map`]) or built from them
 /// ([`Fields::to_header_map`]).
 #[derive(Debug, Clone, Default)]

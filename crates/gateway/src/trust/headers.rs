@@ -15,7 +15,7 @@ use http::header::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use crate::config::{ForwardedFor, ForwardingSettings};
-use crate::fields::Fields;
+use crate::protocol::fields::Fields;
 
 /// The gateway's header namespace.
 pub const NAMESPACE: &str = "x-shuffle-";
@@ -217,7 +217,7 @@ fn never_forwarded(name: &[u8], connection_named: &[impl AsRef<[u8]>]) -> bool {
 
 /// The headers the gateway adds to every attempt of one request, written
 /// on the wire after the client's own (by
-/// [`crate::wire::encode_request_head`]).
+/// [`crate::protocol::wire::encode_request_head`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Added<'a> {
     /// `x-forwarded-host`: the client's `Host`, as the client sent it.
@@ -270,7 +270,7 @@ impl Added<'_> {
 
 /// What of a client's request fields may go to a shard, decided once per
 /// request and applied as the head is written
-/// ([`crate::wire::encode_request_head`]): every field but the hop-by-hop
+/// ([`crate::protocol::wire::encode_request_head`]): every field but the hop-by-hop
 /// ones (by the standard list or named in the request's `Connection`), the
 /// gateway's namespace, the client's credentials (consumed: backends get
 /// the tenant instead), a client's own `x-forwarded-host` (the gateway's to
@@ -360,7 +360,7 @@ impl Inbound {
             || !(never_forwarded(name, &self.named)
                 || name.eq_ignore_ascii_case(b"authorization")
                 // In every spelling a CGI-style backend reads as it.
-                || spelled_like(name, crate::credential::API_KEY_HEADER.as_bytes())
+                || spelled_like(name, crate::trust::credential::API_KEY_HEADER.as_bytes())
                 || spelled_like(name, b"x-forwarded-host")
                 || (self.drops_forwarded_for && describes_client_origin(name))
                 || (self.prefixed && overrides_path(name))
@@ -510,7 +510,7 @@ mod tests {
         let mut buf = bytes::BytesMut::from(head.as_bytes());
         // A HEAD answer: the fields' lengths, whatever they say, frame
         // nothing.
-        crate::wire::parse_response_head(&mut buf, &http::Method::HEAD)
+        crate::protocol::wire::parse_response_head(&mut buf, &http::Method::HEAD)
             .unwrap()
             .unwrap()
             .fields
@@ -562,7 +562,7 @@ mod tests {
     ) -> HeaderMap {
         let fields = Fields::from_header_map(&headers);
         let inbound = Inbound::new(&fields, forwarding.x_forwarded_for, false);
-        let head = crate::wire::RequestHead {
+        let head = crate::protocol::wire::RequestHead {
             method: &http::Method::GET,
             target: "/",
             fields: &fields,
@@ -573,10 +573,10 @@ mod tests {
             shard: None,
         };
         let mut wire = Vec::new();
-        crate::wire::encode_request_head(
+        crate::protocol::wire::encode_request_head(
             &mut wire,
             &head,
-            crate::wire::RequestFraming::Length,
+            crate::protocol::wire::RequestFraming::Length,
             None,
         );
         let mut fields = [httparse::EMPTY_HEADER; 64];

@@ -9,7 +9,7 @@
 //! of reused, and at most [`MAX_IDLE`] are kept per shard.
 //!
 //! The exchange runs in the task of the client's request: the request head
-//! is written by [`crate::wire`] straight to the socket, the response head
+//! is written by [`crate::protocol::wire`] straight to the socket, the response head
 //! read back from it, and the response body read from the socket as the
 //! client takes it. An earlier version drove each connection with hyper's
 //! client, as a task of its own reached through a channel; that hand-off
@@ -22,6 +22,10 @@
 //! while it sat idle is noticed before it is used, without a system call
 //! when the event loop has seen nothing; what happens after a request may
 //! have been sent is for the attempt to judge.
+
+// What an exchange carries and how long it may wait.
+pub mod body;
+pub mod idle;
 
 use std::io;
 use std::pin::Pin;
@@ -36,13 +40,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::body::{AttemptBody, AttemptBodyError};
-use crate::headers::{self, Inbound};
-use crate::idle::{Expired, IdleTimer};
-use crate::wire::{
+use crate::protocol::wire::{
     self, ChunkedDecoder, Decoded, Fields, RequestFraming, RequestHead, ResponseFraming, Stated,
     WireError,
 };
+use crate::trust::headers::{self, Inbound};
+use crate::upstream::body::{AttemptBody, AttemptBodyError};
+use crate::upstream::idle::{Expired, IdleTimer};
 
 /// How long an idle connection may wait to be reused before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);

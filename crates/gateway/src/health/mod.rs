@@ -19,6 +19,10 @@
 //! Every transition takes `now` explicitly, so the state machine is tested
 //! with a paused tokio clock and no sleeps.
 
+// The active checks that drive this state machine, and the retry budget.
+pub mod check;
+pub mod retry_budget;
+
 use std::time::Duration;
 
 use tokio::time::Instant;

@@ -8,12 +8,11 @@ use report::escape;
 use tokio::time::Instant;
 
 use crate::health::Availability;
+use crate::ops::views::{live_blast, worst};
 use crate::state::Gateway;
-use crate::views::{live_blast, worst};
 
 /// Seconds between refreshes.
 const REFRESH_SECONDS: u32 = 3;
-
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d232a;background:#fafbfc}\
 h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:1.6rem}h3{font-size:1rem;margin:.8rem 0 .3rem}\

@@ -23,16 +23,16 @@ use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::attempt::{self, Failure};
-use crate::body::{ClientBody, ClientFault, RequestBody};
-use crate::credential;
-use crate::headers;
-use crate::member::{self, Pick};
-use crate::metrics::Metrics;
-use crate::response::{InFlight, ResponseBody, full};
+use crate::ops::metrics::Metrics;
+use crate::protocol::wire::{Fields, RequestHead, Stated};
+use crate::route::attempt::{self, Failure};
+use crate::route::member::{self, Pick};
+use crate::route::response::{InFlight, ResponseBody, full};
 use crate::state::{Gateway, Snapshot};
+use crate::trust::credential;
+use crate::trust::headers;
 use crate::upstream::UpstreamBody;
-use crate::wire::{Fields, RequestHead, Stated};
+use crate::upstream::body::{ClientBody, ClientFault, RequestBody};
 
 /// Who a request was served for, for metrics and logs.
 struct Served {
@@ -100,7 +100,7 @@ pub async fn handle(
         .unwrap_or_else(Instant::now);
     let elapsed = now.saturating_duration_since(started);
     let status = response.status();
-    let outcome = crate::metrics::request_outcome(status);
+    let outcome = crate::ops::metrics::request_outcome(status);
     match served {
         Some(served) => {
             let tenant = served
@@ -206,7 +206,7 @@ async fn route(
         answered_at: None,
     };
 
-    if snapshot.prefixed[cell] && !crate::target::stays_under_prefix(request.uri()) {
+    if snapshot.prefixed[cell] && !crate::trust::target::stays_under_prefix(request.uri()) {
         return (
             error_response(
                 StatusCode::BAD_REQUEST,

@@ -428,7 +428,7 @@ impl Metrics {
         self.encode()
     }
 
-    /// The text exposition (call [`crate::admin::refresh_gauges`] first, or
+    /// The text exposition (call [`crate::ops::admin::refresh_gauges`] first, or
     /// use [`Metrics::scrape`]).
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -2,8 +2,8 @@
 //! own loop, and hands the connection to hyper for anything else.
 //!
 //! Most requests a gateway like this sees are `GET`s: a head and no body.
-//! For those the loop reads the head ([`crate::client_wire`] decides what it
-//! may serve), runs the request path ([`crate::proxy::handle`]) and writes
+//! For those the loop reads the head ([`crate::protocol::client_wire`] decides what it
+//! may serve), runs the request path ([`crate::route::proxy::handle`]) and writes
 //! the response, usually in one `writev`. It keeps one timer per connection
 //! for the header-read timeout, moved only when it fires, where hyper arms
 //! and cancels one per request, and has no dispatcher in between: about a
@@ -35,16 +35,16 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use crate::body::ClientBody;
-use crate::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::config::LimitSettings;
-use crate::fields::Fields;
-use crate::headers;
-use crate::idle::IdleTimer;
-use crate::proxy::{self, Peer};
-use crate::response::{BoxError, ResponseBody};
-use crate::shutdown::ShutdownWatch;
+use crate::listen::shutdown::ShutdownWatch;
+use crate::protocol::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
+use crate::protocol::fields::Fields;
+use crate::route::proxy::{self, Peer};
+use crate::route::response::{BoxError, ResponseBody};
 use crate::state::Gateway;
+use crate::trust::headers;
+use crate::upstream::body::ClientBody;
+use crate::upstream::idle::IdleTimer;
 
 /// The read buffer's first size, and what is added when it runs low.
 const READ_BUFFER: usize = 8 * 1024;

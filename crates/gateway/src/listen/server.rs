@@ -1,5 +1,5 @@
 //! The listener: accepts client connections up to the configured limit,
-//! gives each to [`crate::connection`], and shuts down gracefully.
+//! gives each to [`crate::listen::connection`], and shuts down gracefully.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,8 +9,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::connection;
-use crate::shutdown::Shutdown;
+use crate::listen::connection;
+use crate::listen::shutdown::Shutdown;
 use crate::state::Gateway;
 
 /// Serves the data listener until `shutdown` completes, then stops

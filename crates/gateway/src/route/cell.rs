@@ -8,8 +8,8 @@
 use http::HeaderValue;
 use placement::{Placer, ShardIndex, TenantOverride};
 
+use crate::config::tenants::Tenants;
 use crate::config::{CellSettings, ConfigError, GatewayConfig};
-use crate::tenants::Tenants;
 
 /// Where a configured tenant's requests go: its cell, its subset there, and
 /// the header value that names the tenant to backends.

@@ -24,9 +24,11 @@ use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
 use crate::health::Availability;
-use crate::metrics::{AVAILABILITY_BOUNDS, BoundLabels, CellLabels, ShardLabels, ThresholdLabels};
+use crate::ops::metrics::{
+    AVAILABILITY_BOUNDS, BoundLabels, CellLabels, ShardLabels, ThresholdLabels,
+};
+use crate::ops::views::{live_blast, worst};
 use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
-use crate::views::{live_blast, worst};
 
 /// Builds the admin router.
 pub fn router(gateway: Arc<Gateway>) -> Router {
@@ -393,7 +395,7 @@ async fn blast(
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let snapshot = gateway.snapshot();
     authorize(&snapshot, &headers, Access::Admin)?;
-    let cells: Vec<crate::live_blast::LiveBlast> = (0..snapshot.config.cells.len())
+    let cells: Vec<crate::ops::live_blast::LiveBlast> = (0..snapshot.config.cells.len())
         .map(|c| live_blast(&snapshot, c))
         .collect();
     Ok(Json(json!({ "cells": cells })))
@@ -441,7 +443,7 @@ async fn status_page(
     headers: HeaderMap,
 ) -> Result<Html<String>, AdminError> {
     authorize(&gateway.snapshot(), &headers, Access::StatusPage)?;
-    Ok(Html(crate::status_page::render(&gateway)))
+    Ok(Html(crate::ops::status_page::render(&gateway)))
 }
 
 /// Binds the admin listener.

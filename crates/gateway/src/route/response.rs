@@ -11,9 +11,9 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use crate::fields::Fields;
-use crate::headers;
+use crate::protocol::fields::Fields;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
+use crate::trust::headers;
 use crate::upstream::{ExchangeError, UpstreamBody};
 
 /// The body of a response the gateway sends: one it wrote itself, or a
@@ -27,7 +27,7 @@ pub enum ResponseBody {
     /// A complete body, sent at once (`None` once sent).
     Full(Option<Bytes>),
     /// A backend's body, with the backend's header fields still to be
-    /// written (through [`crate::headers::outbound`]).
+    /// written (through [`crate::trust::headers::outbound`]).
     Backend(BackendBody),
 }
 

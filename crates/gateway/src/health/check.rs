@@ -19,13 +19,13 @@ use http_body_util::BodyExt;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::body::AttemptBody;
 use crate::config::HealthSettings;
-use crate::headers::{Added, Inbound};
+use crate::protocol::wire::{Fields, RequestHead};
 use crate::state::{Gateway, ShardRuntime};
-use crate::target::backend_target;
+use crate::trust::headers::{Added, Inbound};
+use crate::trust::target::backend_target;
 use crate::upstream::Timeouts;
-use crate::wire::{Fields, RequestHead};
+use crate::upstream::body::AttemptBody;
 
 /// The most of a health answer's body that is read. A longer body is not
 /// read further (its connection is closed instead of reused) and the

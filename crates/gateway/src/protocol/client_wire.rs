@@ -1,7 +1,7 @@
 //! HTTP/1.1 toward a client, as bytes: which request heads the connection's
 //! own loop serves, and the response head and body framing it writes back.
 //!
-//! This module does no I/O; [`crate::connection`] moves the bytes. The loop
+//! This module does no I/O; [`crate::listen::connection`] moves the bytes. The loop
 //! serves only the plainest requests itself: a complete HTTP/1.1 head that
 //! parses cleanly and carries no body (no `Transfer-Encoding`, no
 //! `Content-Length` other than a single `0`), no `Expect` and no upgrade.
@@ -22,7 +22,7 @@ use http::header::{self, HeaderMap};
 use http::{Method, Request, StatusCode, Uri, Version};
 use hyper::body::SizeHint;
 
-use crate::fields::{FieldSpan, Fields, Spans};
+use crate::protocol::fields::{FieldSpan, Fields, Spans};
 
 /// The most header fields in a head the loop serves (hyper's default
 /// limit; a head with more is handed to hyper, which refuses it).
@@ -223,7 +223,9 @@ pub fn encode_response_head(
     let own = headers
         .iter()
         .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
-    let passed = backend.into_iter().flat_map(crate::headers::outbound);
+    let passed = backend
+        .into_iter()
+        .flat_map(crate::trust::headers::outbound);
     for (name, value) in own.chain(passed) {
         let skip = name.eq_ignore_ascii_case(b"transfer-encoding")
             || name.eq_ignore_ascii_case(b"connection")

@@ -18,9 +18,9 @@ use subtle::ConstantTimeEq;
 use thiserror::Error;
 
 use crate::config::JwtSettings;
-pub use crate::credential::AuthError;
-use crate::credential::{self, Credential};
-use crate::tenants::{TenantRecord, Tenants};
+use crate::config::tenants::{TenantRecord, Tenants};
+pub use crate::trust::credential::AuthError;
+use crate::trust::credential::{self, Credential};
 
 /// The shortest HS256 secret accepted: the hash's own size (RFC 7518 §3.2
 /// requires a key at least as long as the HMAC output).
@@ -379,7 +379,7 @@ mod tests {
 
     use super::*;
     use crate::config::GatewayConfig;
-    use crate::credential::Secret;
+    use crate::trust::credential::Secret;
 
     const ACME_KEY: &str = "acme-api-key-0123456789abcdef";
     const INITECH_KEY: &str = "initech-api-key-0123456789";

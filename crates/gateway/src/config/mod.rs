@@ -6,6 +6,9 @@
 //! against the directory the configuration file is in, so a configuration
 //! means the same thing whatever directory the gateway is started from.
 
+// The tenants file, validated against this configuration.
+pub mod tenants;
+
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! Request bodies: a client's body that can be offered to a second shard
-//! when it is safe to. (Response bodies are [`crate::response`]'s.)
+//! when it is safe to. (Response bodies are [`crate::route::response`]'s.)
 //!
 //! A request body is either *buffered* (small enough, and the request safe
 //! to replay: every attempt gets the same bytes) or *taken once*: the

@@ -20,9 +20,9 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
-pub use crate::fields::Fields;
-use crate::fields::{FieldSpan, Spans};
-use crate::headers::{Added, FORWARDED_FOR, FORWARDED_HOST, Inbound, SHARD, TENANT};
+pub use crate::protocol::fields::Fields;
+use crate::protocol::fields::{FieldSpan, Spans};
+use crate::trust::headers::{Added, FORWARDED_FOR, FORWARDED_HOST, Inbound, SHARD, TENANT};
 
 /// The largest response head (or trailer section) accepted from a backend.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;

@@ -1,0 +1,7 @@
+//! Accepting clients: the listener with its connection cap ([`server`]),
+//! one client connection's loop and its hand-off to hyper
+//! ([`connection`]), and graceful shutdown ([`shutdown`]).
+
+pub mod connection;
+pub mod server;
+pub mod shutdown;

@@ -1,0 +1,12 @@
+//! The operations side: the admin API ([`admin`]), Prometheus metrics
+//! ([`metrics`]), the status page ([`status_page`]) and the typed views the
+//! last two share ([`views`]); the sliding windows of availability and
+//! request rates ([`window`]) and the live blast radius ([`live_blast`]).
+//! It reads the gateway's state and never the request path's internals.
+
+pub mod admin;
+pub mod live_blast;
+pub mod metrics;
+pub mod status_page;
+pub mod views;
+pub mod window;

@@ -1,0 +1,11 @@
+//! The request path, one step per module: tenant → cell and subset
+//! ([`cell`]) → member ([`member`]) → attempt ([`attempt`]) → outcome
+//! ([`proxy`], which runs the steps in order, and [`response`], the body
+//! that streams back and reports how it ended). It never imports the
+//! listeners or the operations side.
+
+pub mod attempt;
+pub mod cell;
+pub mod member;
+pub mod proxy;
+pub mod response;
