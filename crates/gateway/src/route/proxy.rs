@@ -130,7 +130,7 @@ pub async fn handle(
                 );
             }
             // The body reports how it ends; the references move with it.
-            response.body_mut().settle_with(gateway, served.snapshot);
+            response.body_mut().settle_with(gateway);
         }
         None => gateway.metrics.request("", outcome, elapsed),
     }

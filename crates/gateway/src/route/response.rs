@@ -12,7 +12,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 use crate::protocol::fields::Fields;
-use crate::state::{Gateway, ShardRuntime, Snapshot};
+use crate::state::{Gateway, ShardRuntime};
 use crate::trust::headers;
 use crate::upstream::{ExchangeError, UpstreamBody};
 
@@ -39,25 +39,19 @@ pub struct BackendBody {
     in_flight: Option<InFlight>,
     /// Where the body's end is reported, once the request path has handed
     /// the response over ([`ResponseBody::settle_with`]).
-    settle: Option<Settle>,
+    settle: Option<Arc<Gateway>>,
 }
 
-/// What judges how a backend's body ended. The attempt's head came back
+/// How a backend's body ended is judged. The attempt's head came back
 /// fine, but that is not yet a success: a body that stalls, breaks off or
 /// is malformed is the shard failing (and counts towards its ejection, so
 /// a shard that answers heads and then hangs is taken out like one that
 /// refuses connections), and only a body that ends cleanly breaks a run of
 /// failures. A body its client abandons is nobody's verdict on the shard.
-#[derive(Debug)]
-struct Settle {
-    gateway: Arc<Gateway>,
-    snapshot: Arc<Snapshot>,
-}
-
 impl BackendBody {
     /// The body has ended (`Ok`) or failed: judge the shard, once.
     fn settle(&mut self, ended: Result<(), &ExchangeError>) {
-        let Some(Settle { gateway, snapshot }) = self.settle.take() else {
+        let Some(gateway) = self.settle.take() else {
             return;
         };
         if let Err(error) = ended {
@@ -75,7 +69,11 @@ impl BackendBody {
         };
         match ended {
             Ok(()) => Gateway::record_success(shard),
-            Err(_) => gateway.record_failure(&snapshot.config.outlier, shard, Instant::now()),
+            // The outlier settings in force now: a failure is rare enough
+            // to look them up, and a success needs none.
+            Err(_) => {
+                gateway.record_failure(&gateway.snapshot().config.outlier, shard, Instant::now())
+            }
         }
     }
 }
@@ -130,13 +128,12 @@ impl ResponseBody {
         })
     }
 
-    /// How a backend's body ends is reported to `gateway` (under
-    /// `snapshot`'s outlier settings); nothing for a body of the gateway's
-    /// own. The request path hands over the references it holds anyway, so
-    /// this costs no reference count.
-    pub fn settle_with(&mut self, gateway: Arc<Gateway>, snapshot: Arc<Snapshot>) {
+    /// How a backend's body ends is reported to `gateway`; nothing for a
+    /// body of the gateway's own. The request path hands over the reference
+    /// it holds anyway, so this costs no reference count.
+    pub fn settle_with(&mut self, gateway: Arc<Gateway>) {
         if let ResponseBody::Backend(backend) = self {
-            backend.settle = Some(Settle { gateway, snapshot });
+            backend.settle = Some(gateway);
         }
     }
 

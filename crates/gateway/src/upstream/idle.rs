@@ -19,12 +19,27 @@ use tokio::time::{Instant, Sleep};
 /// and without a budget progress reads no clock.
 #[derive(Debug)]
 pub struct IdleTimer {
-    limit: Duration,
-    /// What is left of the waits' budget, if there is one.
-    budget: Option<Duration>,
+    /// The idle limit, in milliseconds.
+    limit_ms: u32,
+    /// What is left of the waits' budget, in milliseconds; [`NO_BUDGET`]
+    /// for none.
+    budget_ms: u32,
+    /// How long the current wait was armed for, in milliseconds; 0 while
+    /// not waiting. (The wait began that long before the sleep's deadline,
+    /// so no clock reading needs keeping.)
+    armed_for_ms: u32,
     sleep: Option<Pin<Box<Sleep>>>,
-    /// When the current wait began, while it lasts.
-    waiting_since: Option<Instant>,
+}
+
+/// `budget_ms` when there is no budget.
+const NO_BUDGET: u32 = u32::MAX;
+
+/// A duration in whole milliseconds, at least 1 (a zero wait would fire at
+/// once), at most what fits: configured limits are at most a day.
+fn millis(duration: Duration) -> u32 {
+    u32::try_from(duration.as_millis())
+        .unwrap_or(u32::MAX - 1)
+        .clamp(1, u32::MAX - 1)
 }
 
 /// Why an [`IdleTimer`] fired.
@@ -45,42 +60,52 @@ impl IdleTimer {
     /// The same, and once all waits together reach `budget` (if any).
     pub fn with_budget(limit: Duration, budget: Option<Duration>) -> Self {
         Self {
-            limit,
-            budget,
+            limit_ms: millis(limit),
+            budget_ms: budget.map_or(NO_BUDGET, millis),
+            armed_for_ms: 0,
             sleep: None,
-            waiting_since: None,
         }
     }
 
     /// The stream moved: the wait (if there was one) is over, and the next
     /// one starts a new period.
     pub fn progressed(&mut self) {
-        if let Some(since) = self.waiting_since.take()
-            && let Some(budget) = &mut self.budget
-        {
-            *budget = budget.saturating_sub(since.elapsed());
+        if self.armed_for_ms == 0 {
+            return;
         }
+        if self.budget_ms != NO_BUDGET
+            && let Some(sleep) = &self.sleep
+        {
+            let armed_for = Duration::from_millis(u64::from(self.armed_for_ms));
+            let since = sleep.deadline() - armed_for;
+            // Whole milliseconds, rounded down: a wait too short to
+            // measure is a stream that is moving.
+            let waited = u32::try_from(since.elapsed().as_millis())
+                .unwrap_or(u32::MAX)
+                .min(self.armed_for_ms);
+            self.budget_ms = self.budget_ms.saturating_sub(waited);
+        }
+        self.armed_for_ms = 0;
     }
 
     /// The stream has to wait: ready once it has waited `limit` since its
     /// last progress, or its waits have used up the budget.
     pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Expired> {
-        if self.waiting_since.is_none() {
-            let now = Instant::now();
-            self.waiting_since = Some(now);
-            let wait = self
-                .budget
-                .map_or(self.limit, |budget| budget.min(self.limit));
+        if self.armed_for_ms == 0 {
+            let wait_ms = self.limit_ms.min(self.budget_ms).max(1);
+            let deadline = Instant::now() + Duration::from_millis(u64::from(wait_ms));
             match &mut self.sleep {
-                Some(sleep) => sleep.as_mut().reset(now + wait),
-                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(now + wait))),
+                Some(sleep) => sleep.as_mut().reset(deadline),
+                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
             }
+            self.armed_for_ms = wait_ms;
         }
         let sleep = self.sleep.as_mut().expect("armed above");
         ready!(sleep.as_mut().poll(cx));
-        Poll::Ready(match self.budget {
-            Some(budget) if budget <= self.limit => Expired::Budget,
-            _ => Expired::Idle,
+        Poll::Ready(if self.budget_ms <= self.limit_ms {
+            Expired::Budget
+        } else {
+            Expired::Idle
         })
     }
 }
