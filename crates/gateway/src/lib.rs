@@ -28,7 +28,7 @@
 
 pub mod config;
 pub mod health;
-pub mod listen;
+pub(crate) mod listen;
 pub mod ops;
 pub mod protocol;
 pub mod route;

@@ -89,6 +89,7 @@ pub struct ForwardingSettings {
 
 /// One backend shard.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ShardSettings {
     /// Stable id, unique within the cell.
     pub id: String,
@@ -102,6 +103,7 @@ pub struct ShardSettings {
 
 /// A cell: a fleet of shards and how tenants are placed on it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct CellSettings {
     /// The cell's name.
     pub name: String,
@@ -136,6 +138,7 @@ pub struct JwtSettings {
 
 /// Retry and failover behaviour.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RoutingSettings {
     /// When the whole subset is out.
     pub exhausted: Exhausted,
@@ -160,6 +163,7 @@ pub struct RoutingSettings {
 
 /// The retry budget (tower's `TpsBudget` semantics).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RetryBudgetSettings {
     /// Retries allowed as a fraction of requests.
     pub ratio: f64,
@@ -171,6 +175,7 @@ pub struct RetryBudgetSettings {
 
 /// Active health checks.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct HealthSettings {
     /// The path to GET on every shard.
     pub path: String,
@@ -188,6 +193,7 @@ pub struct HealthSettings {
 
 /// Passive outlier ejection.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct OutlierSettings {
     /// Consecutive failed attempts that eject a shard.
     pub consecutive_failures: u32,
@@ -199,6 +205,7 @@ pub struct OutlierSettings {
 
 /// Connection and size limits.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct LimitSettings {
     /// Largest request head (request line and headers).
     pub max_header_bytes: usize,
@@ -228,6 +235,7 @@ pub struct LimitSettings {
 
 /// The admin listener (operations API, metrics, status page).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AdminSettings {
     /// Where the admin listener binds.
     pub listen: SocketAddr,
@@ -241,8 +249,12 @@ pub struct AdminSettings {
     pub availability_window: Duration,
 }
 
-/// The validated gateway configuration.
+/// The validated gateway configuration. It can only be had from
+/// [`GatewayConfig::parse`] or [`GatewayConfig::load`] (`non_exhaustive`
+/// keeps other crates from building one), so it always has at least one
+/// cell, every cell at least one shard, and every number in its range.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct GatewayConfig {
     /// The file this came from.
     pub path: PathBuf,

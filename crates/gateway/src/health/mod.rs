@@ -20,7 +20,7 @@
 //! with a paused tokio clock and no sleeps.
 
 // The active checks that drive this state machine, and the retry budget.
-pub mod check;
+pub(crate) mod check;
 pub mod retry_budget;
 
 use std::time::Duration;

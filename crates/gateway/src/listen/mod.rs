@@ -2,6 +2,6 @@
 //! one client connection's loop and its hand-off to hyper
 //! ([`connection`]), and graceful shutdown ([`shutdown`]).
 
-pub mod connection;
-pub mod server;
-pub mod shutdown;
+pub(crate) mod connection;
+pub(crate) mod server;
+pub(crate) mod shutdown;

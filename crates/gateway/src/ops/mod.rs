@@ -7,6 +7,6 @@
 pub mod admin;
 pub mod live_blast;
 pub mod metrics;
-pub mod status_page;
-pub mod views;
+pub(crate) mod status_page;
+pub(crate) mod views;
 pub mod window;

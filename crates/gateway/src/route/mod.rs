@@ -4,8 +4,8 @@
 //! that streams back and reports how it ended). It never imports the
 //! listeners or the operations side.
 
-pub mod attempt;
+pub(crate) mod attempt;
 pub mod cell;
-pub mod member;
+pub(crate) mod member;
 pub mod proxy;
 pub mod response;

@@ -25,7 +25,7 @@
 
 // What an exchange carries and how long it may wait.
 pub mod body;
-pub mod idle;
+pub(crate) mod idle;
 
 use std::io;
 use std::pin::Pin;
