@@ -26,18 +26,18 @@
 // What an exchange carries and how long it may wait.
 pub mod body;
 pub(crate) mod idle;
+pub(crate) mod transport;
 
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Response, Uri};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::protocol::wire::{
@@ -47,6 +47,7 @@ use crate::protocol::wire::{
 use crate::trust::headers::{self, Inbound};
 use crate::upstream::body::{AttemptBody, AttemptBodyError};
 use crate::upstream::idle::{Expired, IdleTimer};
+use crate::upstream::transport::{Connector, Transport};
 
 /// How long an idle connection may wait to be reused before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -130,7 +131,7 @@ impl ExchangeError {
 
 /// One open connection and its buffers, kept with it across exchanges.
 struct Connection {
-    stream: TcpStream,
+    stream: Transport,
     /// What has been read and not yet handed on.
     read: BytesMut,
     /// The request head (and a small body) being written.
@@ -138,7 +139,7 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(stream: TcpStream) -> Self {
+    fn new(stream: Transport) -> Self {
         Self {
             stream,
             read: BytesMut::with_capacity(READ_SIZE),
@@ -146,19 +147,9 @@ impl Connection {
         }
     }
 
-    /// Whether the backend left the connection open while it sat idle (it
-    /// neither closed it nor sent anything unasked). Only a connection the
-    /// event loop has seen become readable costs a system call to check.
+    /// Whether the backend left the connection open while it sat idle.
     fn is_open(&mut self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        match self.stream.poll_read_ready(&mut cx) {
-            Poll::Pending => true,
-            Poll::Ready(Err(_)) => false,
-            Poll::Ready(Ok(())) => {
-                let mut probe = [0_u8; 1];
-                matches!(self.stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
-            }
-        }
+        self.stream.is_open()
     }
 }
 
@@ -170,8 +161,8 @@ struct Idle {
 
 /// One shard's connections.
 pub struct Upstream {
-    /// `host:port` to connect to; `None` when the URL has no host.
-    address: Option<String>,
+    /// How to open a connection (what carries it: TCP today).
+    connector: Connector,
     idle: Mutex<Vec<Idle>>,
     idle_timeout: Duration,
 }
@@ -179,7 +170,7 @@ pub struct Upstream {
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upstream")
-            .field("address", &self.address)
+            .field("address", &self.connector.address())
             .field("idle", &self.idle_count())
             .finish()
     }
@@ -201,12 +192,8 @@ impl Upstream {
 
     /// The same, with idle connections closed after `idle_timeout`.
     pub fn with_idle_timeout(url: &Uri, idle_timeout: Duration) -> Self {
-        let address = url.host().map(|host| {
-            let port = url.port_u16().unwrap_or(80);
-            format!("{host}:{port}")
-        });
         Self {
-            address,
+            connector: Connector::for_url(url),
             idle: Mutex::new(Vec::new()),
             idle_timeout,
         }
@@ -278,12 +265,11 @@ impl Upstream {
 
     /// A new connection.
     async fn connect(&self, connect_timeout: Duration) -> Result<Connection, SendError> {
-        let address = self.address.as_deref().ok_or(SendError::Connect)?;
-        let stream = tokio::time::timeout(connect_timeout, TcpStream::connect(address))
+        let stream = self
+            .connector
+            .connect(connect_timeout)
             .await
-            .map_err(|_elapsed| SendError::Connect)?
-            .map_err(|_refused| SendError::Connect)?;
-        let _ = stream.set_nodelay(true);
+            .ok_or(SendError::Connect)?;
         Ok(Connection::new(stream))
     }
 
@@ -322,7 +308,9 @@ impl Upstream {
             // The backend may answer before the body is all there (a 413,
             // say): its answer is taken, and the rest of the body is not
             // sent, which leaves the connection unfit for reuse.
-            let (mut reader, mut writer) = stream.split();
+            // Written and read at once; only streamed uploads pay for the
+            // split's lock.
+            let (mut reader, mut writer) = tokio::io::split(&mut *stream);
             let upload = upload(&mut writer, body, framing, request.inbound, write);
             let answer = read_head(&mut reader, read, request.method);
             tokio::pin!(upload, answer);
@@ -427,7 +415,7 @@ enum Written {
 }
 
 /// Writes the request head (and a coalesced body).
-async fn write_head(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), Written> {
+async fn write_head(stream: &mut Transport, bytes: &[u8]) -> Result<(), Written> {
     let mut written = 0;
     while written < bytes.len() {
         match stream.write(&bytes[written..]).await {
