@@ -503,145 +503,12 @@ impl GatewayConfig {
                 base.join(file)
             }
         };
-        let err = |key: &str, problem: String| ConfigError::new(path, key, problem);
-
-        let listen = parse_addr(&raw.listen).map_err(|p| err("listen", p))?;
-        let default_algorithm: Algorithm = raw
-            .placement
-            .algorithm
-            .parse()
-            .map_err(|e| err("placement.algorithm", format!("{e}")))?;
-        if raw.placement.key_version.is_empty() {
-            return Err(err(
-                "placement.key_version",
-                "name the key version, e.g. \"v1\"".into(),
-            ));
-        }
-        let default_key = load_key(&resolve(&raw.placement.key_file))
-            .map_err(|p| err("placement.key_file", p))?;
-
-        if raw.cells.is_empty() {
-            return Err(err(
-                "cells",
-                "declare at least one [[cells]] with its shards".into(),
-            ));
-        }
-        let mut cell_names = HashSet::new();
-        let mut cells = Vec::with_capacity(raw.cells.len());
-        for (position, cell) in raw.cells.into_iter().enumerate() {
-            let at = |key: &str| format!("cells[{position}].{key}");
-            if cell.name.is_empty() {
-                return Err(err(&at("name"), "give the cell a name".into()));
-            }
-            if !cell_names.insert(cell.name.clone()) {
-                return Err(err(
-                    &at("name"),
-                    format!("cell {:?} is declared twice", cell.name),
-                ));
-            }
-            let algorithm = match &cell.algorithm {
-                Some(name) => name
-                    .parse()
-                    .map_err(|e| err(&at("algorithm"), format!("{e}")))?,
-                None => default_algorithm,
-            };
-            let key = match &cell.key_file {
-                Some(file) => load_key(&resolve(file)).map_err(|p| err(&at("key_file"), p))?,
-                None => default_key.clone(),
-            };
-            if cell.key_file.is_some() && cell.key_version.is_none() {
-                return Err(err(
-                    &at("key_version"),
-                    "a cell with its own key_file needs its own key_version".into(),
-                ));
-            }
-            if cell.shards.is_empty() {
-                return Err(err(&at("shards"), "list at least one shard".into()));
-            }
-            let mut shard_ids = HashSet::new();
-            let mut shards = Vec::with_capacity(cell.shards.len());
-            for (index, shard) in cell.shards.into_iter().enumerate() {
-                let key = format!("cells[{position}].shards[{index}]");
-                if shard.id.is_empty() {
-                    return Err(err(
-                        &format!("{key}.id"),
-                        "give the shard a non-empty id".into(),
-                    ));
-                }
-                if !shard_ids.insert(shard.id.clone()) {
-                    return Err(err(
-                        &format!("{key}.id"),
-                        format!("shard id {:?} is used twice in this cell", shard.id),
-                    ));
-                }
-                let url =
-                    parse_backend_url(&shard.url).map_err(|p| err(&format!("{key}.url"), p))?;
-                let weight = shard.weight.unwrap_or(1.0);
-                shards.push(ShardSettings {
-                    id: shard.id,
-                    url,
-                    zone: shard.zone,
-                    weight,
-                });
-            }
-            let settings = CellSettings {
-                name: cell.name,
-                algorithm,
-                k: cell.k.unwrap_or(raw.placement.k),
-                zone_aware: cell.zone_aware.unwrap_or(raw.placement.zone_aware),
-                key_version: cell
-                    .key_version
-                    .unwrap_or_else(|| raw.placement.key_version.clone()),
-                key,
-                shards,
-            };
-            // Building the placer here proves k, zones and weights are
-            // consistent before anything listens.
-            settings
-                .placer()
-                .map_err(|e| err(&format!("cells[{position}]"), e.to_string()))?;
-            cells.push(settings);
-        }
-
-        let jwt = raw
-            .auth
-            .jwt
-            .map(|jwt| -> Result<JwtSettings, ConfigError> {
-                let algorithm = match jwt.algorithm.as_str() {
-                    "HS256" => jsonwebtoken::Algorithm::HS256,
-                    "RS256" => jsonwebtoken::Algorithm::RS256,
-                    "ES256" => jsonwebtoken::Algorithm::ES256,
-                    other => {
-                        return Err(err(
-                            "auth.jwt.algorithm",
-                            format!("{other:?} is not supported; use HS256, RS256 or ES256"),
-                        ));
-                    }
-                };
-                for (key, value) in [
-                    ("auth.jwt.issuer", &jwt.issuer),
-                    ("auth.jwt.audience", &jwt.audience),
-                    ("auth.jwt.tenant_claim", &jwt.tenant_claim),
-                ] {
-                    if value.as_deref() == Some("") {
-                        return Err(err(
-                            key,
-                            "must not be empty; remove the key to use the default".into(),
-                        ));
-                    }
-                }
-                let settings = JwtSettings {
-                    algorithm,
-                    key_file: resolve(&jwt.key_file),
-                    issuer: jwt.issuer,
-                    audience: jwt.audience,
-                    tenant_claim: jwt.tenant_claim.unwrap_or_else(|| "sub".into()),
-                };
-                Ok(settings)
-            })
-            .transpose()?;
-
         let err = |(key, problem): (&str, String)| ConfigError::new(path, key, problem);
+        let cell_err = |(key, problem): CellProblem| ConfigError::new(path, key, problem);
+
+        let listen = parse_addr(&raw.listen).map_err(|p| err(("listen", p)))?;
+        let cells = cell_settings(raw.placement, raw.cells, &resolve).map_err(cell_err)?;
+        let jwt = jwt_settings(raw.auth, &resolve).map_err(err)?;
         let routing = routing_settings(raw.routing).map_err(err)?;
         let retry_budget = retry_budget_settings(raw.retry_budget).map_err(err)?;
         let health = health_settings(raw.health).map_err(err)?;
@@ -715,6 +582,159 @@ fn millis(
     range: std::ops::RangeInclusive<u64>,
 ) -> Result<Duration, KeyProblem> {
     within(key, value.unwrap_or(default), range).map(Duration::from_millis)
+}
+
+/// A problem with a key whose name is built (`cells[2].shards[0].url`):
+/// the key and what is wrong.
+type CellProblem = (String, String);
+
+/// The `[placement]` defaults and the `[[cells]]` that inherit them: at
+/// least one cell, names unique, each with its shards, and each cell's
+/// placer built once to prove its k, zones and weights consistent.
+fn cell_settings(
+    placement: RawPlacement,
+    raw_cells: Vec<RawCell>,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<Vec<CellSettings>, CellProblem> {
+    let default_algorithm: Algorithm = placement
+        .algorithm
+        .parse()
+        .map_err(|e| ("placement.algorithm".into(), format!("{e}")))?;
+    if placement.key_version.is_empty() {
+        return Err((
+            "placement.key_version".into(),
+            "name the key version, e.g. \"v1\"".into(),
+        ));
+    }
+    let default_key =
+        load_key(&resolve(&placement.key_file)).map_err(|p| ("placement.key_file".into(), p))?;
+
+    if raw_cells.is_empty() {
+        return Err((
+            "cells".into(),
+            "declare at least one [[cells]] with its shards".into(),
+        ));
+    }
+    let mut cell_names = HashSet::new();
+    let mut cells = Vec::with_capacity(raw_cells.len());
+    for (position, cell) in raw_cells.into_iter().enumerate() {
+        let at = |key: &str| format!("cells[{position}].{key}");
+        if cell.name.is_empty() {
+            return Err((at("name"), "give the cell a name".into()));
+        }
+        if !cell_names.insert(cell.name.clone()) {
+            return Err((
+                at("name"),
+                format!("cell {:?} is declared twice", cell.name),
+            ));
+        }
+        let algorithm = match &cell.algorithm {
+            Some(name) => name
+                .parse()
+                .map_err(|e| (at("algorithm"), format!("{e}")))?,
+            None => default_algorithm,
+        };
+        let key = match &cell.key_file {
+            Some(file) => load_key(&resolve(file)).map_err(|p| (at("key_file"), p))?,
+            None => default_key.clone(),
+        };
+        if cell.key_file.is_some() && cell.key_version.is_none() {
+            return Err((
+                at("key_version"),
+                "a cell with its own key_file needs its own key_version".into(),
+            ));
+        }
+        if cell.shards.is_empty() {
+            return Err((at("shards"), "list at least one shard".into()));
+        }
+        let settings = CellSettings {
+            shards: shard_settings(position, cell.shards)?,
+            name: cell.name,
+            algorithm,
+            k: cell.k.unwrap_or(placement.k),
+            zone_aware: cell.zone_aware.unwrap_or(placement.zone_aware),
+            key_version: cell
+                .key_version
+                .unwrap_or_else(|| placement.key_version.clone()),
+            key,
+        };
+        // Building the placer here proves k, zones and weights are
+        // consistent before anything listens.
+        settings
+            .placer()
+            .map_err(|e| (format!("cells[{position}]"), e.to_string()))?;
+        cells.push(settings);
+    }
+    Ok(cells)
+}
+
+/// The shards of the cell at `position`: ids non-empty and unique within
+/// the cell, URLs plain `http://` backends.
+fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettings>, CellProblem> {
+    let mut shard_ids = HashSet::new();
+    let mut shards = Vec::with_capacity(raw.len());
+    for (index, shard) in raw.into_iter().enumerate() {
+        let key = format!("cells[{position}].shards[{index}]");
+        if shard.id.is_empty() {
+            return Err((format!("{key}.id"), "give the shard a non-empty id".into()));
+        }
+        if !shard_ids.insert(shard.id.clone()) {
+            return Err((
+                format!("{key}.id"),
+                format!("shard id {:?} is used twice in this cell", shard.id),
+            ));
+        }
+        let url = parse_backend_url(&shard.url).map_err(|p| (format!("{key}.url"), p))?;
+        let weight = shard.weight.unwrap_or(1.0);
+        shards.push(ShardSettings {
+            id: shard.id,
+            url,
+            zone: shard.zone,
+            weight,
+        });
+    }
+    Ok(shards)
+}
+
+/// `[auth.jwt]`, when configured: a supported algorithm, and no key set
+/// to an empty string.
+fn jwt_settings(
+    auth: RawAuth,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<Option<JwtSettings>, KeyProblem> {
+    let Some(jwt) = auth.jwt else {
+        return Ok(None);
+    };
+    let algorithm = match jwt.algorithm.as_str() {
+        "HS256" => jsonwebtoken::Algorithm::HS256,
+        "RS256" => jsonwebtoken::Algorithm::RS256,
+        "ES256" => jsonwebtoken::Algorithm::ES256,
+        other => {
+            return Err((
+                "auth.jwt.algorithm",
+                format!("{other:?} is not supported; use HS256, RS256 or ES256"),
+            ));
+        }
+    };
+    for (key, value) in [
+        ("auth.jwt.issuer", &jwt.issuer),
+        ("auth.jwt.audience", &jwt.audience),
+        ("auth.jwt.tenant_claim", &jwt.tenant_claim),
+    ] {
+        if value.as_deref() == Some("") {
+            return Err((
+                key,
+                "must not be empty; remove the key to use the default".into(),
+            ));
+        }
+    }
+    Ok(Some(JwtSettings {
+        algorithm,
+        key_file: resolve(&jwt.key_file),
+        issuer: jwt.issuer,
+        audience: jwt.audience,
+        tenant_claim: jwt.tenant_claim.unwrap_or_else(|| "sub".into()),
+    }))
 }
 
 fn routing_settings(r: RawRouting) -> Result<RoutingSettings, KeyProblem> {

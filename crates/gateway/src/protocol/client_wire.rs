@@ -22,6 +22,8 @@ use http::header::{self, HeaderMap};
 use http::{Method, Request, StatusCode, Uri, Version};
 use hyper::body::SizeHint;
 
+/// Writes a chunk-size line (the one formatter both codecs share).
+pub use crate::protocol::fields::encode_chunk_size;
 use crate::protocol::fields::{FieldSpan, Fields, Spans};
 
 /// The most header fields in a head the loop serves (hyper's default
@@ -245,7 +247,7 @@ pub fn encode_response_head(
         BodyFraming::None => {}
         BodyFraming::Length(length) => {
             out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(itoa(length, &mut [0; 20]));
+            out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
             out.extend_from_slice(b"\r\n");
         }
         BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
@@ -259,37 +261,6 @@ pub fn encode_response_head(
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
-}
-
-/// Writes a chunk-size line.
-pub fn encode_chunk_size(out: &mut Vec<u8>, size: usize) {
-    let mut digits = [0_u8; 16];
-    let mut at = digits.len();
-    let mut rest = size;
-    loop {
-        at -= 1;
-        digits[at] = b"0123456789ABCDEF"[rest & 0xF];
-        rest >>= 4;
-        if rest == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `value` in decimal.
-fn itoa(mut value: u64, digits: &mut [u8; 20]) -> &[u8] {
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    &digits[at..]
 }
 
 thread_local! {

@@ -2,7 +2,8 @@
 //! field's name and value lie in them. The lowest layer of the request
 //! path: the codecs ([`crate::protocol::wire`], [`crate::protocol::client_wire`]) produce them
 //! and the trust boundary ([`crate::trust::headers`]) filters them, so neither
-//! needs the other to talk about fields.
+//! needs the other to talk about fields. Also the one chunk-size formatter
+//! both codecs write chunked bodies with.
 
 use std::ops::Range;
 
@@ -131,5 +132,49 @@ impl Fields {
             headers.append(name, value);
         }
         Ok(headers)
+    }
+}
+
+/// Writes a chunk-size line: `size` in upper-case hexadecimal, then CRLF.
+/// Both codecs' chunked bodies go through here.
+pub fn encode_chunk_size(out: &mut Vec<u8>, size: usize) {
+    // 16 hex digits cover a 64-bit `usize`; the CRLF sits after them.
+    let mut line = [0_u8; 18];
+    line[16..].copy_from_slice(b"\r\n");
+    let mut at = 16;
+    let mut rest = size;
+    loop {
+        at -= 1;
+        line[at] = b"0123456789ABCDEF"[rest & 0xF];
+        rest >>= 4;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&line[at..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_sizes_are_upper_case_hex_as_the_format_macro_writes_them() {
+        for size in [
+            0,
+            1,
+            9,
+            0xA,
+            0xF,
+            0x10,
+            0x1A2B,
+            65_536,
+            0xFFFF_FFFF,
+            usize::MAX,
+        ] {
+            let mut out = Vec::new();
+            encode_chunk_size(&mut out, size);
+            assert_eq!(out, format!("{size:X}\r\n").into_bytes());
+        }
     }
 }

@@ -13,7 +13,6 @@
 //! connection. Anything the rules call malformed (two different lengths, a
 //! bad chunk size) is an error, never a guess.
 
-use std::io::Write as _;
 use std::mem::MaybeUninit;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -21,7 +20,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
 pub use crate::protocol::fields::Fields;
-use crate::protocol::fields::{FieldSpan, Spans};
+use crate::protocol::fields::{FieldSpan, Spans, encode_chunk_size};
 use crate::trust::headers::{Added, FORWARDED_FOR, FORWARDED_HOST, Inbound, SHARD, TENANT};
 
 /// The largest response head (or trailer section) accepted from a backend.
@@ -178,8 +177,7 @@ fn field(out: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
 /// Writes one chunk of a chunked request body (`data` must not be empty:
 /// an empty chunk is the end).
 pub fn encode_chunk(out: &mut Vec<u8>, data: &[u8]) {
-    // Writing to a Vec cannot fail.
-    let _ = write!(out, "{:X}\r\n", data.len());
+    encode_chunk_size(out, data.len());
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
