@@ -211,3 +211,74 @@ async fn a_reload_cannot_move_the_admin_listener() {
     let (status, _, _) = fixture.admin("GET", "/", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
+
+/// A closing connection that still drains its client (lingering, after a
+/// 413 answered before the body was read) keeps its place under
+/// `limits.max_connections`: with a cap of one, a second client is not
+/// served until the first connection's linger is over (two seconds while
+/// its client keeps sending). Before, the linger ran outside the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_close_holds_its_connection_slot() {
+    let fixture = Fixture::start(Options {
+        extra: "[limits]\nmax_connections = 1\nmax_body_bytes = 1024\n".into(),
+        ..Options::default()
+    })
+    .await;
+    let key = fixture.api_key("tenant-0").to_owned();
+    let mut first = TcpStream::connect(fixture.running.addr).await.unwrap();
+    first
+        .write_all(
+            format!(
+                "POST /upload HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {key}\r\ncontent-length: 1000000\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = vec![0_u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(20), first.read(&mut answer))
+        .await
+        .expect("no answer to the oversized upload")
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&answer[..read]).starts_with("HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&answer[..read])
+    );
+    let refused_at = Instant::now();
+    // The first client keeps uploading, so the gateway keeps draining it.
+    let keep_sending = tokio::spawn(async move {
+        let chunk = [b'x'; 512];
+        for _ in 0..100 {
+            if first.write_all(&chunk).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut second = TcpStream::connect(fixture.running.addr).await.unwrap();
+    second
+        .write_all(
+            format!("GET /later HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {key}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(20), second.read(&mut answer))
+        .await
+        .expect("the second client was never served")
+        .unwrap();
+    let waited = refused_at.elapsed();
+    assert!(
+        String::from_utf8_lossy(&answer[..read]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer[..read])
+    );
+    // The linger lasts two seconds; a second client served well before
+    // that was let in beside it.
+    assert!(
+        waited >= Duration::from_secs(1),
+        "the second client was served {waited:?} after the first was refused, while the first still lingered"
+    );
+    keep_sending.abort();
+}
