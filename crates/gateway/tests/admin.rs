@@ -1,8 +1,10 @@
-//! The admin API on its own listener: the bearer token guards every
-//! endpoint (and an unconfigured token shuts them all); each endpoint
-//! answers the documented JSON; fail, restore and drain steer real traffic;
-//! the live blast radius equals the analyser's for the same failed shards;
-//! and the data listener never reveals which shards serve a tenant.
+//! The admin API on its own listener: the bearer token guards every route
+//! of the router, walked from the router's own table (`ops::admin::ROUTES`)
+//! rather than a list kept here, and only the documented ones open without
+//! it (an unconfigured token shuts the rest); each endpoint answers the
+//! documented JSON; fail, restore and drain steer real traffic; the live
+//! blast radius equals the analyser's for the same failed shards; and the
+//! data listener never reveals which shards serve a tenant.
 
 use std::collections::BTreeSet;
 
@@ -10,6 +12,8 @@ use analysis::{BlastModel, Placements, Population};
 use http::StatusCode;
 use placement::ShardIndex;
 use serde_json::Value;
+
+use gateway::ops::admin::{Access, ROUTES};
 
 use crate::util::{Fixture, Options};
 
@@ -25,21 +29,104 @@ pub fn options() -> Options {
     }
 }
 
-/// Every endpoint, with a path that exists.
-const ENDPOINTS: [(&str, &str); 12] = [
-    ("GET", "/"),
-    ("GET", "/metrics"),
-    ("GET", "/admin/shards"),
-    ("GET", "/admin/tenants/tenant-1"),
-    ("GET", "/admin/tenants?worst=5"),
-    ("GET", "/admin/tenants"),
-    ("GET", "/admin/blast"),
-    ("POST", "/admin/shards/s1/fail"),
-    ("POST", "/admin/shards/s1/restore"),
-    ("POST", "/admin/shards/s1/drain"),
-    ("POST", "/admin/reload"),
-    ("POST", "/admin/reload?allow_migration=true"),
-];
+/// Whether the documentation opens a route without a token: `/readyz`
+/// always, `/metrics` with `admin.metrics_without_token` and the status
+/// page with `admin.status_page_without_token`. Kept by hand on purpose:
+/// it is what the table in `ops::admin` is checked against.
+fn documented_open(method: &str, pattern: &str, metrics_open: bool, page_open: bool) -> bool {
+    match (method, pattern) {
+        ("GET", "/readyz") => true,
+        ("GET", "/metrics") => metrics_open,
+        ("GET", "/") => page_open,
+        _ => false,
+    }
+}
+
+/// Every route of the admin router, read off its table, as requests that
+/// reach it: `(method, pattern, path)`, with sample values for the path
+/// parameters that exist in the fixture (a shard, a tenant, each shard
+/// action with `restore` last, so a walk with the token leaves every shard
+/// as it found it), each path once bare and once with a query string.
+fn admin_requests(fixture: &Fixture) -> Vec<(String, &'static str, String)> {
+    let shard = fixture
+        .running
+        .gateway
+        .snapshot()
+        .all_shards()
+        .next()
+        .expect("a shard")
+        .id
+        .clone();
+    let tenant = fixture.tenants[0].0.clone();
+    let mut requests = Vec::new();
+    for route in ROUTES {
+        let mut paths = vec![String::new()];
+        let mut previous = "";
+        for segment in route.path.split('/').skip(1) {
+            let samples: Vec<&str> = match segment {
+                "{id}" if previous == "shards" => vec![&shard],
+                "{id}" if previous == "tenants" => vec![&tenant],
+                "{action}" => vec!["fail", "drain", "restore"],
+                _ if segment.starts_with('{') => panic!(
+                    "no sample value for {segment} in {}: add one to admin_requests",
+                    route.path
+                ),
+                _ => vec![segment],
+            };
+            paths = paths
+                .iter()
+                .flat_map(|path| samples.iter().map(move |s| format!("{path}/{s}")))
+                .collect();
+            previous = segment;
+        }
+        for path in paths {
+            let query = format!("{path}?cell=default&worst=5&allow_migration=true");
+            for path in [path, query] {
+                requests.push((route.method.to_string(), route.path, path));
+            }
+        }
+    }
+    assert_eq!(
+        requests
+            .iter()
+            .map(|(_, pattern, _)| pattern)
+            .collect::<BTreeSet<_>>()
+            .len(),
+        ROUTES.len(),
+        "every route is walked"
+    );
+    requests
+}
+
+/// Sends `method path` to the admin listener with these header fields.
+async fn to_admin(
+    fixture: &Fixture,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+) -> (StatusCode, http::HeaderMap, bytes::Bytes) {
+    let headers: Vec<(&str, &str)> = authorization
+        .map(|a| ("authorization", a))
+        .into_iter()
+        .collect();
+    crate::util::request_to(
+        &fixture.client,
+        fixture.running.admin_addr,
+        method,
+        path,
+        &headers,
+    )
+    .await
+}
+
+/// No shard is failed or drained.
+fn all_shards_untouched(fixture: &Fixture, what: &str) {
+    let snapshot = fixture.running.gateway.snapshot();
+    for shard in snapshot.all_shards() {
+        let health = shard.health.lock().unwrap();
+        assert!(!health.failed && !health.drained, "{what}: {}", shard.id);
+    }
+}
 
 fn json(body: &[u8]) -> Value {
     serde_json::from_slice(body)
@@ -67,7 +154,7 @@ fn assert_unauthorized(status: StatusCode, headers: &http::HeaderMap, body: &[u8
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_endpoint_needs_the_right_token() {
+async fn every_route_needs_the_right_token() {
     let fixture = Fixture::start(options()).await;
     let api_key = fixture.api_key("tenant-1").to_owned();
     let basic = format!("Basic {TOKEN}");
@@ -83,36 +170,36 @@ async fn every_endpoint_needs_the_right_token() {
         Some(&shorter),
         Some(&tenant_key),
     ];
-    for (method, path) in ENDPOINTS {
+    let requests = admin_requests(&fixture);
+    for (method, pattern, path) in &requests {
+        let open = documented_open(method, pattern, false, false);
         for authorization in wrong {
-            let headers: Vec<(&str, &str)> = authorization
-                .map(|a| ("authorization", a))
-                .into_iter()
-                .collect();
-            let (status, response_headers, body) = crate::util::request_to(
-                &fixture.client,
-                fixture.running.admin_addr,
-                method,
-                path,
-                &headers,
-            )
-            .await;
-            assert_unauthorized(
-                status,
-                &response_headers,
-                &body,
-                &format!("{method} {path} with {authorization:?}"),
-            );
+            let (status, response_headers, body) =
+                to_admin(&fixture, method, path, authorization).await;
+            let what = format!("{method} {path} with {authorization:?}");
+            if open {
+                assert_eq!(status, StatusCode::OK, "{what}: documented as open");
+            } else {
+                assert_unauthorized(status, &response_headers, &body, &what);
+            }
             let text = String::from_utf8_lossy(&body);
             assert!(!text.contains(TOKEN) && !text.contains(&api_key));
         }
     }
     // Nothing a refused call asked for happened.
-    let snapshot = fixture.running.gateway.snapshot();
-    for shard in snapshot.all_shards() {
-        let health = shard.health.lock().unwrap();
-        assert!(!health.failed && !health.drained, "{}", shard.id);
+    all_shards_untouched(&fixture, "after the refused calls");
+    // With the token every route answers (the shard actions end on
+    // `restore`, so the shards are as they were).
+    let bearer = format!("Bearer {TOKEN}");
+    for (method, _, path) in &requests {
+        let (status, _, body) = to_admin(&fixture, method, path, Some(&bearer)).await;
+        assert!(
+            status.is_success(),
+            "{method} {path} with the token: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
     }
+    all_shards_untouched(&fixture, "after the walk with the token");
 
     // With the token: 2xx, and the documented shape.
     assert_eq!(fixture.get("tenant-1", "/").await.0, StatusCode::OK);
@@ -283,17 +370,15 @@ async fn without_a_token_file_the_admin_api_stays_shut() {
     })
     .await;
     let bearer = format!("Bearer {TOKEN}");
-    for (method, path) in ENDPOINTS {
-        for headers in [vec![], vec![("authorization", bearer.as_str())]] {
-            let (status, response_headers, body) = crate::util::request_to(
-                &fixture.client,
-                fixture.running.admin_addr,
-                method,
-                path,
-                &headers,
-            )
-            .await;
-            let what = format!("{method} {path} {headers:?}");
+    for (method, pattern, path) in admin_requests(&fixture) {
+        for authorization in [None, Some(bearer.as_str())] {
+            let (status, response_headers, body) =
+                to_admin(&fixture, &method, &path, authorization).await;
+            let what = format!("{method} {path} with {authorization:?}");
+            if documented_open(&method, pattern, false, false) {
+                assert_eq!(status, StatusCode::OK, "{what}: documented as open");
+                continue;
+            }
             assert_unauthorized(status, &response_headers, &body, &what);
             assert!(
                 json(&body)["error"]
@@ -304,9 +389,52 @@ async fn without_a_token_file_the_admin_api_stays_shut() {
             );
         }
     }
-    let snapshot = fixture.running.gateway.snapshot();
-    let shard = snapshot.find_shard("default", "s1").unwrap();
-    assert!(!shard.health.lock().unwrap().failed);
+    all_shards_untouched(&fixture, "after the refused calls");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_metrics_or_the_status_page_opens_nothing_else() {
+    for (metrics_open, page_open) in [(true, false), (false, true), (true, true)] {
+        let mut admin = String::new();
+        if metrics_open {
+            admin.push_str("metrics_without_token = true\n");
+        }
+        if page_open {
+            admin.push_str("status_page_without_token = true\n");
+        }
+        let fixture = Fixture::start(Options { admin, ..options() }).await;
+        for (method, pattern, path) in admin_requests(&fixture) {
+            let (status, headers, body) = to_admin(&fixture, &method, &path, None).await;
+            let what = format!("{method} {path} with metrics {metrics_open}, page {page_open}");
+            if documented_open(&method, pattern, metrics_open, page_open) {
+                assert_eq!(status, StatusCode::OK, "{what}");
+            } else {
+                assert_unauthorized(status, &headers, &body, &what);
+            }
+        }
+        all_shards_untouched(&fixture, "after the calls without a token");
+    }
+}
+
+/// Every route's row says what the documentation says, so the walks above
+/// and the table cannot drift apart unnoticed.
+#[test]
+fn the_route_table_matches_the_documented_access() {
+    for route in ROUTES {
+        let method = route.method.as_str();
+        let expected = match (
+            documented_open(method, route.path, false, false),
+            documented_open(method, route.path, true, false),
+            documented_open(method, route.path, false, true),
+        ) {
+            (true, _, _) => Access::Open,
+            (false, true, false) => Access::TokenUnlessMetricsOpen,
+            (false, false, true) => Access::TokenUnlessStatusPageOpen,
+            (false, false, false) => Access::Token,
+            _ => unreachable!("{method} {}", route.path),
+        };
+        assert_eq!(route.access, expected, "{method} {}", route.path);
+    }
 }
 
 /// Which shard served a GET, from the test backend's answer.

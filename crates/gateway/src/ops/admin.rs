@@ -2,11 +2,16 @@
 //! page, and the operator's levers (fail, restore and drain a shard;
 //! reload).
 //!
-//! Everything here is guarded by the bearer token from `admin.token_file`,
+//! Every endpoint is a row of [`ROUTES`]: method, path, who may call it,
+//! handler. The router is built from that table alone, and one middleware,
+//! `guard`, stands in front of every route with the row's [`Access`]; so
+//! an endpoint cannot exist without an access rule, and no handler checks
+//! the token itself. The token comes from `admin.token_file` and is
 //! compared in constant time; `/metrics` and the status page can be opened
-//! up separately. Without a token file the guarded endpoints answer 401: an
-//! admin API nobody configured a secret for stays shut. Tenant membership
-//! (which shards serve a tenant) is shown here and nowhere else.
+//! up separately, `/readyz` is always open. Without a token file the
+//! guarded endpoints answer 401: an admin API nobody configured a secret
+//! for stays shut. Tenant membership (which shards serve a tenant) is shown
+//! here and nowhere else.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -14,10 +19,11 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodFilter, MethodRouter, on};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use subtle::ConstantTimeEq;
@@ -30,19 +36,117 @@ use crate::ops::metrics::{
 use crate::ops::views::{live_blast, worst};
 use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
 
-/// Builds the admin router.
+/// Who may call an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone who reaches the listener.
+    Open,
+    /// Whoever presents the admin token.
+    Token,
+    /// The token, unless `admin.metrics_without_token`.
+    TokenUnlessMetricsOpen,
+    /// The token, unless `admin.status_page_without_token`.
+    TokenUnlessStatusPageOpen,
+}
+
+/// One admin endpoint: a row of [`ROUTES`].
+pub struct Route {
+    /// The method it answers (a `GET` route answers `HEAD` too).
+    pub method: Method,
+    /// The path pattern, with `{name}` for a path parameter.
+    pub path: &'static str,
+    /// Who may call it.
+    pub access: Access,
+    /// Its handler, for the given method.
+    handler: fn(MethodFilter) -> MethodRouter<Arc<Gateway>>,
+}
+
+/// Every endpoint of the admin listener, and the only place one is added.
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: Method::GET,
+        path: "/",
+        access: Access::TokenUnlessStatusPageOpen,
+        handler: |method| on(method, status_page),
+    },
+    Route {
+        method: Method::GET,
+        path: "/metrics",
+        access: Access::TokenUnlessMetricsOpen,
+        handler: |method| on(method, metrics),
+    },
+    Route {
+        method: Method::GET,
+        path: "/readyz",
+        access: Access::Open,
+        handler: |method| on(method, ready),
+    },
+    Route {
+        method: Method::GET,
+        path: "/admin/shards",
+        access: Access::Token,
+        handler: |method| on(method, shards),
+    },
+    Route {
+        method: Method::POST,
+        path: "/admin/shards/{id}/{action}",
+        access: Access::Token,
+        handler: |method| on(method, shard_action),
+    },
+    Route {
+        method: Method::GET,
+        path: "/admin/tenants",
+        access: Access::Token,
+        handler: |method| on(method, worst_tenants),
+    },
+    Route {
+        method: Method::GET,
+        path: "/admin/tenants/{id}",
+        access: Access::Token,
+        handler: |method| on(method, tenant),
+    },
+    Route {
+        method: Method::GET,
+        path: "/admin/blast",
+        access: Access::Token,
+        handler: |method| on(method, blast),
+    },
+    Route {
+        method: Method::POST,
+        path: "/admin/reload",
+        access: Access::Token,
+        handler: |method| on(method, reload),
+    },
+];
+
+/// Builds the admin router from [`ROUTES`], each route behind `guard`
+/// with its row's access. (A route layer per row rather than one
+/// `Router::layer` looking the row up by matched path: axum's
+/// `matched-path` feature is off, and this way a wrong method or an
+/// unknown path still answers 405 or 404 as before, reaching no handler.)
 pub fn router(gateway: Arc<Gateway>) -> Router {
-    Router::new()
-        .route("/", get(status_page))
-        .route("/metrics", get(metrics))
-        .route("/readyz", get(ready))
-        .route("/admin/shards", get(shards))
-        .route("/admin/shards/{id}/{action}", post(shard_action))
-        .route("/admin/tenants", get(worst_tenants))
-        .route("/admin/tenants/{id}", get(tenant))
-        .route("/admin/blast", get(blast))
-        .route("/admin/reload", post(reload))
+    ROUTES
+        .iter()
+        .fold(Router::new(), |router, route| {
+            let method = MethodFilter::try_from(route.method.clone())
+                .expect("an admin route's method is one axum routes");
+            let guard = middleware::from_fn_with_state((Arc::clone(&gateway), route.access), guard);
+            router.route(route.path, (route.handler)(method).route_layer(guard))
+        })
         .with_state(gateway)
+}
+
+/// The token check in front of every admin route: the request reaches the
+/// handler only if [`authorize`] lets it.
+async fn guard(
+    State((gateway, access)): State<(Arc<Gateway>, Access)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match authorize(&gateway.snapshot(), request.headers(), access) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    }
 }
 
 /// `GET /readyz`: 200 once the gateway serves. Open without a token on
@@ -68,14 +172,6 @@ pub async fn serve(
     }
 }
 
-/// Which guard an endpoint has.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Access {
-    Admin,
-    Metrics,
-    StatusPage,
-}
-
 /// An admin error answered as JSON.
 struct AdminError(StatusCode, String);
 
@@ -95,9 +191,13 @@ impl IntoResponse for AdminError {
 
 fn authorize(snapshot: &Snapshot, headers: &HeaderMap, access: Access) -> Result<(), AdminError> {
     let admin = &snapshot.config.admin;
-    if (access == Access::Metrics && admin.metrics_without_token)
-        || (access == Access::StatusPage && admin.status_page_without_token)
-    {
+    let open = match access {
+        Access::Open => true,
+        Access::Token => false,
+        Access::TokenUnlessMetricsOpen => admin.metrics_without_token,
+        Access::TokenUnlessStatusPageOpen => admin.status_page_without_token,
+    };
+    if open {
         return Ok(());
     }
     let Some(expected) = &snapshot.admin_token else {
@@ -214,20 +314,16 @@ fn coefficient_of_variation(values: &[f64]) -> f64 {
     variance.sqrt() / mean
 }
 
-async fn metrics(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-) -> Result<Response, AdminError> {
-    authorize(&gateway.snapshot(), &headers, Access::Metrics)?;
+async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
     let text = gateway.metrics.scrape(|| refresh_gauges(&gateway));
-    Ok((
+    (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         text,
     )
-        .into_response())
+        .into_response()
 }
 
 #[derive(Serialize)]
@@ -263,17 +359,13 @@ fn shard_view(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime) -> S
     }
 }
 
-async fn shards(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, AdminError> {
+async fn shards(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {
     let snapshot = gateway.snapshot();
-    authorize(&snapshot, &headers, Access::Admin)?;
     let shards: Vec<ShardView> = snapshot
         .all_shards()
         .map(|shard| shard_view(&gateway, &snapshot, shard))
         .collect();
-    Ok(Json(json!({ "shards": shards })))
+    Json(json!({ "shards": shards }))
 }
 
 #[derive(Deserialize)]
@@ -315,10 +407,8 @@ async fn shard_action(
     State(gateway): State<Arc<Gateway>>,
     Path((id, action)): Path<(String, String)>,
     Query(query): Query<CellQuery>,
-    headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let snapshot = gateway.snapshot();
-    authorize(&snapshot, &headers, Access::Admin)?;
     let change: fn(&mut crate::health::HealthState) = match action.as_str() {
         "fail" => |health| health.failed = true,
         "drain" => |health| health.drained = true,
@@ -344,10 +434,8 @@ async fn shard_action(
 async fn tenant(
     State(gateway): State<Arc<Gateway>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let snapshot = gateway.snapshot();
-    authorize(&snapshot, &headers, Access::Admin)?;
     if snapshot.tenants.get(&id).is_none() {
         return Err(AdminError(
             StatusCode::NOT_FOUND,
@@ -380,25 +468,19 @@ struct WorstQuery {
 async fn worst_tenants(
     State(gateway): State<Arc<Gateway>>,
     Query(query): Query<WorstQuery>,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, AdminError> {
-    authorize(&gateway.snapshot(), &headers, Access::Admin)?;
+) -> Json<serde_json::Value> {
     let count = query.worst.unwrap_or(10).min(10_000);
-    Ok(Json(
+    Json(
         json!({ "window_seconds": gateway.tenant_windows.length().as_secs(), "tenants": worst(&gateway, count) }),
-    ))
+    )
 }
 
-async fn blast(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, AdminError> {
+async fn blast(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {
     let snapshot = gateway.snapshot();
-    authorize(&snapshot, &headers, Access::Admin)?;
     let cells: Vec<crate::ops::live_blast::LiveBlast> = (0..snapshot.config.cells.len())
         .map(|c| live_blast(&snapshot, c))
         .collect();
-    Ok(Json(json!({ "cells": cells })))
+    Json(json!({ "cells": cells }))
 }
 
 #[derive(Deserialize)]
@@ -409,9 +491,7 @@ struct ReloadQuery {
 async fn reload(
     State(gateway): State<Arc<Gateway>>,
     Query(query): Query<ReloadQuery>,
-    headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    authorize(&gateway.snapshot(), &headers, Access::Admin)?;
     match gateway.reload(query.allow_migration.unwrap_or(false)) {
         Ok(reloaded) => {
             tracing::info!(
@@ -438,12 +518,8 @@ async fn reload(
     }
 }
 
-async fn status_page(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-) -> Result<Html<String>, AdminError> {
-    authorize(&gateway.snapshot(), &headers, Access::StatusPage)?;
-    Ok(Html(crate::ops::status_page::render(&gateway)))
+async fn status_page(State(gateway): State<Arc<Gateway>>) -> Html<String> {
+    Html(crate::ops::status_page::render(&gateway))
 }
 
 /// Binds the admin listener.
