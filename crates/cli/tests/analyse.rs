@@ -5,41 +5,13 @@
 
 mod common;
 
-use common::{f64_of, keys, run_json, run_ok, set, shards, shuffle_shard, temp_file};
+use common::{
+    BLAST_FIELDS, NOTE, assert_one_line_error, f64_of, placed, run_json, run_ok, set, shards,
+    shuffle_shard, temp_file,
+};
 
-use assert_cmd::Command;
 use serde_json::Value;
-
-/// The note printed when no key is given; checked by a stable fragment.
-const NOTE: &str = "public recipe key \"shuffle-shard-v1\"";
-
-/// Runs a command expected to fail on bad input and checks the contract:
-/// status 2, nothing on stdout, exactly one `error:` line on stderr.
-/// Returns stderr.
-fn assert_one_line_error(command: &mut Command) -> String {
-    let output = command.output().unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
-    assert!(output.stdout.is_empty(), "stdout: {:?}", output.stdout);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.starts_with("error: "), "{stderr}");
-    stderr
-}
-
-/// Every tenant's shards as `place` computes them, for naive counting.
-fn placed(args: &[&str], tenants: usize) -> Vec<Vec<u64>> {
-    let input: String = (0..tenants).map(|t| format!("tenant-{t}\n")).collect();
-    let (stdout, _) = run_ok(shuffle_shard().arg("place").args(args).write_stdin(input));
-    stdout
-        .lines()
-        .map(|line| {
-            let value: Value = serde_json::from_str(line).unwrap();
-            shards(&value["shards"])
-        })
-        .collect()
-}
+use testkit::json::keys;
 
 #[test]
 fn blast_json_has_exactly_the_issue_field_names() {
@@ -50,20 +22,7 @@ fn blast_json_has_exactly_the_issue_field_names() {
             .arg(weights.path())
             .args(["--fail", "3,7", "--sweep", "2", "--capacity", "2"]),
     );
-    assert_eq!(
-        keys(&report),
-        set(&[
-            "shards",
-            "k",
-            "tenants",
-            "algorithm",
-            "pairwise_overlap",
-            "scenarios",
-            "sweep",
-            "waves",
-            "load",
-        ])
-    );
+    assert_eq!(keys(&report), set(&BLAST_FIELDS));
     assert_eq!(report["shards"], 8);
     assert_eq!(report["k"], 2);
     assert_eq!(report["tenants"], 4);
@@ -369,17 +328,11 @@ fn a_whale_is_named_as_dominating_the_hottest_shard() {
 
 #[test]
 fn tenant_k_gives_one_tenant_a_wider_subset() {
-    let (stdout, _) = run_ok(shuffle_shard().args([
-        "place",
-        "--shards",
-        "16",
-        "--k",
-        "2",
-        "--tenant-k",
-        "whale=6",
-        "whale",
-        "minnow",
-    ]));
+    let (stdout, _) = run_ok(
+        shuffle_shard()
+            .args(["place", "--shards", "16", "--k", "2"])
+            .args(["--tenant-k", "whale=6", "whale", "minnow"]),
+    );
     let lines: Vec<Value> = stdout
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
@@ -396,16 +349,8 @@ fn tenant_k_gives_one_tenant_a_wider_subset() {
     let file = temp_file(b"whale\nminnow\n");
     let report = run_json(
         shuffle_shard()
-            .args([
-                "blast",
-                "--shards",
-                "16",
-                "--k",
-                "2",
-                "--tenant-k",
-                "whale=6",
-            ])
-            .arg("--tenants-file")
+            .args(["blast", "--shards", "16", "--k", "2"])
+            .args(["--tenant-k", "whale=6", "--tenants-file"])
             .arg(file.path())
             .args(["--fail", &whale.join(",")]),
     );
@@ -422,55 +367,45 @@ fn tenant_k_gives_one_tenant_a_wider_subset() {
 
 #[test]
 fn the_key_note_is_printed_once_and_only_without_a_key() {
-    let (_, stderr) = run_ok(shuffle_shard().args([
-        "blast",
-        "--shards",
-        "8",
-        "--k",
-        "2",
-        "--tenants",
-        "50",
-        "--sweep",
-        "1",
-        "--fail",
-        "0",
-    ]));
+    let (_, stderr) = run_ok(
+        shuffle_shard()
+            .args(["blast", "--shards", "8", "--k", "2", "--tenants", "50"])
+            .args(["--sweep", "1", "--fail", "0"]),
+    );
     assert_eq!(stderr.matches(NOTE).count(), 1, "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
     let key = temp_file(b"a real key");
     let (_, stderr) = run_ok(
         shuffle_shard()
-            .args([
-                "blast",
-                "--shards",
-                "8",
-                "--k",
-                "2",
-                "--tenants",
-                "50",
-                "--key-file",
-            ])
+            .args(["blast", "--shards", "8", "--k", "2", "--tenants", "50"])
+            .arg("--key-file")
             .arg(key.path()),
     );
     assert!(stderr.is_empty(), "{stderr}");
 }
 
-#[test]
-fn plan_recommends_a_k_for_the_chapters_budget() {
-    let budget = [
+/// `plan` for 16 shards and 2,000 tenants with a budget of `max_degraded`,
+/// 0.1 % fully down and two concurrent failures.
+fn plan_16_shards(max_degraded: &str) -> [&str; 11] {
+    [
         "plan",
         "--shards",
         "16",
         "--tenants",
         "2000",
         "--max-degraded",
-        "0.2",
+        max_degraded,
         "--max-fully-down",
         "0.001",
         "--concurrent-failures",
         "2",
-    ];
+    ]
+}
+
+#[test]
+fn plan_recommends_a_k_for_the_chapters_budget() {
+    let budget = plan_16_shards("0.2");
     let plan = run_json(shuffle_shard().args(budget));
     let rows = plan["rows"].as_array().unwrap();
     let ks: Vec<u64> = rows.iter().map(|row| row["k"].as_u64().unwrap()).collect();
@@ -519,19 +454,7 @@ fn plan_recommends_a_k_for_the_chapters_budget() {
 
 #[test]
 fn plan_says_which_budget_binds_when_nothing_meets_it() {
-    let args = [
-        "plan",
-        "--shards",
-        "16",
-        "--tenants",
-        "2000",
-        "--max-degraded",
-        "0.01",
-        "--max-fully-down",
-        "0.001",
-        "--concurrent-failures",
-        "2",
-    ];
+    let args = plan_16_shards("0.01");
     let (text, _) = run_ok(shuffle_shard().args(args));
     let verdict = text.lines().last().unwrap();
     assert!(verdict.contains("degraded budget"), "{verdict}");

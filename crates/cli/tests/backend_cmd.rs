@@ -1,18 +1,17 @@
 //! `shuffle-shard backend` as a real process: it answers as the shard it was
 //! named, switches mode through its control API, and exits 0 on SIGTERM.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{free_port, terminate};
+
 fn free_addr() -> String {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
+    format!("127.0.0.1:{}", free_port())
 }
 
 fn spawn(args: &[&str]) -> Child {
@@ -69,30 +68,6 @@ fn call(child: &mut Child, addr: &str, method: &str, path: &str, body: &str) -> 
     (status, body.to_owned())
 }
 
-/// Sends SIGTERM and asserts the child exits 0.
-fn terminate(mut child: Child) {
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "backend did not stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}");
-}
-
 #[test]
 fn backend_answers_as_its_shard_and_stops_on_sigterm() {
     let addr = free_addr();
@@ -102,7 +77,7 @@ fn backend_answers_as_its_shard_and_stops_on_sigterm() {
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["shard"], "s0");
     assert_eq!(body["path"], "/x");
-    terminate(child);
+    terminate(child, "backend");
 }
 
 #[test]
@@ -138,7 +113,7 @@ fn the_control_api_switches_the_running_backend() {
         call(&mut child, &control, "GET", "/mode", ""),
         (200, "healthy".into())
     );
-    terminate(child);
+    terminate(child, "backend");
 }
 
 #[test]

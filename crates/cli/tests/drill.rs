@@ -8,7 +8,7 @@ use std::process::Command;
 
 use backend::{Backend, Mode};
 use gateway::runtime::Running;
-use sha2::{Digest, Sha256};
+use testkit::gateway_toml::{self, GatewayToml, Shard, tenants_toml};
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -16,10 +16,6 @@ struct Setup {
     /// Each backend's control API URL, in shard order.
     controls: Vec<String>,
     running: Running,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// 8 shards in 2 zones, zone-aware k = 2, 300 tenants, a drill tenants file.
@@ -42,50 +38,30 @@ async fn setup_with(routing: &str, health: &str) -> Setup {
         controls.push(format!("http://{control}"));
         backends.push(backend);
     }
-    std::fs::write(
-        dir.path().join("placement.key"),
-        (0..32).map(|_| fastrand::u8(..)).collect::<Vec<u8>>(),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("admin.token"),
-        "drill-test-admin-token-0123456789",
-    )
-    .unwrap();
-    let mut tenants = String::new();
-    let mut drill_tenants = String::new();
-    for t in 0..300 {
-        let key = format!("drill-key-{t}-{}", fastrand::u64(..));
-        tenants.push_str(&format!(
-            "[[tenants]]\nid = \"tenant-{t}\"\napi_key_sha256 = \"{}\"\n",
-            hex(&Sha256::digest(&key))
-        ));
-        drill_tenants.push_str(&format!("tenant-{t}\t{key}\n"));
-    }
-    std::fs::write(dir.path().join("tenants.toml"), tenants).unwrap();
-    std::fs::write(dir.path().join("drill.tsv"), drill_tenants).unwrap();
-    let shards: String = backends
+    let tenants = gateway_toml::tenants(300);
+    let drill_tenants: String = tenants
         .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            format!(
-                "  {{ id = \"{}\", url = \"{}\", zone = \"{}\" }},\n",
-                b.id(),
-                b.url(),
-                if i < 4 { "a" } else { "b" }
-            )
-        })
+        .map(|(id, key)| format!("{id}\t{key}\n"))
         .collect();
-    let health = if health.is_empty() {
-        String::new()
-    } else {
-        format!("[health]\n{health}\n\n")
-    };
-    let config = format!(
-        "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\n[placement]\nalgorithm = \"rendezvous\"\nk = 2\nkey_file = \"placement.key\"\nkey_version = \"v1\"\nzone_aware = true\n\n[routing]\n{routing}\n\n{health}[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\n\n[[cells]]\nname = \"main\"\nshards = [\n{shards}]\n"
-    );
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, config).unwrap();
+    std::fs::write(dir.path().join("drill.tsv"), drill_tenants).unwrap();
+    let mut tables = vec![("routing".to_owned(), routing.to_owned())];
+    if !health.is_empty() {
+        tables.push(("health".to_owned(), health.to_owned()));
+    }
+    let path = GatewayToml {
+        zone_aware: true,
+        tables,
+        admin_token: Some("drill-test-admin-token-0123456789".into()),
+        cell: "main".into(),
+        shards: backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Shard::new(b.id(), b.url()).in_zone(if i < 4 { "a" } else { "b" }))
+            .collect(),
+        tenants: tenants_toml(&tenants),
+        ..GatewayToml::default()
+    }
+    .write(dir.path());
     let running = gateway::runtime::start(gateway::Snapshot::load(&path, None).unwrap())
         .await
         .unwrap();

@@ -2,6 +2,8 @@
 //! binary: output format, keys, stdin streaming, zones, errors and exit
 //! statuses, and quiet exit on a closed pipe.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{self, Stdio};
 
@@ -9,10 +11,7 @@ use assert_cmd::Command;
 use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
 
-const BIN: &str = "shuffle-shard";
-
-/// The note printed when no key is given; checked by a stable fragment.
-const NOTE: &str = "public recipe key \"shuffle-shard-v1\"";
+use common::{BIN, NOTE, assert_one_line_error, shards, shuffle_shard, temp_file};
 
 /// Lines of `/work/shared/vectors/recipe-12-1.jsonl` with random keys and
 /// n ≤ 1000, copied so the tests do not depend on files outside the crate:
@@ -42,22 +41,11 @@ const VECTORS: [(&str, &str, u32, u32, &[u32]); 3] = [
     ),
 ];
 
-fn shuffle_shard() -> Command {
-    Command::cargo_bin(BIN).unwrap()
-}
-
 fn hex_decode(hex: &str) -> Vec<u8> {
     (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
         .collect()
-}
-
-fn key_file(contents: &[u8]) -> tempfile::NamedTempFile {
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    file.write_all(contents).unwrap();
-    file.flush().unwrap();
-    file
 }
 
 fn stdout_lines(output: &process::Output) -> Vec<Value> {
@@ -66,30 +54,6 @@ fn stdout_lines(output: &process::Output) -> Vec<Value> {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect()
-}
-
-fn shards_of(line: &Value) -> Vec<u64> {
-    line["shards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|shard| shard.as_u64().unwrap())
-        .collect()
-}
-
-/// Runs a command expected to fail on bad input and checks the contract:
-/// status 2, nothing on stdout, exactly one `error:` line on stderr.
-/// Returns stderr.
-fn assert_one_line_error(command: &mut Command) -> String {
-    let output = command.output().unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
-    assert!(output.stdout.is_empty(), "stdout: {:?}", output.stdout);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.starts_with("error: "), "{stderr}");
-    stderr
 }
 
 /// Runs a command that clap itself rejects: status 2, no panic, no output.
@@ -126,7 +90,7 @@ fn default_key_reproduces_the_recipe_and_says_so_once() {
 
 #[test]
 fn recipe_key_file_matches_the_default_without_a_note() {
-    let file = key_file(b"shuffle-shard-v1");
+    let file = temp_file(b"shuffle-shard-v1");
     let output = shuffle_shard()
         .args(["place", "--shards", "10", "--k", "4", "--key-file"])
         .arg(file.path())
@@ -145,7 +109,7 @@ fn recipe_key_file_matches_the_default_without_a_note() {
 #[test]
 fn key_files_reproduce_recipe_vectors() {
     for (key_hex, tenant, n, k, expected) in VECTORS {
-        let file = key_file(&hex_decode(key_hex));
+        let file = temp_file(&hex_decode(key_hex));
         let output = shuffle_shard()
             .args(["place", "--shards", &n.to_string(), "--k", &k.to_string()])
             .arg("--key-file")
@@ -160,7 +124,7 @@ fn key_files_reproduce_recipe_vectors() {
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0]["tenant"], tenant);
         let expected: Vec<u64> = expected.iter().map(|&shard| u64::from(shard)).collect();
-        assert_eq!(shards_of(&lines[0]), expected, "{tenant}");
+        assert_eq!(shards(&lines[0]["shards"]), expected, "{tenant}");
         assert!(lines[0].get("ids").is_none());
     }
 }
@@ -177,7 +141,7 @@ fn key_env_reads_hex() {
     assert!(output.status.success(), "{output:?}");
     assert!(output.stderr.is_empty());
     let expected: Vec<u64> = expected.iter().map(|&shard| u64::from(shard)).collect();
-    assert_eq!(shards_of(&stdout_lines(&output)[0]), expected);
+    assert_eq!(shards(&stdout_lines(&output)[0]["shards"]), expected);
 }
 
 #[test]
@@ -200,38 +164,37 @@ fn bad_key_env_is_one_line_and_not_echoed() {
     assert!(stderr.contains("not set"), "{stderr}");
 }
 
-#[test]
-fn stdin_tenants_come_out_in_order() {
+/// The lines `place --shards 10 --k 4` prints for tenants read from
+/// `stdin`, which must succeed.
+fn place_stdin(stdin: &str) -> Vec<Value> {
     let output = shuffle_shard()
         .args(["place", "--shards", "10", "--k", "4"])
-        .write_stdin("a\nb\nc\n")
+        .write_stdin(stdin)
         .output()
         .unwrap();
     assert!(output.status.success());
-    let tenants: Vec<Value> = stdout_lines(&output)
-        .iter()
-        .map(|line| line["tenant"].clone())
-        .collect();
-    assert_eq!(tenants, ["a", "b", "c"]);
+    stdout_lines(&output)
+}
+
+/// The `tenant` field of each line.
+fn tenants_of(lines: &[Value]) -> Vec<Value> {
+    lines.iter().map(|line| line["tenant"].clone()).collect()
+}
+
+#[test]
+fn stdin_tenants_come_out_in_order() {
+    let lines = place_stdin("a\nb\nc\n");
+    assert_eq!(tenants_of(&lines), ["a", "b", "c"]);
     assert_eq!(
-        stdout_lines(&output)[0],
+        lines[0],
         serde_json::json!({"tenant": "a", "shards": [0, 9, 2, 1]})
     );
 }
 
 #[test]
 fn stdin_handles_crlf_empty_lines_and_a_missing_final_newline() {
-    let output = shuffle_shard()
-        .args(["place", "--shards", "10", "--k", "4"])
-        .write_stdin("a\r\n\n\r\nb\nc")
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    let tenants: Vec<Value> = stdout_lines(&output)
-        .iter()
-        .map(|line| line["tenant"].clone())
-        .collect();
-    assert_eq!(tenants, ["a", "b", "c"]);
+    let lines = place_stdin("a\r\n\n\r\nb\nc");
+    assert_eq!(tenants_of(&lines), ["a", "b", "c"]);
 }
 
 #[test]
@@ -267,7 +230,7 @@ fn rendezvous_prints_ids_matching_indices() {
     let lines = stdout_lines(&output);
     assert_eq!(lines.len(), 3);
     for line in &lines {
-        let shards = shards_of(line);
+        let shards = shards(&line["shards"]);
         assert_eq!(shards.len(), 5);
         let ids: Vec<String> = line["ids"]
             .as_array()
@@ -302,7 +265,7 @@ fn zones_spread_shards_across_zones() {
         let lines = stdout_lines(&output);
         assert_eq!(lines.len(), 50);
         for line in &lines {
-            let shards = shards_of(line);
+            let shards = shards(&line["shards"]);
             assert_eq!(shards.len(), 2);
             // Shards 0-1 are zone a, 2-3 zone b.
             let zones: Vec<bool> = shards.iter().map(|&shard| shard < 2).collect();
@@ -366,7 +329,7 @@ fn invalid_utf8_on_stdin_names_the_line() {
     );
 
     // Lines before the bad one are still printed.
-    let file = key_file(b"k");
+    let file = temp_file(b"k");
     let output = shuffle_shard()
         .args(["place", "--shards", "10", "--k", "2", "--key-file"])
         .arg(file.path())
@@ -384,7 +347,7 @@ fn invalid_utf8_on_stdin_names_the_line() {
 
 #[test]
 fn empty_key_file_is_refused() {
-    let file = key_file(b"");
+    let file = temp_file(b"");
     let stderr = assert_one_line_error(
         shuffle_shard()
             .args(["place", "--shards", "10", "--k", "2", "--key-file"])
@@ -436,46 +399,21 @@ fn usage_errors_exit_2_without_panicking() {
 
 #[test]
 fn key_file_contents_never_reach_stderr() {
-    let file = key_file(b"TOPSECRETKEY");
-    let path = file.path().to_str().unwrap();
+    let file = temp_file(b"TOPSECRETKEY");
+    // Each case also names the key file, and is refused for another reason.
     let cases: &[&[&str]] = &[
-        &["--shards", "10", "--k", "0", "--key-file", path, "a"],
-        &[
-            "--zones",
-            "a:2",
-            "--shards",
-            "3",
-            "--k",
-            "1",
-            "--key-file",
-            path,
-            "a",
-        ],
-        &[
-            "--shards",
-            "10",
-            "--k",
-            "2",
-            "--key-file",
-            path,
-            "--algorithm",
-            "x",
-            "a",
-        ],
-        &[
-            "--shards",
-            "10",
-            "--k",
-            "2",
-            "--key-file",
-            path,
-            "--key-env",
-            "PATH",
-            "a",
-        ],
+        &["--shards", "10", "--k", "0", "a"],
+        &["--zones", "a:2", "--shards", "3", "--k", "1", "a"],
+        &["--shards", "10", "--k", "2", "--algorithm", "x", "a"],
+        &["--shards", "10", "--k", "2", "--key-env", "PATH", "a"],
     ];
     for args in cases {
-        let output = shuffle_shard().arg("place").args(*args).output().unwrap();
+        let output = shuffle_shard()
+            .args(["place", "--key-file"])
+            .arg(file.path())
+            .args(*args)
+            .output()
+            .unwrap();
         assert_eq!(output.status.code(), Some(2));
         for stream in [&output.stderr, &output.stdout] {
             let text = String::from_utf8_lossy(stream);

@@ -3,34 +3,24 @@
 //! admin pages open to other hosts at start, and stops cleanly on SIGTERM; two replicas started from one configuration
 //! route every tenant to the same subset without talking to each other.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use backend::Backend;
 use bytes::Bytes;
+use common::{free_port, terminate};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use sha2::{Digest, Sha256};
+use testkit::gateway_toml::{self, GatewayToml, Shard, random_bytes, tenants_toml};
 
 fn binary() -> std::path::PathBuf {
     assert_cmd::cargo::cargo_bin("shuffle-shard")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Writes a configuration over `backends` into `dir`; returns the listen
@@ -40,36 +30,21 @@ fn write_config(
     backends: &[Backend],
     key: &[u8],
 ) -> (String, Vec<(String, String)>) {
-    std::fs::write(dir.join("placement.key"), key).unwrap();
-    let tenants: Vec<(String, String)> = (0..12)
-        .map(|t| {
-            (
-                format!("tenant-{t}"),
-                format!("api-key-{t}-{}", fastrand::u64(..)),
-            )
-        })
-        .collect();
-    let mut tenants_toml: String = tenants
-        .iter()
-        .map(|(id, key)| {
-            format!(
-                "[[tenants]]\nid = \"{id}\"\napi_key_sha256 = \"{}\"\n",
-                hex(&Sha256::digest(key))
-            )
-        })
-        .collect();
-    tenants_toml.push_str("[[tenants]]\nid = \"whale\"\nk = 4\n");
-    std::fs::write(dir.join("tenants.toml"), tenants_toml).unwrap();
+    let tenants = gateway_toml::tenants(12);
     let listen = format!("127.0.0.1:{}", free_port());
-    let shards: String = backends
-        .iter()
-        .map(|b| format!("  {{ id = \"{}\", url = \"{}\" }},\n", b.id(), b.url()))
-        .collect();
-    let config = format!(
-        "listen = \"{listen}\"\ntenants_file = \"tenants.toml\"\n\n[placement]\nalgorithm = \"rendezvous\"\nk = 2\nkey_file = \"placement.key\"\nkey_version = \"v1\"\n\n[admin]\nlisten = \"127.0.0.1:{}\"\n\n[[cells]]\nname = \"main\"\nshards = [\n{shards}]\n",
-        free_port()
-    );
-    std::fs::write(dir.join("gateway.toml"), config).unwrap();
+    GatewayToml {
+        listen: listen.clone(),
+        admin_listen: Some(format!("127.0.0.1:{}", free_port())),
+        cell: "main".into(),
+        shards: backends
+            .iter()
+            .map(|b| Shard::new(b.id(), b.url()))
+            .collect(),
+        placement_key: key.to_vec(),
+        tenants: tenants_toml(&tenants) + "[[tenants]]\nid = \"whale\"\nk = 4\n",
+        ..GatewayToml::default()
+    }
+    .write(dir);
     (listen, tenants)
 }
 
@@ -114,7 +89,7 @@ async fn serve_routes_each_tenant_to_the_subset_place_config_reports() {
     for i in 0..6 {
         backends.push(Backend::start(&format!("s{i}")).await.unwrap());
     }
-    let key: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
+    let key = random_bytes(32);
     let (listen, tenants) = write_config(dir.path(), &backends, &key);
     let config = dir.path().join("gateway.toml");
 
@@ -173,26 +148,7 @@ async fn serve_routes_each_tenant_to_the_subset_place_config_reports() {
     assert_eq!(line["ids"].as_array().unwrap().len(), 4);
 
     // SIGTERM: stop accepting, finish, exit 0.
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "serve did not stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "{status}");
+    terminate(child, "serve");
 }
 
 #[test]
@@ -233,7 +189,7 @@ fn serve_refuses_tokenless_admin_pages_on_a_non_loopback_listener() {
         .collect();
     for key in ["status_page_without_token", "metrics_without_token"] {
         let dir = tempfile::tempdir().unwrap();
-        let placement_key: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
+        let placement_key = random_bytes(32);
         write_config(dir.path(), &backends, &placement_key);
         let config = dir.path().join("gateway.toml");
         let text = with_exposed_admin(&std::fs::read_to_string(&config).unwrap(), key);
@@ -309,7 +265,7 @@ async fn two_replicas_from_one_configuration_route_every_tenant_alike() {
     for i in 0..6 {
         backends.push(Backend::start(&format!("s{i}")).await.unwrap());
     }
-    let key: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
+    let key = random_bytes(32);
     let (_, tenants) = write_config(dir.path(), &backends, &key);
     // One configuration for both replicas: ephemeral ports and an admin token.
     let config = dir.path().join("gateway.toml");

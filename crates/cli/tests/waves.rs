@@ -6,11 +6,14 @@
 
 mod common;
 
-use common::{f64_of, keys, run_json, run_ok, set, shards, shuffle_shard, temp_file};
+use common::{
+    BLAST_FIELDS, assert_one_line_error, f64_of, placed, run_json, run_ok, set, shards,
+    shuffle_shard, temp_file,
+};
 use std::collections::BTreeSet;
 
-use assert_cmd::Command;
 use serde_json::Value;
+use testkit::json::keys;
 
 /// The placement and population most tests use: 12 shards, k = 2.
 const FLEET: [&str; 6] = ["--shards", "12", "--k", "2", "--tenants", "1000"];
@@ -19,34 +22,6 @@ fn waves_of(report: &Value) -> &Vec<Value> {
     report
         .as_array()
         .unwrap_or_else(|| panic!("not an array: {report}"))
-}
-
-/// Runs a command expected to fail on bad input and checks the contract:
-/// status 2, nothing on stdout, exactly one `error:` line on stderr.
-/// Returns stderr.
-fn assert_one_line_error(command: &mut Command) -> String {
-    let output = command.output().unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
-    assert!(output.stdout.is_empty(), "stdout: {:?}", output.stdout);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.starts_with("error: "), "{stderr}");
-    stderr
-}
-
-/// Every tenant's shards as `place` computes them, for naive counting.
-fn placed(args: &[&str], tenants: usize) -> Vec<Vec<u64>> {
-    let input: String = (0..tenants).map(|t| format!("tenant-{t}\n")).collect();
-    let (stdout, _) = run_ok(shuffle_shard().arg("place").args(args).write_stdin(input));
-    stdout
-        .lines()
-        .map(|line| {
-            let value: Value = serde_json::from_str(line).unwrap();
-            shards(&value["shards"])
-        })
-        .collect()
 }
 
 /// The total fully exposed over an assignment's waves.
@@ -262,20 +237,7 @@ fn json_has_exactly_the_wave_field_names() {
             .arg("--waves")
             .arg(file.path()),
     );
-    assert_eq!(
-        keys(&report),
-        set(&[
-            "shards",
-            "k",
-            "tenants",
-            "algorithm",
-            "pairwise_overlap",
-            "scenarios",
-            "sweep",
-            "waves",
-            "load",
-        ])
-    );
+    assert_eq!(keys(&report), set(&BLAST_FIELDS));
     let waves = waves_of(&report["waves"]);
     assert_eq!(waves.len(), 2);
     for wave in waves {

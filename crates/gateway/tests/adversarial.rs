@@ -51,6 +51,15 @@ fn clear_seen(fixture: &Fixture) {
     }
 }
 
+/// Whether a header a backend saw is in (or spelled like, with `_` for
+/// `-`) the gateway's namespace without being one of the two the gateway
+/// sets itself.
+fn spoofs_the_gateway(name: &str) -> bool {
+    name.replace('_', "-").starts_with("x-shuffle-")
+        && name != "x-shuffle-tenant"
+        && name != "x-shuffle-shard"
+}
+
 /// Checks that every request a backend saw came from `tenant`, landed in
 /// its subset, and carried exactly one `x-shuffle-tenant` (the tenant) and
 /// one `x-shuffle-shard` (the backend that saw it), and nothing else in (or
@@ -73,15 +82,20 @@ fn assert_only_subset_saw_only(fixture: &Fixture, tenant: &str, context: &str) {
             "{context}: {seen:?}"
         );
         for (name, _) in &seen.headers {
-            let normalised = name.replace('_', "-");
             assert!(
-                !normalised.starts_with("x-shuffle-")
-                    || name == "x-shuffle-tenant"
-                    || name == "x-shuffle-shard",
+                !spoofs_the_gateway(name),
                 "{context}: {name} reached {backend}: {seen:?}"
             );
         }
     }
+}
+
+/// A gateway with the default options, and `tenant`'s raw `Authorization`
+/// line for hand-made requests.
+async fn gateway_for(tenant: &str) -> (Fixture, String) {
+    let fixture = Fixture::start(Options::default()).await;
+    let auth = bearer_line(&fixture, tenant);
+    (fixture, auth)
 }
 
 // ---------------------------------------------------------------------------
@@ -96,9 +110,8 @@ fn assert_only_subset_saw_only(fixture: &Fixture, tenant: &str, context: &str) {
 /// framing was in doubt, ends after the answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_length_with_transfer_encoding_forwards_the_chunked_body_and_closes() {
-    let fixture = Fixture::start(Options::default()).await;
     let tenant = "tenant-1";
-    let auth = bearer_line(&fixture, tenant);
+    let (fixture, auth) = gateway_for(tenant).await;
     // Five body bytes: a length that won (4, 19 or 0) would deliver a
     // different count, or hang waiting for bytes that never come.
     let chunked_body = b"5\r\nhello\r\n0\r\n\r\n";
@@ -179,9 +192,8 @@ async fn content_length_with_transfer_encoding_forwards_the_chunked_body_and_clo
 /// smuggled request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smuggled_requests_never_reach_a_backend() {
-    let fixture = Fixture::start(Options::default()).await;
     let tenant = "tenant-2";
-    let auth = bearer_line(&fixture, tenant);
+    let (fixture, auth) = gateway_for(tenant).await;
     let smuggled = "GET /smuggled HTTP/1.1\r\nHost: gateway\r\nx-shuffle-tenant: tenant-9\r\n\r\n";
     // CL.TE: a Content-Length covering everything, a chunked body that ends
     // at once.
@@ -519,9 +531,8 @@ async fn forwarding_settings_decide_what_shards_learn_about_the_client() {
 /// A body the client streams (chunked) arrives whole, whatever the method.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_bodies_reach_the_backend_whole_for_every_method() {
-    let fixture = Fixture::start(Options::default()).await;
     let tenant = "tenant-8";
-    let auth = bearer_line(&fixture, tenant);
+    let (fixture, auth) = gateway_for(tenant).await;
     for method in ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"] {
         clear_seen(&fixture);
         let lines = ["Host: gateway", auth.as_str(), "Transfer-Encoding: chunked"];
@@ -690,6 +701,16 @@ mod property {
         body: Vec<u8>,
     }
 
+    impl Attack {
+        /// The path and query as sent, and as the backend must see them.
+        fn path_and_query(&self) -> String {
+            match &self.query {
+                Some(query) => format!("{}?{query}", self.path),
+                None => self.path.clone(),
+            }
+        }
+    }
+
     const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"];
 
     /// Header lines to draw from. `{victim}` is another tenant, `{shard}` a
@@ -789,20 +810,11 @@ mod property {
         if !attack.body.is_empty() {
             lines.push(format!("Content-Length: {}", attack.body.len()));
         }
-        let target = format!(
-            "{}{}{}",
-            if attack.absolute_form {
-                format!("http://{}", outside[0])
-            } else {
-                String::new()
-            },
-            attack.path,
-            attack
-                .query
-                .as_ref()
-                .map(|q| format!("?{q}"))
-                .unwrap_or_default()
-        );
+        let target = if attack.absolute_form {
+            format!("http://{}{}", outside[0], attack.path_and_query())
+        } else {
+            attack.path_and_query()
+        };
         let line_refs: Vec<&str> = lines.iter().map(String::as_str).collect();
         let request = raw(
             &format!("{} {target} HTTP/1.1", attack.method),
@@ -854,16 +866,7 @@ mod property {
                 prop_assert_eq!(seen.method.as_str(), attack.method, "{}", context);
                 // The path and query went through untouched, and so did the
                 // body, whatever the headers said about either.
-                let path_and_query = format!(
-                    "{}{}",
-                    attack.path,
-                    attack
-                        .query
-                        .as_ref()
-                        .map(|q| format!("?{q}"))
-                        .unwrap_or_default()
-                );
-                prop_assert_eq!(&seen.path, &path_and_query, "{}", context);
+                prop_assert_eq!(&seen.path, &attack.path_and_query(), "{}", context);
                 prop_assert_eq!(seen.body_len, attack.body.len(), "{}", context);
                 // The forwarded host is the one the client connected with, or
                 // none (when `Connection` named `Host`); never the client's own
@@ -876,11 +879,8 @@ mod property {
                     forwarded_host
                 );
                 for (name, _) in &seen.headers {
-                    let normalised = name.replace('_', "-");
                     prop_assert!(
-                        !normalised.starts_with("x-shuffle-")
-                            || name == "x-shuffle-tenant"
-                            || name == "x-shuffle-shard",
+                        !spoofs_the_gateway(name),
                         "{}: {} reached {}",
                         context,
                         name,

@@ -18,11 +18,12 @@ use gateway::Snapshot;
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
 use hyper::body::Frame;
+use testkit::gateway_toml::{GatewayToml, Shard};
 use tokio::net::TcpStream;
 
 use crate::util::{
-    CustomShard, Fixture, Frames, Options, RawResponse, ShardBody, bearer_line, exchange,
-    random_bytes, raw, raw_request, raw_until_closed, text,
+    CustomShard, Fixture, Options, RawResponse, ShardBody, TestBody, bearer_line, exchange, raw,
+    raw_request, raw_until_closed, text,
 };
 
 /// How long an answer may take before it counts as a hang.
@@ -191,7 +192,7 @@ async fn response_trailers_never_reveal_placement() {
         trailers.insert("x-shuffle-tenant", "t".parse().unwrap());
         trailers.insert("connection", "x".parse().unwrap());
         trailers.insert("x-checksum", "abc".parse().unwrap());
-        let body = Frames::new([
+        let body = TestBody::frames([
             Frame::data(Bytes::from_static(b"hello")),
             Frame::trailers(trailers),
         ]);
@@ -584,27 +585,19 @@ async fn with_append_client_forwarding_headers_pass_unchanged() {
 /// A minimal valid configuration with `tables` (whole TOML tables) before
 /// its cell, in a fresh directory with its key and tenants files.
 fn write_config(dir: &Path, tables: &str) -> PathBuf {
-    std::fs::write(dir.join("placement.key"), random_bytes(32)).unwrap();
-    std::fs::write(
-        dir.join("tenants.toml"),
-        format!(
+    GatewayToml {
+        k: 1,
+        // The tables under test may hold `[admin]` themselves.
+        admin_listen: None,
+        extra: tables.to_owned(),
+        shards: vec![Shard::new("s0", "http://127.0.0.1:9")],
+        tenants: format!(
             "[[tenants]]\nid = \"t\"\napi_key_sha256 = \"{}\"\n",
             "ab".repeat(32)
         ),
-    )
-    .unwrap();
-    let path = dir.join("gateway.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\n\
-             [placement]\nalgorithm = \"rendezvous\"\nk = 1\nkey_file = \"placement.key\"\nkey_version = \"v1\"\n\n\
-             {tables}\n\n\
-             [[cells]]\nname = \"default\"\nshards = [{{ id = \"s0\", url = \"http://127.0.0.1:9\" }}]\n"
-        ),
-    )
-    .unwrap();
-    path
+        ..GatewayToml::default()
+    }
+    .write(dir)
 }
 
 /// Loads a configuration made of `tables`; the error's message on refusal.

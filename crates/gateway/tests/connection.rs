@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 
 use crate::util::{
-    ChannelBody, CustomShard, Fixture, Frames, Options, RawResponse, ShardBody, eventually, full,
+    CustomShard, Fixture, Options, RawResponse, ShardBody, TestBody, eventually, full,
 };
 
 /// How long anything in these tests may take before it counts as a hang:
@@ -404,9 +404,9 @@ async fn a_response_the_backend_sends_chunked_reaches_the_client_chunked_and_who
         let streamed = streamed.lock().unwrap().take();
         async move {
             match streamed {
-                Some(streamed) => Response::new(ChannelBody(streamed).boxed()),
+                Some(streamed) => Response::new(TestBody::channel(streamed).boxed()),
                 None => Response::new(
-                    Frames::new([
+                    TestBody::frames([
                         Frame::data(Bytes::from_static(b"alpha,")),
                         Frame::data(Bytes::from_static(b"beta,")),
                         Frame::data(Bytes::from_static(b"gamma")),

@@ -10,26 +10,22 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use backend::Mode;
 use bytes::Bytes;
 use gateway::health::Active;
-use gateway::state::ShardRuntime;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
 
-use crate::util::{CustomShard, Fixture, Options, eventually, read_while_open};
+use crate::util::{CustomShard, Fixture, Options, TestBody, eventually, read_while_open};
 
 const TOKEN: &str = "isolation-admin-token-9d41c7e2b05f";
 
@@ -119,18 +115,6 @@ async fn health_of(fixture: &Fixture, id: &str) -> String {
         .find(|(shard, _)| shard == id)
         .unwrap_or_else(|| panic!("{id} is not in /admin/shards"))
         .1
-}
-
-/// The shard's run-time state, in process.
-fn runtime(fixture: &Fixture, id: &str) -> Arc<ShardRuntime> {
-    Arc::clone(
-        fixture
-            .running
-            .gateway
-            .snapshot()
-            .find_shard("default", id)
-            .unwrap(),
-    )
 }
 
 /// `shuffle_stream_timeouts_total{side}` on the admin `/metrics` (summed
@@ -289,48 +273,8 @@ async fn get_from_stalled(addr: SocketAddr, key: &str) -> Received {
     received
 }
 
-/// A response body of `left` bytes of filler, produced as fast as it is
-/// taken; counts its drops, which is how a test sees the backend's side of
-/// a connection end.
-struct Huge {
-    left: usize,
-    chunk: Bytes,
-    dropped: Arc<AtomicUsize>,
-}
-
 /// What [`huge_shard`] answers: 64 MiB, more than any socket buffers hold.
 const HUGE: usize = 64 << 20;
-
-impl Body for Huge {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        if self.left == 0 {
-            return Poll::Ready(None);
-        }
-        let n = self.left.min(self.chunk.len());
-        self.left -= n;
-        Poll::Ready(Some(Ok(Frame::data(self.chunk.slice(..n)))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.left == 0
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.left as u64)
-    }
-}
-
-impl Drop for Huge {
-    fn drop(&mut self) {
-        self.dropped.fetch_add(1, Ordering::SeqCst);
-    }
-}
 
 /// A shard answering every request with [`HUGE`] bytes; the counter says
 /// how many of its response bodies have been dropped (sent whole, or their
@@ -340,11 +284,7 @@ async fn huge_shard() -> (CustomShard, Arc<AtomicUsize>) {
     let counter = Arc::clone(&dropped);
     let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
     let shard = CustomShard::start(move |_request| {
-        let body = Huge {
-            left: HUGE,
-            chunk: chunk.clone(),
-            dropped: Arc::clone(&counter),
-        };
+        let body = TestBody::filler(chunk.clone(), HUGE, true).counting_drops(Arc::clone(&counter));
         async move { Response::new(body.boxed()) }
     })
     .await;
@@ -362,7 +302,7 @@ async fn unread_huge_answer(
     dropped: &AtomicUsize,
     key: &str,
 ) {
-    let shard_runtime = runtime(fixture, id);
+    let shard_runtime = fixture.shard(id);
     let seen_before = shard.seen().len();
     let dropped_before = dropped.load(Ordering::SeqCst);
     let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
@@ -672,7 +612,7 @@ async fn a_backend_body_that_stalls_is_cut_off_released_counted_and_ejects_its_s
         ..Options::default()
     })
     .await;
-    let shard = runtime(&fixture, "s0");
+    let shard = fixture.shard("s0");
     assert!(
         eventually(DEADLINE, || shard.health.lock().unwrap().active()
             != Active::Presumed)
@@ -786,7 +726,7 @@ async fn both_idle_timeouts_are_reloadable() {
     // The backend side: a stalled body is cut off after the new 300 ms.
     fixture.backend("s0").set_mode(Mode::StallBody);
     get_from_stalled(fixture.running.addr, &on("s0")).await;
-    let s0 = runtime(&fixture, "s0");
+    let s0 = fixture.shard("s0");
     assert!(eventually(DEADLINE, || s0.in_flight() == 0).await);
     let fixture_ref = &fixture;
     assert!(

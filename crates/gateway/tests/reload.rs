@@ -85,13 +85,7 @@ async fn a_reload_that_moves_nobody_applies_and_keeps_state_and_requests() {
     let before = routing(&fixture);
     // Run-time state that must survive: an operator-failed shard.
     fixture.admin_json("POST", "/admin/shards/s1/fail").await;
-    let shard = fixture
-        .running
-        .gateway
-        .snapshot()
-        .find_shard("default", "s1")
-        .unwrap()
-        .clone();
+    let shard = fixture.shard("s1");
 
     // A new timeout and a new tenant.
     edit(

@@ -101,14 +101,7 @@ async fn a_killed_shard_costs_its_tenants_no_failed_gets() {
         Stats::get(&fixture.running.gateway.stats.failovers) > 0 || {
             // Health checks may have marked the shard down before any request
             // tried it; then no failover was needed, and the shard is down.
-            fixture
-                .running
-                .gateway
-                .snapshot()
-                .find_shard("default", victim)
-                .unwrap()
-                .availability(&fixture.config())
-                != Availability::Up
+            fixture.shard(victim).availability(&fixture.config()) != Availability::Up
         }
     );
 }
@@ -195,13 +188,7 @@ async fn a_timing_out_shard_is_ejected_and_later_readmitted() {
     let tenant = "tenant-3";
     let slow = fixture.subset_ids(tenant)[0].clone();
     fixture.backend(&slow).set_mode(Mode::Blackhole);
-    let shard = fixture
-        .running
-        .gateway
-        .snapshot()
-        .find_shard("default", &slow)
-        .unwrap()
-        .clone();
+    let shard = fixture.shard(&slow);
     // Every GET still succeeds through the other member while the slow one
     // times out often enough to be ejected (or failed by health checks).
     for _ in 0..12 {

@@ -10,34 +10,17 @@
 //! `SHUFFLE_SHARD_KEEP_STATUS_PAGE=DIR` keeps the DOM and the screenshot
 //! there, for looking at them.
 
-use std::env;
-use std::fs;
-use std::path::{Path, PathBuf};
-
 use http::StatusCode;
 use testkit::browser;
 
 use crate::admin::{TOKEN, analyser, options};
 use crate::util::{Fixture, Options};
 
-/// Runs Chromium on a blocking thread, so the gateway under test keeps
-/// serving the page on the runtime's threads.
-async fn chromium(
-    browser: &Path,
-    dir: &Path,
-    name: &str,
-    url: &str,
-    extra: Vec<String>,
-) -> browser::Run {
-    let (browser, dir, name, url) = (
-        browser.to_owned(),
-        dir.to_owned(),
-        name.to_owned(),
-        url.to_owned(),
-    );
-    tokio::task::spawn_blocking(move || browser::run(&browser, &dir, &name, &url, &extra))
-        .await
-        .unwrap()
+/// Runs `chromium` (a Chromium run of `testkit::browser`) on a blocking
+/// thread, so the gateway under test keeps serving the page on the
+/// runtime's threads.
+async fn blocking<T: Send + 'static>(chromium: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(chromium).await.unwrap()
 }
 
 /// The serialised element that starts with `start`, up to `end`.
@@ -93,21 +76,8 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
 
     let dir = tempfile::tempdir().unwrap();
     let url = format!("http://{}/", fixture.running.admin_addr);
-    let run = chromium(
-        &browser,
-        dir.path(),
-        "dom",
-        &url,
-        vec!["--dump-dom".to_owned()],
-    )
-    .await;
-    let dom = run.stdout;
-    assert!(
-        run.status.success() && !dom.is_empty(),
-        "chromium --dump-dom failed ({}); stderr:\n{}",
-        run.status,
-        run.stderr
-    );
+    let (chromium, path, target) = (browser.clone(), dir.path().to_owned(), url.clone());
+    let dom = blocking(move || browser::dump_dom(&chromium, &path, &target)).await;
 
     assert!(dom.contains("<h1>shuffle-shard gateway</h1>"), "{dom}");
     assert!(
@@ -175,34 +145,8 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
     assert!(!dom.contains(TOKEN));
 
     // A screenshot: the page lays out and paints.
-    let png = dir.path().join("status.png");
-    let run = chromium(
-        &browser,
-        dir.path(),
-        "shot",
-        &url,
-        vec![
-            format!("--screenshot={}", png.display()),
-            "--window-size=1200,900".to_owned(),
-            "--hide-scrollbars".to_owned(),
-        ],
-    )
-    .await;
-    assert!(
-        run.status.success(),
-        "chromium --screenshot failed ({}); stderr:\n{}",
-        run.status,
-        run.stderr
-    );
-    let image = fs::read(&png).unwrap_or_else(|error| panic!("no screenshot at {png:?}: {error}"));
-    assert_eq!(
-        &image[..8],
-        b"\x89PNG\r\n\x1a\n",
-        "the screenshot is not a PNG"
-    );
-    let width = u32::from_be_bytes(image[16..20].try_into().unwrap());
-    let height = u32::from_be_bytes(image[20..24].try_into().unwrap());
-    assert_eq!((width, height), (1200, 900));
+    let path = dir.path().to_owned();
+    let image = blocking(move || browser::screenshot(&browser, &path, &url, (1200, 900))).await;
     // A blank page this size compresses to a few kilobytes; a grid of
     // coloured tiles, tables and text takes far more.
     assert!(
@@ -210,10 +154,8 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
         "the screenshot is only {} bytes: the page looks blank",
         image.len()
     );
-    if let Some(keep) = env::var_os("SHUFFLE_SHARD_KEEP_STATUS_PAGE") {
-        let keep = PathBuf::from(keep);
-        fs::create_dir_all(&keep).unwrap();
-        fs::write(keep.join("status.html"), &dom).unwrap();
-        fs::copy(&png, keep.join("status.png")).unwrap();
-    }
+    browser::keep(
+        "SHUFFLE_SHARD_KEEP_STATUS_PAGE",
+        &[("status.html", dom.as_bytes()), ("status.png", &image)],
+    );
 }

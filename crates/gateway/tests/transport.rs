@@ -7,13 +7,11 @@
 //! keep-alive connection closed just as it is reused), the test runs its
 //! own small server as the shard (`Options::custom_shards`).
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use backend::Mode;
@@ -22,7 +20,7 @@ use gateway::health::Availability;
 use gateway::state::Stats;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -33,7 +31,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 
 use crate::util::{
-    ChannelBody, CustomShard, Fixture, Options, eventually, only_shard, raw_until_closed,
+    CustomShard, Fixture, Options, TestBody, eventually, only_shard, raw_until_closed,
     read_while_open, text,
 };
 
@@ -62,6 +60,16 @@ fn status_line(answer: &str) -> &str {
     answer.lines().next().unwrap_or("<nothing>")
 }
 
+/// Asserts that a raw answer has `status`; a failure names `context` and
+/// the status line received.
+fn assert_status(answer: &str, status: u16, context: &str) {
+    assert!(
+        answer.starts_with(&format!("HTTP/1.1 {status}")),
+        "{context}: {}",
+        status_line(answer)
+    );
+}
+
 /// A request to the gateway as the fixture's first tenant.
 fn request(fixture: &Fixture, method: &str, path: &str) -> http::request::Builder {
     let (_, key) = &fixture.tenants[0];
@@ -75,44 +83,24 @@ fn empty() -> Full<Bytes> {
     Full::new(Bytes::new())
 }
 
-/// `count` copies of `chunk`, declaring their total length or not (then
-/// hyper sends them chunked).
-struct Chunks {
-    chunk: Bytes,
-    count: usize,
-    declare_length: bool,
-}
-
-impl Body for Chunks {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        if self.count == 0 {
-            return Poll::Ready(None);
-        }
-        self.count -= 1;
-        Poll::Ready(Some(Ok(Frame::data(self.chunk.clone()))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.count == 0
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        if self.declare_length {
-            SizeHint::with_exact((self.chunk.len() * self.count) as u64)
-        } else {
-            SizeHint::default()
-        }
-    }
-}
-
 fn limits(lines: &str) -> String {
     format!("[limits]\n{lines}\n")
+}
+
+/// Two tenants on `shards` test backends (k = 1 when there is one), with
+/// `limits` (when not empty) as the `[limits]` table.
+fn small(shards: usize, limits_lines: &str) -> Options {
+    Options {
+        shards,
+        tenants: 2,
+        k: if shards == 1 { 1 } else { 2 },
+        extra: if limits_lines.is_empty() {
+            String::new()
+        } else {
+            limits(limits_lines)
+        },
+        ..Options::default()
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -120,13 +108,7 @@ fn limits(lines: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_request_heads_get_431_and_reach_nobody() {
-    let fixture = Fixture::start(Options {
-        shards: 2,
-        tenants: 2,
-        extra: limits("max_header_bytes = 16384"),
-        ..Options::default()
-    })
-    .await;
+    let fixture = Fixture::start(small(2, "max_header_bytes = 16384")).await;
     let addr = fixture.running.addr;
     let key = fixture.tenants[0].1.clone();
 
@@ -135,11 +117,7 @@ async fn oversized_request_heads_get_431_and_reach_nobody() {
         "a".repeat(32 * 1024)
     );
     let answer = raw_until_closed(addr, one_big_header.as_bytes(), DEADLINE).await;
-    assert!(
-        answer.starts_with("HTTP/1.1 431"),
-        "{}",
-        status_line(&answer)
-    );
+    assert_status(&answer, 431, "one 32 KiB header");
 
     let many_headers: String = (0..70)
         .map(|i| format!("x-h{i}: {}\r\n", "b".repeat(300)))
@@ -147,11 +125,7 @@ async fn oversized_request_heads_get_431_and_reach_nobody() {
     let many =
         format!("GET / HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\n{many_headers}\r\n");
     let answer = raw_until_closed(addr, many.as_bytes(), DEADLINE).await;
-    assert!(
-        answer.starts_with("HTTP/1.1 431"),
-        "{}",
-        status_line(&answer)
-    );
+    assert_status(&answer, 431, "70 headers of 300 bytes");
     assert_eq!(fixture.total_backend_requests(), 0);
 
     // A head under the limit passes.
@@ -160,24 +134,14 @@ async fn oversized_request_heads_get_431_and_reach_nobody() {
         "c".repeat(12 * 1024)
     );
     let answer = raw_until_closed(addr, fits.as_bytes(), DEADLINE).await;
-    assert!(
-        answer.starts_with("HTTP/1.1 200"),
-        "{}",
-        status_line(&answer)
-    );
+    assert_status(&answer, 200, "a 12 KiB head");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_header_limit_below_hypers_minimum_buffer_is_still_enforced() {
     // hyper's read buffer cannot be smaller than 8 KiB; a smaller
     // configured limit must still be the limit.
-    let fixture = Fixture::start(Options {
-        shards: 2,
-        tenants: 2,
-        extra: limits("max_header_bytes = 4096"),
-        ..Options::default()
-    })
-    .await;
+    let fixture = Fixture::start(small(2, "max_header_bytes = 4096")).await;
     let addr = fixture.running.addr;
     let key = fixture.tenants[0].1.clone();
     let head = |filler: usize| {
@@ -187,18 +151,10 @@ async fn a_header_limit_below_hypers_minimum_buffer_is_still_enforced() {
         )
     };
     let answer = raw_until_closed(addr, head(6 * 1024).as_bytes(), DEADLINE).await;
-    assert!(
-        answer.starts_with("HTTP/1.1 431"),
-        "a 6 KiB head with a 4 KiB limit: {}",
-        status_line(&answer)
-    );
+    assert_status(&answer, 431, "a 6 KiB head with a 4 KiB limit");
     assert_eq!(fixture.total_backend_requests(), 0);
     let answer = raw_until_closed(addr, head(3 * 1024).as_bytes(), DEADLINE).await;
-    assert!(
-        answer.starts_with("HTTP/1.1 200"),
-        "a 3 KiB head with a 4 KiB limit: {}",
-        status_line(&answer)
-    );
+    assert_status(&answer, 200, "a 3 KiB head with a 4 KiB limit");
 }
 
 // ---------------------------------------------------------------------------
@@ -206,13 +162,7 @@ async fn a_header_limit_below_hypers_minimum_buffer_is_still_enforced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declared_bodies_over_the_limit_get_413_and_reach_nobody() {
-    let fixture = Fixture::start(Options {
-        shards: 2,
-        tenants: 2,
-        extra: limits("max_body_bytes = 65536"),
-        ..Options::default()
-    })
-    .await;
+    let fixture = Fixture::start(small(2, "max_body_bytes = 65536")).await;
     let key = fixture.tenants[0].1.clone();
 
     // Only the head: the gateway must not wait for a body it will refuse.
@@ -220,11 +170,7 @@ async fn declared_bodies_over_the_limit_get_413_and_reach_nobody() {
         "PUT /upload HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\ncontent-length: 1000000\r\n\r\n"
     );
     let answer = raw_until_closed(fixture.running.addr, head.as_bytes(), DEADLINE).await;
-    assert!(
-        answer.starts_with("HTTP/1.1 413"),
-        "{}",
-        status_line(&answer)
-    );
+    assert_status(&answer, 413, "the head of a 1 MB body");
 
     // A client that sends the whole body anyway still reads the 413.
     for method in ["PUT", "POST"] {
@@ -251,14 +197,7 @@ async fn a_client_still_uploading_when_refused_can_finish_and_read_the_413() {
     // writing. The gateway must keep reading (and discarding) the rest for
     // a while instead of closing at once: closing with unread data resets
     // the connection, the client's write fails and it never sees the 413.
-    let fixture = Fixture::start(Options {
-        shards: 1,
-        tenants: 2,
-        k: 1,
-        extra: limits("max_body_bytes = 65536"),
-        ..Options::default()
-    })
-    .await;
+    let fixture = Fixture::start(small(1, "max_body_bytes = 65536")).await;
     let key = fixture.tenants[0].1.clone();
     let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
     let mut request = format!(
@@ -302,25 +241,15 @@ async fn a_chunked_body_over_the_limit_is_cut_off_and_answered_413() {
     // shard is not blamed: the client's oversized body is not a shard
     // failure.
     const LIMIT: usize = 64 * 1024;
-    let fixture = Fixture::start(Options {
-        shards: 1,
-        tenants: 2,
-        k: 1,
-        extra: limits(&format!("max_body_bytes = {LIMIT}")),
-        ..Options::default()
-    })
-    .await;
-    let client: Client<HttpConnector, Chunks> = Client::builder(TokioExecutor::new()).build_http();
+    let fixture = Fixture::start(small(1, &format!("max_body_bytes = {LIMIT}"))).await;
+    let client: Client<HttpConnector, TestBody> =
+        Client::builder(TokioExecutor::new()).build_http();
     for (method, headers) in [
         ("POST", &[][..]),
         ("PUT", &[][..]),
         ("POST", &[("idempotency-key", "k1")][..]),
     ] {
-        let body = Chunks {
-            chunk: Bytes::from(vec![b'y'; 16 * 1024]),
-            count: 16,
-            declare_length: false,
-        };
+        let body = TestBody::filler(Bytes::from(vec![b'y'; 16 * 1024]), 16 * 16 * 1024, false);
         let mut builder = request(&fixture, method, "/upload");
         for (name, value) in headers {
             builder = builder.header(*name, *value);
@@ -342,13 +271,7 @@ async fn a_chunked_body_over_the_limit_is_cut_off_and_answered_413() {
             seen.body_len
         );
     }
-    let shard = fixture
-        .running
-        .gateway
-        .snapshot()
-        .find_shard("default", "s0")
-        .unwrap()
-        .clone();
+    let shard = fixture.shard("s0");
     assert_eq!(Stats::get(&shard.failures), 0, "the shard was blamed");
     // The gateway and the shard still serve.
     let (status, _) = fixture.get(&fixture.tenants[0].0.clone(), "/").await;
@@ -362,11 +285,8 @@ async fn a_client_that_stalls_its_body_is_answered_and_the_shard_not_blamed() {
     // by the request deadline, and the stall is the client's, not the
     // shard's.
     let fixture = Fixture::start(Options {
-        shards: 1,
-        tenants: 2,
-        k: 1,
         routing: "request_timeout_ms = 400\n".into(),
-        ..Options::default()
+        ..small(1, "")
     })
     .await;
     let key = fixture.tenants[0].1.clone();
@@ -378,24 +298,14 @@ async fn a_client_that_stalls_its_body_is_answered_and_the_shard_not_blamed() {
         stream.write_all(head.as_bytes()).await.unwrap();
         let started = Instant::now();
         let answer = String::from_utf8_lossy(&read_until_closed(&mut stream).await).into_owned();
-        assert!(
-            answer.starts_with("HTTP/1.1 408"),
-            "{method}: {}",
-            status_line(&answer)
-        );
+        assert_status(&answer, 408, method);
         // Ten times the 400 ms request deadline: room for a busy machine,
         // while a body wait that the deadline did not bound would run into
         // DEADLINE (or this bound) instead.
         let elapsed = started.elapsed();
         assert!(elapsed < Duration::from_secs(4), "{method}: {elapsed:?}");
     }
-    let shard = fixture
-        .running
-        .gateway
-        .snapshot()
-        .find_shard("default", "s0")
-        .unwrap()
-        .clone();
+    let shard = fixture.shard("s0");
     assert_eq!(Stats::get(&shard.failures), 0, "the shard was blamed");
 }
 
@@ -418,14 +328,7 @@ async fn get_on(stream: &mut TcpStream, fixture: &Fixture, tenant: &str) -> Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beyond_max_connections_clients_wait_until_a_connection_closes() {
-    let fixture = Fixture::start(Options {
-        shards: 1,
-        tenants: 2,
-        k: 1,
-        extra: limits("max_connections = 1"),
-        ..Options::default()
-    })
-    .await;
+    let fixture = Fixture::start(small(1, "max_connections = 1")).await;
     let addr = fixture.running.addr;
     let tenant = "tenant-0";
 
@@ -470,14 +373,7 @@ async fn beyond_max_connections_clients_wait_until_a_connection_closes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowloris_connection_is_closed_after_the_header_timeout() {
-    let fixture = Fixture::start(Options {
-        shards: 1,
-        tenants: 2,
-        k: 1,
-        extra: limits("header_read_timeout_ms = 300"),
-        ..Options::default()
-    })
-    .await;
+    let fixture = Fixture::start(small(1, "header_read_timeout_ms = 300")).await;
     let addr = fixture.running.addr;
 
     // A head trickled one line every 50 ms, never finished.
@@ -539,13 +435,56 @@ async fn streaming_shard() -> (CustomShard, mpsc::Sender<std::io::Result<Bytes>>
         let body = held.lock().unwrap().take();
         async move {
             match body {
-                Some(body) => Response::new(ChannelBody(body).boxed()),
+                Some(body) => Response::new(TestBody::channel(body).boxed()),
                 None => text(500, "one streamed response per test"),
             }
         }
     })
     .await;
     (shard, chunks)
+}
+
+/// A GET whose response has begun streaming: through a gateway over a
+/// [`streaming_shard`], its head and first chunk have arrived while the
+/// shard still holds the rest.
+struct Streaming {
+    /// Serves until the test ends.
+    _shard: CustomShard,
+    fixture: Fixture,
+    /// The rest of the body: what the test sends, until it drops this.
+    chunks: mpsc::Sender<std::io::Result<Bytes>>,
+    status: StatusCode,
+    /// The body after the first chunk.
+    body: Incoming,
+}
+
+/// Starts a gateway with `options` (given the shard's) over a
+/// [`streaming_shard`], has the shard send `first`, and sends a GET for
+/// `path` that reads the head and checks that `first` arrives.
+async fn streaming(
+    options: impl FnOnce(Options) -> Options,
+    path: &str,
+    first: &'static [u8],
+) -> Streaming {
+    let (shard, chunks) = streaming_shard().await;
+    let fixture = Fixture::start(options(shard.options())).await;
+    chunks.send(Ok(Bytes::from_static(first))).await.unwrap();
+    let response = get_head(&fixture, path).await;
+    let status = response.status();
+    let mut body = response.into_body();
+    let frame = timeout(DEADLINE, body.frame())
+        .await
+        .expect("the first chunk arrives while the backend still holds the rest")
+        .unwrap()
+        .unwrap();
+    assert_eq!(frame.into_data().unwrap(), first);
+    Streaming {
+        _shard: shard,
+        fixture,
+        chunks,
+        status,
+        body,
+    }
 }
 
 /// Sends a GET for `path` and waits (within the deadline) for the
@@ -564,27 +503,15 @@ async fn get_head(fixture: &Fixture, path: &str) -> Response<Incoming> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_reach_the_client_before_the_backend_has_finished() {
-    let (shard, chunks) = streaming_shard().await;
-    let fixture = Fixture::start(shard.options()).await;
-    chunks
-        .send(Ok(Bytes::from_static(b"first;")))
-        .await
-        .unwrap();
-    let response = get_head(&fixture, "/stream").await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut body = response.into_body();
-    let first = timeout(DEADLINE, body.frame())
-        .await
-        .expect("the first chunk arrives while the backend still holds the rest")
-        .unwrap()
-        .unwrap();
-    assert_eq!(first.into_data().unwrap(), "first;");
-    chunks
+    let streaming = streaming(|options| options, "/stream", b"first;").await;
+    assert_eq!(streaming.status, StatusCode::OK);
+    streaming
+        .chunks
         .send(Ok(Bytes::from_static(b"second")))
         .await
         .unwrap();
-    drop(chunks);
-    let rest = timeout(DEADLINE, body.collect())
+    drop(streaming.chunks);
+    let rest = timeout(DEADLINE, streaming.body.collect())
         .await
         .expect("the body ends when the backend's does")
         .unwrap()
@@ -597,12 +524,8 @@ async fn a_response_larger_than_every_limit_streams_through() {
     const CHUNK: usize = 64 * 1024;
     const CHUNKS: usize = 128; // 8 MiB
     let shard = CustomShard::start(|_request| async {
-        let body = Chunks {
-            chunk: Bytes::from((0..CHUNK).map(|i| (i % 251) as u8).collect::<Vec<u8>>()),
-            count: CHUNKS,
-            declare_length: true,
-        };
-        Response::new(body.map_err(|never| match never {}).boxed())
+        let chunk = Bytes::from((0..CHUNK).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        Response::new(TestBody::filler(chunk, CHUNK * CHUNKS, true).boxed())
     })
     .await;
     let fixture = Fixture::start(Options {
@@ -694,7 +617,7 @@ async fn a_backend_that_answers_before_the_upload_ends_is_heard_and_its_connecti
     // never carries another one.
     let (addr, after_refusal, task) = refusing_shard().await;
     let fixture = Fixture::start(only_shard(addr)).await;
-    let client: Client<HttpConnector, ChannelBody> =
+    let client: Client<HttpConnector, TestBody> =
         Client::builder(TokioExecutor::new()).build_http();
     let (chunks, body) = mpsc::channel(4);
     chunks
@@ -703,7 +626,7 @@ async fn a_backend_that_answers_before_the_upload_ends_is_heard_and_its_connecti
         .unwrap();
     // A POST without an Idempotency-Key is streamed, not buffered.
     let upload = request(&fixture, "POST", "/upload")
-        .body(ChannelBody(body))
+        .body(TestBody::channel(body))
         .unwrap();
     let response = timeout(DEADLINE, client.request(upload))
         .await
@@ -745,13 +668,7 @@ async fn a_backend_that_answers_before_the_upload_ends_is_heard_and_its_connecti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_mid_response_is_a_clean_error_for_the_client() {
-    let fixture = Fixture::start(Options {
-        shards: 1,
-        tenants: 2,
-        k: 1,
-        ..Options::default()
-    })
-    .await;
+    let fixture = Fixture::start(small(1, "")).await;
     fixture.backends[0].set_mode(Mode::ResetMidResponse);
     let outcome = timeout(DEADLINE, async {
         let response = fixture
@@ -776,13 +693,7 @@ async fn a_reset_mid_response_is_a_clean_error_for_the_client() {
         }
         Err(_closed) => {}
     }
-    let shard = fixture
-        .running
-        .gateway
-        .snapshot()
-        .find_shard("default", "s0")
-        .unwrap()
-        .clone();
+    let shard = fixture.shard("s0");
     assert!(
         eventually(DEADLINE, || shard.in_flight() == 0).await,
         "the broken response is still counted in flight"
@@ -794,26 +705,14 @@ async fn a_reset_mid_response_is_a_clean_error_for_the_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_after_the_client_got_part_of_the_body_fails_the_body() {
-    let (shard, chunks) = streaming_shard().await;
-    let fixture = Fixture::start(shard.options()).await;
-    chunks
-        .send(Ok(Bytes::from_static(b"{\"partial\":")))
-        .await
-        .unwrap();
-    let response = get_head(&fixture, "/").await;
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut body = response.into_body();
-    let first = timeout(DEADLINE, body.frame())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(first.into_data().unwrap(), "{\"partial\":");
-    chunks
+    let streaming = streaming(|options| options, "/", b"{\"partial\":").await;
+    assert_eq!(streaming.status, StatusCode::OK);
+    streaming
+        .chunks
         .send(Err(std::io::Error::other("injected reset")))
         .await
         .unwrap();
-    let rest = timeout(DEADLINE, body.collect())
+    let rest = timeout(DEADLINE, streaming.body.collect())
         .await
         .expect("the client hangs after the backend reset");
     assert!(rest.is_err(), "a truncated body ended cleanly: {rest:?}");
@@ -824,13 +723,7 @@ async fn a_reset_after_the_client_got_part_of_the_body_fails_the_body() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_after_a_backend_restart_do_not_fail_on_stale_connections() {
-    let fixture = Fixture::start(Options {
-        shards: 1,
-        tenants: 2,
-        k: 1,
-        ..Options::default()
-    })
-    .await;
+    let fixture = Fixture::start(small(1, "")).await;
     let tenant = fixture.tenants[0].0.clone();
     let backend = &fixture.backends[0];
     // Fill the gateway's pool with several idle connections.
@@ -853,13 +746,7 @@ async fn requests_after_a_backend_restart_do_not_fail_on_stale_connections() {
         .await,
         "the backend did not listen again"
     );
-    let shard = fixture
-        .running
-        .gateway
-        .snapshot()
-        .find_shard("default", "s0")
-        .unwrap()
-        .clone();
+    let shard = fixture.shard("s0");
     let config = fixture.config();
     assert!(
         eventually(DEADLINE, || shard.availability(&config) == Availability::Up).await,
@@ -1135,25 +1022,16 @@ async fn shutdown_finishes_in_flight_requests_then_refuses_connections() {
 async fn shutdown_cuts_responses_that_outlast_the_grace_period() {
     // A response the backend never finishes: shutdown waits the grace
     // period, then the connection is closed rather than left running.
-    let (shard, chunks) = streaming_shard().await;
-    let fixture = Fixture::start(Options {
-        extra: limits("shutdown_grace_ms = 200"),
-        ..shard.options()
-    })
+    let mut streaming = streaming(
+        |options| Options {
+            extra: limits("shutdown_grace_ms = 200"),
+            ..options
+        },
+        "/forever",
+        b"begun;",
+    )
     .await;
-    chunks
-        .send(Ok(Bytes::from_static(b"begun;")))
-        .await
-        .unwrap();
-    let response = get_head(&fixture, "/forever").await;
-    let mut body = response.into_body();
-    let first = timeout(DEADLINE, body.frame())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(first.into_data().unwrap(), "begun;");
-    let Fixture { running, .. } = fixture;
+    let Fixture { running, .. } = streaming.fixture;
     let started = Instant::now();
     timeout(DEADLINE, running.shutdown())
         .await
@@ -1166,11 +1044,11 @@ async fn shutdown_cuts_responses_that_outlast_the_grace_period() {
         elapsed < Duration::from_secs(5),
         "shutdown took {elapsed:?} with a 200 ms grace period"
     );
-    let end = timeout(DEADLINE, body.frame())
+    let end = timeout(DEADLINE, streaming.body.frame())
         .await
         .expect("the response outlived the shutdown grace period");
     assert!(!matches!(end, Some(Ok(_))), "data after shutdown: {end:?}");
-    drop(chunks);
+    drop(streaming.chunks);
 }
 
 // ---------------------------------------------------------------------------

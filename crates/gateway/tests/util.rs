@@ -9,6 +9,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -16,17 +17,18 @@ use std::time::Duration;
 use backend::Backend;
 use bytes::Bytes;
 use gateway::runtime::{self, Running};
+use gateway::state::ShardRuntime;
 use gateway::{GatewayConfig, Snapshot};
 use http::{Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame, Incoming};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use sha2::{Digest, Sha256};
+use testkit::gateway_toml::{self, GatewayToml, Shard, tenants_toml};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -93,18 +95,9 @@ pub struct Fixture {
     pub jwt_secret: Option<Vec<u8>>,
 }
 
-/// A random key of `len` bytes. Tests make their own keys; none is
-/// committed.
-pub fn random_bytes(len: usize) -> Vec<u8> {
-    (0..len).map(|_| fastrand::u8(..)).collect()
-}
-
-pub fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+// The gateway's own tests share these with the CLI's: `testkit` writes the
+// configuration both run a gateway from.
+pub use testkit::gateway_toml::{random_bytes, sha256_hex};
 
 impl Fixture {
     pub async fn start(options: Options) -> Self {
@@ -113,41 +106,16 @@ impl Fixture {
         for i in 0..options.shards {
             backends.push(Backend::start(&format!("s{i}")).await.unwrap());
         }
-        std::fs::write(dir.path().join("placement.key"), random_bytes(32)).unwrap();
-        let tenants: Vec<(String, String)> = (0..options.tenants)
-            .map(|t| {
-                (
-                    format!("tenant-{t}"),
-                    format!("key-{t}-{}", fastrand::u64(..)),
-                )
-            })
-            .collect();
-        let tenants_toml: String = tenants
-            .iter()
-            .map(|(id, key)| {
-                format!(
-                    "[[tenants]]\nid = \"{id}\"\napi_key_sha256 = \"{}\"\n\n",
-                    sha256_hex(key)
-                )
-            })
-            .collect();
-        std::fs::write(dir.path().join("tenants.toml"), tenants_toml).unwrap();
-        let shards: String = backends
+        let tenants = gateway_toml::tenants(options.tenants);
+        let shards = backends
             .iter()
             .enumerate()
-            .map(|(i, b)| {
-                format!(
-                    "  {{ id = \"{}\", url = \"{}\", zone = \"{}\" }},\n",
-                    b.id(),
-                    b.url(),
-                    ["a", "b"][i % 2]
-                )
-            })
+            .map(|(i, b)| Shard::new(b.id(), b.url()).in_zone(["a", "b"][i % 2]))
             .chain(
                 options
                     .custom_shards
                     .iter()
-                    .map(|(id, url)| format!("  {{ id = \"{id}\", url = \"{url}\" }},\n")),
+                    .map(|(id, url)| Shard::new(id, url)),
             )
             .collect();
         // Test-friendly timeouts unless the test sets its own.
@@ -175,11 +143,6 @@ impl Fixture {
                 ("max_ejection_ms", "2000"),
             ],
         );
-        let mut admin = options.admin.clone();
-        if let Some(token) = &options.admin_token {
-            std::fs::write(dir.path().join("admin.token"), format!("{token}\n")).unwrap();
-            admin.push_str("\ntoken_file = \"admin.token\"\n");
-        }
         let mut extra = options.extra.clone();
         let jwt_secret = options.jwt_hs256.as_ref().map(|lines| {
             let secret = random_bytes(32);
@@ -189,42 +152,21 @@ impl Fixture {
             ));
             secret
         });
-        let config = format!(
-            r#"listen = "127.0.0.1:0"
-tenants_file = "tenants.toml"
-
-[placement]
-algorithm = "rendezvous"
-k = {k}
-key_file = "placement.key"
-key_version = "v1"
-
-[health]
-{health}
-
-[routing]
-{routing}
-
-[outlier]
-{outlier}
-
-[admin]
-listen = "127.0.0.1:0"
-{admin}
-
-{extra}
-
-[[cells]]
-name = "default"
-shards = [
-{shards}]
-"#,
-            k = options.k,
-            routing = routing,
-            extra = extra,
-        );
-        let path = dir.path().join("gateway.toml");
-        std::fs::write(&path, config).unwrap();
+        let path = GatewayToml {
+            k: options.k,
+            tables: vec![
+                ("health".into(), health),
+                ("routing".into(), routing),
+                ("outlier".into(), outlier),
+            ],
+            admin_token: options.admin_token.clone(),
+            admin: options.admin.clone(),
+            extra,
+            shards,
+            tenants: tenants_toml(&tenants),
+            ..GatewayToml::default()
+        }
+        .write(dir.path());
         let snapshot = Snapshot::load(&path, None).unwrap();
         let running = runtime::start(snapshot).await.unwrap();
         let client = Client::builder(TokioExecutor::new()).build_http();
@@ -245,6 +187,17 @@ shards = [
 
     pub fn config(&self) -> Arc<GatewayConfig> {
         Arc::clone(&self.running.gateway.snapshot().config)
+    }
+
+    /// The run-time state of the shard `id` of the cell `default`.
+    pub fn shard(&self, id: &str) -> Arc<ShardRuntime> {
+        Arc::clone(
+            self.running
+                .gateway
+                .snapshot()
+                .find_shard("default", id)
+                .unwrap_or_else(|| panic!("no shard {id} in the cell default")),
+        )
     }
 
     /// The shard ids of a tenant's subset, as the gateway's placement says.
@@ -275,26 +228,17 @@ shards = [
         headers: &[(&str, &str)],
         body: &'static [u8],
     ) -> (StatusCode, http::HeaderMap, Bytes) {
-        let mut request = Request::builder()
-            .method(method)
-            .uri(format!("http://{}{path}", self.running.addr));
-        if let Some(tenant) = tenant {
-            request = request.header("authorization", format!("Bearer {}", self.api_key(tenant)));
-        }
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let response: Response<_> = self
-            .client
-            .request(request.body(Full::new(Bytes::from_static(body))).unwrap())
-            .await
-            .unwrap();
-        let (parts, body) = response.into_parts();
-        (
-            parts.status,
-            parts.headers,
-            body.collect().await.unwrap().to_bytes(),
+        let key = tenant.map(|tenant| self.api_key(tenant));
+        send_to(
+            &self.client,
+            self.running.addr,
+            method,
+            path,
+            key,
+            headers,
+            body,
         )
+        .await
     }
 
     pub async fn get(&self, tenant: &str, path: &str) -> (StatusCode, Bytes) {
@@ -334,14 +278,32 @@ pub async fn request_to(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (StatusCode, http::HeaderMap, Bytes) {
+    send_to(client, addr, method, path, None, headers, b"").await
+}
+
+/// Sends `method` `path` with `headers` and `body` to `addr`, with `bearer`
+/// as the bearer token when given; the status, headers and whole body of
+/// the answer.
+async fn send_to(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    bearer: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &'static [u8],
+) -> (StatusCode, http::HeaderMap, Bytes) {
     let mut request = Request::builder()
         .method(method)
         .uri(format!("http://{addr}{path}"));
+    if let Some(bearer) = bearer {
+        request = request.header("authorization", format!("Bearer {bearer}"));
+    }
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
     let response = client
-        .request(request.body(Full::new(Bytes::new())).unwrap())
+        .request(request.body(Full::new(Bytes::from_static(body))).unwrap())
         .await
         .unwrap();
     let (parts, body) = response.into_parts();
@@ -361,18 +323,14 @@ impl Fixture {
         path: &str,
         token: Option<&str>,
     ) -> (StatusCode, http::HeaderMap, Bytes) {
-        let bearer = token.map(|t| format!("Bearer {t}"));
-        let headers: Vec<(&str, &str)> = bearer
-            .as_deref()
-            .map(|b| ("authorization", b))
-            .into_iter()
-            .collect();
-        request_to(
+        send_to(
             &self.client,
             self.running.admin_addr,
             method,
             path,
-            &headers,
+            token,
+            &[],
+            b"",
         )
         .await
     }
@@ -734,12 +692,74 @@ pub fn only_shard(addr: SocketAddr) -> Options {
     }
 }
 
-/// A body whose chunks the test hands over one by one: it ends when the
-/// sender is dropped, stays open while the sender is held, and fails (hyper
-/// then aborts the connection) when the test sends an error.
-pub struct ChannelBody(pub mpsc::Receiver<std::io::Result<Bytes>>);
+/// A body a test controls: the one [`Body`] the tests implement, for a
+/// request to the gateway or a response from a [`CustomShard`].
+pub struct TestBody {
+    source: Source,
+    /// Counts this body's drop: how a test sees the end of a response whose
+    /// connection it cannot watch (sent whole, or its connection gone).
+    dropped: Option<Arc<AtomicUsize>>,
+}
 
-impl Body for ChannelBody {
+enum Source {
+    Channel(mpsc::Receiver<std::io::Result<Bytes>>),
+    Ready(VecDeque<Frame<Bytes>>),
+    Filler {
+        chunk: Bytes,
+        left: usize,
+        declared: bool,
+    },
+}
+
+impl TestBody {
+    fn new(source: Source) -> Self {
+        Self {
+            source,
+            dropped: None,
+        }
+    }
+
+    /// Chunks the test hands over one by one: the body ends when the sender
+    /// is dropped, stays open while the sender is held, and fails (hyper
+    /// then aborts the connection) when the test sends an error.
+    pub fn channel(chunks: mpsc::Receiver<std::io::Result<Bytes>>) -> Self {
+        Self::new(Source::Channel(chunks))
+    }
+
+    /// Ready frames (data, then perhaps a trailer section) with no declared
+    /// length, so hyper sends them chunked.
+    pub fn frames(frames: impl IntoIterator<Item = Frame<Bytes>>) -> Self {
+        Self::new(Source::Ready(frames.into_iter().collect()))
+    }
+
+    /// `len` bytes of `chunk` repeated (the last copy cut short), produced
+    /// as fast as they are taken. With `declared` the body states its
+    /// length (hyper sends `Content-Length`); without, hyper sends it
+    /// chunked.
+    pub fn filler(chunk: Bytes, len: usize, declared: bool) -> Self {
+        Self::new(Source::Filler {
+            chunk,
+            left: len,
+            declared,
+        })
+    }
+
+    /// The same body, adding one to `dropped` when it is dropped.
+    pub fn counting_drops(mut self, dropped: Arc<AtomicUsize>) -> Self {
+        self.dropped = Some(dropped);
+        self
+    }
+}
+
+impl Drop for TestBody {
+    fn drop(&mut self) {
+        if let Some(dropped) = &self.dropped {
+            dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Body for TestBody {
     type Data = Bytes;
     type Error = std::io::Error;
 
@@ -747,30 +767,35 @@ impl Body for ChannelBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|chunk| chunk.map(Frame::data)))
+        match &mut self.source {
+            Source::Channel(chunks) => chunks
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|chunk| chunk.map(Frame::data))),
+            Source::Ready(frames) => Poll::Ready(frames.pop_front().map(Ok)),
+            Source::Filler { chunk, left, .. } => {
+                if *left == 0 {
+                    return Poll::Ready(None);
+                }
+                let n = (*left).min(chunk.len());
+                *left -= n;
+                Poll::Ready(Some(Ok(Frame::data(chunk.slice(..n)))))
+            }
+        }
     }
-}
 
-/// A body of ready frames (data, then perhaps a trailer section) that
-/// declares no length, so hyper sends it chunked.
-pub struct Frames(pub VecDeque<Frame<Bytes>>);
-
-impl Frames {
-    pub fn new(frames: impl IntoIterator<Item = Frame<Bytes>>) -> Self {
-        Self(frames.into_iter().collect())
+    fn is_end_stream(&self) -> bool {
+        // Only the filler knows its end before it is polled there.
+        matches!(self.source, Source::Filler { left: 0, .. })
     }
-}
 
-impl Body for Frames {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        Poll::Ready(self.0.pop_front().map(Ok))
+    fn size_hint(&self) -> SizeHint {
+        match &self.source {
+            Source::Filler {
+                left,
+                declared: true,
+                ..
+            } => SizeHint::with_exact(*left as u64),
+            _ => SizeHint::default(),
+        }
     }
 }

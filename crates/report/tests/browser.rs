@@ -8,9 +8,7 @@
 //! `SHUFFLE_SHARD_KEEP_REPORT=DIR` keeps the page and the screenshot there,
 //! for looking at them.
 
-use std::env;
 use std::fs;
-use std::path::PathBuf;
 
 use analysis::plan::{self, Budget};
 use analysis::{BlastModel, Placements, Population, load, overlap};
@@ -99,26 +97,14 @@ fn chromium_renders_the_report_charts() {
     };
 
     let dir = tempfile::tempdir().unwrap();
+    let html = realistic_report();
     let page = dir.path().join("report.html");
-    fs::write(&page, realistic_report()).unwrap();
+    fs::write(&page, &html).unwrap();
 
     // The DOM as the browser parsed it: proves the inline SVG became SVG
     // elements inside the figures, not text.
     let target = format!("file://{}", page.display());
-    let run = browser::run(
-        &browser,
-        dir.path(),
-        "dom",
-        &target,
-        &["--dump-dom".to_owned()],
-    );
-    let dom = run.stdout;
-    assert!(
-        run.status.success() && !dom.is_empty(),
-        "chromium --dump-dom failed ({}); stderr:\n{}",
-        run.status,
-        run.stderr
-    );
+    let dom = browser::dump_dom(&browser, dir.path(), &target);
     assert!(dom.contains("<h1>Blast radius: 16 shards, 2,000 tenants</h1>"));
     assert!(dom.contains("class=\"verdict\""));
     assert!(dom.contains("<table id=\"worst-case\">"));
@@ -140,33 +126,7 @@ fn chromium_renders_the_report_charts() {
     assert!(figure(&dom, "chart-k").is_some_and(|f| f.contains("recommended k = ")));
 
     // A screenshot: the page lays out and paints to a full-size image.
-    let png = dir.path().join("report.png");
-    let run = browser::run(
-        &browser,
-        dir.path(),
-        "shot",
-        &target,
-        &[
-            format!("--screenshot={}", png.display()),
-            "--window-size=1200,2000".to_owned(),
-            "--hide-scrollbars".to_owned(),
-        ],
-    );
-    assert!(
-        run.status.success(),
-        "chromium --screenshot failed ({}); stderr:\n{}",
-        run.status,
-        run.stderr
-    );
-    let image = fs::read(&png).unwrap_or_else(|error| panic!("no screenshot at {png:?}: {error}"));
-    assert_eq!(
-        &image[..8],
-        b"\x89PNG\r\n\x1a\n",
-        "the screenshot is not a PNG"
-    );
-    let width = u32::from_be_bytes(image[16..20].try_into().unwrap());
-    let height = u32::from_be_bytes(image[20..24].try_into().unwrap());
-    assert_eq!((width, height), (1200, 2000));
+    let image = browser::screenshot(&browser, dir.path(), &target, (1200, 2000));
     // A blank page of this size compresses to a few kilobytes; charts,
     // tables and text take far more.
     assert!(
@@ -174,10 +134,8 @@ fn chromium_renders_the_report_charts() {
         "the screenshot is only {} bytes: the page looks blank",
         image.len()
     );
-    if let Some(keep) = env::var_os("SHUFFLE_SHARD_KEEP_REPORT") {
-        let keep = PathBuf::from(keep);
-        fs::create_dir_all(&keep).unwrap();
-        fs::copy(&page, keep.join("report.html")).unwrap();
-        fs::copy(&png, keep.join("report.png")).unwrap();
-    }
+    browser::keep(
+        "SHUFFLE_SHARD_KEEP_REPORT",
+        &[("report.html", html.as_bytes()), ("report.png", &image)],
+    );
 }

@@ -6,6 +6,10 @@
 //! Chromium runs with the flags this workplace's closed network needs, in a
 //! fresh profile, its output in files (nothing has to drain pipes while we
 //! wait), and is waited for by polling against a deadline.
+//!
+//! [`dump_dom`] and [`screenshot`] are the two runs every page test makes,
+//! with the checks that the run worked; [`keep`] saves what a test saw for
+//! a person to look at.
 
 use std::env;
 use std::fs::{self, File};
@@ -111,5 +115,73 @@ pub fn run(browser: &Path, dir: &Path, name: &str, target: &str, extra: &[String
         status,
         stdout: fs::read_to_string(&stdout).unwrap_or_default(),
         stderr: fs::read_to_string(&stderr).unwrap_or_default(),
+    }
+}
+
+/// The DOM Chromium parsed from `target` (`--dump-dom`). Panics, with
+/// Chromium's stderr, unless it ran and printed one.
+pub fn dump_dom(browser: &Path, dir: &Path, target: &str) -> String {
+    let run = run(browser, dir, "dom", target, &["--dump-dom".to_owned()]);
+    assert!(
+        run.status.success() && !run.stdout.is_empty(),
+        "chromium --dump-dom failed ({}); stderr:\n{}",
+        run.status,
+        run.stderr
+    );
+    run.stdout
+}
+
+/// A screenshot of `target` in a window of `width` × `height` pixels, as
+/// PNG bytes. Panics unless Chromium ran and wrote a PNG of that size: the
+/// page laid out and painted. Whether it painted more than a blank page is
+/// the caller's to judge (by the image's size).
+pub fn screenshot(
+    browser: &Path,
+    dir: &Path,
+    target: &str,
+    (width, height): (u32, u32),
+) -> Vec<u8> {
+    let png = dir.join("screenshot.png");
+    let run = run(
+        browser,
+        dir,
+        "shot",
+        target,
+        &[
+            format!("--screenshot={}", png.display()),
+            format!("--window-size={width},{height}"),
+            "--hide-scrollbars".to_owned(),
+        ],
+    );
+    assert!(
+        run.status.success(),
+        "chromium --screenshot failed ({}); stderr:\n{}",
+        run.status,
+        run.stderr
+    );
+    let image = fs::read(&png).unwrap_or_else(|error| panic!("no screenshot at {png:?}: {error}"));
+    assert_eq!(
+        &image[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "the screenshot is not a PNG"
+    );
+    // The PNG's IHDR chunk: width and height, big-endian, after the
+    // signature and the chunk's length and type.
+    let size = |at: usize| u32::from_be_bytes(image[at..at + 4].try_into().unwrap());
+    assert_eq!((size(16), size(20)), (width, height));
+    image
+}
+
+/// Writes `files` (name, contents) into the directory the environment
+/// variable `var` names, when it is set, so a person can look at what a
+/// test saw.
+pub fn keep(var: &str, files: &[(&str, &[u8])]) {
+    let Some(dir) = env::var_os(var) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    fs::create_dir_all(&dir).unwrap();
+    for (name, contents) in files {
+        fs::write(dir.join(name), contents).unwrap();
     }
 }

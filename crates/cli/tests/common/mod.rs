@@ -1,15 +1,36 @@
-//! Helpers shared by the analyser commands' integration tests: running the
-//! binary, temporary input files, and reading JSON output.
+//! Helpers shared by the CLI's integration tests: running the binary,
+//! temporary input files, reading JSON output, the one-line error contract,
+//! and stopping a long-running command.
 
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
+use std::net::TcpListener;
+use std::process::Child;
+use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use serde_json::Value;
 
-const BIN: &str = "shuffle-shard";
+pub const BIN: &str = "shuffle-shard";
+
+/// The top-level fields of `blast --json`, exactly: one list for every test
+/// that checks them.
+pub const BLAST_FIELDS: [&str; 9] = [
+    "shards",
+    "k",
+    "tenants",
+    "algorithm",
+    "pairwise_overlap",
+    "scenarios",
+    "sweep",
+    "waves",
+    "load",
+];
+
+/// The note printed when no key is given; checked by a stable fragment.
+pub const NOTE: &str = "public recipe key \"shuffle-shard-v1\"";
 
 pub fn shuffle_shard() -> Command {
     Command::cargo_bin(BIN).unwrap()
@@ -42,15 +63,6 @@ pub fn run_json(command: &mut Command) -> Value {
     serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("{error}: {stdout}"))
 }
 
-pub fn keys(value: &Value) -> BTreeSet<&str> {
-    value
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {value}"))
-        .keys()
-        .map(String::as_str)
-        .collect()
-}
-
 pub fn set(names: &[&'static str]) -> BTreeSet<&'static str> {
     names.iter().copied().collect()
 }
@@ -68,4 +80,66 @@ pub fn f64_of(value: &Value) -> f64 {
     value
         .as_f64()
         .unwrap_or_else(|| panic!("not a number: {value}"))
+}
+
+/// Runs a command expected to fail on bad input and checks the contract:
+/// status 2, nothing on stdout, exactly one `error:` line on stderr.
+/// Returns stderr.
+pub fn assert_one_line_error(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(output.stdout.is_empty(), "stdout: {:?}", output.stdout);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    stderr
+}
+
+/// Every tenant's shards as `place` computes them, for naive counting.
+pub fn placed(args: &[&str], tenants: usize) -> Vec<Vec<u64>> {
+    let input: String = (0..tenants).map(|t| format!("tenant-{t}\n")).collect();
+    let (stdout, _) = run_ok(shuffle_shard().arg("place").args(args).write_stdin(input));
+    stdout
+        .lines()
+        .map(|line| {
+            let value: Value = serde_json::from_str(line).unwrap();
+            shards(&value["shards"])
+        })
+        .collect()
+}
+
+/// A port nothing listens on (the moment this returns).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Sends SIGTERM to `child` (the command `name`) and asserts that it exits
+/// 0 within ten seconds.
+pub fn terminate(mut child: Child, name: &str) {
+    let pid = child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
 }

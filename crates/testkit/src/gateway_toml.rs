@@ -1,0 +1,269 @@
+//! A gateway configuration for tests: `gateway.toml` and the key, tenants
+//! and admin token files it names, written into one directory.
+//!
+//! The gateway's own fixture and the CLI's `serve` and `drill` tests each
+//! wrote this TOML by hand, so a change to the format had as many copies to
+//! follow. It is written as text, without the gateway crate, so that tests
+//! which run the gateway through the `shuffle-shard` binary need not link
+//! it, and so that a test can still edit the text (reload tests replace a
+//! line and reload).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// A random key of `len` bytes. Tests make their own keys; none is
+/// committed.
+pub fn random_bytes(len: usize) -> Vec<u8> {
+    (0..len).map(|_| fastrand::u8(..)).collect()
+}
+
+/// The SHA-256 of `bytes` in lower-case hex, as the tenants file stores an
+/// API key.
+pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
+    Sha256::digest(bytes.as_ref())
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
+}
+
+/// `count` tenants, `tenant-0` onwards, each with a fresh random API key:
+/// (id, key).
+pub fn tenants(count: usize) -> Vec<(String, String)> {
+    (0..count)
+        .map(|t| {
+            (
+                format!("tenant-{t}"),
+                format!("key-{t}-{}", fastrand::u64(..)),
+            )
+        })
+        .collect()
+}
+
+/// A tenants file: one `[[tenants]]` entry per `(id, API key)`, the key
+/// stored as its SHA-256.
+pub fn tenants_toml(tenants: &[(String, String)]) -> String {
+    tenants.iter().fold(String::new(), |mut text, (id, key)| {
+        let _ = write!(
+            text,
+            "[[tenants]]\nid = \"{id}\"\napi_key_sha256 = \"{}\"\n",
+            sha256_hex(key)
+        );
+        text
+    })
+}
+
+/// One entry of the cell's `shards` list.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    /// The shard's id.
+    pub id: String,
+    /// Where the gateway reaches it (`http://host:port`).
+    pub url: String,
+    /// Its zone, if the test places by zone.
+    pub zone: Option<String>,
+}
+
+impl Shard {
+    /// A shard without a zone.
+    pub fn new(id: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            url: url.into(),
+            zone: None,
+        }
+    }
+
+    /// The same shard in `zone`.
+    #[must_use]
+    pub fn in_zone(mut self, zone: impl Into<String>) -> Self {
+        self.zone = Some(zone.into());
+        self
+    }
+}
+
+/// A gateway configuration with one cell, rendezvous placement and an
+/// admin listener. [`Default`] gives a valid one but for its shards: both
+/// listeners on 127.0.0.1 port 0, k = 2, a fresh random placement key, no
+/// tenants and no admin token.
+#[derive(Debug, Clone)]
+pub struct GatewayToml {
+    /// The data listener's address.
+    pub listen: String,
+    /// `placement.k`.
+    pub k: u32,
+    /// `placement.key_version`.
+    pub key_version: String,
+    /// `placement.zone_aware`.
+    pub zone_aware: bool,
+    /// Tables after `[placement]`, in order, as (name, body): for example
+    /// `("routing", "failover = false\n")`. A table is written even when
+    /// its body is empty.
+    pub tables: Vec<(String, String)>,
+    /// `admin.listen`; `None` writes no `[admin]` table (then `admin_token`
+    /// and `admin` must be empty).
+    pub admin_listen: Option<String>,
+    /// When set, written to `admin.token` and named by `admin.token_file`.
+    pub admin_token: Option<String>,
+    /// Further lines inside `[admin]`, after `listen` and `token_file`.
+    pub admin: String,
+    /// Whole TOML tables after `[admin]` (e.g. `[limits]`, `[auth.jwt]`).
+    pub extra: String,
+    /// The cell's name.
+    pub cell: String,
+    /// The cell's shards, one per line (so a test can remove one by its
+    /// line).
+    pub shards: Vec<Shard>,
+    /// The contents of `placement.key`.
+    pub placement_key: Vec<u8>,
+    /// The contents of `tenants.toml` (see [`tenants_toml`]).
+    pub tenants: String,
+}
+
+impl Default for GatewayToml {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:0".into(),
+            k: 2,
+            key_version: "v1".into(),
+            zone_aware: false,
+            tables: Vec::new(),
+            admin_listen: Some("127.0.0.1:0".into()),
+            admin_token: None,
+            admin: String::new(),
+            extra: String::new(),
+            cell: "default".into(),
+            shards: Vec::new(),
+            placement_key: random_bytes(32),
+            tenants: String::new(),
+        }
+    }
+}
+
+impl GatewayToml {
+    /// The text of `gateway.toml`.
+    pub fn render(&self) -> String {
+        let mut text = format!(
+            "listen = \"{}\"\ntenants_file = \"tenants.toml\"\n\n\
+             [placement]\nalgorithm = \"rendezvous\"\nk = {}\nkey_file = \"placement.key\"\nkey_version = \"{}\"\n",
+            self.listen, self.k, self.key_version
+        );
+        if self.zone_aware {
+            text.push_str("zone_aware = true\n");
+        }
+        for (name, body) in &self.tables {
+            let _ = write!(text, "\n[{name}]\n{}", lines(body));
+        }
+        match &self.admin_listen {
+            Some(listen) => {
+                let _ = write!(text, "\n[admin]\nlisten = \"{listen}\"\n");
+                if self.admin_token.is_some() {
+                    text.push_str("token_file = \"admin.token\"\n");
+                }
+                text.push_str(&lines(&self.admin));
+            }
+            None => assert!(
+                self.admin_token.is_none() && self.admin.is_empty(),
+                "admin settings without an [admin] table"
+            ),
+        }
+        if !self.extra.is_empty() {
+            let _ = write!(text, "\n{}", lines(&self.extra));
+        }
+        let _ = write!(text, "\n[[cells]]\nname = \"{}\"\nshards = [\n", self.cell);
+        for shard in &self.shards {
+            let _ = write!(text, "  {{ id = \"{}\", url = \"{}\"", shard.id, shard.url);
+            if let Some(zone) = &shard.zone {
+                let _ = write!(text, ", zone = \"{zone}\"");
+            }
+            text.push_str(" },\n");
+        }
+        text.push_str("]\n");
+        text
+    }
+
+    /// Writes `gateway.toml`, `placement.key`, `tenants.toml` and (with a
+    /// token) `admin.token` into `dir`; the path of `gateway.toml`.
+    pub fn write(&self, dir: &Path) -> PathBuf {
+        fs::write(dir.join("placement.key"), &self.placement_key).unwrap();
+        fs::write(dir.join("tenants.toml"), &self.tenants).unwrap();
+        if let Some(token) = &self.admin_token {
+            fs::write(dir.join("admin.token"), format!("{token}\n")).unwrap();
+        }
+        let path = dir.join("gateway.toml");
+        fs::write(&path, self.render()).unwrap();
+        path
+    }
+}
+
+/// `body`, ending in a newline unless empty: table bodies are written one
+/// after another, and a missing newline would join two lines.
+fn lines(body: &str) -> String {
+    let mut text = body.to_owned();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_part_in_order() {
+        let config = GatewayToml {
+            k: 3,
+            zone_aware: true,
+            tables: vec![
+                ("health".into(), "rise = 1".into()),
+                ("routing".into(), String::new()),
+            ],
+            admin_token: Some("t".into()),
+            admin: "status_page_without_token = true\n".into(),
+            extra: "[limits]\nmax_connections = 1".into(),
+            cell: "main".into(),
+            shards: vec![
+                Shard::new("s0", "http://127.0.0.1:1").in_zone("a"),
+                Shard::new("c0", "http://127.0.0.1:2"),
+            ],
+            ..GatewayToml::default()
+        };
+        assert_eq!(
+            config.render(),
+            "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\n\
+             [placement]\nalgorithm = \"rendezvous\"\nk = 3\nkey_file = \"placement.key\"\n\
+             key_version = \"v1\"\nzone_aware = true\n\n\
+             [health]\nrise = 1\n\n\
+             [routing]\n\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\n\
+             status_page_without_token = true\n\n\
+             [limits]\nmax_connections = 1\n\n\
+             [[cells]]\nname = \"main\"\nshards = [\n\
+             \x20 { id = \"s0\", url = \"http://127.0.0.1:1\", zone = \"a\" },\n\
+             \x20 { id = \"c0\", url = \"http://127.0.0.1:2\" },\n]\n"
+        );
+    }
+
+    #[test]
+    fn without_an_admin_listener_there_is_no_admin_table() {
+        let config = GatewayToml {
+            admin_listen: None,
+            ..GatewayToml::default()
+        };
+        assert!(!config.render().contains("[admin]"));
+    }
+
+    #[test]
+    fn tenants_are_stored_by_the_sha256_of_their_key() {
+        assert_eq!(
+            tenants_toml(&[("t".into(), "abc".into())]),
+            "[[tenants]]\nid = \"t\"\n\
+             api_key_sha256 = \"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\"\n"
+        );
+    }
+}
