@@ -7,6 +7,7 @@
 //! data listener never reveals which shards serve a tenant.
 
 use std::collections::BTreeSet;
+use testkit::json::keys;
 
 use analysis::{BlastModel, Placements, Population};
 use http::StatusCode;
@@ -131,15 +132,6 @@ fn all_shards_untouched(fixture: &Fixture, what: &str) {
 fn json(body: &[u8]) -> Value {
     serde_json::from_slice(body)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(body)))
-}
-
-fn keys(value: &Value) -> BTreeSet<&str> {
-    value
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {value}"))
-        .keys()
-        .map(String::as_str)
-        .collect()
 }
 
 fn assert_unauthorized(status: StatusCode, headers: &http::HeaderMap, body: &[u8], what: &str) {
