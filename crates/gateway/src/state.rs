@@ -148,7 +148,7 @@ pub struct Snapshot {
     /// Per cell: the blast-radius model over the cell's tenants.
     pub blast: Vec<crate::ops::live_blast::CellModel>,
     /// Per cell: some shard's URL has a path prefix, so request targets
-    /// must stay under it ([`crate::route::attempt::stays_under_prefix`]).
+    /// must stay under it ([`crate::trust::target::stays_under_prefix`]).
     pub(crate) prefixed: Vec<bool>,
     /// The admin bearer token, when one is configured.
     pub admin_token: Option<crate::trust::credential::Secret>,
