@@ -357,3 +357,33 @@ fn with_exposed_admin(text: &str, page: &str) -> String {
         &format!("[admin]\n{page} = true\nlisten = \"0.0.0.0:"),
     )
 }
+
+/// An admin listener other hosts can reach, with every page behind the
+/// token, starts, and says at start that it is reachable (issue 16).
+#[test]
+fn serve_warns_when_the_admin_listener_is_reachable_from_other_hosts() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backends: Vec<Backend> = (0..4)
+        .map(|i| runtime.block_on(Backend::start(&format!("s{i}"))).unwrap())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (listen, _) = write_config(dir.path(), &backends, &random_bytes(32));
+    let config = dir.path().join("gateway.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[admin]\nlisten = \"127.0.0.1:",
+        "[admin]\nlisten = \"0.0.0.0:",
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut child = spawn_serve(&config);
+    wait_for_listener(&listen, &mut child);
+    let mut stderr = child.stderr.take().unwrap();
+    terminate(child, "serve");
+    let mut logged = String::new();
+    stderr.read_to_string(&mut logged).unwrap();
+    assert!(
+        logged
+            .lines()
+            .any(|line| line.contains("WARN") && line.contains("reachable from other hosts")),
+        "no warning about the reachable admin listener:\n{logged}"
+    );
+}
