@@ -326,42 +326,12 @@ fn read_token(path: &std::path::Path) -> Result<crate::trust::credential::Secret
     Ok(crate::trust::credential::Secret::new(token))
 }
 
-/// Counters of what the gateway did, read by tests, drills and metrics.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Requests received on the data listener.
-    pub requests: AtomicU64,
-    /// Requests rejected for a missing or bad credential.
-    pub unauthorized: AtomicU64,
-    /// Attempts after the first, within one request.
-    pub failovers: AtomicU64,
-    /// Requests steered to another member because one was out of rotation.
-    pub reroutes: AtomicU64,
-    /// Requests served by a shard outside the tenant's subset.
-    pub spills: AtomicU64,
-    /// Retries refused because the retry budget was spent.
-    pub budget_exhausted: AtomicU64,
-    /// Requests answered 503 because the whole subset was out.
-    pub exhausted: AtomicU64,
-    /// Shard ejections by passive outlier detection.
-    pub ejections: AtomicU64,
-}
-
-impl Stats {
-    /// Reads a counter.
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
-}
-
 /// The whole gateway.
 #[derive(Debug)]
 pub struct Gateway {
     snapshot: ArcSwap<Snapshot>,
     /// The retry budget, shared by all requests.
     pub budget: RetryBudget,
-    /// Counters.
-    pub stats: Stats,
     /// Prometheus metrics.
     pub metrics: crate::ops::metrics::Metrics,
     /// Per-tenant success over the availability window.
@@ -382,7 +352,6 @@ impl Gateway {
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
             budget,
-            stats: Stats::default(),
             metrics: crate::ops::metrics::Metrics::new(),
             tenant_windows: crate::ops::window::Windows::new(window, Instant::now()),
             shard_windows: crate::ops::window::Windows::new(window, Instant::now()),
@@ -415,7 +384,6 @@ impl Gateway {
             .expect("health lock")
             .record_attempt(false, now, outlier);
         if let Some(reason) = ejected {
-            self.stats.ejections.fetch_add(1, Ordering::Relaxed);
             self.metrics
                 .ejections
                 .get_or_create(&crate::ops::metrics::EjectionLabels {

@@ -123,7 +123,7 @@ async fn stream_timeouts(fixture: &Fixture, side: &str) -> f64 {
     let (status, _, body) = fixture.admin("GET", "/metrics", Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK);
     let text = String::from_utf8(body.to_vec()).unwrap();
-    crate::metrics::parse(&text)
+    crate::util::parse(&text)
         .samples
         .iter()
         .filter(|sample| {

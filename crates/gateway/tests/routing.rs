@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use backend::Mode;
 use gateway::health::Availability;
-use gateway::state::Stats;
 use http::StatusCode;
 
 use crate::util::{Fixture, Options, eventually};
+
+/// `[admin]` lines that let a test scrape `/metrics` without a token.
+const SCRAPE: &str = "metrics_without_token = true\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_land_only_on_the_tenants_subset() {
@@ -76,6 +78,7 @@ async fn spoofed_placement_headers_never_reach_a_backend() {
 async fn a_killed_shard_costs_its_tenants_no_failed_gets() {
     let fixture = Fixture::start(Options {
         tenants: 60,
+        admin: SCRAPE.into(),
         ..Options::default()
     })
     .await;
@@ -97,12 +100,25 @@ async fn a_killed_shard_costs_its_tenants_no_failed_gets() {
         }
     }
     assert!(affected > 0, "the test needs tenants on the killed shard");
+    // Every connection the killed shard refused moved its request on to
+    // the other member. (Health checks may take the shard out before
+    // requests try it; then fewer or no failovers are needed.)
+    let metrics = fixture.scrape().await;
+    let refused = metrics.count(
+        "shuffle_attempts_total",
+        &[
+            ("cell", "default"),
+            ("shard", victim),
+            ("outcome", "connect"),
+        ],
+    );
+    let retries = metrics.count(
+        "shuffle_failovers_total",
+        &[("cell", "default"), ("kind", "retry")],
+    );
     assert!(
-        Stats::get(&fixture.running.gateway.stats.failovers) > 0 || {
-            // Health checks may have marked the shard down before any request
-            // tried it; then no failover was needed, and the shard is down.
-            fixture.shard(victim).availability(&fixture.config()) != Availability::Up
-        }
+        retries >= refused,
+        "{refused} refused connections, {retries} retries"
     );
 }
 
@@ -163,6 +179,7 @@ async fn a_post_with_idempotency_key_is_replayed_on_the_other_member() {
 async fn a_spent_retry_budget_stops_retries() {
     let fixture = Fixture::start(Options {
         extra: "[retry_budget]\nratio = 0.0\nmin_per_second = 0\n".into(),
+        admin: SCRAPE.into(),
         ..Options::default()
     })
     .await;
@@ -176,9 +193,13 @@ async fn a_spent_retry_budget_stops_retries() {
     let (status, _) = fixture.get(tenant, "/").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(fixture.total_backend_requests(), 1);
+    let metrics = fixture.scrape().await;
     assert_eq!(
-        Stats::get(&fixture.running.gateway.stats.budget_exhausted),
-        1
+        metrics.count(
+            "shuffle_retry_budget_exhausted_total",
+            &[("cell", "default")]
+        ),
+        1.0
     );
 }
 
@@ -225,6 +246,7 @@ async fn strict_answers_503_when_the_whole_subset_is_out() {
 async fn spill_uses_a_shard_outside_the_subset_and_counts_it() {
     let fixture = Fixture::start(Options {
         routing: "exhausted = \"spill\"\n".into(),
+        admin: SCRAPE.into(),
         ..Options::default()
     })
     .await;
@@ -237,7 +259,11 @@ async fn spill_uses_a_shard_outside_the_subset_and_counts_it() {
     assert_eq!(status, StatusCode::OK);
     let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert!(!subset.contains(&answer["shard"].as_str().unwrap().to_owned()));
-    assert_eq!(Stats::get(&fixture.running.gateway.stats.spills), 1);
+    let metrics = fixture.scrape().await;
+    assert_eq!(
+        metrics.count("shuffle_spills_total", &[("cell", "default")]),
+        1.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

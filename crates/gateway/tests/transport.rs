@@ -17,7 +17,6 @@ use std::time::Duration;
 use backend::Mode;
 use bytes::Bytes;
 use gateway::health::Availability;
-use gateway::state::Stats;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -272,7 +271,11 @@ async fn a_chunked_body_over_the_limit_is_cut_off_and_answered_413() {
         );
     }
     let shard = fixture.shard("s0");
-    assert_eq!(Stats::get(&shard.failures), 0, "the shard was blamed");
+    assert_eq!(
+        shard.failures.load(Ordering::Relaxed),
+        0,
+        "the shard was blamed"
+    );
     // The gateway and the shard still serve.
     let (status, _) = fixture.get(&fixture.tenants[0].0.clone(), "/").await;
     assert_eq!(status, StatusCode::OK);
@@ -306,7 +309,11 @@ async fn a_client_that_stalls_its_body_is_answered_and_the_shard_not_blamed() {
         assert!(elapsed < Duration::from_secs(4), "{method}: {elapsed:?}");
     }
     let shard = fixture.shard("s0");
-    assert_eq!(Stats::get(&shard.failures), 0, "the shard was blamed");
+    assert_eq!(
+        shard.failures.load(Ordering::Relaxed),
+        0,
+        "the shard was blamed"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -752,7 +759,7 @@ async fn requests_after_a_backend_restart_do_not_fail_on_stale_connections() {
         eventually(DEADLINE, || shard.availability(&config) == Availability::Up).await,
         "the health checker did not readmit the restarted backend"
     );
-    let failures_before = Stats::get(&shard.failures);
+    let failures_before = shard.failures.load(Ordering::Relaxed);
     for _ in 0..10 {
         let (status, _) = fixture.get(&tenant, "/after").await;
         assert_eq!(status, StatusCode::OK);
@@ -761,7 +768,7 @@ async fn requests_after_a_backend_restart_do_not_fail_on_stale_connections() {
     for (status, _) in join_all(burst).await {
         assert_eq!(status, StatusCode::OK);
     }
-    assert_eq!(Stats::get(&shard.failures), failures_before);
+    assert_eq!(shard.failures.load(Ordering::Relaxed), failures_before);
 }
 
 /// Awaits every future concurrently; the outputs in order.
@@ -923,6 +930,7 @@ async fn a_backend_killed_as_its_pooled_connection_is_reused_costs_no_failed_get
         k: 2,
         custom_shards: vec![("c0".into(), format!("http://{}", dying.addr))],
         extra: "[retry_budget]\nratio = 0.0\nmin_per_second = 0\n".into(),
+        admin: "metrics_without_token = true\n".into(),
         ..Options::default()
     })
     .await;
@@ -940,9 +948,13 @@ async fn a_backend_killed_as_its_pooled_connection_is_reused_costs_no_failed_get
         let (status, _) = fixture.get(&tenant, "/").await;
         assert_eq!(status, StatusCode::OK);
     }
+    let metrics = fixture.scrape().await;
     assert_eq!(
-        Stats::get(&fixture.running.gateway.stats.budget_exhausted),
-        0
+        metrics.count(
+            "shuffle_retry_budget_exhausted_total",
+            &[("cell", "default")]
+        ),
+        0.0
     );
 }
 

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -797,5 +797,270 @@ impl Body for TestBody {
             } => SizeHint::with_exact(*left as u64),
             _ => SizeHint::default(),
         }
+    }
+}
+
+// The Prometheus text exposition, as a scraper reads it.
+
+/// One sample line: `name{label="value",...} value`.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// A parsed text exposition (Prometheus text format or OpenMetrics).
+#[derive(Debug, Default)]
+pub struct Exposition {
+    /// `# TYPE` per family name.
+    pub types: HashMap<String, String>,
+    /// `# HELP` per family name.
+    pub helps: HashMap<String, String>,
+    pub samples: Vec<Sample>,
+}
+
+/// Reads a label value up to its closing quote, undoing the escapes the
+/// format allows (`\\`, `\"`, `\n`). Returns the value and the rest.
+fn label_value(text: &str) -> (String, &str) {
+    let mut value = String::new();
+    let mut chars = text.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => return (value, &text[at + 1..]),
+            '\\' => match chars.next() {
+                Some((_, 'n')) => value.push('\n'),
+                Some((_, escaped)) => value.push(escaped),
+                None => panic!("a label value ends in a backslash: {text:?}"),
+            },
+            c => value.push(c),
+        }
+    }
+    panic!("an unterminated label value: {text:?}")
+}
+
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().enumerate().all(|(i, c)| {
+            c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+        })
+}
+
+/// Parses an exposition; panics (failing the test) on any line it does not
+/// understand.
+pub fn parse(text: &str) -> Exposition {
+    let mut out = Exposition::default();
+    let mut ended = false;
+    for line in text.lines() {
+        assert!(!ended, "a line after # EOF: {line:?}");
+        if line.is_empty() {
+            continue;
+        }
+        if line == "# EOF" {
+            ended = true;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let (kind, name, value) = (
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or(""),
+            );
+            assert!(is_name(name), "a bad family name in {line:?}");
+            match kind {
+                "TYPE" => {
+                    assert!(
+                        [
+                            "counter",
+                            "gauge",
+                            "histogram",
+                            "summary",
+                            "unknown",
+                            "gaugehistogram",
+                            "stateset",
+                            "info"
+                        ]
+                        .contains(&value),
+                        "an unknown type in {line:?}"
+                    );
+                    assert!(
+                        out.types
+                            .insert(name.to_owned(), value.to_owned())
+                            .is_none(),
+                        "two TYPE lines for {name}"
+                    );
+                }
+                "HELP" => {
+                    out.helps.insert(name.to_owned(), value.to_owned());
+                }
+                "UNIT" => {}
+                _ => panic!("an unknown comment line {line:?}"),
+            }
+            continue;
+        }
+        let name_end = line
+            .find(['{', ' '])
+            .unwrap_or_else(|| panic!("a sample without a value: {line:?}"));
+        let name = &line[..name_end];
+        assert!(is_name(name), "a bad metric name in {line:?}");
+        let mut rest = &line[name_end..];
+        let mut labels = BTreeMap::new();
+        if let Some(after) = rest.strip_prefix('{') {
+            rest = after;
+            loop {
+                if let Some(after) = rest.strip_prefix('}') {
+                    rest = after;
+                    break;
+                }
+                let eq = rest
+                    .find("=\"")
+                    .unwrap_or_else(|| panic!("a label without a value in {line:?}"));
+                let label = &rest[..eq];
+                assert!(is_name(label), "a bad label name {label:?} in {line:?}");
+                let (value, after) = label_value(&rest[eq + 2..]);
+                assert!(
+                    labels.insert(label.to_owned(), value).is_none(),
+                    "label {label} twice in {line:?}"
+                );
+                rest = after.strip_prefix(',').unwrap_or(after);
+            }
+        }
+        let rest = rest
+            .strip_prefix(' ')
+            .unwrap_or_else(|| panic!("no space before the value in {line:?}"));
+        // An exemplar (` # {...} v`) may follow; a timestamp may follow.
+        let rest = rest.split(" # ").next().unwrap_or(rest);
+        let value = rest.split(' ').next().unwrap_or("");
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            "NaN" => f64::NAN,
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("value {v:?} is not a number in {line:?}")),
+        };
+        out.samples.push(Sample {
+            name: name.to_owned(),
+            labels,
+            value,
+        });
+    }
+    assert!(ended, "the exposition does not end with # EOF");
+    // Every sample belongs to a declared family, with its help text.
+    for sample in &out.samples {
+        let family = out.family_of(&sample.name);
+        assert!(
+            out.types.contains_key(&family),
+            "{} has no # TYPE {family}",
+            sample.name
+        );
+        assert!(
+            out.helps.get(&family).is_some_and(|h| !h.is_empty()),
+            "{family} has no help text"
+        );
+    }
+    out
+}
+
+impl Exposition {
+    /// The family a sample name belongs to (`x_total` → `x` for counters,
+    /// `x_bucket`/`x_sum`/`x_count` → `x` for histograms).
+    pub fn family_of(&self, name: &str) -> String {
+        for (suffix, kinds) in [
+            ("_total", &["counter"][..]),
+            ("_created", &["counter", "histogram", "summary"][..]),
+            ("_bucket", &["histogram", "gaugehistogram"][..]),
+            ("_sum", &["histogram", "summary"][..]),
+            ("_count", &["histogram", "summary"][..]),
+        ] {
+            if let Some(family) = name.strip_suffix(suffix)
+                && self
+                    .types
+                    .get(family)
+                    .is_some_and(|t| kinds.contains(&t.as_str()))
+            {
+                return family.to_owned();
+            }
+        }
+        name.to_owned()
+    }
+
+    /// The type of a family.
+    pub fn kind(&self, family: &str) -> Option<&str> {
+        self.types.get(family).map(String::as_str)
+    }
+
+    /// Every sample with this exact name.
+    pub fn series(&self, name: &str) -> Vec<&Sample> {
+        self.samples.iter().filter(|s| s.name == name).collect()
+    }
+
+    /// Samples named `name` whose labels include every pair of `labels`.
+    pub fn matching(&self, name: &str, labels: &[(&str, &str)]) -> Vec<&Sample> {
+        self.samples
+            .iter()
+            .filter(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
+            .collect()
+    }
+
+    /// The value of the one sample named `name` with exactly these labels.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let wanted: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let found: Vec<&Sample> = self
+            .samples
+            .iter()
+            .filter(|s| s.name == name && s.labels == wanted)
+            .collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one {name}{wanted:?}, found {found:?}"
+        );
+        found[0].value
+    }
+
+    /// The sum over samples named `name` matching `labels`.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.matching(name, labels).iter().map(|s| s.value).sum()
+    }
+
+    /// The counter sample `name` (an `x_total`) summed over the series
+    /// matching `labels`: 0 when none has counted yet (a family's series
+    /// appear on their first event, and a family without any is left out of
+    /// the exposition; `every_family_is_exported_with_values_that_match_the_traffic`
+    /// pins the names). A declared family must be a counter.
+    pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let family = self.family_of(name);
+        if let Some(kind) = self.kind(&family) {
+            assert_eq!(kind, "counter", "{name} is not a counter's sample");
+        }
+        // An empty f64 sum is -0.0; report it as 0.
+        self.sum(name, labels) + 0.0
+    }
+}
+
+impl Fixture {
+    /// Scrapes the admin listener's `/metrics` (with the fixture's admin
+    /// token, if it has one) and parses it.
+    pub async fn scrape(&self) -> Exposition {
+        let (status, _, body) = self
+            .admin("GET", "/metrics", self.admin_token.as_deref())
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "scraping needs Options::admin_token or admin.metrics_without_token: {}",
+            String::from_utf8_lossy(&body)
+        );
+        parse(std::str::from_utf8(&body).expect("the exposition is UTF-8"))
     }
 }

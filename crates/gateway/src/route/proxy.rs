@@ -172,7 +172,6 @@ async fn route(
     started: Instant,
     request_body: &mut Option<RequestBody>,
 ) -> (Response<ResponseBody>, Option<Served>) {
-    gateway.stats.requests.fetch_add(1, Ordering::Relaxed);
     if request.method() == Method::CONNECT {
         return (connect_refused(), None);
     }
@@ -183,7 +182,7 @@ async fn route(
     // Credential → tenant.
     let tenant = match tenant(&snapshot, fields) {
         Ok(tenant) => tenant,
-        Err(error) => return (unauthorized(gateway, &error), None),
+        Err(error) => return (unauthorized(&error), None),
     };
 
     // Tenant → cell and subset (computed once per tenant and snapshot).
@@ -346,8 +345,7 @@ fn tenant<'s>(snapshot: &'s Snapshot, fields: &Fields) -> Result<&'s TenantRecor
 }
 
 /// The answer to a request whose credential named no tenant.
-fn unauthorized(gateway: &Gateway, error: &AuthError) -> Response<ResponseBody> {
-    gateway.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
+fn unauthorized(error: &AuthError) -> Response<ResponseBody> {
     let mut response = error_response(StatusCode::UNAUTHORIZED, error.public_message());
     response
         .headers_mut()
@@ -564,17 +562,12 @@ impl<'a> Attempts<'a> {
                 return None;
             }
             if !gateway.budget.try_withdraw(Instant::now()) {
-                gateway
-                    .stats
-                    .budget_exhausted
-                    .fetch_add(1, Ordering::Relaxed);
                 Metrics::cell_event(&gateway.metrics.budget_exhausted, self.cell_name());
                 return None;
             }
         } else if !self.body.replayable() {
             return None;
         }
-        gateway.stats.failovers.fetch_add(1, Ordering::Relaxed);
         gateway.metrics.failover(self.cell_name(), "retry");
         let backoff = backoff(self.tried.len(), routing.backoff_base, routing.backoff_max);
         if Instant::now() + backoff >= self.deadline {
@@ -591,12 +584,10 @@ impl<'a> Attempts<'a> {
         if self.tried.is_empty() && member.steered {
             // The tenant is being steered around a member that is out: a
             // failover that happens before any attempt fails.
-            gateway.stats.reroutes.fetch_add(1, Ordering::Relaxed);
             gateway.metrics.failover(self.cell_name(), "reroute");
         }
         if member.spill {
             // Counted only now that the attempt will really be made.
-            gateway.stats.spills.fetch_add(1, Ordering::Relaxed);
             Metrics::cell_event(&gateway.metrics.spills, self.cell_name());
         }
         self.tried.push(member.index);
@@ -700,7 +691,6 @@ impl<'a> Attempts<'a> {
             // Nothing was tried, or every member refused the connection:
             // the subset is out, and the client should come back later.
             None | Some((Failure::Connect, None)) => {
-                self.gateway.stats.exhausted.fetch_add(1, Ordering::Relaxed);
                 let mut response = error_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "no healthy shard is available for this tenant",
