@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::combinatorics::{binomial, for_each_combination};
-use crate::error::AnalysisError;
+use crate::error::{AnalysisError, check_failures};
 use crate::percentile::nearest_rank;
 use crate::placements::Placements;
 use crate::sample::SplitMix64;
@@ -155,15 +155,7 @@ impl BlastModel {
         failures: usize,
         budget: u128,
     ) -> Result<Option<(u64, Vec<ShardIndex>)>, AnalysisError> {
-        if failures == 0 {
-            return Err(AnalysisError::EmptyFailureSet);
-        }
-        if failures > self.n {
-            return Err(AnalysisError::TooManyFailures {
-                failures,
-                n: self.n,
-            });
-        }
+        check_failures(failures, self.n)?;
         let n = self.n as u64;
         let all_sets = binomial(n, failures as u64);
         let by_extension: u128 = (1..=failures.min(self.max_k))
@@ -386,15 +378,7 @@ impl BlastModel {
         seed: u64,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<Sweep, AnalysisError> {
-        if failures == 0 {
-            return Err(AnalysisError::EmptyFailureSet);
-        }
-        if failures > self.n {
-            return Err(AnalysisError::TooManyFailures {
-                failures,
-                n: self.n,
-            });
-        }
+        check_failures(failures, self.n)?;
         // Build the tables up front, in parallel, not inside the first batch.
         for m in 1..=failures.min(self.max_k) {
             self.containment(m);
@@ -534,18 +518,22 @@ mod tests {
         assert!(model.worst_fully_down(3, 10).unwrap().is_none());
     }
 
+    /// The first `count` sets `source` hands out, one vector each.
+    fn first_sets(mut source: SetSource, count: usize) -> Vec<Vec<ShardIndex>> {
+        let mut out = Vec::new();
+        for _ in 0..count {
+            source.next_into(&mut out);
+        }
+        out.chunks_exact(source.size).map(<[_]>::to_vec).collect()
+    }
+
     #[test]
     fn sampled_failure_sets_are_frozen() {
         // What a sampled sweep (`blast --sweep 3 --seed 0` over 100 shards)
         // evaluates first, sorted as the sweep sees them. Frozen so that a
         // change to the sample stream cannot pass unnoticed: reports made
         // with a seed must keep meaning the same sets.
-        let mut source = SetSource::new(100, 3, true, 0);
-        let mut out = Vec::new();
-        for _ in 0..5 {
-            source.next_into(&mut out);
-        }
-        let sets: Vec<&[ShardIndex]> = out.chunks_exact(3).collect();
+        let sets = first_sets(SetSource::new(100, 3, true, 0), 5);
         assert_eq!(
             sets,
             [
@@ -560,12 +548,7 @@ mod tests {
 
     #[test]
     fn set_source_enumerates_all_sets() {
-        let mut source = SetSource::new(5, 3, false, 0);
-        let mut out = Vec::new();
-        for _ in 0..10 {
-            source.next_into(&mut out);
-        }
-        let sets: Vec<&[ShardIndex]> = out.chunks_exact(3).collect();
+        let sets = first_sets(SetSource::new(5, 3, false, 0), 10);
         assert_eq!(sets.first().unwrap(), &[0, 1, 2]);
         assert_eq!(sets.last().unwrap(), &[2, 3, 4]);
         let mut unique = sets.clone();

@@ -91,3 +91,15 @@ pub enum AnalysisError {
     #[error(transparent)]
     Placement(#[from] placement::PlacementError),
 }
+
+/// Refuses a failure-set size outside `1..=n`, the same way for the plan,
+/// the worst-case search and the sweep.
+pub(crate) fn check_failures(failures: usize, n: usize) -> Result<(), AnalysisError> {
+    if failures == 0 {
+        return Err(AnalysisError::EmptyFailureSet);
+    }
+    if failures > n {
+        return Err(AnalysisError::TooManyFailures { failures, n });
+    }
+    Ok(())
+}

@@ -11,7 +11,7 @@ use placement::{Algorithm, Fleet, PlacementConfig, PlacementKey, Placer, ShardIn
 use serde::Serialize;
 
 use crate::blast::BlastModel;
-use crate::error::AnalysisError;
+use crate::error::{AnalysisError, check_failures};
 use crate::overlap;
 use crate::placements::Placements;
 use crate::population::Population;
@@ -77,15 +77,7 @@ pub fn plan(
     budget: Budget,
     progress: &(dyn Fn(u32, u32) + Sync),
 ) -> Result<Plan, AnalysisError> {
-    if budget.concurrent_failures == 0 {
-        return Err(AnalysisError::EmptyFailureSet);
-    }
-    if budget.concurrent_failures > fleet.len() {
-        return Err(AnalysisError::TooManyFailures {
-            failures: budget.concurrent_failures,
-            n: fleet.len(),
-        });
-    }
+    check_failures(budget.concurrent_failures, fleet.len())?;
     let max_k = (fleet.len() as u32).min(MAX_PLAN_K);
     let tenants = population.len().max(1) as f64;
     let mut rows = Vec::new();

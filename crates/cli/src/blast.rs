@@ -17,17 +17,15 @@ use std::path::{Path, PathBuf};
 use analysis::load::{self, FailoverLoad, LoadReport};
 use analysis::overlap::{self, Overlap};
 use analysis::waves::{self, WaveExposure, Waves};
-use analysis::{
-    AnalysisError, BlastModel, Impact, Placements, Population, Sweep, SweepFigure, binomial,
-};
+use analysis::{AnalysisError, BlastModel, Impact, Population, Sweep, SweepFigure, binomial};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
-use placement::{Fleet, ShardIndex};
+use placement::{Fleet, Placer, ShardIndex};
 use serde::Serialize;
 
-use crate::output::{print_json, print_text};
+use crate::output::print_answer;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note, zone_sizes};
-use crate::population_args::PopulationArgs;
+use crate::population_args::{PopulationArgs, place_all};
 use crate::progress::with_progress;
 use crate::table::{Align, Table, count_of, number, percent, shard_list};
 
@@ -156,9 +154,7 @@ pub fn run(args: BlastArgs) -> Result<()> {
         .map(|path| read_waves(path, fleet))
         .transpose()?;
 
-    let placements = with_progress(&format!("placing {} tenants", population.len()), |_| {
-        Placements::compute(&placer, &population)
-    });
+    let placements = place_all(&placer, &population);
     let model = BlastModel::new(&placements)?;
     let config = placer.config();
     let k = config.k as usize;
@@ -202,10 +198,7 @@ pub fn run(args: BlastArgs) -> Result<()> {
     });
 
     let report = Report {
-        shards: fleet.len(),
-        k: config.k,
-        tenants,
-        algorithm: config.algorithm.name(),
+        placed: PlacedJson::new(&placer, tenants),
         zones: fleet.zones().iter().map(|zone| zone.name.clone()).collect(),
         tenant_k_overrides: args.placement.tenant_k.len(),
         pairwise_overlap: OverlapJson::new(measured, expected),
@@ -215,11 +208,7 @@ pub fn run(args: BlastArgs) -> Result<()> {
         load,
     };
     print_note(key_note);
-    let _flow = if args.json {
-        print_json(&report)?
-    } else {
-        print_text(&render(&report, fleet))?
-    };
+    let _flow = print_answer(args.json, &report, |report| render(report, fleet))?;
     Ok(())
 }
 
@@ -305,10 +294,8 @@ fn check_capacity(capacity: Option<f64>, population: &Population) -> Result<Opti
 /// The whole report, in the field names the issue fixes for `--json`.
 #[derive(Serialize)]
 struct Report {
-    shards: usize,
-    k: u32,
-    tenants: u64,
-    algorithm: &'static str,
+    #[serde(flatten)]
+    placed: PlacedJson,
     /// Zone names, in fleet order; empty for an unzoned fleet. Shown in the
     /// text only: the JSON keeps to the issue's field names.
     #[serde(skip)]
@@ -341,6 +328,28 @@ impl OverlapJson {
             fraction: measured.fraction,
             shared_counts: measured.shared_counts,
             expected_shared_counts: expected,
+        }
+    }
+}
+
+/// What was placed: the fields that open the `--json` of both `blast` and
+/// `plan-waves`, flattened into each report so the JSON stays flat.
+#[derive(Serialize)]
+pub struct PlacedJson {
+    pub shards: usize,
+    pub k: u32,
+    pub tenants: u64,
+    pub algorithm: &'static str,
+}
+
+impl PlacedJson {
+    pub fn new(placer: &Placer, tenants: u64) -> Self {
+        let config = placer.config();
+        Self {
+            shards: placer.fleet().len(),
+            k: config.k,
+            tenants,
+            algorithm: config.algorithm.name(),
         }
     }
 }
@@ -576,7 +585,7 @@ fn render(report: &Report, fleet: &Fleet) -> String {
     };
     out.push_str(&format!(
         "Blast radius: {} tenants on {} shards, k = {}{overrides}, {}{zones}\n\n",
-        report.tenants, report.shards, report.k, report.algorithm
+        report.placed.tenants, report.placed.shards, report.placed.k, report.placed.algorithm
     ));
     render_overlap(&mut out, &report.pairwise_overlap);
     if !report.scenarios.is_empty() {
@@ -586,7 +595,7 @@ fn render(report: &Report, fleet: &Fleet) -> String {
         render_sweep(&mut out, sweep);
     }
     if let Some(waves) = &report.waves {
-        render_waves(&mut out, waves, report.tenants, fleet);
+        render_waves(&mut out, waves, report.placed.tenants, fleet);
     }
     if let Some(load) = &report.load {
         render_load(&mut out, load, fleet);

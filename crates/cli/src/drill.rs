@@ -11,7 +11,7 @@ use clap::Args;
 use drill::run::{DrillReport, Fault};
 use drill::{AdminClient, LoadShape, Session, ShardControl, Thresholds};
 
-use crate::output::{print_json, print_text};
+use crate::output::print_answer;
 use crate::table::{Align, Table};
 
 const AFTER_HELP: &str = "\
@@ -152,11 +152,7 @@ pub fn run(args: DrillArgs) -> Result<()> {
         let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
         drill::run::run(&session, &fault, thresholds).await
     })?;
-    if args.json {
-        let _: crate::output::Flow = print_json(&report)?;
-    } else {
-        let _: crate::output::Flow = print_text(&render(&report))?;
-    }
+    let _flow = print_answer(args.json, &report, render)?;
     if report.passed {
         Ok(())
     } else {

@@ -13,7 +13,7 @@ use clap::Args;
 use placement::{Algorithm, PlacementConfig, PlacementKey, Placer};
 use serde::Serialize;
 
-use crate::output::{print_json, print_text};
+use crate::output::print_answer;
 use crate::placement_args::{build_fleet, print_note};
 use crate::population_args::PopulationArgs;
 use crate::progress::with_progress;
@@ -314,11 +314,7 @@ pub fn run(args: MigrateArgs) -> Result<()> {
              (fine for analysis, never for serving traffic)",
         ));
     }
-    let _flow = if args.json {
-        print_json(&report)?
-    } else {
-        print_text(&render(&report))?
-    };
+    let _flow = print_answer(args.json, &report, render)?;
     Ok(())
 }
 

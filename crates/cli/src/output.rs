@@ -82,6 +82,21 @@ pub fn print_json<T: Serialize>(value: &T) -> anyhow::Result<Flow> {
     print_text(&text)
 }
 
+/// Writes a command's answer: `value` as JSON under `--json`, otherwise the
+/// text `render` lays out from it. One place, so every analysis command
+/// answers `--json` the same way; `render` runs only when text is wanted.
+pub fn print_answer<T: Serialize>(
+    json: bool,
+    value: &T,
+    render: impl FnOnce(&T) -> String,
+) -> anyhow::Result<Flow> {
+    if json {
+        print_json(value)
+    } else {
+        print_text(&render(value))
+    }
+}
+
 fn check(result: io::Result<()>) -> anyhow::Result<Flow> {
     match result {
         Ok(()) => Ok(Flow::Continue),

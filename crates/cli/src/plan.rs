@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use serde::Serialize;
 
-use crate::output::{print_json, print_text};
+use crate::output::print_answer;
 use crate::placement_args::{FleetArgs, FleetSetup, print_note};
 use crate::population_args::PopulationArgs;
 use crate::progress::with_progress;
@@ -75,16 +75,15 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let n = setup.fleet.len();
     let plan = measure(&setup, &population, budget)?;
     print_note(setup.key_note);
-    let _flow = if args.json {
-        print_json(&Report {
-            shards: n,
-            tenants: population.len(),
-            algorithm: setup.algorithm.name(),
-            plan: &plan,
-        })?
-    } else {
-        print_text(&render(&plan, n, population.len(), setup.algorithm.name()))?
+    let report = Report {
+        shards: n,
+        tenants: population.len(),
+        algorithm: setup.algorithm.name(),
+        plan: &plan,
     };
+    let _flow = print_answer(args.json, &report, |report| {
+        render(report.plan, report.shards, report.tenants, report.algorithm)
+    })?;
     Ok(())
 }
 

@@ -18,10 +18,10 @@ use clap::Args;
 use placement::{Fleet, ShardIndex};
 use serde::Serialize;
 
-use crate::blast::{Count, WaveJson, total_fully_exposed, wave_shards_cell};
-use crate::output::{print_json, print_text};
+use crate::blast::{Count, PlacedJson, WaveJson, total_fully_exposed, wave_shards_cell};
+use crate::output::print_answer;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note};
-use crate::population_args::PopulationArgs;
+use crate::population_args::{PopulationArgs, place_all};
 use crate::progress::with_progress;
 use crate::table::{Align, Table, count_of};
 
@@ -70,10 +70,8 @@ pub struct PlanWavesArgs {
 /// measured on.
 #[derive(Serialize)]
 struct Report {
-    shards: usize,
-    k: u32,
-    tenants: u64,
-    algorithm: &'static str,
+    #[serde(flatten)]
+    placed: PlacedJson,
     /// The number of waves asked for.
     wave_count: usize,
     proposed: AssignmentJson,
@@ -122,19 +120,13 @@ pub fn run(args: PlanWavesArgs) -> Result<()> {
     }
     let round_robin = round_robin(fleet, count)?;
 
-    let placements = with_progress(&format!("placing {} tenants", population.len()), |_| {
-        Placements::compute(&placer, &population)
-    });
+    let placements = place_all(&placer, &population);
     let proposal = with_progress(&format!("planning {count} waves"), |_| {
         waves::plan_waves(&placements, count)
     })
     .with_context(|| format!("--waves {count}"))?;
-    let config = placer.config();
     let report = Report {
-        shards: n,
-        k: config.k,
-        tenants: placements.len() as u64,
-        algorithm: config.algorithm.name(),
+        placed: PlacedJson::new(&placer, placements.len() as u64),
         wave_count: count,
         proposed: AssignmentJson::measure(&placements, &proposal),
         round_robin: AssignmentJson::measure(&placements, &round_robin),
@@ -149,11 +141,7 @@ pub fn run(args: PlanWavesArgs) -> Result<()> {
         })?;
     }
     print_note(key_note);
-    let _flow = if args.json {
-        print_json(&report)?
-    } else {
-        print_text(&render(&report, fleet))?
-    };
+    let _flow = print_answer(args.json, &report, |report| render(report, fleet))?;
     Ok(())
 }
 
@@ -189,10 +177,10 @@ fn waves_file(report: &Report, proposal: &Waves, fleet: &Fleet) -> String {
         "# Deployment waves proposed by `shuffle-shard plan-waves` for {} tenants on {} shards, k = {}, {}.\n\
          # Fully exposed (every shard in one wave): {}; round-robin: {}.\n\
          # SHARD_ID WAVE\n{}",
-        report.tenants,
-        report.shards,
-        report.k,
-        report.algorithm,
+        report.placed.tenants,
+        report.placed.shards,
+        report.placed.k,
+        report.placed.algorithm,
         count_of(
             report.proposed.fully_exposed.count,
             report.proposed.fully_exposed.fraction
@@ -210,7 +198,7 @@ fn render(report: &Report, fleet: &Fleet) -> String {
     let count = report.wave_count;
     let mut out = format!(
         "Deployment waves: {} tenants on {} shards, k = {}, {}, in {count} waves\n\n",
-        report.tenants, report.shards, report.k, report.algorithm
+        report.placed.tenants, report.placed.shards, report.placed.k, report.placed.algorithm
     );
     out.push_str(&format!(
         "Fully exposed: every shard of the tenant in the wave, so a bad deploy there takes it fully down. Proposed next to round-robin (shard i in wave i mod {count}):\n"

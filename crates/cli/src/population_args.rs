@@ -3,9 +3,12 @@
 
 use std::path::PathBuf;
 
-use analysis::Population;
+use analysis::{Placements, Population};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
+use placement::Placer;
+
+use crate::progress::with_progress;
 
 /// The most tenants a command analyses.
 ///
@@ -74,6 +77,14 @@ impl PopulationArgs {
             (None, None) => bail!("give the tenants with --tenants T or --tenants-file PATH"),
         }
     }
+}
+
+/// Places every tenant of `population`, with progress: the first step of
+/// each command that analyses a placed population, labelled the same in all.
+pub fn place_all(placer: &Placer, population: &Population) -> Placements {
+    with_progress(&format!("placing {} tenants", population.len()), |_| {
+        Placements::compute(placer, population)
+    })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use analysis::{BlastModel, Placements, binomial, load, overlap};
+use analysis::{BlastModel, binomial, load, overlap};
 use anyhow::{Context, Result};
 use clap::Args;
 // `::` because this module is itself named `report`.
@@ -17,7 +17,7 @@ use ::report::{ReportInput, render};
 
 use crate::output::print_text;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note, zone_sizes};
-use crate::population_args::PopulationArgs;
+use crate::population_args::{PopulationArgs, place_all};
 use crate::progress::with_progress;
 
 /// The most failure sets the sweep evaluates before it samples, as `blast`.
@@ -84,9 +84,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
     let population = args.population.load()?;
     let n = setup.fleet.len();
     let plan = crate::plan::measure(&setup, &population, budget)?;
-    let placements = with_progress(&format!("placing {} tenants", population.len()), |_| {
-        Placements::compute(&placer, &population)
-    });
+    let placements = place_all(&placer, &population);
     let model = BlastModel::new(&placements)?;
     let config = placer.config();
     let measured = overlap::exact(&model);

@@ -96,6 +96,19 @@ pub enum PlacementError {
     },
 }
 
+/// Refuses a subset size outside `1..=n`. The one place the rule lives, so
+/// the placer's validation and every algorithm's `place_into` refuse the
+/// same sizes with the same error.
+pub(crate) fn check_k(k: u32, n: u32) -> Result<(), PlacementError> {
+    if k == 0 || k > n {
+        return Err(PlacementError::KOutOfRange {
+            k: u64::from(k),
+            n: u64::from(n),
+        });
+    }
+    Ok(())
+}
+
 /// Why key material was rejected.
 ///
 /// No variant carries the key or any part of it, so these errors are safe to

@@ -17,7 +17,7 @@ use std::fmt;
 use hmac::Hmac;
 use sha2::Sha256;
 
-use crate::error::PlacementError;
+use crate::error::{PlacementError, check_k};
 use crate::fleet::ShardIndex;
 use crate::key::PlacementKey;
 use crate::short_hmac::{self, MAX_SHORT_MESSAGE, PaddedKey};
@@ -84,12 +84,7 @@ impl HmacModulo {
         k: u32,
         out: &mut Vec<ShardIndex>,
     ) -> Result<(), PlacementError> {
-        if k == 0 || k > self.n {
-            return Err(PlacementError::KOutOfRange {
-                k: u64::from(k),
-                n: u64::from(self.n),
-            });
-        }
+        check_k(k, self.n)?;
         out.clear();
         let k = k as usize;
         let n = u64::from(self.n);

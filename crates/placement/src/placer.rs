@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::PlacementError;
+use crate::error::{PlacementError, check_k};
 use crate::fleet::{Fleet, ShardIndex};
 use crate::hmac_modulo::HmacModulo;
 use crate::key::PlacementKey;
@@ -255,14 +255,4 @@ impl Placer {
     pub fn config(&self) -> PlacementConfig {
         self.config
     }
-}
-
-fn check_k(k: u32, n: u32) -> Result<(), PlacementError> {
-    if k == 0 || k > n {
-        return Err(PlacementError::KOutOfRange {
-            k: u64::from(k),
-            n: u64::from(n),
-        });
-    }
-    Ok(())
 }

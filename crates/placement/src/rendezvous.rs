@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use crate::error::PlacementError;
+use crate::error::{PlacementError, check_k};
 use crate::fleet::{Fleet, ShardIndex};
 use crate::key::PlacementKey;
 use crate::keyed_hash::{self, KeyedHasher, TenantHash};
@@ -85,12 +85,7 @@ impl Rendezvous {
         k: u32,
         out: &mut Vec<ShardIndex>,
     ) -> Result<(), PlacementError> {
-        if k == 0 || k > self.n() {
-            return Err(PlacementError::KOutOfRange {
-                k: u64::from(k),
-                n: u64::from(self.n()),
-            });
-        }
+        check_k(k, self.n())?;
         out.clear();
         let hash = self.tenant_hash(tenant);
         self.top_k_into(hash, 0..self.n(), k as usize, out);

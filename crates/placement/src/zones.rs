@@ -21,7 +21,7 @@
 
 use std::fmt;
 
-use crate::error::PlacementError;
+use crate::error::{PlacementError, check_k};
 use crate::fleet::{Fleet, ShardIndex};
 use crate::hmac_modulo::HmacModulo;
 use crate::key::PlacementKey;
@@ -129,12 +129,7 @@ impl ZoneAware {
         k: u32,
         out: &mut Vec<ShardIndex>,
     ) -> Result<(), PlacementError> {
-        if k == 0 || k > self.n {
-            return Err(PlacementError::KOutOfRange {
-                k: u64::from(k),
-                n: u64::from(self.n),
-            });
-        }
+        check_k(k, self.n)?;
         out.clear();
         let hash = match &self.within {
             Within::Rendezvous(hrw) => hrw.tenant_hash(tenant),

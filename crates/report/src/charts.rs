@@ -6,7 +6,9 @@
 
 use analysis::load::LoadReport;
 use analysis::plan::PlanRow;
+use plotters::chart::MeshStyle;
 use plotters::coord::Shift;
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -67,6 +69,37 @@ enum Swatch {
 struct Entry {
     label: String,
     swatch: Swatch,
+}
+
+impl Entry {
+    /// A solid line: a data series.
+    fn solid(label: impl Into<String>, color: RGBAColor, width: u32) -> Self {
+        Self::line(label, color, width, false)
+    }
+
+    /// A dashed line: a budget, a mean or a marker drawn over the data.
+    fn dashed(label: impl Into<String>, color: RGBAColor, width: u32) -> Self {
+        Self::line(label, color, width, true)
+    }
+
+    fn line(label: impl Into<String>, color: RGBAColor, width: u32, dashed: bool) -> Self {
+        Self {
+            label: label.into(),
+            swatch: Swatch::Line {
+                color,
+                width,
+                dashed,
+            },
+        }
+    }
+
+    /// A filled box: a bar series.
+    fn bar(label: impl Into<String>, color: RGBColor) -> Self {
+        Self {
+            label: label.into(),
+            swatch: Swatch::Bar(color),
+        }
+    }
 }
 
 /// Legend layout constants, in SVG user units.
@@ -162,6 +195,39 @@ fn svg(
     Ok(out)
 }
 
+/// A chart builder in the layout every chart shares (see [`MARGIN`]), so
+/// that the plot areas line up on the page.
+fn chart_on<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .margin(MARGIN)
+        .x_label_area_size(X_LABEL_AREA)
+        .y_label_area_size(Y_LABEL_AREA);
+    builder
+}
+
+/// Draws the axes and grid in the style every chart shares, once `mesh`
+/// holds what differs per chart (label counts, descriptions, formatters).
+fn draw_mesh<X, Y, DB>(
+    mesh: &mut MeshStyle<'_, '_, X, Y, DB>,
+    chart: &'static str,
+) -> Result<(), ReportError>
+where
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged + ValueFormatter<Y::ValueType>,
+    DB: DrawingBackend,
+{
+    mesh.disable_x_mesh()
+        .light_line_style(WHITE)
+        .bold_line_style(GRID)
+        .label_style((FONT, LABEL_FONT))
+        .axis_desc_style((FONT, AXIS_FONT))
+        .draw()
+        .map_err(failed(chart))
+}
+
 /// The top of a linear value axis: some headroom above the largest value,
 /// and a non-empty range when every value is zero.
 fn axis_top(largest: f64) -> f64 {
@@ -239,78 +305,52 @@ pub(crate) fn fully_down_and_degraded(
     let at_floor = |percent: f64| percent.max(floor);
 
     let mut entries = vec![
-        Entry {
-            label: "degraded by one failure (widest)".into(),
-            swatch: Swatch::Line {
-                color: BLUE.to_rgba(),
-                width: 3,
-                dashed: false,
-            },
-        },
-        Entry {
-            label: format!("fully down by {concurrent_failures} failures (worst)"),
-            swatch: Swatch::Line {
-                color: VERMILLION.to_rgba(),
-                width: 3,
-                dashed: false,
-            },
-        },
-        Entry {
-            label: format!("degraded budget ({})", percent(max_degraded)),
-            swatch: Swatch::Line {
-                color: BLUE.mix(0.7),
-                width: 2,
-                dashed: true,
-            },
-        },
-        Entry {
-            label: format!("fully-down budget ({})", percent(max_fully_down)),
-            swatch: Swatch::Line {
-                color: VERMILLION.mix(0.7),
-                width: 2,
-                dashed: true,
-            },
-        },
+        Entry::solid("degraded by one failure (widest)", BLUE.to_rgba(), 3),
+        Entry::solid(
+            format!("fully down by {concurrent_failures} failures (worst)"),
+            VERMILLION.to_rgba(),
+            3,
+        ),
+        Entry::dashed(
+            format!("degraded budget ({})", percent(max_degraded)),
+            BLUE.mix(0.7),
+            2,
+        ),
+        Entry::dashed(
+            format!("fully-down budget ({})", percent(max_fully_down)),
+            VERMILLION.mix(0.7),
+            2,
+        ),
     ];
     if let Some(k) = recommended {
-        entries.push(Entry {
-            label: format!("recommended k = {k}"),
-            swatch: Swatch::Line {
-                color: GREEN.to_rgba(),
-                width: 2,
-                dashed: true,
-            },
-        });
+        entries.push(Entry::dashed(
+            format!("recommended k = {k}"),
+            GREEN.to_rgba(),
+            2,
+        ));
     }
 
     svg(CHART, &entries, |area| {
-        let mut chart = ChartBuilder::on(area)
-            .margin(MARGIN)
-            .x_label_area_size(X_LABEL_AREA)
-            .y_label_area_size(Y_LABEL_AREA)
+        let mut chart = chart_on(area)
             .build_cartesian_2d(x_range.clone(), y_range.clone().log_scale())
             .map_err(failed(CHART))?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_labels((last - first + 1) as usize)
-            .y_labels(decades + 1)
-            .x_desc("k (shards per tenant)")
-            .y_desc("% of tenants (log scale)")
-            .x_label_formatter(&integer_label)
-            .y_label_formatter(&|value| {
-                if *value <= floor * (1.0 + 1e-6) {
-                    "0".to_owned()
-                } else {
-                    tick_label(value)
-                }
-            })
-            .label_style((FONT, LABEL_FONT))
-            .axis_desc_style((FONT, AXIS_FONT))
-            .draw()
-            .map_err(failed(CHART))?;
+        draw_mesh(
+            chart
+                .configure_mesh()
+                .x_labels((last - first + 1) as usize)
+                .y_labels(decades + 1)
+                .x_desc("k (shards per tenant)")
+                .y_desc("% of tenants (log scale)")
+                .x_label_formatter(&integer_label)
+                .y_label_formatter(&|value| {
+                    if *value <= floor * (1.0 + 1e-6) {
+                        "0".to_owned()
+                    } else {
+                        tick_label(value)
+                    }
+                }),
+            CHART,
+        )?;
 
         if let Some(k) = recommended {
             let x = f64::from(k);
@@ -384,37 +424,27 @@ pub(crate) fn shared_counts(
     let y_top = axis_top(largest);
     // Side by side when there is an expectation, one wide bar otherwise.
     let width = if expected.is_some() { 0.38 } else { 0.6 };
-    let mut entries = vec![Entry {
-        label: "measured".into(),
-        swatch: Swatch::Bar(BLUE),
-    }];
+    let mut entries = vec![Entry::bar("measured", BLUE)];
     if expected.is_some() {
-        entries.push(Entry {
-            label: "expected (independent uniform placement)".into(),
-            swatch: Swatch::Bar(ORANGE),
-        });
+        entries.push(Entry::bar(
+            "expected (independent uniform placement)",
+            ORANGE,
+        ));
     }
     svg(CHART, &entries, |area| {
-        let mut chart = ChartBuilder::on(area)
-            .margin(MARGIN)
-            .x_label_area_size(X_LABEL_AREA)
-            .y_label_area_size(Y_LABEL_AREA)
+        let mut chart = chart_on(area)
             .build_cartesian_2d(-0.5..groups as f64 - 0.5, 0.0..y_top)
             .map_err(failed(CHART))?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_labels(groups)
-            .x_desc("shards shared by a pair of tenants (j)")
-            .y_desc("% of tenant pairs")
-            .x_label_formatter(&integer_label)
-            .y_label_formatter(&tick_label)
-            .label_style((FONT, LABEL_FONT))
-            .axis_desc_style((FONT, AXIS_FONT))
-            .draw()
-            .map_err(failed(CHART))?;
+        draw_mesh(
+            chart
+                .configure_mesh()
+                .x_labels(groups)
+                .x_desc("shards shared by a pair of tenants (j)")
+                .y_desc("% of tenant pairs")
+                .x_label_formatter(&integer_label)
+                .y_label_formatter(&tick_label),
+            CHART,
+        )?;
 
         let left = if expected.is_some() {
             width
@@ -451,48 +481,35 @@ pub(crate) fn per_shard_load(load: &LoadReport) -> Result<String, ReportError> {
     let y_top = axis_top(largest);
     let half = if load.per_shard.len() > 200 { 0.5 } else { 0.4 };
     let entries = [
-        Entry {
-            label: "steady load".into(),
-            swatch: Swatch::Bar(BLUE),
-        },
-        Entry {
-            label: if load.over_capacity.is_empty() {
-                "hottest shard".into()
+        Entry::bar("steady load", BLUE),
+        Entry::bar(
+            if load.over_capacity.is_empty() {
+                "hottest shard"
             } else {
-                "hottest or over capacity".into()
+                "hottest or over capacity"
             },
-            swatch: Swatch::Bar(VERMILLION),
-        },
-        Entry {
-            label: format!("mean ({})", fmt_load(load.mean)),
-            swatch: Swatch::Line {
-                color: BLACK.to_rgba(),
-                width: 2,
-                dashed: true,
-            },
-        },
+            VERMILLION,
+        ),
+        Entry::dashed(
+            format!("mean ({})", fmt_load(load.mean)),
+            BLACK.to_rgba(),
+            2,
+        ),
     ];
     svg(CHART, &entries, |area| {
-        let mut chart = ChartBuilder::on(area)
-            .margin(MARGIN)
-            .x_label_area_size(X_LABEL_AREA)
-            .y_label_area_size(Y_LABEL_AREA)
+        let mut chart = chart_on(area)
             .build_cartesian_2d(-0.5..shards as f64 - 0.5, 0.0..y_top)
             .map_err(failed(CHART))?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
-            .x_labels(shards.min(MAX_X_LABELS))
-            .x_desc("shard (index)")
-            .y_desc("load (weight units)")
-            .x_label_formatter(&integer_label)
-            .y_label_formatter(&tick_label)
-            .label_style((FONT, LABEL_FONT))
-            .axis_desc_style((FONT, AXIS_FONT))
-            .draw()
-            .map_err(failed(CHART))?;
+        draw_mesh(
+            chart
+                .configure_mesh()
+                .x_labels(shards.min(MAX_X_LABELS))
+                .x_desc("shard (index)")
+                .y_desc("load (weight units)")
+                .x_label_formatter(&integer_label)
+                .y_label_formatter(&tick_label),
+            CHART,
+        )?;
 
         let hot = |shard: usize| {
             shard == load.hottest as usize || load.over_capacity.contains(&(shard as u32))
@@ -550,10 +567,7 @@ mod tests {
 
     #[test]
     fn legend_entries_wrap_instead_of_overflowing() {
-        let entry = |label: &str| Entry {
-            label: label.into(),
-            swatch: Swatch::Bar(BLUE),
-        };
+        let entry = |label: &str| Entry::bar(label, BLUE);
         let (at, rows) = legend_layout(&[entry("short")]);
         assert_eq!((at, rows), (vec![((MARGIN + Y_LABEL_AREA) as i32, 0)], 1));
         let long: Vec<Entry> = (0..6).map(|_| entry(&"x".repeat(30))).collect();

@@ -80,19 +80,31 @@ fn sweep() -> Sweep {
 
 const EXPECTED: [f64; 4] = [0.509, 0.409, 0.080, 0.002];
 
-fn render_with(title: &str, weighted: bool, with_sweep: bool) -> Result<String, ReportError> {
-    let (plan, overlap, load, sweep) = (plan(), overlap(), load(), sweep());
-    render(&ReportInput {
-        title,
+/// The setup every test reports on (16 shards, 2,000 tenants, rendezvous,
+/// k = 3) with no expectation, load or sweep; tests add what they need.
+fn fleet_input<'a>(plan: &'a Plan, overlap: &'a Overlap) -> ReportInput<'a> {
+    ReportInput {
+        title: "fleet",
         shards: 16,
         tenants: 2000,
         algorithm: "rendezvous",
         k: 3,
-        plan: &plan,
-        overlap: &overlap,
+        plan,
+        overlap,
+        expected_shared_counts: None,
+        load: None,
+        sweep: None,
+    }
+}
+
+fn render_with(title: &str, weighted: bool, with_sweep: bool) -> Result<String, ReportError> {
+    let (plan, overlap, load, sweep) = (plan(), overlap(), load(), sweep());
+    render(&ReportInput {
+        title,
         expected_shared_counts: Some(&EXPECTED),
         load: weighted.then_some(&load),
         sweep: with_sweep.then_some(&sweep),
+        ..fleet_input(&plan, &overlap)
     })
 }
 
@@ -211,16 +223,8 @@ fn the_sweep_appears_only_when_given() {
     let (mut sweep, plan, overlap) = (sweep(), plan(), overlap());
     sweep.fully_down.worst = 0;
     let nobody_down = render(&ReportInput {
-        title: "fleet",
-        shards: 16,
-        tenants: 2000,
-        algorithm: "rendezvous",
-        k: 3,
-        plan: &plan,
-        overlap: &overlap,
-        expected_shared_counts: None,
-        load: None,
         sweep: Some(&sweep),
+        ..fleet_input(&plan, &overlap)
     })
     .unwrap();
     assert!(nobody_down.contains("<td>0 (0%)</td><td class=\"text\">—</td>"));
@@ -232,18 +236,7 @@ fn the_sweep_appears_only_when_given() {
 fn figures_that_are_not_numbers_are_refused() {
     let (mut plan, overlap) = (plan(), overlap());
     plan.rows[1].degraded_one_failure = f64::NAN;
-    let input = ReportInput {
-        title: "fleet",
-        shards: 16,
-        tenants: 2000,
-        algorithm: "rendezvous",
-        k: 3,
-        plan: &plan,
-        overlap: &overlap,
-        expected_shared_counts: None,
-        load: None,
-        sweep: None,
-    };
+    let input = fleet_input(&plan, &overlap);
     assert_eq!(
         render(&input),
         Err(ReportError::NotFinite {
@@ -274,16 +267,10 @@ fn an_empty_plan_is_refused_and_degenerate_data_still_renders() {
         ..plan.clone()
     };
     let input = ReportInput {
-        title: "fleet",
         shards: 1,
         tenants: 0,
-        algorithm: "rendezvous",
         k: 1,
-        plan: &empty,
-        overlap: &overlap,
-        expected_shared_counts: None,
-        load: None,
-        sweep: None,
+        ..fleet_input(&empty, &overlap)
     };
     assert_eq!(render(&input), Err(ReportError::EmptyPlan));
 

@@ -478,8 +478,32 @@ api_key_sha256 = "{}"
             Authenticator::new(self.config.jwt.as_ref()).unwrap()
         }
 
+        fn gate(&self) -> Gate<'_> {
+            Gate {
+                auth: self.authenticator(),
+                tenants: &self.tenants,
+            }
+        }
+
         fn setup_error(&self) -> AuthSetupError {
             Authenticator::new(self.config.jwt.as_ref()).unwrap_err()
+        }
+    }
+
+    /// An authenticator with the tenants it answers for, asked the way a
+    /// request asks it: one bearer token or one API key at a time.
+    struct Gate<'f> {
+        auth: Authenticator,
+        tenants: &'f Tenants,
+    }
+
+    impl<'f> Gate<'f> {
+        fn token(&self, token: &str) -> Result<&'f TenantRecord, AuthError> {
+            self.auth.authenticate(&jwt(token), self.tenants)
+        }
+
+        fn key(&self, key: &str) -> Result<&'f TenantRecord, AuthError> {
+            self.auth.authenticate(&api_key(key), self.tenants)
         }
     }
 
@@ -502,6 +526,14 @@ api_key_sha256 = "{}"
             claims,
             &EncodingKey::from_secret(secret).unwrap(),
         )
+    }
+
+    fn rs256(claims: &Value, der: &[u8]) -> String {
+        sign(Algorithm::RS256, claims, &EncodingKey::from_rsa_der(der))
+    }
+
+    fn es256(claims: &Value, der: &[u8]) -> String {
+        sign(Algorithm::ES256, claims, &EncodingKey::from_ec_der(der))
     }
 
     fn valid_claims() -> Value {
@@ -558,50 +590,33 @@ api_key_sha256 = "{}"
     #[test]
     fn api_key_success() {
         let f = Fixture::no_jwt();
-        let auth = f.authenticator();
-        assert_eq!(
-            auth.authenticate(&api_key(ACME_KEY), &f.tenants)
-                .unwrap()
-                .id,
-            "acme"
-        );
-        assert_eq!(
-            auth.authenticate(&api_key(INITECH_KEY), &f.tenants)
-                .unwrap()
-                .id,
-            "initech"
-        );
+        let gate = f.gate();
+        assert_eq!(gate.key(ACME_KEY).unwrap().id, "acme");
+        assert_eq!(gate.key(INITECH_KEY).unwrap().id, "initech");
     }
 
     #[test]
     fn api_key_wrong() {
         let f = Fixture::no_jwt();
-        let auth = f.authenticator();
+        let gate = f.gate();
         for key in [
             "",
             "acme",
             "acme-api-key-0123456789abcdeF",
             "acme-api-key-0123456789abcdef ",
         ] {
-            assert_eq!(
-                auth.authenticate(&api_key(key), &f.tenants),
-                Err(AuthError::UnknownKey),
-                "{key:?}"
-            );
+            assert_eq!(gate.key(key), Err(AuthError::UnknownKey), "{key:?}");
         }
     }
 
     #[test]
     fn tenant_without_api_key_cannot_be_reached_by_key() {
         let f = Fixture::no_jwt();
-        let auth = f.authenticator();
+        let gate = f.gate();
         // globex has no api_key_sha256, so no key of any kind leads to it:
         // not its id, not an empty key, not a NUL byte.
         for key in ["globex", "", "\0"] {
-            assert_eq!(
-                auth.authenticate(&api_key(key), &f.tenants),
-                Err(AuthError::UnknownKey)
-            );
+            assert_eq!(gate.key(key), Err(AuthError::UnknownKey));
         }
         assert!(f.tenants.get("globex").unwrap().api_key_sha256.is_none());
     }
@@ -609,13 +624,8 @@ api_key_sha256 = "{}"
     #[test]
     fn api_keys_work_alongside_jwt() {
         let (f, _) = hs256_fixture("");
-        let auth = f.authenticator();
-        assert_eq!(
-            auth.authenticate(&api_key(ACME_KEY), &f.tenants)
-                .unwrap()
-                .id,
-            "acme"
-        );
+        let gate = f.gate();
+        assert_eq!(gate.key(ACME_KEY).unwrap().id, "acme");
     }
 
     #[test]
@@ -657,18 +667,12 @@ api_key_sha256 = "{}"
     #[test]
     fn hs256_success() {
         let (f, secret) = hs256_fixture("");
-        let auth = f.authenticator();
+        let gate = f.gate();
         let token = hs256(&valid_claims(), &secret);
-        assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants).unwrap().id,
-            "globex"
-        );
+        assert_eq!(gate.token(&token).unwrap().id, "globex");
         // A tenant with an API key may also come with a token.
         let token = hs256(&json!({ "sub": "acme", "exp": now() + 60 }), &secret);
-        assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants).unwrap().id,
-            "acme"
-        );
+        assert_eq!(gate.token(&token).unwrap().id, "acme");
     }
 
     #[test]
@@ -676,7 +680,7 @@ api_key_sha256 = "{}"
         let (f, _) = hs256_fixture("");
         let token = hs256(&valid_claims(), &random_bytes(32));
         assert_eq!(
-            f.authenticator().authenticate(&jwt(&token), &f.tenants),
+            f.gate().token(&token),
             Err(AuthError::InvalidToken {
                 reason: "the signature does not verify"
             })
@@ -695,7 +699,7 @@ api_key_sha256 = "{}"
         let other_parts: Vec<&str> = other.split('.').collect();
         let forged = format!("{}.{}.{}", parts[0], other_parts[1], parts[2]);
         assert!(matches!(
-            f.authenticator().authenticate(&jwt(&forged), &f.tenants),
+            f.gate().token(&forged),
             Err(AuthError::InvalidToken { .. })
         ));
     }
@@ -703,15 +707,12 @@ api_key_sha256 = "{}"
     #[test]
     fn expired() {
         let (f, secret) = hs256_fixture("");
-        let auth = f.authenticator();
+        let gate = f.gate();
         let token = hs256(&json!({ "sub": "globex", "exp": now() - 60 }), &secret);
-        assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants),
-            Err(AuthError::Expired)
-        );
+        assert_eq!(gate.token(&token), Err(AuthError::Expired));
         // Within the leeway it still passes; that is the point of leeway.
         let token = hs256(&json!({ "sub": "globex", "exp": now() - 1 }), &secret);
-        assert!(auth.authenticate(&jwt(&token), &f.tenants).is_ok());
+        assert!(gate.token(&token).is_ok());
     }
 
     #[test]
@@ -719,14 +720,14 @@ api_key_sha256 = "{}"
         let (f, secret) = hs256_fixture("");
         let token = hs256(&json!({ "sub": "globex" }), &secret);
         assert_eq!(
-            f.authenticator().authenticate(&jwt(&token), &f.tenants),
+            f.gate().token(&token),
             Err(AuthError::InvalidToken {
                 reason: "the token has no exp claim"
             })
         );
         let token = hs256(&json!({ "sub": "globex", "exp": "tomorrow" }), &secret);
         assert!(matches!(
-            f.authenticator().authenticate(&jwt(&token), &f.tenants),
+            f.gate().token(&token),
             Err(AuthError::InvalidToken { .. })
         ));
     }
@@ -734,26 +735,23 @@ api_key_sha256 = "{}"
     #[test]
     fn not_yet_valid() {
         let (f, secret) = hs256_fixture("");
-        let auth = f.authenticator();
+        let gate = f.gate();
         let token = hs256(
             &json!({ "sub": "globex", "exp": now() + 600, "nbf": now() + 120 }),
             &secret,
         );
-        assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants),
-            Err(AuthError::NotYetValid)
-        );
+        assert_eq!(gate.token(&token), Err(AuthError::NotYetValid));
         let token = hs256(
             &json!({ "sub": "globex", "exp": now() + 600, "nbf": now() - 10 }),
             &secret,
         );
-        assert!(auth.authenticate(&jwt(&token), &f.tenants).is_ok());
+        assert!(gate.token(&token).is_ok());
     }
 
     #[test]
     fn audience() {
         let (f, secret) = hs256_fixture("audience = \"gateway\"");
-        let auth = f.authenticator();
+        let gate = f.gate();
         let claims = |aud: Value| {
             let mut claims = valid_claims();
             claims["aud"] = aud;
@@ -761,22 +759,15 @@ api_key_sha256 = "{}"
         };
         for good in [json!("gateway"), json!(["other", "gateway"])] {
             let token = hs256(&claims(good), &secret);
-            assert!(auth.authenticate(&jwt(&token), &f.tenants).is_ok());
+            assert!(gate.token(&token).is_ok());
         }
         for wrong in [json!("other"), json!(["other"]), json!([])] {
             let token = hs256(&claims(wrong.clone()), &secret);
-            assert_eq!(
-                auth.authenticate(&jwt(&token), &f.tenants),
-                Err(AuthError::WrongAudience),
-                "{wrong}"
-            );
+            assert_eq!(gate.token(&token), Err(AuthError::WrongAudience), "{wrong}");
         }
         // A configured audience must be present, not merely not wrong.
         let token = hs256(&valid_claims(), &secret);
-        assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants),
-            Err(AuthError::WrongAudience)
-        );
+        assert_eq!(gate.token(&token), Err(AuthError::WrongAudience));
     }
 
     #[test]
@@ -785,49 +776,39 @@ api_key_sha256 = "{}"
         let mut claims = valid_claims();
         claims["aud"] = json!("someone-else");
         let token = hs256(&claims, &secret);
-        assert!(
-            f.authenticator()
-                .authenticate(&jwt(&token), &f.tenants)
-                .is_ok()
-        );
+        assert!(f.gate().token(&token).is_ok());
     }
 
     #[test]
     fn issuer() {
         let (f, secret) = hs256_fixture("issuer = \"https://idp.example\"");
-        let auth = f.authenticator();
+        let gate = f.gate();
         let with_iss = |iss: &str| {
             let mut claims = valid_claims();
             claims["iss"] = json!(iss);
             hs256(&claims, &secret)
         };
-        assert!(
-            auth.authenticate(&jwt(&with_iss("https://idp.example")), &f.tenants)
-                .is_ok()
-        );
+        assert!(gate.token(&with_iss("https://idp.example")).is_ok());
         assert_eq!(
-            auth.authenticate(&jwt(&with_iss("https://evil.example")), &f.tenants),
+            gate.token(&with_iss("https://evil.example")),
             Err(AuthError::WrongIssuer)
         );
         // A configured issuer must be present.
         let token = hs256(&valid_claims(), &secret);
-        assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants),
-            Err(AuthError::WrongIssuer)
-        );
+        assert_eq!(gate.token(&token), Err(AuthError::WrongIssuer));
     }
 
     #[test]
     fn alg_none_is_rejected() {
         let (f, secret) = hs256_fixture("");
-        let auth = f.authenticator();
+        let gate = f.gate();
         let signed = hs256(&valid_claims(), &secret);
         let parts: Vec<&str> = signed.split('.').collect();
         for header in NONE_HEADERS {
             // Unsigned, and unsigned header with the real signature kept.
             for signature in ["", parts[2]] {
                 let token = format!("{header}.{}.{signature}", parts[1]);
-                let error = auth.authenticate(&jwt(&token), &f.tenants).unwrap_err();
+                let error = gate.token(&token).unwrap_err();
                 assert!(matches!(error, AuthError::InvalidToken { .. }), "{error:?}");
             }
         }
@@ -836,7 +817,7 @@ api_key_sha256 = "{}"
     #[test]
     fn malformed_tokens_are_rejected_without_panicking() {
         let (f, _) = hs256_fixture("");
-        let auth = f.authenticator();
+        let gate = f.gate();
         for token in [
             "",
             "a.b.c",
@@ -847,7 +828,7 @@ api_key_sha256 = "{}"
             "e30.e30.e30",
             "bm90IGpzb24.bm90IGpzb24.bm90IGpzb24",
         ] {
-            let error = auth.authenticate(&jwt(token), &f.tenants).unwrap_err();
+            let error = gate.token(token).unwrap_err();
             assert!(
                 matches!(error, AuthError::InvalidToken { .. }),
                 "{token:?}: {error:?}"
@@ -858,7 +839,7 @@ api_key_sha256 = "{}"
     #[test]
     fn missing_tenant_claim() {
         let (f, secret) = hs256_fixture("");
-        let auth = f.authenticator();
+        let gate = f.gate();
         for claims in [
             json!({ "exp": now() + 600 }),
             json!({ "exp": now() + 600, "sub": 42 }),
@@ -867,7 +848,7 @@ api_key_sha256 = "{}"
         ] {
             let token = hs256(&claims, &secret);
             assert_eq!(
-                auth.authenticate(&jwt(&token), &f.tenants),
+                gate.token(&token),
                 Err(AuthError::MissingTenantClaim {
                     claim: "sub".into()
                 }),
@@ -877,25 +858,22 @@ api_key_sha256 = "{}"
         // jsonwebtoken itself refuses a `sub` that is neither string nor
         // number; either way the token is out.
         let token = hs256(&json!({ "exp": now() + 600, "sub": ["globex"] }), &secret);
-        assert!(auth.authenticate(&jwt(&token), &f.tenants).is_err());
+        assert!(gate.token(&token).is_err());
     }
 
     #[test]
     fn configured_tenant_claim() {
         let (f, secret) = hs256_fixture("tenant_claim = \"org\"");
-        let auth = f.authenticator();
+        let gate = f.gate();
         let token = hs256(
             &json!({ "sub": "user-7", "org": "initech", "exp": now() + 600 }),
             &secret,
         );
-        assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants).unwrap().id,
-            "initech"
-        );
+        assert_eq!(gate.token(&token).unwrap().id, "initech");
         // `sub` naming a tenant does not count when the claim is `org`.
         let token = hs256(&valid_claims(), &secret);
         assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants),
+            gate.token(&token),
             Err(AuthError::MissingTenantClaim {
                 claim: "org".into()
             })
@@ -906,10 +884,7 @@ api_key_sha256 = "{}"
     fn unknown_tenant() {
         let (f, secret) = hs256_fixture("");
         let token = hs256(&json!({ "sub": "hooli", "exp": now() + 600 }), &secret);
-        let error = f
-            .authenticator()
-            .authenticate(&jwt(&token), &f.tenants)
-            .unwrap_err();
+        let error = f.gate().token(&token).unwrap_err();
         assert_eq!(
             error,
             AuthError::UnknownTenant {
@@ -924,17 +899,10 @@ api_key_sha256 = "{}"
     #[test]
     fn rs256_success_spki_and_pkcs1_pem() {
         let (private, spki, pkcs1) = rsa_key();
-        let key = EncodingKey::from_rsa_der(private);
-        let token = sign(Algorithm::RS256, &valid_claims(), &key);
+        let token = rs256(&valid_claims(), private);
         for pem in [spki, pkcs1] {
             let f = Fixture::new(&jwt_section("RS256", ""), pem.as_bytes());
-            assert_eq!(
-                f.authenticator()
-                    .authenticate(&jwt(&token), &f.tenants)
-                    .unwrap()
-                    .id,
-                "globex"
-            );
+            assert_eq!(f.gate().token(&token).unwrap().id, "globex");
         }
     }
 
@@ -942,15 +910,11 @@ api_key_sha256 = "{}"
     fn rs256_wrong_key() {
         let (_, spki, _) = rsa_key();
         let f = Fixture::new(&jwt_section("RS256", ""), spki.as_bytes());
-        let auth = f.authenticator();
+        let gate = f.gate();
         let (other, _, _) = new_rsa_key();
-        let token = sign(
-            Algorithm::RS256,
-            &valid_claims(),
-            &EncodingKey::from_rsa_der(&other),
-        );
+        let token = rs256(&valid_claims(), &other);
         assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants),
+            gate.token(&token),
             Err(AuthError::InvalidToken {
                 reason: "the signature does not verify"
             })
@@ -959,7 +923,7 @@ api_key_sha256 = "{}"
         let mut parts: Vec<&str> = token.split('.').collect();
         parts[2] = "c2hvcnQ";
         assert!(matches!(
-            auth.authenticate(&jwt(&parts.join(".")), &f.tenants),
+            gate.token(&parts.join(".")),
             Err(AuthError::InvalidToken { .. })
         ));
     }
@@ -968,12 +932,12 @@ api_key_sha256 = "{}"
     fn hs256_token_rejected_when_rs256_configured() {
         let (_, spki, _) = rsa_key();
         let f = Fixture::new(&jwt_section("RS256", ""), spki.as_bytes());
-        let auth = f.authenticator();
+        let gate = f.gate();
         // The classic confusion: HMAC keyed with the public key's bytes.
         for secret in [spki.as_bytes(), &random_bytes(32)[..]] {
             let token = hs256(&valid_claims(), secret);
             assert_eq!(
-                auth.authenticate(&jwt(&token), &f.tenants),
+                gate.token(&token),
                 Err(AuthError::InvalidToken {
                     reason: "the token's algorithm is not the configured one"
                 })
@@ -981,13 +945,9 @@ api_key_sha256 = "{}"
         }
         // And ES256 is not RS256 either.
         let (ec_private, _, _) = ec_key();
-        let token = sign(
-            Algorithm::ES256,
-            &valid_claims(),
-            &EncodingKey::from_ec_der(&ec_private),
-        );
+        let token = es256(&valid_claims(), &ec_private);
         assert!(matches!(
-            auth.authenticate(&jwt(&token), &f.tenants),
+            gate.token(&token),
             Err(AuthError::InvalidToken { .. })
         ));
     }
@@ -996,24 +956,13 @@ api_key_sha256 = "{}"
     fn es256_success_and_wrong_key() {
         let (private, public_pem, _) = ec_key();
         let f = Fixture::new(&jwt_section("ES256", ""), public_pem.as_bytes());
-        let auth = f.authenticator();
-        let token = sign(
-            Algorithm::ES256,
-            &valid_claims(),
-            &EncodingKey::from_ec_der(&private),
-        );
-        assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants).unwrap().id,
-            "globex"
-        );
+        let gate = f.gate();
+        let token = es256(&valid_claims(), &private);
+        assert_eq!(gate.token(&token).unwrap().id, "globex");
         let (other, _, _) = ec_key();
-        let token = sign(
-            Algorithm::ES256,
-            &valid_claims(),
-            &EncodingKey::from_ec_der(&other),
-        );
+        let token = es256(&valid_claims(), &other);
         assert_eq!(
-            auth.authenticate(&jwt(&token), &f.tenants),
+            gate.token(&token),
             Err(AuthError::InvalidToken {
                 reason: "the signature does not verify"
             })
@@ -1021,7 +970,7 @@ api_key_sha256 = "{}"
         // HS256 keyed with the EC public key's bytes.
         let token = hs256(&valid_claims(), public_pem.as_bytes());
         assert!(matches!(
-            auth.authenticate(&jwt(&token), &f.tenants),
+            gate.token(&token),
             Err(AuthError::InvalidToken { .. })
         ));
     }
@@ -1135,7 +1084,8 @@ api_key_sha256 = "{}"
             &jwt_section("HS256", "audience = \"gw\"\nissuer = \"idp\""),
             secret,
         );
-        let auth = f.authenticator();
+        let gate = f.gate();
+        let auth = &gate.auth;
         let auth_debug = format!("{auth:?} {auth:#?}");
         assert!(!auth_debug.contains("TOPSECRET"), "{auth_debug}");
         // Nor the bytes as a list, the way a derived Debug of a Vec<u8> shows them.
@@ -1167,13 +1117,10 @@ api_key_sha256 = "{}"
         tokens.push(format!("{}.e30K.{}", parts[0], parts[2]));
         let mut errors = Vec::new();
         for token in &tokens {
-            errors.push(auth.authenticate(&jwt(token), &f.tenants).unwrap_err());
-            errors.push(auth.authenticate(&api_key(token), &f.tenants).unwrap_err());
+            errors.push(gate.token(token).unwrap_err());
+            errors.push(gate.key(token).unwrap_err());
         }
-        errors.push(
-            auth.authenticate(&api_key("TOPSECRET-api-key"), &f.tenants)
-                .unwrap_err(),
-        );
+        errors.push(gate.key("TOPSECRET-api-key").unwrap_err());
         let kinds: std::collections::HashSet<_> = errors.iter().map(AuthError::label).collect();
         for label in [
             "unknown_key",
