@@ -4,15 +4,14 @@
 //! two; restores them; and after each phase prints what was measured beside
 //! what the analyser's model predicts.
 
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use backend::{Backend, Recording};
 use clap::Args;
 use drill::{AdminClient, LoadShape, Session, ShardRef, TenantCredential, Thresholds};
+use gateway::config::writer::{GatewayToml, Shard, tenants_toml};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::output::{print_json, print_text};
 use crate::table::{Align, Table};
@@ -103,47 +102,36 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         );
     }
     // A fresh secret key and token for this run only.
-    std::fs::write(
-        dir.path().join("placement.key"),
-        (0..32).map(|_| fastrand::u8(..)).collect::<Vec<u8>>(),
-    )?;
     let token = random_hex(24);
-    std::fs::write(dir.path().join("admin.token"), &token)?;
     let credentials: Vec<TenantCredential> = (0..args.tenants)
         .map(|t| {
             TenantCredential::new(format!("tenant-{t}"), format!("demo-{t}-{}", random_hex(8)))
         })
         .collect();
-    let mut tenants_toml = String::new();
-    for credential in &credentials {
-        let digest: String = Sha256::digest(credential.api_key().as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        let _ = writeln!(
-            tenants_toml,
-            "[[tenants]]\nid = \"{}\"\napi_key_sha256 = \"{digest}\"",
-            credential.tenant
-        );
-    }
-    std::fs::write(dir.path().join("tenants.toml"), tenants_toml)?;
-    let shards: String = backends
+    let tenants: Vec<(String, String)> = credentials
         .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            format!(
-                "  {{ id = \"{}\", url = \"{}\", zone = \"{}\" }},\n",
-                b.id(),
-                b.url(),
-                if i < SHARDS / 2 { "a" } else { "b" }
-            )
-        })
+        .map(|credential| (credential.tenant.clone(), credential.api_key().to_owned()))
         .collect();
-    let config = format!(
-        "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\n[placement]\nalgorithm = \"rendezvous\"\nk = {K}\nkey_file = \"placement.key\"\nkey_version = \"demo\"\nzone_aware = true\n\n[health]\ninterval_ms = 500\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"admin.token\"\nstatus_page_without_token = true\n\n[[cells]]\nname = \"demo\"\nshards = [\n{shards}]\n"
-    );
-    let path = dir.path().join("gateway.toml");
-    std::fs::write(&path, config)?;
+    let path = GatewayToml {
+        k: K,
+        key_version: "demo".into(),
+        zone_aware: true,
+        tables: vec![("health".into(), "interval_ms = 500".into())],
+        admin_token: Some(token.clone()),
+        admin: "status_page_without_token = true".into(),
+        cell: "demo".into(),
+        shards: backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                Shard::new(b.id(), b.url()).in_zone(if i < SHARDS / 2 { "a" } else { "b" })
+            })
+            .collect(),
+        tenants: tenants_toml(&tenants),
+        ..GatewayToml::default()
+    }
+    .write(dir.path())
+    .context("cannot write the demo's configuration")?;
     let snapshot = gateway::Snapshot::load(&path, None)?;
     let running = gateway::runtime::start(snapshot).await?;
     let status_page = format!("http://{}/", running.admin_addr);

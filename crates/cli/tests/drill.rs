@@ -7,8 +7,8 @@
 use std::process::Command;
 
 use backend::{Backend, Mode};
+use gateway::config::writer::{self as gateway_toml, GatewayToml, Shard, tenants_toml};
 use gateway::runtime::Running;
-use testkit::gateway_toml::{self, GatewayToml, Shard, tenants_toml};
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -61,7 +61,8 @@ async fn setup_with(routing: &str, health: &str) -> Setup {
         tenants: tenants_toml(&tenants),
         ..GatewayToml::default()
     }
-    .write(dir.path());
+    .write(dir.path())
+    .unwrap();
     let running = gateway::runtime::start(gateway::Snapshot::load(&path, None).unwrap())
         .await
         .unwrap();

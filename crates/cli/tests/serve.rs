@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 use backend::Backend;
 use bytes::Bytes;
 use common::{free_port, terminate};
+use gateway::config::writer::{
+    self as gateway_toml, GatewayToml, Shard, random_bytes, tenants_toml,
+};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use testkit::gateway_toml::{self, GatewayToml, Shard, random_bytes, tenants_toml};
 
 fn binary() -> std::path::PathBuf {
     assert_cmd::cargo::cargo_bin("shuffle-shard")
@@ -44,7 +46,8 @@ fn write_config(
         tenants: tenants_toml(&tenants) + "[[tenants]]\nid = \"whale\"\nk = 4\n",
         ..GatewayToml::default()
     }
-    .write(dir);
+    .write(dir)
+    .unwrap();
     (listen, tenants)
 }
 

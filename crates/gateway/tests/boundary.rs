@@ -15,10 +15,10 @@ use std::time::Duration;
 use backend::{Backend, Seen};
 use bytes::Bytes;
 use gateway::Snapshot;
+use gateway::config::writer::{GatewayToml, Shard};
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
 use hyper::body::Frame;
-use testkit::gateway_toml::{GatewayToml, Shard};
 use tokio::net::TcpStream;
 
 use crate::util::{
@@ -598,6 +598,7 @@ fn write_config(dir: &Path, tables: &str) -> PathBuf {
         ..GatewayToml::default()
     }
     .write(dir)
+    .unwrap()
 }
 
 /// Loads a configuration made of `tables`; the error's message on refusal.

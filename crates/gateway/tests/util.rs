@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use backend::Backend;
 use bytes::Bytes;
+use gateway::config::writer::{self as gateway_toml, GatewayToml, Shard, tenants_toml};
 use gateway::runtime::{self, Running};
 use gateway::state::ShardRuntime;
 use gateway::{GatewayConfig, Snapshot};
@@ -28,7 +29,6 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use testkit::gateway_toml::{self, GatewayToml, Shard, tenants_toml};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -97,7 +97,7 @@ pub struct Fixture {
 
 // The gateway's own tests share these with the CLI's: `testkit` writes the
 // configuration both run a gateway from.
-pub use testkit::gateway_toml::{random_bytes, sha256_hex};
+pub use gateway::config::writer::{random_bytes, sha256_hex};
 
 impl Fixture {
     pub async fn start(options: Options) -> Self {
@@ -166,7 +166,8 @@ impl Fixture {
             tenants: tenants_toml(&tenants),
             ..GatewayToml::default()
         }
-        .write(dir.path());
+        .write(dir.path())
+        .unwrap();
         let snapshot = Snapshot::load(&path, None).unwrap();
         let running = runtime::start(snapshot).await.unwrap();
         let client = Client::builder(TokioExecutor::new()).build_http();

@@ -1,9 +1,9 @@
 //! Test support shared by several crates' integration tests.
 //!
 //! Integration tests of two crates cannot share a module, so what more than
-//! one of them needs lives here: running headless Chromium, writing a
-//! gateway configuration, and reading JSON answers.
+//! one of them needs lives here: running headless Chromium and reading JSON
+//! answers. (Writing a gateway configuration is `gateway::config::writer`,
+//! which the demo uses too.)
 
 pub mod browser;
-pub mod gateway_toml;
 pub mod json;

@@ -8,6 +8,8 @@
 
 // The tenants file, validated against this configuration.
 pub mod tenants;
+// Writing a configuration (the demo's and the tests').
+pub mod writer;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

@@ -1,12 +1,10 @@
-//! A gateway configuration for tests: `gateway.toml` and the key, tenants
-//! and admin token files it names, written into one directory.
-//!
-//! The gateway's own fixture and the CLI's `serve` and `drill` tests each
-//! wrote this TOML by hand, so a change to the format had as many copies to
-//! follow. It is written as text, without the gateway crate, so that tests
-//! which run the gateway through the `shuffle-shard` binary need not link
-//! it, and so that a test can still edit the text (reload tests replace a
-//! line and reload).
+//! Writing a gateway configuration: `gateway.toml` and the key, tenants
+//! and admin token files it names, into one directory. The demo and the
+//! tests (the gateway's fixture, the CLI's `serve` and `drill` tests) all
+//! write one, and each used to by hand, so a change to the format had as
+//! many copies to follow. It is plain text, so a test can still edit it
+//! (reload tests replace a line and reload). It lives beside the parser so
+//! that the two change together; a test parses what it writes.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -14,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-/// A random key of `len` bytes. Tests make their own keys; none is
-/// committed.
+/// A random key of `len` bytes (a demo's or a test's own; none is
+/// committed).
 pub fn random_bytes(len: usize) -> Vec<u8> {
     (0..len).map(|_| fastrand::u8(..)).collect()
 }
@@ -188,15 +186,15 @@ impl GatewayToml {
 
     /// Writes `gateway.toml`, `placement.key`, `tenants.toml` and (with a
     /// token) `admin.token` into `dir`; the path of `gateway.toml`.
-    pub fn write(&self, dir: &Path) -> PathBuf {
-        fs::write(dir.join("placement.key"), &self.placement_key).unwrap();
-        fs::write(dir.join("tenants.toml"), &self.tenants).unwrap();
+    pub fn write(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        fs::write(dir.join("placement.key"), &self.placement_key)?;
+        fs::write(dir.join("tenants.toml"), &self.tenants)?;
         if let Some(token) = &self.admin_token {
-            fs::write(dir.join("admin.token"), format!("{token}\n")).unwrap();
+            fs::write(dir.join("admin.token"), format!("{token}\n"))?;
         }
         let path = dir.join("gateway.toml");
-        fs::write(&path, self.render()).unwrap();
-        path
+        fs::write(&path, self.render())?;
+        Ok(path)
     }
 }
 
@@ -256,6 +254,26 @@ mod tests {
             ..GatewayToml::default()
         };
         assert!(!config.render().contains("[admin]"));
+    }
+
+    #[test]
+    fn what_it_writes_is_a_valid_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = GatewayToml {
+            shards: vec![
+                Shard::new("s0", "http://127.0.0.1:9100").in_zone("a"),
+                Shard::new("s1", "http://127.0.0.1:9101").in_zone("b"),
+            ],
+            zone_aware: true,
+            tenants: tenants_toml(&tenants(3)),
+            admin_token: Some("a-token-of-sixteen-or-more".into()),
+            ..GatewayToml::default()
+        }
+        .write(dir.path())
+        .unwrap();
+        let config = crate::GatewayConfig::load(&path).unwrap();
+        assert_eq!(config.cells[0].shards.len(), 2);
+        assert!(config.admin.token_file.is_some());
     }
 
     #[test]
