@@ -66,7 +66,9 @@ async fn a_reload_that_shortens_the_interval_never_stales_the_fleet() {
     let fixture = Fixture::start(Options {
         shards: 4,
         tenants: 20,
-        health: "interval_ms = 10000\ntimeout_ms = 200\n".into(),
+        // Staleness wide enough that a busy machine delaying a check by a
+        // second cannot trip it; the bug left checkers asleep for 10 s.
+        health: "interval_ms = 10000\ntimeout_ms = 200\nstaleness_ms = 30000\n".into(),
         admin_token: Some(TOKEN.into()),
         ..Options::default()
     })
@@ -83,12 +85,14 @@ async fn a_reload_that_shortens_the_interval_never_stales_the_fleet() {
     drop(snapshot);
     let (status, body) = reload_with(&fixture, |text| {
         text.replace("interval_ms = 10000", "interval_ms = 100")
+            .replace("staleness_ms = 30000", "staleness_ms = 1500")
     })
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(fixture.config().health.interval, Duration::from_millis(100));
-    // Several times the new staleness bound (3 × 100 + 200 ms).
-    if let Some(seen) = first_not_up(&fixture, Duration::from_secs(2)).await {
+    // Well past the new staleness bound (1.5 s), well short of the old
+    // interval (10 s) the checkers slept on before the fix.
+    if let Some(seen) = first_not_up(&fixture, Duration::from_secs(4)).await {
         panic!("a shard left rotation after the reload: {seen:?}");
     }
     for (tenant, _) in &fixture.tenants {
@@ -98,7 +102,7 @@ async fn a_reload_that_shortens_the_interval_never_stales_the_fleet() {
 }
 
 /// A shard that answers its checks well but slowly (250 ms, within the
-/// 500 ms timeout, with checks 100 ms apart) is checked every 350 ms: the
+/// 1000 ms timeout, with checks 100 ms apart) is checked every 350 ms: the
 /// default staleness used to be 3 × interval (300 ms), so it flapped stale
 /// between its own passing checks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +110,9 @@ async fn a_shard_whose_checks_pass_slowly_never_goes_stale() {
     let fixture = Fixture::start(Options {
         shards: 2,
         tenants: 4,
-        health: "interval_ms = 100\ntimeout_ms = 500\n".into(),
+        // The default staleness is 3 × 100 + 1000 ms; the old default,
+        // 3 × interval (300 ms), is shorter than one slow check cycle.
+        health: "interval_ms = 100\ntimeout_ms = 1000\n".into(),
         ..Options::default()
     })
     .await;
