@@ -140,7 +140,7 @@ impl GatewaySetup {
         let topology = gateway::route::cell::Topology::build(&config, &tenants)?;
         let cell = match cell {
             Some(name) => Some(topology.find(name).ok_or_else(|| {
-                let names: Vec<&str> = config.cells.iter().map(|c| c.name.as_str()).collect();
+                let names: Vec<&str> = config.cells().iter().map(|c| c.name.as_str()).collect();
                 anyhow!(
                     "--cell {name:?}: {} has no such cell; its cells are {}",
                     path.display(),

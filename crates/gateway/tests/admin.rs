@@ -561,7 +561,7 @@ pub fn analyser(fixture: &Fixture, failed: &[&str]) -> (u64, u64, Vec<String>) {
     let indices: Vec<ShardIndex> = failed
         .iter()
         .map(|id| {
-            snapshot.config.cells[0]
+            snapshot.config.cells()[0]
                 .shards
                 .iter()
                 .position(|s| s.id == *id)

@@ -71,10 +71,10 @@ fn the_kubernetes_config_map_is_a_valid_configuration_for_the_probes_it_has() {
     assert!(snapshot.admin_token.is_some());
     // The readiness probe reaches /readyz on 9901, which needs no token;
     // nothing else is open on an address others can reach.
-    assert_eq!(config.admin.listen, "0.0.0.0:9901".parse().unwrap());
-    assert!(!config.admin.metrics_without_token);
-    assert!(!config.admin.status_page_without_token);
-    assert_eq!(config.listen.port(), 8080);
+    assert_eq!(config.admin().listen, "0.0.0.0:9901".parse().unwrap());
+    assert!(!config.admin().metrics_without_token);
+    assert!(!config.admin().status_page_without_token);
+    assert_eq!(config.listen().port(), 8080);
 
     let deployment = read("kubernetes/deployment.yaml");
     for promise in [
@@ -101,7 +101,7 @@ fn the_kubernetes_config_map_is_a_valid_configuration_for_the_probes_it_has() {
         );
     }
     // Graceful shutdown fits inside the pod's grace period.
-    assert!(config.limits.shutdown_grace.as_secs() < 30);
+    assert!(config.limits().shutdown_grace.as_secs() < 30);
     assert!(deployment.contains("terminationGracePeriodSeconds: 30"));
 
     let secret = read("kubernetes/secret.yaml");
@@ -132,7 +132,7 @@ fn the_systemd_example_is_a_valid_configuration_and_the_unit_is_hardened() {
         "/run/credentials/shuffle-shard-gateway.service/",
     );
     assert!(snapshot.admin_token.is_some());
-    assert!(snapshot.config.admin.listen.ip().is_loopback());
+    assert!(snapshot.config.admin().listen.ip().is_loopback());
 
     let unit = read("systemd/shuffle-shard-gateway.service");
     let settings: Vec<&str> = unit

@@ -686,8 +686,8 @@ async fn both_idle_timeouts_are_reloadable() {
     let limits = |fixture: &Fixture| {
         let config = fixture.config();
         (
-            config.limits.backend_idle_timeout,
-            config.limits.client_write_timeout,
+            config.limits().backend_idle_timeout,
+            config.limits().client_write_timeout,
         )
     };
     assert_eq!(

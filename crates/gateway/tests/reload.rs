@@ -67,7 +67,7 @@ async fn served(fixture: &Fixture, tenant: &str, count: usize) -> BTreeSet<Strin
 /// timeout, and traffic still lands inside the old subsets.
 async fn still_serving(fixture: &Fixture, before: &[(String, Vec<String>)], per_try: Duration) {
     assert_eq!(routing(fixture), before);
-    assert_eq!(fixture.config().routing.per_try_timeout, per_try);
+    assert_eq!(fixture.config().routing().per_try_timeout, per_try);
     for (tenant, subset) in before.iter().take(5) {
         let served = served(fixture, tenant, 10).await;
         let subset: BTreeSet<String> = subset.iter().cloned().collect();
@@ -111,7 +111,7 @@ async fn a_reload_that_moves_nobody_applies_and_keeps_state_and_requests() {
         serde_json::json!({ "reloaded": true, "changed": 0, "tenants": 40 })
     );
     assert_eq!(
-        fixture.config().routing.per_try_timeout,
+        fixture.config().routing().per_try_timeout,
         Duration::from_secs(2)
     );
     assert_eq!(routing(&fixture), before);
@@ -176,7 +176,7 @@ async fn a_reload_that_moves_nobody_applies_and_keeps_state_and_requests() {
     let answer: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(answer["path"], "/slow");
     assert_eq!(
-        fixture.config().routing.request_timeout,
+        fixture.config().routing().request_timeout,
         Duration::from_secs(8)
     );
 
@@ -205,7 +205,7 @@ async fn a_reload_that_moves_nobody_applies_and_keeps_state_and_requests() {
 /// the placement library directly.
 fn moved_by_key(fixture: &Fixture, key: &[u8]) -> usize {
     let config = fixture.config();
-    let cell = &config.cells[0];
+    let cell = &config.cells()[0];
     let fleet = Fleet::new(
         cell.shards
             .iter()
@@ -245,7 +245,7 @@ async fn a_reload_that_moves_tenants_is_a_migration_refused_unless_allowed() {
     let dir = fixture.dir.path();
     let config = dir.join("gateway.toml");
     let before = routing(&fixture);
-    let per_try = fixture.config().routing.per_try_timeout;
+    let per_try = fixture.config().routing().per_try_timeout;
 
     // k = 2 → 3 gives every tenant a new member: all 40 would move.
     edit(&config, "k = 2", "k = 3");
@@ -259,7 +259,7 @@ async fn a_reload_that_moves_tenants_is_a_migration_refused_unless_allowed() {
     );
     assert!(message.contains("allow_migration"), "{message}");
     still_serving(&fixture, &before, per_try).await;
-    assert_eq!(fixture.config().cells[0].k, 2);
+    assert_eq!(fixture.config().cells()[0].k, 2);
 
     // The same change, allowed by the call.
     let (status, answer) = reload(&fixture, "?allow_migration=true").await;
@@ -268,7 +268,7 @@ async fn a_reload_that_moves_tenants_is_a_migration_refused_unless_allowed() {
         answer,
         serde_json::json!({ "reloaded": true, "changed": 40, "tenants": 40 })
     );
-    assert_eq!(fixture.config().cells[0].k, 3);
+    assert_eq!(fixture.config().cells()[0].k, 3);
     for (tenant, subset) in &before {
         let now = fixture.subset_ids(tenant);
         assert_eq!(now.len(), 3);
@@ -304,7 +304,7 @@ async fn a_reload_that_moves_tenants_is_a_migration_refused_unless_allowed() {
     let (status, answer) = reload(&fixture, "").await;
     assert_eq!(status, StatusCode::OK, "{answer}");
     assert_eq!(answer["changed"], expected as u64);
-    assert!(fixture.config().reload_allow_migration);
+    assert!(fixture.config().reload_allow_migration());
     assert_ne!(routing(&fixture), now_routing);
 }
 
@@ -316,7 +316,7 @@ async fn an_invalid_or_missing_configuration_is_refused_and_the_old_one_keeps_se
     let good = std::fs::read_to_string(&config).unwrap();
     let good_tenants = std::fs::read_to_string(dir.join("tenants.toml")).unwrap();
     let before = routing(&fixture);
-    let per_try = fixture.config().routing.per_try_timeout;
+    let per_try = fixture.config().routing().per_try_timeout;
 
     let refused = async |expected: &[&str]| {
         let (status, answer) = reload(&fixture, "").await;

@@ -89,7 +89,10 @@ async fn a_reload_that_shortens_the_interval_never_stales_the_fleet() {
     })
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(fixture.config().health.interval, Duration::from_millis(100));
+    assert_eq!(
+        fixture.config().health().interval,
+        Duration::from_millis(100)
+    );
     // Well past the new staleness bound (1.5 s), well short of the old
     // interval (10 s) the checkers slept on before the fix.
     if let Some(seen) = first_not_up(&fixture, Duration::from_secs(4)).await {
@@ -203,7 +206,7 @@ async fn a_reload_cannot_move_the_admin_listener() {
         ..Options::default()
     })
     .await;
-    let bound = fixture.config().admin.listen;
+    let bound = fixture.config().admin().listen;
     let (status, body) = reload_with(&fixture, |text| {
         text.replace(
             "[admin]\nlisten = \"127.0.0.1:0\"",
@@ -213,7 +216,7 @@ async fn a_reload_cannot_move_the_admin_listener() {
     .await;
     assert_ne!(status, StatusCode::OK, "{body}");
     assert!(body.contains("admin.listen"), "{body}");
-    assert_eq!(fixture.config().admin.listen, bound);
+    assert_eq!(fixture.config().admin().listen, bound);
     let (status, _, _) = fixture.admin("GET", "/", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

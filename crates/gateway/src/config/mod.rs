@@ -252,40 +252,41 @@ pub struct AdminSettings {
 }
 
 /// The validated gateway configuration. It can only be had from
-/// [`GatewayConfig::parse`] or [`GatewayConfig::load`] (`non_exhaustive`
-/// keeps other crates from building one), so it always has at least one
-/// cell, every cell at least one shard, and every number in its range.
+/// [`GatewayConfig::parse`] or [`GatewayConfig::load`], and other crates
+/// read it only through the accessors below (its fields are the crate's),
+/// so it always has at least one cell, every cell at least one shard, and
+/// every number in its range.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct GatewayConfig {
     /// The file this came from.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Where the data listener binds.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// The tenants file.
-    pub tenants_file: PathBuf,
+    pub(crate) tenants_file: PathBuf,
     /// JWT authentication, when configured.
-    pub jwt: Option<JwtSettings>,
+    pub(crate) jwt: Option<JwtSettings>,
     /// Retry and failover behaviour.
-    pub routing: RoutingSettings,
+    pub(crate) routing: RoutingSettings,
     /// The retry budget.
-    pub retry_budget: RetryBudgetSettings,
+    pub(crate) retry_budget: RetryBudgetSettings,
     /// Active health checks.
-    pub health: HealthSettings,
+    pub(crate) health: HealthSettings,
     /// Passive outlier ejection.
-    pub outlier: OutlierSettings,
+    pub(crate) outlier: OutlierSettings,
     /// Connection and size limits.
-    pub limits: LimitSettings,
+    pub(crate) limits: LimitSettings,
     /// The admin listener.
-    pub admin: AdminSettings,
+    pub(crate) admin: AdminSettings,
     /// The forwarding headers added for shards.
-    pub forwarding: ForwardingSettings,
+    pub(crate) forwarding: ForwardingSettings,
     /// The cells; the first is the default.
-    pub cells: Vec<CellSettings>,
+    pub(crate) cells: Vec<CellSettings>,
     /// Apply reloads that move tenants without being asked to.
-    pub reload_allow_migration: bool,
+    pub(crate) reload_allow_migration: bool,
     /// Log one line per request.
-    pub access_log: bool,
+    pub(crate) access_log: bool,
 }
 
 // ---- The file as written -------------------------------------------------
@@ -540,6 +541,41 @@ impl GatewayConfig {
             reload_allow_migration: raw.reload.allow_migration.unwrap_or(false),
             access_log: raw.logging.access_log.unwrap_or(false),
         })
+    }
+
+    /// Where the data listener binds.
+    pub fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// The admin listener's settings.
+    pub fn admin(&self) -> &AdminSettings {
+        &self.admin
+    }
+
+    /// Connection and size limits.
+    pub fn limits(&self) -> &LimitSettings {
+        &self.limits
+    }
+
+    /// Retry and failover behaviour.
+    pub fn routing(&self) -> &RoutingSettings {
+        &self.routing
+    }
+
+    /// Active health checks.
+    pub fn health(&self) -> &HealthSettings {
+        &self.health
+    }
+
+    /// The cells, at least one; the first is the default.
+    pub fn cells(&self) -> &[CellSettings] {
+        &self.cells
+    }
+
+    /// Whether reloads that move tenants apply without being asked to.
+    pub fn reload_allow_migration(&self) -> bool {
+        self.reload_allow_migration
     }
 
     /// The cell with this name.
