@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use backend::Mode;
-use clap::Args;
+use clap::{ArgGroup, Args};
 use drill::run::{DrillReport, Fault};
 use drill::{AdminClient, LoadShape, Session, ShardControl, Thresholds};
 
@@ -43,6 +43,8 @@ healthy again afterwards.";
 /// Arguments of `shuffle-shard drill`.
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]
+// Exactly one way to make the fault: `--fail`, `--kill` or `--break`.
+#[command(group(ArgGroup::new("fault").required(true).args(["fail", "kill", "break"])))]
 pub struct DrillArgs {
     /// The gateway's data URL
     #[arg(long, value_name = "URL")]
@@ -57,13 +59,7 @@ pub struct DrillArgs {
     #[arg(long, value_name = "PATH")]
     tenants_file: PathBuf,
     /// Shards to fail through the admin API (comma-separated ids)
-    #[arg(
-        long,
-        value_name = "IDS",
-        value_delimiter = ',',
-        conflicts_with = "kill",
-        required_unless_present_any = ["kill", "break"]
-    )]
+    #[arg(long, value_name = "IDS", value_delimiter = ',')]
     fail: Vec<String>,
     /// Shards you will break yourself (kill, blackhole); the drill waits for the gateway to notice
     #[arg(long, value_name = "IDS", value_delimiter = ',')]
@@ -73,8 +69,7 @@ pub struct DrillArgs {
         id = "break",
         long = "break",
         value_name = "ID=CONTROL_URL",
-        value_delimiter = ',',
-        conflicts_with_all = ["fail", "kill"]
+        value_delimiter = ','
     )]
     breaks: Vec<String>,
     /// With --break: the mode that breaks them (a `backend --mode`) [default: killed]

@@ -17,7 +17,8 @@ use std::fmt;
 use hmac::Hmac;
 use sha2::Sha256;
 
-use crate::error::{PlacementError, check_k};
+use crate::entry::{Filled, entry_points};
+use crate::error::PlacementError;
 use crate::fleet::ShardIndex;
 use crate::key::PlacementKey;
 use crate::short_hmac::{self, MAX_SHORT_MESSAGE, PaddedKey};
@@ -69,24 +70,9 @@ impl HmacModulo {
         self.n
     }
 
-    /// The tenant's `k` shard indices in selection order.
-    pub fn place(&self, tenant: &str, k: u32) -> Result<Vec<ShardIndex>, PlacementError> {
-        let mut out = Vec::with_capacity(k as usize);
-        self.place_into(tenant, k, &mut out)?;
-        Ok(out)
-    }
-
-    /// Like [`place`](Self::place), but writes into a caller-owned buffer
-    /// (cleared first) so hot loops allocate nothing.
-    pub fn place_into(
-        &self,
-        tenant: &str,
-        k: u32,
-        out: &mut Vec<ShardIndex>,
-    ) -> Result<(), PlacementError> {
-        check_k(k, self.n)?;
-        out.clear();
-        let k = k as usize;
+    /// The tenant's `k` shard indices in selection order, into `out`
+    /// (empty, `k` checked).
+    fn fill(&self, tenant: &str, k: usize, out: &mut Vec<ShardIndex>) -> Filled {
         let n = u64::from(self.n);
         // Large k (rare in practice, but allowed up to n) would make the
         // linear duplicate scan quadratic.
@@ -135,6 +121,8 @@ impl HmacModulo {
     }
 }
 
+entry_points!(HmacModulo, "in selection order");
+
 impl fmt::Debug for HmacModulo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The HMAC state is derived from the key and must not be printed.
@@ -149,16 +137,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn k_out_of_range_is_an_error() {
-        let recipe = HmacModulo::new(&PlacementKey::recipe_default(), 5).unwrap();
-        assert_eq!(
-            recipe.place("t", 0).unwrap_err(),
-            PlacementError::KOutOfRange { k: 0, n: 5 }
-        );
-        assert_eq!(
-            recipe.place("t", 6).unwrap_err(),
-            PlacementError::KOutOfRange { k: 6, n: 5 }
-        );
+    fn an_empty_fleet_is_an_error() {
         assert!(HmacModulo::new(&PlacementKey::recipe_default(), 0).is_err());
     }
 

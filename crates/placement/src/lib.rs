@@ -31,6 +31,7 @@
 //! # Ok::<(), placement::PlacementError>(())
 //! ```
 
+mod entry;
 mod error;
 mod fleet;
 mod hmac_modulo;

@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use crate::error::{PlacementError, check_k};
+use crate::entry::{Filled, entry_points};
 use crate::fleet::{Fleet, ShardIndex};
 use crate::key::PlacementKey;
 use crate::keyed_hash::{self, KeyedHasher, TenantHash};
@@ -71,24 +71,11 @@ impl Rendezvous {
         self.seeds.len() as u32
     }
 
-    /// The tenant's `k` shard indices, highest score first.
-    pub fn place(&self, tenant: &str, k: u32) -> Result<Vec<ShardIndex>, PlacementError> {
-        let mut out = Vec::with_capacity(k as usize);
-        self.place_into(tenant, k, &mut out)?;
-        Ok(out)
-    }
-
-    /// Like [`place`](Self::place), into a caller-owned buffer (cleared first).
-    pub fn place_into(
-        &self,
-        tenant: &str,
-        k: u32,
-        out: &mut Vec<ShardIndex>,
-    ) -> Result<(), PlacementError> {
-        check_k(k, self.n())?;
-        out.clear();
+    /// The tenant's `k` shard indices, highest score first, into `out`
+    /// (empty, `k` checked).
+    fn fill(&self, tenant: &str, k: usize, out: &mut Vec<ShardIndex>) -> Filled {
         let hash = self.tenant_hash(tenant);
-        self.top_k_into(hash, 0..self.n(), k as usize, out);
+        self.top_k_into(hash, 0..self.n(), k, out);
         Ok(())
     }
 
@@ -157,6 +144,8 @@ impl Rendezvous {
     }
 }
 
+entry_points!(Rendezvous, "highest score first");
+
 impl fmt::Debug for Rendezvous {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Rendezvous")
@@ -173,19 +162,6 @@ mod tests {
 
     fn key() -> PlacementKey {
         PlacementKey::from_bytes(b"unit-test key".to_vec())
-    }
-
-    #[test]
-    fn k_out_of_range_is_an_error() {
-        let hrw = Rendezvous::new(&key(), &Fleet::uniform(4).unwrap());
-        assert_eq!(
-            hrw.place("t", 0).unwrap_err(),
-            PlacementError::KOutOfRange { k: 0, n: 4 }
-        );
-        assert_eq!(
-            hrw.place("t", 5).unwrap_err(),
-            PlacementError::KOutOfRange { k: 5, n: 4 }
-        );
     }
 
     #[test]

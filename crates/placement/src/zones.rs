@@ -21,7 +21,8 @@
 
 use std::fmt;
 
-use crate::error::{PlacementError, check_k};
+use crate::entry::{Filled, entry_points};
+use crate::error::PlacementError;
 use crate::fleet::{Fleet, ShardIndex};
 use crate::hmac_modulo::HmacModulo;
 use crate::key::PlacementKey;
@@ -115,28 +116,14 @@ impl ZoneAware {
     }
 
     /// The tenant's `k` shard indices (fleet indices), round-robin over its
-    /// zone order.
-    pub fn place(&self, tenant: &str, k: u32) -> Result<Vec<ShardIndex>, PlacementError> {
-        let mut out = Vec::with_capacity(k as usize);
-        self.place_into(tenant, k, &mut out)?;
-        Ok(out)
-    }
-
-    /// Like [`place`](Self::place), into a caller-owned buffer (cleared first).
-    pub fn place_into(
-        &self,
-        tenant: &str,
-        k: u32,
-        out: &mut Vec<ShardIndex>,
-    ) -> Result<(), PlacementError> {
-        check_k(k, self.n)?;
-        out.clear();
+    /// zone order, into `out` (empty, `k` checked).
+    fn fill(&self, tenant: &str, k: usize, out: &mut Vec<ShardIndex>) -> Filled {
         let hash = match &self.within {
             Within::Rendezvous(hrw) => hrw.tenant_hash(tenant),
             Within::HmacModulo { ranker, .. } => ranker.hash(TENANT_DOMAIN, tenant.as_bytes()),
         };
         let order = self.zone_order(hash);
-        let counts = water_fill(k as usize, &order, |zone| self.zones[zone].members.len());
+        let counts = water_fill(k, &order, |zone| self.zones[zone].members.len());
 
         // Each zone's members, chosen from that zone alone.
         let mut chosen: Vec<Vec<ShardIndex>> = vec![Vec::new(); self.zones.len()];
@@ -161,13 +148,13 @@ impl ZoneAware {
         }
 
         // Round-robin over zones in the tenant's order.
-        for round in 0..k as usize {
+        for round in 0..k {
             for &zone in &order {
                 if let Some(&index) = chosen[zone].get(round) {
                     out.push(index);
                 }
             }
-            if out.len() == k as usize {
+            if out.len() == k {
                 break;
             }
         }
@@ -190,6 +177,8 @@ impl ZoneAware {
         order.into_iter().map(|(_, position)| position).collect()
     }
 }
+
+entry_points!(ZoneAware, "fleet indices, round-robin over its zone order");
 
 impl fmt::Debug for ZoneAware {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

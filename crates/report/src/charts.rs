@@ -9,6 +9,7 @@ use analysis::plan::PlanRow;
 use plotters::chart::MeshStyle;
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -228,6 +229,32 @@ where
         .map_err(failed(chart))
 }
 
+/// Axes for one bar per whole number in `0..bars` (at most `x_labels` of
+/// them labelled) over a linear value axis from 0 to `y_top`, drawn in the
+/// shared style; `descriptions` are the x and y axis titles.
+fn bar_axes<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    chart: &'static str,
+    bars: usize,
+    x_labels: usize,
+    (x_desc, y_desc): (&str, &str),
+    y_top: f64,
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, ReportError> {
+    let mut axes = chart_on(area)
+        .build_cartesian_2d(-0.5..bars as f64 - 0.5, 0.0..y_top)
+        .map_err(failed(chart))?;
+    draw_mesh(
+        axes.configure_mesh()
+            .x_labels(x_labels)
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_label_formatter(&integer_label)
+            .y_label_formatter(&tick_label),
+        chart,
+    )?;
+    Ok(axes)
+}
+
 /// The top of a linear value axis: some headroom above the largest value,
 /// and a non-empty range when every value is zero.
 fn axis_top(largest: f64) -> f64 {
@@ -432,19 +459,11 @@ pub(crate) fn shared_counts(
         ));
     }
     svg(CHART, &entries, |area| {
-        let mut chart = chart_on(area)
-            .build_cartesian_2d(-0.5..groups as f64 - 0.5, 0.0..y_top)
-            .map_err(failed(CHART))?;
-        draw_mesh(
-            chart
-                .configure_mesh()
-                .x_labels(groups)
-                .x_desc("shards shared by a pair of tenants (j)")
-                .y_desc("% of tenant pairs")
-                .x_label_formatter(&integer_label)
-                .y_label_formatter(&tick_label),
-            CHART,
-        )?;
+        let descriptions = (
+            "shards shared by a pair of tenants (j)",
+            "% of tenant pairs",
+        );
+        let mut chart = bar_axes(area, CHART, groups, groups, descriptions, y_top)?;
 
         let left = if expected.is_some() {
             width
@@ -497,19 +516,9 @@ pub(crate) fn per_shard_load(load: &LoadReport) -> Result<String, ReportError> {
         ),
     ];
     svg(CHART, &entries, |area| {
-        let mut chart = chart_on(area)
-            .build_cartesian_2d(-0.5..shards as f64 - 0.5, 0.0..y_top)
-            .map_err(failed(CHART))?;
-        draw_mesh(
-            chart
-                .configure_mesh()
-                .x_labels(shards.min(MAX_X_LABELS))
-                .x_desc("shard (index)")
-                .y_desc("load (weight units)")
-                .x_label_formatter(&integer_label)
-                .y_label_formatter(&tick_label),
-            CHART,
-        )?;
+        let descriptions = ("shard (index)", "load (weight units)");
+        let x_labels = shards.min(MAX_X_LABELS);
+        let mut chart = bar_axes(area, CHART, shards, x_labels, descriptions, y_top)?;
 
         let hot = |shard: usize| {
             shard == load.hottest as usize || load.over_capacity.contains(&(shard as u32))

@@ -61,62 +61,35 @@ pub struct Route {
     handler: fn(MethodFilter) -> MethodRouter<Arc<Gateway>>,
 }
 
+impl Route {
+    /// A row of [`ROUTES`].
+    const fn new(
+        method: Method,
+        path: &'static str,
+        access: Access,
+        handler: fn(MethodFilter) -> MethodRouter<Arc<Gateway>>,
+    ) -> Self {
+        Self {
+            method,
+            path,
+            access,
+            handler,
+        }
+    }
+}
+
 /// Every endpoint of the admin listener, and the only place one is added.
+#[rustfmt::skip]
 pub const ROUTES: &[Route] = &[
-    Route {
-        method: Method::GET,
-        path: "/",
-        access: Access::TokenUnlessStatusPageOpen,
-        handler: |method| on(method, status_page),
-    },
-    Route {
-        method: Method::GET,
-        path: "/metrics",
-        access: Access::TokenUnlessMetricsOpen,
-        handler: |method| on(method, metrics),
-    },
-    Route {
-        method: Method::GET,
-        path: "/readyz",
-        access: Access::Open,
-        handler: |method| on(method, ready),
-    },
-    Route {
-        method: Method::GET,
-        path: "/admin/shards",
-        access: Access::Token,
-        handler: |method| on(method, shards),
-    },
-    Route {
-        method: Method::POST,
-        path: "/admin/shards/{id}/{action}",
-        access: Access::Token,
-        handler: |method| on(method, shard_action),
-    },
-    Route {
-        method: Method::GET,
-        path: "/admin/tenants",
-        access: Access::Token,
-        handler: |method| on(method, worst_tenants),
-    },
-    Route {
-        method: Method::GET,
-        path: "/admin/tenants/{id}",
-        access: Access::Token,
-        handler: |method| on(method, tenant),
-    },
-    Route {
-        method: Method::GET,
-        path: "/admin/blast",
-        access: Access::Token,
-        handler: |method| on(method, blast),
-    },
-    Route {
-        method: Method::POST,
-        path: "/admin/reload",
-        access: Access::Token,
-        handler: |method| on(method, reload),
-    },
+    Route::new(Method::GET,  "/",                           Access::TokenUnlessStatusPageOpen, |m| on(m, status_page)),
+    Route::new(Method::GET,  "/metrics",                    Access::TokenUnlessMetricsOpen,    |m| on(m, metrics)),
+    Route::new(Method::GET,  "/readyz",                     Access::Open,                      |m| on(m, ready)),
+    Route::new(Method::GET,  "/admin/shards",               Access::Token,                     |m| on(m, shards)),
+    Route::new(Method::POST, "/admin/shards/{id}/{action}", Access::Token,                     |m| on(m, shard_action)),
+    Route::new(Method::GET,  "/admin/tenants",              Access::Token,                     |m| on(m, worst_tenants)),
+    Route::new(Method::GET,  "/admin/tenants/{id}",         Access::Token,                     |m| on(m, tenant)),
+    Route::new(Method::GET,  "/admin/blast",                Access::Token,                     |m| on(m, blast)),
+    Route::new(Method::POST, "/admin/reload",               Access::Token,                     |m| on(m, reload)),
 ];
 
 /// Builds the admin router from [`ROUTES`], each route behind `guard`
