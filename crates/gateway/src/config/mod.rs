@@ -8,6 +8,8 @@
 
 // The tenants file, validated against this configuration.
 pub mod tenants;
+// The TLS sections: the TLS listener, client certificates, TLS to shards.
+pub mod tls;
 // Writing a configuration (the demo's and the tests').
 pub mod writer;
 
@@ -17,12 +19,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use placement::{Algorithm, PlacementKey};
+use rustls_pki_types::ServerName;
 use serde::Deserialize;
 use thiserror::Error;
 
 /// The JWT signature algorithms, re-exported so callers need not depend on
 /// `jsonwebtoken` to configure one.
 pub use jsonwebtoken::Algorithm as JwtAlgorithm;
+pub use tls::{ClientCertificate, MtlsSettings, TenantFrom, TlsSettings, UpstreamTlsSettings};
 
 /// The shortest placement key the gateway serves with. Shorter keys can be
 /// guessed, and a guessed key makes every tenant's shards public.
@@ -95,8 +99,12 @@ pub struct ForwardingSettings {
 pub struct ShardSettings {
     /// Stable id, unique within the cell.
     pub id: String,
-    /// Base URL, `http://host:port` (an optional path prefix is kept).
+    /// Base URL, `http://host:port` or `https://host:port` (an optional
+    /// path prefix is kept).
     pub url: http::Uri,
+    /// For an `https://` shard: the name its certificate must carry and the
+    /// SNI sent, when not the URL's host.
+    pub server_name: Option<ServerName<'static>>,
     /// Failure-domain label.
     pub zone: Option<String>,
     /// Relative capacity (rendezvous only).
@@ -233,6 +241,9 @@ pub struct LimitSettings {
     /// default) for no limit, as in nginx: set it to catch a shard that
     /// trickles.
     pub backend_body_timeout: Option<Duration>,
+    /// How long a WebSocket (an upgraded connection) may carry no byte in
+    /// either direction before both sides are closed.
+    pub websocket_idle_timeout: Duration,
 }
 
 /// The admin listener (operations API, metrics, status page).
@@ -267,6 +278,12 @@ pub struct GatewayConfig {
     pub(crate) tenants_file: PathBuf,
     /// JWT authentication, when configured.
     pub(crate) jwt: Option<JwtSettings>,
+    /// Client certificates as tenant identity, when configured.
+    pub(crate) mtls: Option<MtlsSettings>,
+    /// The TLS listener, when configured.
+    pub(crate) tls: Option<TlsSettings>,
+    /// TLS toward shards, when any shard is `https://`.
+    pub(crate) upstream_tls: Option<UpstreamTlsSettings>,
     /// Retry and failover behaviour.
     pub(crate) routing: RoutingSettings,
     /// The retry budget.
@@ -318,6 +335,9 @@ struct RawConfig {
     reload: RawReload,
     #[serde(default)]
     logging: RawLogging,
+    tls: Option<tls::RawTls>,
+    #[serde(default)]
+    upstream: tls::RawUpstream,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -369,12 +389,14 @@ struct RawShard {
     url: String,
     zone: Option<String>,
     weight: Option<f64>,
+    server_name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAuth {
     jwt: Option<RawJwt>,
+    mtls: Option<tls::RawMtls>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -439,6 +461,7 @@ struct RawLimits {
     backend_idle_timeout_ms: Option<u64>,
     client_write_timeout_ms: Option<u64>,
     backend_body_timeout_ms: Option<u64>,
+    websocket_idle_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -486,7 +509,7 @@ impl GatewayConfig {
 
     /// Validates configuration text as if read from `path`.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|error| {
+        let mut raw: RawConfig = toml::from_str(text).map_err(|error| {
             let message = error.message().to_owned();
             let location = error
                 .span()
@@ -511,6 +534,36 @@ impl GatewayConfig {
 
         let listen = parse_addr(&raw.listen).map_err(|p| err(("listen", p)))?;
         let cells = cell_settings(raw.placement, raw.cells, &resolve).map_err(cell_err)?;
+        let tls_err = |(key, problem): tls::Problem| ConfigError::new(path, key, problem);
+        let mtls = raw
+            .auth
+            .mtls
+            .take()
+            .map(|mtls| tls::mtls_settings(mtls, &resolve))
+            .transpose()
+            .map_err(tls_err)?;
+        let tls = raw
+            .tls
+            .map(|raw| tls::tls_settings(raw, mtls.as_ref(), &resolve))
+            .transpose()
+            .map_err(tls_err)?;
+        if let Some(mtls) = &mtls
+            && tls.is_none()
+            && mtls.client_certificate != ClientCertificate::Off
+        {
+            return Err(ConfigError::new(
+                path,
+                "auth.mtls",
+                "client certificates arrive on the TLS listener, and none is configured; \
+                 add a [tls] section or remove [auth.mtls]",
+            ));
+        }
+        let any_https = cells
+            .iter()
+            .flat_map(|cell| &cell.shards)
+            .any(|shard| shard.url.scheme_str() == Some("https"));
+        let upstream_tls =
+            tls::upstream_tls_settings(raw.upstream, any_https, &resolve).map_err(tls_err)?;
         let jwt = jwt_settings(raw.auth, &resolve).map_err(err)?;
         let routing = routing_settings(raw.routing).map_err(err)?;
         let retry_budget = retry_budget_settings(raw.retry_budget).map_err(err)?;
@@ -524,6 +577,9 @@ impl GatewayConfig {
             listen,
             tenants_file: resolve(&raw.tenants_file),
             jwt,
+            mtls,
+            tls,
+            upstream_tls,
             routing,
             retry_budget,
             health,
@@ -566,6 +622,21 @@ impl GatewayConfig {
     /// Active health checks.
     pub fn health(&self) -> &HealthSettings {
         &self.health
+    }
+
+    /// The TLS listener, when configured.
+    pub fn tls(&self) -> Option<&TlsSettings> {
+        self.tls.as_ref()
+    }
+
+    /// Client certificates as tenant identity, when configured.
+    pub fn mtls(&self) -> Option<&MtlsSettings> {
+        self.mtls.as_ref()
+    }
+
+    /// TLS toward shards, when any shard is `https://`.
+    pub fn upstream_tls(&self) -> Option<&UpstreamTlsSettings> {
+        self.upstream_tls.as_ref()
     }
 
     /// The cells, at least one; the first is the default.
@@ -723,10 +794,23 @@ fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettin
             ));
         }
         let url = parse_backend_url(&shard.url).map_err(|p| (format!("{key}.url"), p))?;
+        let server_name = match shard.server_name {
+            None => None,
+            Some(_) if url.scheme_str() != Some("https") => {
+                return Err((
+                    format!("{key}.server_name"),
+                    "applies to https:// shards only; remove it or use an https:// url".into(),
+                ));
+            }
+            Some(name) => {
+                Some(tls::server_name(&name).map_err(|p| (format!("{key}.server_name"), p))?)
+            }
+        };
         let weight = shard.weight.unwrap_or(1.0);
         shards.push(ShardSettings {
             id: shard.id,
             url,
+            server_name,
             zone: shard.zone,
             weight,
         });
@@ -966,6 +1050,12 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
             0..=24 * MAX_MS,
         )?)
         .filter(|limit| !limit.is_zero()),
+        websocket_idle_timeout: millis(
+            "limits.websocket_idle_timeout_ms",
+            l.websocket_idle_timeout_ms,
+            300_000,
+            1..=24 * MAX_MS,
+        )?,
     })
 }
 
@@ -1025,8 +1115,10 @@ fn parse_backend_url(text: &str) -> Result<http::Uri, String> {
     let uri: http::Uri = text
         .parse()
         .map_err(|_| format!("{text:?} is not a URL; write e.g. \"http://127.0.0.1:9100\""))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(format!("{text:?}: only http:// backends are supported"));
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!(
+            "{text:?}: a backend URL is http:// or https://, e.g. \"https://shard-1.internal:9443\""
+        ));
     }
     if uri.authority().is_none() {
         return Err(format!("{text:?} has no host"));

@@ -1,0 +1,590 @@
+//! The TLS sections of the configuration: the TLS listener (`[tls]` and
+//! `[[tls.sni]]`), client certificates as tenant identity (`[auth.mtls]`)
+//! and TLS toward shards (`[upstream.tls]`, a shard's `server_name`).
+//!
+//! Certificates and keys are read and checked here, when the file is
+//! loaded: a missing file, a chain that does not parse, or a key that does
+//! not match its certificate is a [`ConfigError`](super::ConfigError)
+//! naming the key, so a reload with a broken certificate is refused and the
+//! old one keeps serving. The rustls configurations are built here too,
+//! with ring as the only crypto provider, TLS 1.2 and 1.3 only.
+//!
+//! Nothing here prints key material: the settings' `Debug` shows file
+//! paths and names, and errors name files, never their contents.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::server::{
+    ClientHello, ProducesTickets, ResolvesServerCert, ServerSessionMemoryCache,
+    WebPkiClientVerifier,
+};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde::Deserialize;
+
+// ---- The file as written -------------------------------------------------
+
+/// `[tls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTls {
+    listen: String,
+    cert_file: String,
+    key_file: String,
+    handshake_timeout_ms: Option<u64>,
+    #[serde(default)]
+    sni: Vec<RawSni>,
+}
+
+/// One `[[tls.sni]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSni {
+    server_names: Vec<String>,
+    cert_file: String,
+    key_file: String,
+}
+
+/// `[auth.mtls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMtls {
+    ca_file: String,
+    tenant_from: String,
+    client_certificate: Option<ClientCertificate>,
+}
+
+/// `[upstream]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUpstream {
+    tls: Option<RawUpstreamTls>,
+}
+
+/// `[upstream.tls]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstreamTls {
+    ca_file: Option<String>,
+    client_cert_file: Option<String>,
+    client_key_file: Option<String>,
+}
+
+// ---- Validated settings ---------------------------------------------------
+
+/// The TLS listener.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct TlsSettings {
+    /// Where the TLS listener binds.
+    pub listen: SocketAddr,
+    /// How long a client may take to finish its handshake.
+    pub handshake_timeout: Duration,
+    /// The certificate files, for operators (`Debug`).
+    files: Vec<PathBuf>,
+    /// What the listener serves with.
+    pub(crate) server: Arc<ServerConfig>,
+}
+
+impl fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("listen", &self.listen)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a client must present a certificate on the TLS listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientCertificate {
+    /// Every TLS client presents a certificate the CA issued; it names the
+    /// tenant.
+    Required,
+    /// A client may present one (then it names the tenant) or authenticate
+    /// with an API key or a JWT instead.
+    Optional,
+    /// Certificates are not asked for.
+    Off,
+}
+
+/// How a verified client certificate names its tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantFrom {
+    /// The first URI SAN that starts with this prefix; the tenant is the
+    /// rest (`spiffe://example.org/tenant/` + tenant).
+    UriPrefix(String),
+    /// The first DNS SAN, whole.
+    DnsSan,
+    /// The subject's common name.
+    SubjectCn,
+}
+
+/// Client certificates as tenant identity (`[auth.mtls]`).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MtlsSettings {
+    /// Whether a certificate is required, optional or not asked for.
+    pub client_certificate: ClientCertificate,
+    /// Where a certificate names its tenant.
+    pub tenant_from: TenantFrom,
+    /// The CA file client certificates must chain to.
+    pub ca_file: PathBuf,
+}
+
+/// TLS toward `https://` shards.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct UpstreamTlsSettings {
+    /// The CA file shards' certificates must chain to; `None` is the
+    /// system's trust store.
+    pub ca_file: Option<PathBuf>,
+    /// Whether the gateway presents a client certificate to shards.
+    pub client_certificate: bool,
+    /// What connections to shards are made with.
+    pub(crate) client: Arc<ClientConfig>,
+}
+
+impl fmt::Debug for UpstreamTlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamTlsSettings")
+            .field("ca_file", &self.ca_file)
+            .field("client_certificate", &self.client_certificate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A problem with one key: its dotted name and what is wrong.
+pub(crate) type Problem = (String, String);
+
+/// The default `tls.handshake_timeout_ms`.
+const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The crypto provider every configuration here is built with.
+fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    Arc::clone(PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider())))
+}
+
+/// Reads a PEM certificate chain, leaf first.
+fn read_chain(key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, Problem> {
+    let chain = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|error| {
+            (
+                key.to_owned(),
+                format!("cannot read certificates from {}: {error}", path.display()),
+            )
+        })?;
+    if chain.is_empty() {
+        return Err((
+            key.to_owned(),
+            format!(
+                "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(chain)
+}
+
+/// Reads a PEM private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
+fn read_key(key: &str, path: &Path) -> Result<PrivateKeyDer<'static>, Problem> {
+    // The underlying error never quotes the file's contents.
+    PrivateKeyDer::from_pem_file(path).map_err(|error| {
+        (
+            key.to_owned(),
+            format!(
+                "cannot read a PEM private key (PKCS#8, RSA or EC) from {}: {error}",
+                path.display()
+            ),
+        )
+    })
+}
+
+/// A certificate chain and its key, checked to belong together.
+fn certified_key(
+    section: &str,
+    cert_file: &Path,
+    key_file: &Path,
+) -> Result<Arc<CertifiedKey>, Problem> {
+    let chain = read_chain(&format!("{section}.cert_file"), cert_file)?;
+    let key = read_key(&format!("{section}.key_file"), key_file)?;
+    CertifiedKey::from_der(chain, key, &provider())
+        .map(Arc::new)
+        .map_err(|error| {
+            (
+                format!("{section}.key_file"),
+                format!(
+                    "{} does not serve {}: {error}",
+                    key_file.display(),
+                    cert_file.display()
+                ),
+            )
+        })
+}
+
+/// The roots in a PEM CA file.
+fn read_roots(key: &str, path: &Path) -> Result<RootCertStore, Problem> {
+    let mut roots = RootCertStore::empty();
+    for cert in read_chain(key, path)? {
+        roots.add(cert).map_err(|error| {
+            (
+                key.to_owned(),
+                format!("{}: not a CA certificate: {error}", path.display()),
+            )
+        })?;
+    }
+    Ok(roots)
+}
+
+/// Session resumption state shared by every configuration the process
+/// builds, so that a reload does not turn every resumption into a full
+/// handshake.
+fn resumption() -> (
+    Arc<ServerSessionMemoryCache>,
+    Option<Arc<dyn ProducesTickets>>,
+) {
+    static SESSIONS: OnceLock<Arc<ServerSessionMemoryCache>> = OnceLock::new();
+    static TICKETER: OnceLock<Option<Arc<dyn ProducesTickets>>> = OnceLock::new();
+    let sessions = SESSIONS.get_or_init(|| ServerSessionMemoryCache::new(4096));
+    let ticketer = TICKETER.get_or_init(|| rustls::crypto::ring::Ticketer::new().ok());
+    (Arc::clone(sessions), ticketer.clone())
+}
+
+/// The TLS listener's settings, with the client verifier `[auth.mtls]` asks
+/// for.
+pub(crate) fn tls_settings(
+    raw: RawTls,
+    mtls: Option<&MtlsSettings>,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<TlsSettings, Problem> {
+    let problem = |key: &str, text: String| (key.to_owned(), text);
+    let listen = raw.listen.parse().map_err(|_| {
+        problem(
+            "tls.listen",
+            format!(
+                "{:?} is not an address; write IP:PORT, e.g. \"127.0.0.1:8443\"",
+                raw.listen
+            ),
+        )
+    })?;
+    let handshake_timeout = match raw.handshake_timeout_ms {
+        None => DEFAULT_HANDSHAKE_TIMEOUT,
+        Some(ms @ 1..=60_000) => Duration::from_millis(ms),
+        Some(ms) => {
+            return Err(problem(
+                "tls.handshake_timeout_ms",
+                format!("{ms} is out of range; use 1 to 60000"),
+            ));
+        }
+    };
+    let mut files = vec![resolve(&raw.cert_file), resolve(&raw.key_file)];
+    let default = certified_key("tls", &files[0], &files[1])?;
+    let mut by_name = Vec::new();
+    for (index, sni) in raw.sni.into_iter().enumerate() {
+        let section = format!("tls.sni[{index}]");
+        if sni.server_names.is_empty() {
+            return Err(problem(
+                &format!("{section}.server_names"),
+                "lists no name; add the names this certificate serves".into(),
+            ));
+        }
+        let (cert_file, key_file) = (resolve(&sni.cert_file), resolve(&sni.key_file));
+        let certified = certified_key(&section, &cert_file, &key_file)?;
+        files.extend([cert_file, key_file]);
+        for name in sni.server_names {
+            let pattern = SniPattern::parse(&name).ok_or_else(|| {
+                problem(
+                    &format!("{section}.server_names"),
+                    format!(
+                        "{name:?} is not a host name or a wildcard of one label \
+                         (e.g. \"api.example.com\", \"*.tenants.example.com\")"
+                    ),
+                )
+            })?;
+            by_name.push((pattern, Arc::clone(&certified)));
+        }
+    }
+
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|error| problem("tls", error.to_string()))?;
+    let builder = match mtls {
+        Some(mtls) if mtls.client_certificate != ClientCertificate::Off => {
+            let roots = read_roots("auth.mtls.ca_file", &mtls.ca_file)?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let verifier = match mtls.client_certificate {
+                ClientCertificate::Optional => verifier.allow_unauthenticated(),
+                _ => verifier,
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|error| problem("auth.mtls.ca_file", error.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    let mut server = builder.with_cert_resolver(Arc::new(SniResolver { default, by_name }));
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let (sessions, ticketer) = resumption();
+    server.session_storage = sessions;
+    if let Some(ticketer) = ticketer {
+        server.ticketer = ticketer;
+    }
+    Ok(TlsSettings {
+        listen,
+        handshake_timeout,
+        files,
+        server: Arc::new(server),
+    })
+}
+
+/// `[auth.mtls]`, validated (its CA file is read when the listener's
+/// configuration is built).
+pub(crate) fn mtls_settings(
+    raw: RawMtls,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<MtlsSettings, Problem> {
+    let tenant_from = match raw.tenant_from.split_once(':') {
+        Some(("uri_prefix", prefix)) if !prefix.is_empty() => {
+            TenantFrom::UriPrefix(prefix.to_owned())
+        }
+        None if raw.tenant_from == "dns_san" => TenantFrom::DnsSan,
+        None if raw.tenant_from == "subject_cn" => TenantFrom::SubjectCn,
+        _ => {
+            return Err((
+                "auth.mtls.tenant_from".into(),
+                format!(
+                    "{:?} is not a rule; use \"uri_prefix:spiffe://example.org/tenant/\", \
+                     \"dns_san\" or \"subject_cn\"",
+                    raw.tenant_from
+                ),
+            ));
+        }
+    };
+    let ca_file = resolve(&raw.ca_file);
+    // Read now too, so that a missing CA file names its key even when no
+    // TLS listener is configured.
+    read_roots("auth.mtls.ca_file", &ca_file)?;
+    Ok(MtlsSettings {
+        client_certificate: raw
+            .client_certificate
+            .unwrap_or(ClientCertificate::Required),
+        tenant_from,
+        ca_file,
+    })
+}
+
+/// `[upstream.tls]`, when any shard is `https://` or the section is
+/// written; `None` otherwise (the system's trust store is not read for a
+/// gateway that never uses it).
+pub(crate) fn upstream_tls_settings(
+    raw: RawUpstream,
+    any_https_shard: bool,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<Option<UpstreamTlsSettings>, Problem> {
+    let Some(raw) = raw
+        .tls
+        .or_else(|| any_https_shard.then(RawUpstreamTls::default))
+    else {
+        return Ok(None);
+    };
+    let problem = |key: &str, text: String| (key.to_owned(), text);
+    let ca_file = raw.ca_file.as_deref().map(resolve);
+    let roots = match &ca_file {
+        Some(path) => read_roots("upstream.tls.ca_file", path)?,
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let mut roots = RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(problem(
+                    "upstream.tls.ca_file",
+                    "is not set and the system's trust store holds no certificate; \
+                     set it to the CA file that issued your shards' certificates"
+                        .into(),
+                ));
+            }
+            roots
+        }
+    };
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|error| problem("upstream.tls.ca_file", error.to_string()))?;
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|error| problem("upstream.tls", error.to_string()))?
+        .with_webpki_verifier(verifier);
+    let client = match (&raw.client_cert_file, &raw.client_key_file) {
+        (Some(cert_file), Some(key_file)) => {
+            let chain = read_chain("upstream.tls.client_cert_file", &resolve(cert_file))?;
+            let key = read_key("upstream.tls.client_key_file", &resolve(key_file))?;
+            builder.with_client_auth_cert(chain, key).map_err(|error| {
+                problem(
+                    "upstream.tls.client_key_file",
+                    format!("does not serve upstream.tls.client_cert_file: {error}"),
+                )
+            })?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(problem(
+                "upstream.tls",
+                "client_cert_file and client_key_file go together; set both or neither".into(),
+            ));
+        }
+    };
+    let mut client = client;
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Some(UpstreamTlsSettings {
+        ca_file,
+        client_certificate: raw.client_cert_file.is_some(),
+        client: Arc::new(client),
+    }))
+}
+
+/// A shard's `server_name`: the name its certificate must carry (and the
+/// SNI sent), when it differs from the URL's host.
+pub(crate) fn server_name(text: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(text.to_owned())
+        .map_err(|_| format!("{text:?} is not a DNS name or an IP address"))
+}
+
+// ---- Choosing a certificate by SNI ---------------------------------------
+
+/// One `server_names` entry: a whole name or `*.` and a suffix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SniPattern {
+    /// The name itself (lower case).
+    Exact(String),
+    /// Any one label before this suffix (lower case, with its dot).
+    Wildcard(String),
+}
+
+impl SniPattern {
+    fn parse(name: &str) -> Option<Self> {
+        let name = name.to_ascii_lowercase();
+        let valid = |host: &str| {
+            !host.is_empty()
+                && host.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.len() <= 63
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                })
+        };
+        match name.strip_prefix("*.") {
+            Some(suffix) if valid(suffix) => Some(SniPattern::Wildcard(format!(".{suffix}"))),
+            Some(_) => None,
+            None if valid(&name) => Some(SniPattern::Exact(name)),
+            None => None,
+        }
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            SniPattern::Exact(exact) => exact.eq_ignore_ascii_case(name),
+            SniPattern::Wildcard(suffix) => {
+                name.len() > suffix.len()
+                    && name.is_char_boundary(name.len() - suffix.len())
+                    && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                    && !name[..name.len() - suffix.len()].contains('.')
+            }
+        }
+    }
+}
+
+/// Picks the certificate for a handshake: the first `[[tls.sni]]` entry
+/// whose names match the client's SNI (exact names before wildcards), or
+/// `[tls]`'s certificate.
+struct SniResolver {
+    default: Arc<CertifiedKey>,
+    by_name: Vec<(SniPattern, Arc<CertifiedKey>)>,
+}
+
+impl fmt::Debug for SniResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<_> = self.by_name.iter().map(|(pattern, _)| pattern).collect();
+        f.debug_struct("SniResolver")
+            .field("names", &names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SniResolver {
+    fn pick(&self, sni: Option<&str>) -> &Arc<CertifiedKey> {
+        let Some(sni) = sni else {
+            return &self.default;
+        };
+        let exact = self
+            .by_name
+            .iter()
+            .find(|(pattern, _)| matches!(pattern, SniPattern::Exact(_)) && pattern.matches(sni));
+        let wildcard = || {
+            self.by_name.iter().find(|(pattern, _)| {
+                matches!(pattern, SniPattern::Wildcard(_)) && pattern.matches(sni)
+            })
+        };
+        exact
+            .or_else(wildcard)
+            .map_or(&self.default, |(_, key)| key)
+    }
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(self.pick(hello.server_name())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sni_patterns_match_one_label_under_a_wildcard() {
+        let wildcard = SniPattern::parse("*.Tenants.Example.com").unwrap();
+        assert!(wildcard.matches("a.tenants.example.com"));
+        assert!(wildcard.matches("A.TENANTS.example.com"));
+        assert!(!wildcard.matches("tenants.example.com"));
+        assert!(!wildcard.matches("a.b.tenants.example.com"));
+        assert!(!wildcard.matches("atenants.example.com"));
+        let exact = SniPattern::parse("api.example.com").unwrap();
+        assert!(exact.matches("API.example.com"));
+        assert!(!exact.matches("x.api.example.com"));
+        for bad in ["", "*.", "*", "a..b", "a.*.b", "*.*.b", "sp ace.com", "a/b"] {
+            assert_eq!(SniPattern::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tenant_rules_parse_or_say_what_is_accepted() {
+        let resolve = |file: &str| PathBuf::from(file);
+        let raw = |rule: &str| RawMtls {
+            ca_file: "/nonexistent/ca.pem".into(),
+            tenant_from: rule.into(),
+            client_certificate: None,
+        };
+        for bad in ["uri_prefix:", "cn", "dns_san:x", ""] {
+            let (key, problem) = mtls_settings(raw(bad), &resolve).unwrap_err();
+            assert_eq!(key, "auth.mtls.tenant_from");
+            assert!(problem.contains("subject_cn"), "{problem}");
+        }
+        // A good rule gets as far as the CA file.
+        let (key, problem) = mtls_settings(raw("subject_cn"), &resolve).unwrap_err();
+        assert_eq!(key, "auth.mtls.ca_file");
+        assert!(problem.contains("/nonexistent/ca.pem"), "{problem}");
+    }
+}
