@@ -1,17 +1,20 @@
-//! Starting and stopping a gateway: bind the listener, start the health
-//! checker, reload on SIGHUP, and shut down gracefully on SIGINT or SIGTERM.
+//! Starting and stopping a gateway: bind the listeners (plaintext, TLS,
+//! admin), start the health checker, reload on SIGHUP, and shut down
+//! gracefully on SIGINT or SIGTERM.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use thiserror::Error;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::health;
-use crate::listen::server;
+use crate::listen::shutdown::ShutdownWatch;
+use crate::listen::{connection, server, tls};
 use crate::ops::admin;
 use crate::state::{Gateway, LoadError, Snapshot};
 
@@ -50,12 +53,17 @@ pub enum RunError {
 pub struct Running {
     /// The gateway's state.
     pub gateway: Arc<Gateway>,
-    /// The bound data address (useful when the configuration said port 0).
+    /// The bound data address (useful when the configuration said port 0):
+    /// the plaintext listener's, or the TLS listener's when there is no
+    /// plaintext one.
     pub addr: SocketAddr,
+    /// The bound TLS address, when `[tls]` is configured.
+    pub tls_addr: Option<SocketAddr>,
     /// The bound admin address.
     pub admin_addr: SocketAddr,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
+    tls: JoinHandle<()>,
     admin: JoinHandle<()>,
     health: JoinHandle<()>,
 }
@@ -66,6 +74,7 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
+        let _ = self.tls.await;
         let _ = self.admin.await;
         self.health.abort();
     }
@@ -76,6 +85,7 @@ impl Running {
     pub async fn unexpected_stop(&mut self) -> &'static str {
         tokio::select! {
             _ = &mut self.server => "data listener",
+            _ = &mut self.tls => "TLS listener",
             _ = &mut self.admin => "admin listener",
             _ = &mut self.health => "health checker",
         }
@@ -85,47 +95,60 @@ impl Running {
     fn abort(self) {
         let _ = self.stop.send(true);
         self.server.abort();
+        self.tls.abort();
         self.admin.abort();
         self.health.abort();
     }
 }
 
+/// Binds `addr`; returns the listener and the address it got.
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let bind_error = |source| StartError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+    let bound = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, bound))
+}
+
 /// Starts a gateway serving `snapshot`.
 pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
-    let addr = snapshot.config.listen;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind { addr, source })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| StartError::Bind { addr, source })?;
-    let admin_addr = snapshot.config.admin.listen;
-    let admin_listener =
-        TcpListener::bind(admin_addr)
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: admin_addr,
-                source,
-            })?;
-    let admin_addr = admin_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            addr: admin_addr,
-            source,
-        })?;
+    let plain = match snapshot.config.listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let tls_listener = match &snapshot.config.tls {
+        Some(tls) => Some(bind(tls.listen).await?),
+        None => None,
+    };
+    let (admin_listener, admin_addr) = bind(snapshot.config.admin.listen).await?;
     if !admin_addr.ip().to_canonical().is_loopback() {
         // Start-up refuses token-less pages on such an address (see
         // `config`); the token-protected API is still worth a line.
         tracing::warn!(admin = %admin_addr, "the admin listener is reachable from other hosts; keep admin.token_file secret, or bind admin.listen to 127.0.0.1");
     }
+    let tls_addr = tls_listener.as_ref().map(|(_, addr)| *addr);
+    let Some(addr) = plain.as_ref().map(|(_, addr)| *addr).or(tls_addr) else {
+        // Validation makes sure of one data listener.
+        unreachable!("a validated configuration has a data listener");
+    };
     let gateway = Gateway::new(snapshot);
     let health = tokio::spawn(health::check::run(Arc::clone(&gateway)));
     let (stop, stopped) = watch::channel(false);
-    let server = tokio::spawn(server::serve(
-        Arc::clone(&gateway),
-        listener,
-        stop_signal(stopped.clone()),
-    ));
+    // One limit on client connections over both data listeners.
+    let slots = server::slots(&gateway);
+    let server = spawn_listener(
+        &gateway,
+        plain.map(|(listener, _)| listener),
+        Arc::clone(&slots),
+        stopped.clone(),
+        connection::serve,
+    );
+    let tls = spawn_listener(
+        &gateway,
+        tls_listener.map(|(listener, _)| listener),
+        slots,
+        stopped.clone(),
+        tls::serve,
+    );
     let admin = tokio::spawn(admin::serve(
         Arc::clone(&gateway),
         admin_listener,
@@ -134,11 +157,44 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
     Ok(Running {
         gateway,
         addr,
+        tls_addr,
         admin_addr,
         stop,
         server,
+        tls,
         admin,
         health,
+    })
+}
+
+/// Serves `listener`, if there is one, with `serve_connection` until the
+/// stop flag is raised; without one, just waits for the flag (so that
+/// [`Running::unexpected_stop`] treats both listeners alike).
+fn spawn_listener<Serving>(
+    gateway: &Arc<Gateway>,
+    listener: Option<TcpListener>,
+    slots: Arc<Semaphore>,
+    stopped: watch::Receiver<bool>,
+    serve_connection: fn(
+        Arc<Gateway>,
+        TcpStream,
+        SocketAddr,
+        ShutdownWatch,
+        OwnedSemaphorePermit,
+    ) -> Serving,
+) -> JoinHandle<()>
+where
+    Serving: Future<Output = ()> + Send + 'static,
+{
+    let gateway = Arc::clone(gateway);
+    tokio::spawn(async move {
+        match listener {
+            Some(listener) => {
+                let stop = stop_signal(stopped);
+                server::serve(gateway, listener, slots, stop, serve_connection).await;
+            }
+            None => stop_signal(stopped).await,
+        }
     })
 }
 

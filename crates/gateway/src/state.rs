@@ -414,16 +414,33 @@ impl Gateway {
         // The admin listener is bound once, at start: a file that names
         // another address would be judged (token-less pages on a loopback
         // address, say) by where it is not listening.
-        if next.config.admin.listen != current.config.admin.listen {
-            return Err(ConfigError::new(
-                &next.config.path,
+        // The same holds for the data listeners.
+        let tls_listen = |config: &GatewayConfig| config.tls.as_ref().map(|tls| tls.listen);
+        let bound_at_start = [
+            (
                 "admin.listen",
-                format!(
-                    "is read at start; the admin listener stays on {} until a restart; put {} back, or restart the gateway to move it",
-                    current.config.admin.listen, current.config.admin.listen
-                ),
-            )
-            .into());
+                Some(current.config.admin.listen),
+                Some(next.config.admin.listen),
+            ),
+            ("listen", current.config.listen, next.config.listen),
+            (
+                "tls.listen",
+                tls_listen(&current.config),
+                tls_listen(&next.config),
+            ),
+        ];
+        for (key, now, asked) in bound_at_start {
+            if now != asked {
+                let now = now.map_or_else(|| "(none)".to_owned(), |addr| addr.to_string());
+                return Err(ConfigError::new(
+                    &next.config.path,
+                    key,
+                    format!(
+                        "is read at start; the listener stays as it is ({now}) until a restart; put it back, or restart the gateway to change it"
+                    ),
+                )
+                .into());
+            }
         }
         let (changed, tenants) = current.migration_to(&next);
         if changed > 0 && !(allow_migration || next.config.reload_allow_migration) {

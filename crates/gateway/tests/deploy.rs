@@ -74,7 +74,7 @@ fn the_kubernetes_config_map_is_a_valid_configuration_for_the_probes_it_has() {
     assert_eq!(config.admin().listen, "0.0.0.0:9901".parse().unwrap());
     assert!(!config.admin().metrics_without_token);
     assert!(!config.admin().status_page_without_token);
-    assert_eq!(config.listen().port(), 8080);
+    assert_eq!(config.listen().unwrap().port(), 8080);
 
     let deployment = read("kubernetes/deployment.yaml");
     for promise in [

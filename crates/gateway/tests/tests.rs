@@ -1,6 +1,7 @@
 //! The gateway's integration tests: real sockets on 127.0.0.1, real
 //! backends (the misbehaving test backend), one test binary.
 
+mod pki;
 mod util;
 
 mod admin;
@@ -16,6 +17,7 @@ mod replicas;
 mod routing;
 mod second_look;
 mod status_page;
+mod tls;
 mod transport;
 mod upstream;
 mod wire;

@@ -29,7 +29,7 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -449,7 +449,7 @@ pub fn raw(request_line: &str, header_lines: &[&str], body: &[u8]) -> Vec<u8> {
 
 /// Reads what is available into `received`; false once the peer has
 /// closed the connection (or reset it).
-async fn read_more(stream: &mut TcpStream, received: &mut Vec<u8>) -> bool {
+async fn read_more(stream: &mut (impl AsyncRead + Unpin), received: &mut Vec<u8>) -> bool {
     let mut buffer = [0_u8; 8192];
     match stream.read(&mut buffer).await {
         Ok(0) | Err(_) => false,
@@ -464,7 +464,7 @@ async fn read_more(stream: &mut TcpStream, received: &mut Vec<u8>) -> bool {
 /// reset) or `within` passes; whether it closed in time. Whether a
 /// connection still open is a failure is the caller's to say.
 pub async fn read_while_open(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + Unpin),
     received: &mut Vec<u8>,
     within: Duration,
 ) -> bool {
@@ -503,7 +503,10 @@ pub async fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
 /// `Content-Length`, chunked encoding, or the connection closing (no body
 /// for `HEAD`, 204 and 304). A connection closed before a complete head
 /// gives status 0. Panics if nothing complete arrives within five seconds.
-pub async fn exchange(stream: &mut TcpStream, request: &[u8]) -> RawResponse {
+pub async fn exchange(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    request: &[u8],
+) -> RawResponse {
     let head_request = request.starts_with(b"HEAD ");
     // The gateway may answer (and close) before reading all of a request
     // it refuses, so a failed write is not a failure here.

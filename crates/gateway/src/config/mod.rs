@@ -272,8 +272,9 @@ pub struct AdminSettings {
 pub struct GatewayConfig {
     /// The file this came from.
     pub(crate) path: PathBuf,
-    /// Where the data listener binds.
-    pub(crate) listen: SocketAddr,
+    /// Where the plaintext data listener binds, when there is one (a
+    /// gateway may serve TLS only).
+    pub(crate) listen: Option<SocketAddr>,
     /// The tenants file.
     pub(crate) tenants_file: PathBuf,
     /// JWT authentication, when configured.
@@ -311,7 +312,7 @@ pub struct GatewayConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    listen: String,
+    listen: Option<String>,
     tenants_file: String,
     placement: RawPlacement,
     cells: Vec<RawCell>,
@@ -532,7 +533,12 @@ impl GatewayConfig {
         let err = |(key, problem): (&str, String)| ConfigError::new(path, key, problem);
         let cell_err = |(key, problem): CellProblem| ConfigError::new(path, key, problem);
 
-        let listen = parse_addr(&raw.listen).map_err(|p| err(("listen", p)))?;
+        let listen = raw
+            .listen
+            .as_deref()
+            .map(parse_addr)
+            .transpose()
+            .map_err(|p| err(("listen", p)))?;
         let cells = cell_settings(raw.placement, raw.cells, &resolve).map_err(cell_err)?;
         let tls_err = |(key, problem): tls::Problem| ConfigError::new(path, key, problem);
         let mtls = raw
@@ -556,6 +562,13 @@ impl GatewayConfig {
                 "auth.mtls",
                 "client certificates arrive on the TLS listener, and none is configured; \
                  add a [tls] section or remove [auth.mtls]",
+            ));
+        }
+        if listen.is_none() && tls.is_none() {
+            return Err(ConfigError::new(
+                path,
+                "listen",
+                "no data listener: set listen = \"IP:PORT\" (plaintext HTTP), a [tls] section, or both",
             ));
         }
         let any_https = cells
@@ -599,8 +612,8 @@ impl GatewayConfig {
         })
     }
 
-    /// Where the data listener binds.
-    pub fn listen(&self) -> SocketAddr {
+    /// Where the plaintext data listener binds, when there is one.
+    pub fn listen(&self) -> Option<SocketAddr> {
         self.listen
     }
 

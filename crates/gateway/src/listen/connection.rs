@@ -74,14 +74,7 @@ pub async fn serve(
 ) {
     let limits = gateway.snapshot().config.limits.clone();
     let peer = Peer::new(peer);
-    let mut io = Lingering::new(
-        stream,
-        slot,
-        WriteTimeout {
-            timer: IdleTimer::new(limits.client_write_timeout),
-            expired: gateway.metrics.client_stalls.clone(),
-        },
-    );
+    let mut io = client_io(&gateway, stream, slot);
     let mut buf = BytesMut::with_capacity(READ_BUFFER);
     let mut out = Vec::with_capacity(1024);
     let mut head_timer = Deadline::default();
@@ -315,6 +308,20 @@ async fn flush(io: &mut Lingering, out: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
+/// A client's socket as every connection is served over it: holding its
+/// slot, under the client write timeout, lingering when closed early.
+pub(crate) fn client_io(
+    gateway: &Gateway,
+    stream: TcpStream,
+    slot: OwnedSemaphorePermit,
+) -> Lingering {
+    let write_timeout = WriteTimeout {
+        timer: IdleTimer::new(gateway.snapshot().config.limits.client_write_timeout),
+        expired: gateway.metrics.client_stalls.clone(),
+    };
+    Lingering::new(stream, slot, write_timeout)
+}
+
 /// Gives the connection to hyper, with what has been read of it.
 async fn hand_off(
     gateway: Arc<Gateway>,
@@ -327,6 +334,19 @@ async fn hand_off(
         prefix: read.freeze(),
         inner: io,
     };
+    serve_with_hyper(gateway, io, peer, shutdown).await;
+}
+
+/// Serves a connection with hyper for the rest of its life: what the fast
+/// path hands off, and every TLS connection.
+pub(crate) async fn serve_with_hyper<Io>(
+    gateway: Arc<Gateway>,
+    io: Io,
+    peer: Peer,
+    shutdown: ShutdownWatch,
+) where
+    Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let connection = builder(&gateway.snapshot().config.limits)
         .serve_connection(TokioIo::new(io), service(gateway, peer));
     tokio::pin!(connection);
@@ -497,7 +517,7 @@ const LINGER_BYTES: usize = 16 * 1024 * 1024;
 /// and a reset can destroy the answer the client has not read yet: the
 /// client would see a broken connection instead of the 413. (nginx and
 /// Apache do the same; it is nginx's `lingering_close`.)
-struct Lingering {
+pub(crate) struct Lingering {
     stream: Option<TcpStream>,
     /// The client has closed its side: nothing is left to drain.
     client_closed: bool,

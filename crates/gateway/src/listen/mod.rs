@@ -5,3 +5,4 @@
 pub(crate) mod connection;
 pub(crate) mod server;
 pub(crate) mod shutdown;
+pub(crate) mod tls;

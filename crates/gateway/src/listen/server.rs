@@ -1,49 +1,69 @@
-//! The listener: accepts client connections up to the configured limit,
-//! gives each to [`crate::listen::connection`], and shuts down gracefully.
+//! The listeners: accept client connections up to the configured limit,
+//! give each to its serving function ([`crate::listen::connection`] for
+//! plaintext, [`crate::listen::tls`] for TLS), and shut down gracefully.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use std::net::SocketAddr;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-use crate::listen::connection;
-use crate::listen::shutdown::Shutdown;
+use crate::listen::shutdown::{Shutdown, ShutdownWatch};
 use crate::state::Gateway;
+
+/// The client connections served at once, over every data listener:
+/// `limits.max_connections` (read at start). A connection holds its slot
+/// from accept (a TLS handshake included) until it is gone.
+pub(crate) fn slots(gateway: &Gateway) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(
+        gateway.snapshot().config.limits.max_connections,
+    ))
+}
 
 /// Serves the data listener until `shutdown` completes, then stops
 /// accepting (the listener is closed at once, so new clients are refused
 /// rather than left in the accept queue), gives in-flight requests the
 /// configured grace period, and closes whatever is still open after it.
 ///
-/// At most `limits.max_connections` client connections (read at start) are
-/// served at once. Beyond that the gateway stops accepting, as nginx's
+/// At most as many client connections as `slots` has permits are served at
+/// once. Beyond that the gateway stops accepting, as nginx's
 /// `worker_connections` and HAProxy's `maxconn` do: new clients wait in the
 /// kernel's listen queue, and are taken as soon as a connection closes,
 /// instead of each costing a task, buffers and a file descriptor.
-pub async fn serve(
+pub(crate) async fn serve<Serving>(
     gateway: Arc<Gateway>,
     listener: TcpListener,
+    slots: Arc<Semaphore>,
     shutdown: impl Future<Output = ()>,
-) {
+    serve_connection: fn(
+        Arc<Gateway>,
+        TcpStream,
+        SocketAddr,
+        ShutdownWatch,
+        OwnedSemaphorePermit,
+    ) -> Serving,
+) where
+    Serving: Future<Output = ()> + Send + 'static,
+{
     let stop = Shutdown::new();
     let mut connections = JoinSet::new();
-    let capacity = gateway.snapshot().config.limits.max_connections;
-    let slots = Arc::new(Semaphore::new(capacity));
     tokio::pin!(shutdown);
     loop {
-        // A free slot first, then a connection to fill it.
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => slot,
+        // Wait for a free slot, then for a client to fill it. The slot is
+        // not held while waiting: the other data listener shares them.
+        let free = tokio::select! {
+            free = slots.acquire() => free.is_ok(),
             () = &mut shutdown => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        let Ok(slot) = slot else {
+        if !free {
             // The semaphore is never closed.
             break;
-        };
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
@@ -60,9 +80,22 @@ pub async fn serve(
                 continue;
             }
         };
+        // The other listener may have taken the free slot meanwhile; then
+        // this client waits here for the next, as it would have in the
+        // listen queue.
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => tokio::select! {
+                slot = Arc::clone(&slots).acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => break,
+                },
+                () = &mut shutdown => break,
+            },
+        };
         let _ = stream.set_nodelay(true);
         // The slot is free once the connection is gone, lingering included.
-        connections.spawn(connection::serve(
+        connections.spawn(serve_connection(
             Arc::clone(&gateway),
             stream,
             peer,

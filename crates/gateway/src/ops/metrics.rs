@@ -71,6 +71,13 @@ pub(crate) struct SideLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct OutcomeLabels {
+    /// `ok`, `failed` (refused by either side: no common version or
+    /// cipher, a certificate refused, not TLS at all) or `timeout`.
+    pub(crate) outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct BoundLabels {
     pub(crate) le: String,
 }
@@ -177,6 +184,8 @@ pub struct Metrics {
     pub(crate) backend_stalls: Counter,
     /// `shuffle_stream_timeouts_total{side="client"}`.
     pub(crate) client_stalls: Counter,
+    /// `shuffle_tls_handshakes_total{outcome}`.
+    pub(crate) tls_handshakes: Family<OutcomeLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -308,7 +317,14 @@ impl Metrics {
         let client_stalls = stream_timeouts
             .get_or_create(&SideLabels { side: "client" })
             .clone();
+        let tls_handshakes = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "tls_handshakes",
+            "TLS handshakes on the TLS listener by outcome: ok, failed (refused by either side, or not TLS), timeout (not finished within tls.handshake_timeout_ms)",
+            tls_handshakes.clone(),
+        );
         Self {
+            tls_handshakes,
             registry,
             scrape: Mutex::new(()),
             backend_stalls,

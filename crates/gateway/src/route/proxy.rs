@@ -36,6 +36,7 @@ use crate::route::cell::TenantRoute;
 use crate::route::member::{self, Pick};
 use crate::route::response::{InFlight, ResponseBody, full};
 use crate::state::{Gateway, ShardRuntime, Snapshot};
+use crate::trust::client_cert::CertificateTenant;
 use crate::trust::credential::{self, AuthError};
 use crate::trust::headers::{self, Added, Inbound};
 use crate::trust::target;
@@ -83,6 +84,9 @@ pub struct Peer {
     /// The client's address as an `x-forwarded-for` value, formatted once
     /// per connection rather than per request.
     pub forwarded_for: Option<HeaderValue>,
+    /// What the connection's verified client certificate says about its
+    /// tenant (TLS with `[auth.mtls]` only).
+    pub certificate: Option<Arc<CertificateTenant>>,
 }
 
 impl Peer {
@@ -91,6 +95,16 @@ impl Peer {
         Self {
             addr,
             forwarded_for: headers::forwarded_for(addr.ip()),
+            certificate: None,
+        }
+    }
+
+    /// The connection from `addr` that presented a verified client
+    /// certificate.
+    pub fn with_certificate(addr: SocketAddr, certificate: CertificateTenant) -> Self {
+        Self {
+            certificate: Some(Arc::new(certificate)),
+            ..Self::new(addr)
         }
     }
 }
@@ -180,7 +194,7 @@ async fn route(
     let deadline = started + config.routing.request_timeout;
 
     // Credential → tenant.
-    let tenant = match tenant(&snapshot, fields) {
+    let tenant = match tenant(&snapshot, fields, peer) {
         Ok(tenant) => tenant,
         Err(error) => return (unauthorized(&error), None),
     };
@@ -337,7 +351,18 @@ fn connect_refused() -> Response<ResponseBody> {
 /// Credential → tenant: the credential in the request's `fields`, and the
 /// tenant of `snapshot` it names.
 #[inline]
-fn tenant<'s>(snapshot: &'s Snapshot, fields: &Fields) -> Result<&'s TenantRecord, AuthError> {
+fn tenant<'s>(
+    snapshot: &'s Snapshot,
+    fields: &Fields,
+    peer: &Peer,
+) -> Result<&'s TenantRecord, AuthError> {
+    if let Some(certificate) = &peer.certificate {
+        return snapshot.authenticator.authenticate_with_certificate(
+            certificate,
+            fields,
+            &snapshot.tenants,
+        );
+    }
     let credential = credential::extract(fields, snapshot.authenticator.jwt_enabled())?;
     snapshot
         .authenticator

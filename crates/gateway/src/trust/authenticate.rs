@@ -19,6 +19,8 @@ use thiserror::Error;
 
 use crate::config::JwtSettings;
 use crate::config::tenants::{TenantRecord, Tenants};
+use crate::protocol::fields::Fields;
+use crate::trust::client_cert::CertificateTenant;
 pub use crate::trust::credential::AuthError;
 use crate::trust::credential::{self, Credential};
 
@@ -134,6 +136,35 @@ impl Authenticator {
     ) -> Result<&'t TenantRecord, AuthError> {
         let credential = credential::extract_from_map(headers, self.jwt_enabled())?;
         self.authenticate(&credential, tenants)
+    }
+
+    /// The tenant of a request that came with a verified client
+    /// certificate: the one the certificate names, which must be in the
+    /// tenants file. A credential sent as well must name the same tenant.
+    pub fn authenticate_with_certificate<'t>(
+        &self,
+        certificate: &CertificateTenant,
+        fields: &Fields,
+        tenants: &'t Tenants,
+    ) -> Result<&'t TenantRecord, AuthError> {
+        let CertificateTenant::Named(id) = certificate else {
+            return Err(AuthError::CertificateNamesNoTenant);
+        };
+        let by_certificate = tenants
+            .get(id)
+            .ok_or_else(|| AuthError::UnknownCertificateTenant { tenant: id.clone() })?;
+        match credential::extract(fields, self.jwt_enabled()) {
+            Err(AuthError::Missing) => Ok(by_certificate),
+            Err(error) => Err(error),
+            Ok(credential) => {
+                let by_credential = self.authenticate(&credential, tenants)?;
+                if by_credential.position == by_certificate.position {
+                    Ok(by_certificate)
+                } else {
+                    Err(AuthError::CertificateMismatch)
+                }
+            }
+        }
     }
 
     /// The tenant a credential belongs to.

@@ -60,6 +60,22 @@ pub enum AuthError {
         /// never for the client (see [`AuthError::public_message`]).
         tenant: String,
     },
+    /// The verified client certificate names no tenant by
+    /// `auth.mtls.tenant_from`.
+    #[error("the client certificate names no tenant by auth.mtls.tenant_from")]
+    CertificateNamesNoTenant,
+    /// The verified client certificate names a tenant that is not in the
+    /// tenants file (removed, which revokes its certificates, or never
+    /// added).
+    #[error("the client certificate names tenant {tenant:?}, which is not in the tenants file")]
+    UnknownCertificateTenant {
+        /// The tenant id from the certificate: for the operator's log only.
+        tenant: String,
+    },
+    /// The request's credential and its connection's client certificate
+    /// name different tenants.
+    #[error("the credential and the client certificate name different tenants")]
+    CertificateMismatch,
 }
 
 impl AuthError {
@@ -81,6 +97,11 @@ impl AuthError {
             Self::WrongAudience => "token audience not accepted",
             Self::MissingTenantClaim { .. } => "token names no tenant",
             Self::UnknownTenant { .. } => "unknown tenant",
+            Self::CertificateNamesNoTenant => "client certificate names no tenant",
+            Self::UnknownCertificateTenant { .. } => "unknown tenant",
+            Self::CertificateMismatch => {
+                "the credential and the client certificate name different tenants"
+            }
         }
     }
 
@@ -97,6 +118,9 @@ impl AuthError {
             Self::WrongAudience => "wrong_audience",
             Self::MissingTenantClaim { .. } => "missing_tenant_claim",
             Self::UnknownTenant { .. } => "unknown_tenant",
+            Self::CertificateNamesNoTenant => "certificate_names_no_tenant",
+            Self::UnknownCertificateTenant { .. } => "unknown_certificate_tenant",
+            Self::CertificateMismatch => "certificate_mismatch",
         }
     }
 }
