@@ -390,3 +390,99 @@ fn serve_warns_when_the_admin_listener_is_reachable_from_other_hosts() {
         "no warning about the reachable admin listener:\n{logged}"
     );
 }
+
+/// Runs `program` with `args` in `dir`; its stdout, or a panic naming what
+/// failed (a missing tool included: `.ci/run` installs it).
+fn run_tool(dir: &std::path::Path, program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|error| {
+            panic!("cannot run {program} (apt-get install {program}): {error}")
+        });
+    assert!(
+        output.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_tls_quick_start_serves_curl_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Vec::new();
+    for i in 0..4 {
+        backends.push(Backend::start(&format!("s{i}")).await.unwrap());
+    }
+    let (listen, tenants) = write_config(dir.path(), &backends, &random_bytes(32));
+    // The README's commands: a self-signed certificate for localhost…
+    run_tool(
+        dir.path(),
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "30",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.pem",
+        ],
+    );
+    // …and a [tls] section beside the plaintext listener.
+    let tls_port = free_port();
+    let config = dir.path().join("gateway.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[tls]\nlisten = \"127.0.0.1:{tls_port}\"\ncert_file = \"server.pem\"\nkey_file = \"server.key\"\n"
+    ));
+    std::fs::write(&config, text).unwrap();
+    let mut child = spawn_serve(&config);
+    wait_for_listener(&listen, &mut child);
+    wait_for_listener(&format!("127.0.0.1:{tls_port}"), &mut child);
+
+    let (tenant, key) = &tenants[0];
+    let url = format!("https://localhost:{tls_port}/hello");
+    let answer = run_tool(
+        dir.path(),
+        "curl",
+        &[
+            "-sS",
+            "--fail",
+            "--cacert",
+            "server.pem",
+            "--resolve",
+            &format!("localhost:{tls_port}:127.0.0.1"),
+            "-H",
+            &format!("Authorization: Bearer {key}"),
+            &url,
+        ],
+    );
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["tenant"], tenant.as_str());
+    // Without the CA, curl refuses the self-signed certificate: the
+    // listener really is TLS with that certificate.
+    let refused = Command::new("curl")
+        .args([
+            "-sS",
+            "--resolve",
+            &format!("localhost:{tls_port}:127.0.0.1"),
+            &url,
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    terminate(child, "serve");
+}
