@@ -528,3 +528,44 @@ async fn an_oversized_client_certificate_chain_is_refused_in_the_handshake() {
     );
     drop(gateway.certs);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_resume_and_keep_resuming_across_a_reload() {
+    let gateway = TlsGateway::start("", "", Options::default()).await;
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        // One client configuration keeps its session store between
+        // connections, as a real client's does.
+        let config = client_config(&[gateway.ca.der()], None, &[version]);
+        let kind = |stream: &tokio_rustls::client::TlsStream<TcpStream>| {
+            stream.get_ref().1.handshake_kind()
+        };
+        let request = raw(
+            "GET /tls HTTP/1.1",
+            &["Host: localhost", &gateway.key_line("tenant-1")],
+            b"",
+        );
+        let mut first = connect(gateway.addr(), "localhost", config.clone())
+            .await
+            .unwrap();
+        // TLS 1.3 tickets arrive after the handshake: one exchange reads them.
+        assert_eq!(exchange(&mut first, &request).await.status, 200);
+        assert_eq!(kind(&first), Some(rustls::HandshakeKind::Full));
+        let mut second = connect(gateway.addr(), "localhost", config.clone())
+            .await
+            .unwrap();
+        assert_eq!(exchange(&mut second, &request).await.status, 200);
+        assert_eq!(
+            kind(&second),
+            Some(rustls::HandshakeKind::Resumed),
+            "{version:?}"
+        );
+        gateway.fixture.running.gateway.reload(false).unwrap();
+        let mut third = connect(gateway.addr(), "localhost", config).await.unwrap();
+        assert_eq!(exchange(&mut third, &request).await.status, 200);
+        assert_eq!(
+            kind(&third),
+            Some(rustls::HandshakeKind::Resumed),
+            "{version:?} after a reload"
+        );
+    }
+}
