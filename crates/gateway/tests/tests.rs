@@ -9,6 +9,7 @@ mod adversarial;
 mod boundary;
 mod connection;
 mod deploy;
+mod http2;
 mod isolation;
 mod logs;
 mod metrics;

@@ -246,6 +246,26 @@ pub struct LimitSettings {
     pub websocket_idle_timeout: Duration,
 }
 
+/// HTTP/2 from clients: h2 by ALPN on the TLS listener, h2c with prior
+/// knowledge on the plaintext one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Http2Settings {
+    /// Serve HTTP/2 at all.
+    pub enabled: bool,
+    /// Streams a client may have open at once on one connection.
+    pub max_concurrent_streams: u32,
+    /// A PING is sent after a connection has been idle this long; `None`
+    /// for never.
+    pub keep_alive_interval: Option<Duration>,
+    /// A PING not answered within this closes the connection.
+    pub keep_alive_timeout: Duration,
+    /// The flow-control window of one stream, in bytes.
+    pub initial_stream_window: u32,
+    /// The flow-control window of a whole connection, in bytes.
+    pub initial_connection_window: u32,
+}
+
 /// The admin listener (operations API, metrics, status page).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -295,6 +315,8 @@ pub struct GatewayConfig {
     pub(crate) outlier: OutlierSettings,
     /// Connection and size limits.
     pub(crate) limits: LimitSettings,
+    /// HTTP/2 from clients.
+    pub(crate) http2: Http2Settings,
     /// The admin listener.
     pub(crate) admin: AdminSettings,
     /// The forwarding headers added for shards.
@@ -328,6 +350,8 @@ struct RawConfig {
     outlier: RawOutlier,
     #[serde(default)]
     limits: RawLimits,
+    #[serde(default)]
+    http2: RawHttp2,
     #[serde(default)]
     admin: RawAdmin,
     #[serde(default)]
@@ -467,6 +491,17 @@ struct RawLimits {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawHttp2 {
+    enabled: Option<bool>,
+    max_concurrent_streams: Option<u32>,
+    keep_alive_interval_ms: Option<u64>,
+    keep_alive_timeout_ms: Option<u64>,
+    initial_stream_window_bytes: Option<u32>,
+    initial_connection_window_bytes: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawAdmin {
     listen: Option<String>,
     token_file: Option<String>,
@@ -548,9 +583,10 @@ impl GatewayConfig {
             .map(|mtls| tls::mtls_settings(mtls, &resolve))
             .transpose()
             .map_err(tls_err)?;
+        let http2_enabled = raw.http2.enabled.unwrap_or(true);
         let tls = raw
             .tls
-            .map(|raw| tls::tls_settings(raw, mtls.as_ref(), &resolve))
+            .map(|raw| tls::tls_settings(raw, mtls.as_ref(), http2_enabled, &resolve))
             .transpose()
             .map_err(tls_err)?;
         if let Some(mtls) = &mtls
@@ -583,6 +619,7 @@ impl GatewayConfig {
         let health = health_settings(raw.health).map_err(err)?;
         let outlier = outlier_settings(raw.outlier).map_err(err)?;
         let limits = limit_settings(raw.limits).map_err(err)?;
+        let http2 = http2_settings(raw.http2).map_err(err)?;
         let admin = admin_settings(raw.admin, &resolve).map_err(err)?;
 
         Ok(Self {
@@ -598,6 +635,7 @@ impl GatewayConfig {
             health,
             outlier,
             limits,
+            http2,
             admin,
             forwarding: ForwardingSettings {
                 x_forwarded_for: raw
@@ -1068,6 +1106,44 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
             l.websocket_idle_timeout_ms,
             300_000,
             1..=24 * MAX_MS,
+        )?,
+    })
+}
+
+/// The largest flow-control window HTTP/2 allows (RFC 9113 §6.9.1).
+const MAX_WINDOW: u32 = (1 << 31) - 1;
+
+fn http2_settings(h: RawHttp2) -> Result<Http2Settings, KeyProblem> {
+    let interval = millis(
+        "http2.keep_alive_interval_ms",
+        h.keep_alive_interval_ms,
+        30_000,
+        0..=MAX_MS,
+    )?;
+    Ok(Http2Settings {
+        enabled: h.enabled.unwrap_or(true),
+        // nginx's http2_max_concurrent_streams.
+        max_concurrent_streams: within(
+            "http2.max_concurrent_streams",
+            h.max_concurrent_streams.unwrap_or(128),
+            1..=10_000,
+        )?,
+        keep_alive_interval: (!interval.is_zero()).then_some(interval),
+        keep_alive_timeout: millis(
+            "http2.keep_alive_timeout_ms",
+            h.keep_alive_timeout_ms,
+            20_000,
+            1..=MAX_MS,
+        )?,
+        initial_stream_window: within(
+            "http2.initial_stream_window_bytes",
+            h.initial_stream_window_bytes.unwrap_or(1 << 20),
+            65_535..=MAX_WINDOW,
+        )?,
+        initial_connection_window: within(
+            "http2.initial_connection_window_bytes",
+            h.initial_connection_window_bytes.unwrap_or(2 << 20),
+            65_535..=MAX_WINDOW,
         )?,
     })
 }

@@ -263,10 +263,11 @@ fn resumption() -> (
 }
 
 /// The TLS listener's settings, with the client verifier `[auth.mtls]` asks
-/// for.
+/// for, offering `h2` by ALPN when `http2` is on.
 pub(crate) fn tls_settings(
     raw: RawTls,
     mtls: Option<&MtlsSettings>,
+    http2: bool,
     resolve: &impl Fn(&str) -> PathBuf,
 ) -> Result<TlsSettings, Problem> {
     let problem = |key: &str, text: String| (key.to_owned(), text);
@@ -336,7 +337,12 @@ pub(crate) fn tls_settings(
         _ => builder.with_no_client_auth(),
     };
     let mut server = builder.with_cert_resolver(Arc::new(SniResolver { default, by_name }));
-    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 first when it is on: a client offering both gets it.
+    server.alpn_protocols = if http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     let (sessions, ticketer) = resumption();
     server.session_storage = sessions;
     if let Some(ticketer) = ticketer {

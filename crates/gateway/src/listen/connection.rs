@@ -27,15 +27,15 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::{Method, Response, header};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming};
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use crate::config::LimitSettings;
+use crate::config::{Http2Settings, LimitSettings};
 use crate::listen::shutdown::ShutdownWatch;
 use crate::protocol::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::protocol::fields::Fields;
@@ -330,34 +330,92 @@ async fn hand_off(
     peer: Peer,
     shutdown: ShutdownWatch,
 ) {
+    // HTTP/2 with prior knowledge (h2c) opens with its preface, whose
+    // first line reads as a head `PRI * HTTP/2.0` the loop does not serve.
+    let protocol = if read.starts_with(H2_PREFACE_START) && gateway.snapshot().config.http2.enabled
+    {
+        Protocol::Http2
+    } else {
+        Protocol::Http1
+    };
     let io = Prefixed {
         prefix: read.freeze(),
         inner: io,
     };
-    serve_with_hyper(gateway, io, peer, shutdown).await;
+    serve_with_hyper(gateway, io, peer, shutdown, protocol).await;
+}
+
+/// The start of the HTTP/2 connection preface (RFC 9113 §3.4), as much of
+/// it as the loop may have read before it gave up on the head (hyper checks
+/// the rest).
+const H2_PREFACE_START: &[u8] = b"PRI * HTTP/2";
+
+/// Which HTTP hyper speaks on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    Http1,
+    Http2,
 }
 
 /// Serves a connection with hyper for the rest of its life: what the fast
-/// path hands off, and every TLS connection.
+/// path hands off, and every TLS connection. At shutdown an HTTP/1.1
+/// connection finishes its request and closes; an HTTP/2 one sends
+/// `GOAWAY` and finishes the streams it has.
 pub(crate) async fn serve_with_hyper<Io>(
     gateway: Arc<Gateway>,
     io: Io,
     peer: Peer,
     shutdown: ShutdownWatch,
+    protocol: Protocol,
 ) where
     Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let connection = builder(&gateway.snapshot().config.limits)
-        .serve_connection(TokioIo::new(io), service(gateway, peer));
-    tokio::pin!(connection);
-    tokio::select! {
-        // Errors here are the client's doing (a reset, a bad request, a
-        // header timeout); hyper has already answered what it could.
-        _ = connection.as_mut() => return,
-        () = shutdown.stopping() => {}
+    let snapshot = gateway.snapshot();
+    let io = TokioIo::new(io);
+    // The two connection types share no trait for graceful shutdown.
+    macro_rules! drive {
+        ($connection:expr) => {{
+            let connection = $connection;
+            tokio::pin!(connection);
+            tokio::select! {
+                // Errors here are the client's doing (a reset, a bad
+                // request, a header timeout); hyper has already answered
+                // what it could.
+                _ = connection.as_mut() => return,
+                () = shutdown.stopping() => {}
+            }
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }};
     }
-    connection.as_mut().graceful_shutdown();
-    let _ = connection.await;
+    match protocol {
+        Protocol::Http1 => {
+            let builder = builder(&snapshot.config.limits);
+            drop(snapshot);
+            drive!(builder.serve_connection(io, service(gateway, peer)))
+        }
+        Protocol::Http2 => {
+            let builder = http2_builder(&snapshot.config.limits, &snapshot.config.http2);
+            drop(snapshot);
+            drive!(builder.serve_connection(io, service(gateway, peer)))
+        }
+    }
+}
+
+/// hyper's HTTP/2 server with the configured limits. A header list over
+/// `limits.max_header_bytes` is refused (hyper answers 431 on that
+/// stream); more streams than allowed are refused with `REFUSED_STREAM`.
+fn http2_builder(limits: &LimitSettings, http2: &Http2Settings) -> http2::Builder<TokioExecutor> {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(http2.max_concurrent_streams)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        .initial_stream_window_size(http2.initial_stream_window)
+        .initial_connection_window_size(http2.initial_connection_window)
+        .keep_alive_interval(http2.keep_alive_interval)
+        .keep_alive_timeout(http2.keep_alive_timeout);
+    builder
 }
 
 fn builder(limits: &LimitSettings) -> http1::Builder {

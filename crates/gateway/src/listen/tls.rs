@@ -20,7 +20,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::ClientCertificate;
-use crate::listen::connection;
+use crate::listen::connection::{self, Protocol};
 use crate::listen::shutdown::ShutdownWatch;
 use crate::ops::metrics::OutcomeLabels;
 use crate::route::proxy::Peer;
@@ -90,5 +90,10 @@ pub(crate) async fn serve(
         Some(certificate) => Peer::with_certificate(addr, certificate),
         None => Peer::new(addr),
     };
-    connection::serve_with_hyper(gateway, stream, peer, shutdown).await;
+    // ALPN chose the protocol (`h2` is offered only when HTTP/2 is on).
+    let protocol = match stream.get_ref().1.alpn_protocol() {
+        Some(b"h2") => Protocol::Http2,
+        _ => Protocol::Http1,
+    };
+    connection::serve_with_hyper(gateway, stream, peer, shutdown, protocol).await;
 }
