@@ -280,6 +280,22 @@ async fn connect_to(
         .expect("the upgrade neither succeeded nor failed")
 }
 
+/// A WebSocket upgrade request as `tenant`, written by hand with `extra`
+/// header lines and `body` (what a client library would not send).
+fn raw_upgrade(fixture: &Fixture, tenant: &str, extra: &[&str], body: &[u8]) -> Vec<u8> {
+    let key = bearer_line(fixture, tenant);
+    let mut lines = vec![
+        "Host: gateway",
+        &key,
+        "Connection: Upgrade",
+        "Upgrade: websocket",
+        "Sec-WebSocket-Version: 13",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+    ];
+    lines.extend_from_slice(extra);
+    raw("GET /chat HTTP/1.1", &lines, body)
+}
+
 /// The status a refused upgrade got.
 fn refused(result: Handshake) -> u16 {
     match result {
@@ -492,19 +508,7 @@ async fn a_shard_that_declines_the_upgrade_gets_its_answer_passed_back() {
     // A declined upgrade is not retried: the shard may have acted on it.
     assert_eq!(shard.upgrades().len(), 2);
     // And its body arrives as any response's would, placement stripped.
-    let key = bearer_line(&fixture, &tenant);
-    let request = raw(
-        "GET /chat HTTP/1.1",
-        &[
-            "Host: gateway",
-            &key,
-            "Connection: Upgrade",
-            "Upgrade: websocket",
-            "Sec-WebSocket-Version: 13",
-            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
-        ],
-        b"",
-    );
+    let request = raw_upgrade(&fixture, &tenant, &[], b"");
     let response = raw_request(fixture.running.addr, &request).await;
     assert_eq!(response.status, 200);
     assert_eq!(response.body, b"declined");
@@ -621,20 +625,7 @@ async fn an_upgrade_with_a_body_gets_400_and_reaches_no_shard() {
     let shard = WsShard::start(Answer::Echo).await;
     let fixture = shard.gateway("").await;
     let tenant = fixture.tenants[0].0.clone();
-    let key = bearer_line(&fixture, &tenant);
-    let request = raw(
-        "GET /chat HTTP/1.1",
-        &[
-            "Host: gateway",
-            &key,
-            "Connection: Upgrade",
-            "Upgrade: websocket",
-            "Sec-WebSocket-Version: 13",
-            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
-            "Content-Length: 5",
-        ],
-        b"\x81\x03abc",
-    );
+    let request = raw_upgrade(&fixture, &tenant, &["Content-Length: 5"], b"\x81\x03abc");
     let response = raw_request(fixture.running.addr, &request).await;
     assert_eq!(response.status, 400);
     assert!(shard.upgrades().is_empty() && shard.plain().is_empty());

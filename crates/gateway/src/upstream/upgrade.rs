@@ -46,13 +46,13 @@ impl Upstream {
         timeouts: Timeouts,
     ) -> Result<Response<UpstreamBody>, SendError> {
         let mut connection = self.connect(timeouts.connect).await?;
+        // A new connection's write buffer is empty.
+        wire::encode_upgrade_request_head(&mut connection.write, &request, protocol);
         let Connection {
             stream,
             read,
             write,
         } = &mut connection;
-        write.clear();
-        wire::encode_upgrade_request_head(write, &request, protocol);
         match write_head(stream, write).await {
             Ok(()) => {}
             Err(Written::Nothing) => return Err(SendError::NotSent),
