@@ -21,4 +21,5 @@ mod status_page;
 mod tls;
 mod transport;
 mod upstream;
+mod websocket;
 mod wire;

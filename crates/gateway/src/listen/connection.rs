@@ -41,6 +41,7 @@ use crate::protocol::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::protocol::fields::Fields;
 use crate::route::proxy::{self, Peer};
 use crate::route::response::{BoxError, ResponseBody};
+use crate::route::tunnel;
 use crate::state::Gateway;
 use crate::trust::headers;
 use crate::upstream::body::ClientBody;
@@ -372,33 +373,43 @@ pub(crate) async fn serve_with_hyper<Io>(
 {
     let snapshot = gateway.snapshot();
     let io = TokioIo::new(io);
-    // The two connection types share no trait for graceful shutdown.
+    let tunnel = tunnel::Slot::default();
+    let service = service(gateway, peer, tunnel.clone());
+    // The two connection types share no trait for graceful shutdown. Each
+    // is boxed so that it can be dropped before a tunnel runs: until then
+    // a connection that failed still holds what the tunnel waits on.
     macro_rules! drive {
         ($connection:expr) => {{
-            let connection = $connection;
-            tokio::pin!(connection);
+            let mut connection = Box::pin($connection);
             tokio::select! {
                 // Errors here are the client's doing (a reset, a bad
                 // request, a header timeout); hyper has already answered
                 // what it could.
-                _ = connection.as_mut() => return,
-                () = shutdown.stopping() => {}
+                _ = connection.as_mut() => {}
+                () = shutdown.stopping() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.as_mut().await;
+                }
             }
-            connection.as_mut().graceful_shutdown();
-            let _ = connection.await;
         }};
     }
     match protocol {
         Protocol::Http1 => {
             let builder = builder(&snapshot.config.limits);
             drop(snapshot);
-            drive!(builder.serve_connection(io, service(gateway, peer)))
+            drive!(builder.serve_connection(io, service).with_upgrades());
         }
         Protocol::Http2 => {
             let builder = http2_builder(&snapshot.config.limits, &snapshot.config.http2);
             drop(snapshot);
-            drive!(builder.serve_connection(io, service(gateway, peer)))
+            drive!(builder.serve_connection(io, service));
         }
+    }
+    // A WebSocket upgrade's 101 went out and hyper handed the connection
+    // over: the tunnel runs in this task, so the connection keeps its slot
+    // and shutdown ends it after the grace period like any request.
+    if let Some(tunnel) = tunnel.take() {
+        tunnel.run().await;
     }
 }
 
@@ -435,6 +446,7 @@ fn builder(limits: &LimitSettings) -> http1::Builder {
 fn service(
     gateway: Arc<Gateway>,
     peer: Peer,
+    tunnel: tunnel::Slot,
 ) -> impl hyper::service::Service<
     http::Request<Incoming>,
     Response = Response<ResponseBody>,
@@ -444,14 +456,15 @@ fn service(
     service_fn(move |request: http::Request<Incoming>| {
         let gateway = Arc::clone(&gateway);
         let peer = peer.clone();
+        let tunnel = tunnel.clone();
         async move {
             // The request path reads fields as a client wrote them: a
             // header map is written out as such once.
             let fields = Fields::from_header_map(request.headers());
             let request = request.map(ClientBody::Streamed);
-            Ok(with_header_map(
-                proxy::handle(gateway, request, &fields, &peer).await,
-            ))
+            let mut response = proxy::handle(gateway, request, &fields, &peer).await;
+            tunnel.keep(&mut response);
+            Ok(with_header_map(response))
         }
     })
 }

@@ -186,6 +186,8 @@ pub struct Metrics {
     pub(crate) client_stalls: Counter,
     /// `shuffle_tls_handshakes_total{outcome}`.
     pub(crate) tls_handshakes: Family<OutcomeLabels, Counter>,
+    /// WebSocket upgrades and their tunnels.
+    pub(crate) websockets: WebSocketMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -323,10 +325,12 @@ impl Metrics {
             "TLS handshakes on the TLS listener by outcome: ok, failed (refused by either side, or not TLS), timeout (not finished within tls.handshake_timeout_ms)",
             tls_handshakes.clone(),
         );
+        let websockets = WebSocketMetrics::register(&mut registry);
         Self {
             tls_handshakes,
             registry,
             scrape: Mutex::new(()),
+            websockets,
             backend_stalls,
             client_stalls,
             requests,
@@ -451,5 +455,113 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct UpgradeLabels {
+    pub(crate) cell: String,
+    /// `switched`: a shard answered 101 and the tunnel was opened;
+    /// `declined`: a shard answered with another 2xx or 3xx, passed back;
+    /// otherwise the outcome of `shuffle_requests_total`'s that the client
+    /// got (`unauthorized`, `client_error`, `bad_gateway`, ...).
+    pub(crate) outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TunnelCloseLabels {
+    pub(crate) cell: String,
+    /// `closed`: both sides ended (each half-close passed on); `idle`: no
+    /// byte either way for `limits.websocket_idle_timeout_ms`; `error`: a
+    /// side failed (a reset, or a client that accepted nothing for
+    /// `limits.client_write_timeout_ms`).
+    pub(crate) reason: &'static str,
+}
+
+/// WebSocket upgrades and the tunnels they open, per cell. Gateway
+/// shutdown ends tunnels still open after its grace period without
+/// counting them as closed.
+#[derive(Debug)]
+pub(crate) struct WebSocketMetrics {
+    upgrades: Family<UpgradeLabels, Counter>,
+    open: Family<CellLabels, Gauge>,
+    closed: Family<TunnelCloseLabels, Counter>,
+}
+
+/// One tunnel counted as open in its cell until dropped.
+#[derive(Debug)]
+pub(crate) struct OpenTunnel(Gauge);
+
+impl Drop for OpenTunnel {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl WebSocketMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let upgrades = Family::<UpgradeLabels, Counter>::default();
+        registry.register(
+            "websocket_upgrades",
+            "WebSocket upgrade requests by cell and outcome: switched (tunnel opened), declined (the shard answered 2xx/3xx), else the request outcome the client got",
+            upgrades.clone(),
+        );
+        let open = Family::<CellLabels, Gauge>::default();
+        registry.register(
+            "websocket_tunnels_open",
+            "WebSocket tunnels open now",
+            open.clone(),
+        );
+        let closed = Family::<TunnelCloseLabels, Counter>::default();
+        registry.register(
+            "websocket_tunnels_closed",
+            "WebSocket tunnels closed by cell and reason: closed (both sides ended), idle (limits.websocket_idle_timeout_ms), error (a side failed)",
+            closed.clone(),
+        );
+        Self {
+            upgrades,
+            open,
+            closed,
+        }
+    }
+
+    /// Counts an upgrade request in `cell` ("" before a tenant was known)
+    /// answered with `status`.
+    pub(crate) fn upgrade(&self, cell: &str, status: http::StatusCode) {
+        let outcome = if status == http::StatusCode::SWITCHING_PROTOCOLS {
+            "switched"
+        } else if status.is_success() || status.is_redirection() {
+            "declined"
+        } else {
+            request_outcome(status)
+        };
+        self.upgrades
+            .get_or_create(&UpgradeLabels {
+                cell: cell.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// Counts a tunnel open in `cell` until the guard is dropped.
+    pub(crate) fn open(&self, cell: &str) -> OpenTunnel {
+        let gauge = self
+            .open
+            .get_or_create(&CellLabels {
+                cell: cell.to_owned(),
+            })
+            .clone();
+        gauge.inc();
+        OpenTunnel(gauge)
+    }
+
+    /// Counts a tunnel in `cell` that ended for `reason`.
+    pub(crate) fn closed(&self, cell: &str, reason: &'static str) {
+        self.closed
+            .get_or_create(&TunnelCloseLabels {
+                cell: cell.to_owned(),
+                reason,
+            })
+            .inc();
     }
 }

@@ -44,8 +44,11 @@ pub enum WireError {
     /// `Content-Length` is not one non-negative number.
     #[error("the backend's Content-Length is not a single number")]
     BadContentLength,
-    /// The backend switched protocols, which the gateway does not forward.
-    #[error("the backend answered 101 Switching Protocols; the gateway does not forward upgrades")]
+    /// The backend switched protocols where it may not: to a request that
+    /// did not ask to upgrade, or to another protocol than the one asked.
+    #[error(
+        "the backend answered 101 Switching Protocols to a request that did not ask for it, or switched to another protocol than the one asked"
+    )]
     Upgrade,
     /// A chunk-size line or the data's closing CRLF is malformed.
     #[error("the backend's chunked body is malformed")]
@@ -113,6 +116,31 @@ pub fn encode_request_head(
     framing: RequestFraming,
     add_length: Option<u64>,
 ) {
+    encode_request_fields(out, head, framing, add_length);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the head of a bodiless request that asks to upgrade to
+/// `protocol`: [`encode_request_head`]'s fields, then the gateway's own
+/// `connection: upgrade` and `upgrade: <protocol>`. The client's
+/// `Connection` and `Upgrade` are hop-by-hop and never pass as they are (a
+/// client's `Connection` could name anything), so what the shard is asked
+/// is only ever what the gateway decided to ask.
+pub fn encode_upgrade_request_head(out: &mut Vec<u8>, head: &RequestHead<'_>, protocol: &[u8]) {
+    encode_request_fields(out, head, RequestFraming::Length, None);
+    out.extend_from_slice(b"connection: upgrade\r\nupgrade: ");
+    out.extend_from_slice(protocol);
+    out.extend_from_slice(b"\r\n\r\n");
+}
+
+/// A request head without its closing blank line.
+#[inline]
+fn encode_request_fields(
+    out: &mut Vec<u8>,
+    head: &RequestHead<'_>,
+    framing: RequestFraming,
+    add_length: Option<u64>,
+) {
     out.extend_from_slice(head.method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(head.target.as_bytes());
@@ -157,7 +185,6 @@ pub fn encode_request_head(
     if framing == RequestFraming::Chunked && !coded() {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
-    out.extend_from_slice(b"\r\n");
 }
 
 fn raw_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -228,21 +255,47 @@ pub fn parse_response_head(
     buf: &mut BytesMut,
     method: &Method,
 ) -> Result<Option<ResponseHead>, WireError> {
+    parse_head(buf, method, false)
+}
+
+/// [`parse_response_head`] for a request that asked to upgrade: a `101
+/// Switching Protocols` is an answer too. Its head is taken off `buf` like
+/// any other; what follows it belongs to the new protocol until the
+/// connection closes ([`ResponseFraming::UntilClose`], never kept alive),
+/// so bytes the backend sent right behind its head stay in `buf`.
+pub fn parse_upgrade_response_head(
+    buf: &mut BytesMut,
+    method: &Method,
+) -> Result<Option<ResponseHead>, WireError> {
+    parse_head(buf, method, true)
+}
+
+#[inline]
+fn parse_head(
+    buf: &mut BytesMut,
+    method: &Method,
+    upgrading: bool,
+) -> Result<Option<ResponseHead>, WireError> {
     loop {
         let Some(parsed) = parse_one(buf)? else {
             return Ok(None);
         };
         let status = parsed.status;
-        if status == StatusCode::SWITCHING_PROTOCOLS {
+        let switched = status == StatusCode::SWITCHING_PROTOCOLS;
+        if switched && !upgrading {
             return Err(WireError::Upgrade);
         }
         let head = buf.split_to(parsed.length).freeze();
-        if status.is_informational() {
+        if status.is_informational() && !switched {
             // 100 Continue, 103 Early Hints: the real answer follows.
             continue;
         }
         let fields = &parsed.framing;
-        let framing = response_framing(method, status, fields)?;
+        let framing = if switched {
+            ResponseFraming::UntilClose
+        } else {
+            response_framing(method, status, fields)?
+        };
         // HTTP/1.0 has no transfer codings: a 1.0 response that names one
         // is framed faultily, and its connection is closed after it (RFC
         // 9112 section 6.1).
@@ -599,6 +652,19 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "PUT / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n"
         );
+        // An upgrade states the gateway's own upgrade fields, last.
+        let upgrade = RequestHead {
+            method: &Method::GET,
+            fields: &fields,
+            ..bare
+        };
+        let mut out = Vec::new();
+        encode_upgrade_request_head(&mut out, &upgrade, b"websocket");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET / HTTP/1.1\r\naccept: */*\r\nx-forwarded-for: 10.0.0.1\r\n\
+             connection: upgrade\r\nupgrade: websocket\r\n\r\n"
+        );
     }
 
     #[test]
@@ -696,6 +762,32 @@ mod tests {
         assert!(!alive(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
         ));
+    }
+
+    #[test]
+    fn an_upgrade_answer_is_a_101_that_leaves_the_new_protocol_in_the_buffer() {
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+               Connection: Upgrade\r\n\r\n\x81\x02hi"[..],
+        );
+        let head = parse_upgrade_response_head(&mut buf, &Method::GET)
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.status, StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(head.framing, ResponseFraming::UntilClose);
+        assert!(!head.keep_alive);
+        assert_eq!(head.fields.get("upgrade"), Some(&b"websocket"[..]));
+        assert_eq!(&buf[..], b"\x81\x02hi");
+        // Any other answer is read as for any request.
+        let head = head_upgrading("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+        assert_eq!(head.framing, ResponseFraming::Length(0));
+        assert!(head.keep_alive);
+    }
+
+    fn head_upgrading(text: &str) -> ResponseHead {
+        parse_upgrade_response_head(&mut BytesMut::from(text), &Method::GET)
+            .unwrap()
+            .unwrap()
     }
 
     #[test]

@@ -92,17 +92,8 @@ pub async fn send(
     safe_to_repeat: bool,
 ) -> Result<Response<UpstreamBody>, Failure> {
     let target = backend_target(&shard.path_prefix, uri);
-    let request = RequestHead {
-        target: &target,
-        host: shard.host_header.as_ref(),
-        shard: shard.id_header.as_ref(),
-        ..client
-    };
-    let timeouts = Timeouts {
-        connect: timing.per_try,
-        body_idle: timing.body_idle,
-        body_total: timing.body_total,
-    };
+    let request = for_shard(shard, client, &target);
+    let timeouts = timing.timeouts();
     let mut resends = 0;
     loop {
         let result = tokio::select! {
@@ -137,6 +128,68 @@ pub async fn send(
             continue;
         }
         return Err(Failure::Reset);
+    }
+}
+
+/// Sends one attempt of a WebSocket upgrade request (`client`, which has
+/// no body) to `uri`; the answer is the shard's 101, whose body holds the
+/// switched connection, or any other response.
+///
+/// Only a connection that could not be made (or closed before it took the
+/// request) may fail over: once the request may have reached the shard,
+/// the shard may have switched, so nothing is resent, whatever the method
+/// says. The per-try timeout bounds the wait for the answer.
+pub async fn upgrade(
+    shard: &ShardRuntime,
+    client: RequestHead<'_>,
+    uri: &Uri,
+    timing: Timing,
+) -> Result<Response<UpstreamBody>, Failure> {
+    let target = backend_target(&shard.path_prefix, uri);
+    let request = for_shard(shard, client, &target);
+    let answer = shard
+        .upstream
+        .upgrade(request, WEBSOCKET, timing.timeouts());
+    let per_try = timing.started.checked_add(timing.per_try);
+    let limit = per_try.map_or(timing.deadline, |limit| limit.min(timing.deadline));
+    match tokio::time::timeout_at(limit, answer).await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(SendError::Connect | SendError::NotSent)) => Err(Failure::Connect),
+        Ok(Err(SendError::Exchange(error))) => {
+            tracing::debug!(shard = %shard.id, %error, "the upgrade request failed");
+            Err(Failure::Reset)
+        }
+        Err(_elapsed) => Err(Failure::Timeout),
+    }
+}
+
+/// The one protocol the gateway upgrades to.
+const WEBSOCKET: &[u8] = b"websocket";
+
+/// The client's head as it goes to `shard`, at `target`, with the shard's
+/// own `Host` and `x-shuffle-shard`.
+fn for_shard<'a>(
+    shard: &'a ShardRuntime,
+    client: RequestHead<'a>,
+    target: &'a str,
+) -> RequestHead<'a> {
+    RequestHead {
+        target,
+        host: shard.host_header.as_ref(),
+        shard: shard.id_header.as_ref(),
+        ..client
+    }
+}
+
+impl Timing {
+    /// What the exchange itself may wait for (the connect is bounded by
+    /// the per-try timeout).
+    fn timeouts(self) -> Timeouts {
+        Timeouts {
+            connect: self.per_try,
+            body_idle: self.body_idle,
+            body_total: self.body_total,
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The request path, one step per module: tenant → cell and subset
 //! ([`cell`]) → member ([`member`]) → attempt ([`attempt`]) → outcome
 //! ([`proxy`], which runs the steps in order, and [`response`], the body
-//! that streams back and reports how it ended). It never imports the
+//! that streams back and reports how it ended), or, for a WebSocket
+//! upgrade, a tunnel ([`tunnel`], over [`splice`]). It never imports the
 //! listeners or the operations side.
 
 pub(crate) mod attempt;
@@ -9,3 +10,5 @@ pub mod cell;
 pub(crate) mod member;
 pub mod proxy;
 pub mod response;
+pub(crate) mod splice;
+pub(crate) mod tunnel;

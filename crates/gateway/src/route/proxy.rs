@@ -15,6 +15,7 @@
 //! overall request deadline.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -35,6 +36,7 @@ use crate::route::attempt::{self, Failure};
 use crate::route::cell::TenantRoute;
 use crate::route::member::{self, Pick};
 use crate::route::response::{InFlight, ResponseBody, full};
+use crate::route::tunnel;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
 use crate::trust::client_cert::CertificateTenant;
 use crate::trust::credential::{self, AuthError};
@@ -112,14 +114,19 @@ impl Peer {
 /// Handles one client request and records its outcome.
 pub async fn handle(
     gateway: Arc<Gateway>,
-    request: Request<ClientBody>,
+    mut request: Request<ClientBody>,
     fields: &Fields,
     peer: &Peer,
 ) -> Response<ResponseBody> {
     let started = Instant::now();
     let had_body = !request.body().is_end_stream();
     let mut body = None;
-    let (mut response, served) = route(&gateway, request, fields, peer, started, &mut body).await;
+    let websocket = tunnel::requested(&mut request, fields);
+    let upgrading = websocket.is_some();
+    let (mut response, served) = route(
+        &gateway, request, fields, peer, started, &mut body, websocket,
+    )
+    .await;
     if had_body && body.as_ref().is_none_or(|body| !body.fully_read()) {
         // Answered without reading the whole request body (401, 413, 408,
         // a backend that answered early, ...): the rest of it is still on
@@ -138,6 +145,12 @@ pub async fn handle(
     let elapsed = now.saturating_duration_since(started);
     let status = response.status();
     let outcome = crate::ops::metrics::request_outcome(status);
+    if upgrading {
+        let cell = served.as_ref().map_or("", |served| {
+            served.snapshot.config.cells[served.cell].name.as_str()
+        });
+        gateway.metrics.websockets.upgrade(cell, status);
+    }
     match served {
         Some(served) => {
             let tenant = served
@@ -177,7 +190,8 @@ pub async fn handle(
 /// The request path proper, one step after another; returns the response
 /// and, once the tenant is known, who it was for. `request_body` receives
 /// the request body once it is set up, so the caller can tell whether it
-/// was read to the end.
+/// was read to the end. A WebSocket upgrade (`websocket`) takes the same
+/// steps, and ends in a tunnel when a shard switches ([`tunnel`]).
 async fn route(
     gateway: &Arc<Gateway>,
     request: Request<ClientBody>,
@@ -185,6 +199,7 @@ async fn route(
     peer: &Peer,
     started: Instant,
     request_body: &mut Option<RequestBody>,
+    websocket: Option<tunnel::Requested>,
 ) -> (Response<ResponseBody>, Option<Served>) {
     if request.method() == Method::CONNECT {
         return (connect_refused(), None);
@@ -225,6 +240,17 @@ async fn route(
     if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
         return (
             error_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
+            Some(served),
+        );
+    }
+    if websocket.is_some() && !incoming.is_end_stream() {
+        // Where a body would end and the new protocol begin is anyone's
+        // guess: a smuggling opportunity, and no WebSocket client sends one.
+        return (
+            error_response(
+                StatusCode::BAD_REQUEST,
+                "a WebSocket upgrade request must not carry a body",
+            ),
             Some(served),
         );
     }
@@ -282,7 +308,9 @@ async fn route(
         },
         uri: &parts.uri,
         body: &body,
-        safe_to_repeat: outgoing.safe_to_repeat,
+        // Once an upgrade request may have reached a shard, the shard may
+        // have switched: only a connection never made fails over.
+        safe_to_repeat: outgoing.safe_to_repeat && websocket.is_none(),
         deadline,
         now,
         tried: SmallVec::new(),
@@ -301,6 +329,8 @@ async fn route(
             // fails as a refused connection would, without touching the
             // backend.
             Err(Failure::Connect)
+        } else if websocket.is_some() {
+            attempts.upgrade(&attempt).await
         } else {
             attempts.send(&attempt).await
         };
@@ -317,7 +347,24 @@ async fn route(
         match (attempts.judge(&attempt, &result), result) {
             (None, Ok(response)) => {
                 served.answered_at = Some(attempts.now);
-                return (stream_back(response, attempt.in_flight), Some(served));
+                let response = match websocket {
+                    Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                        let cell = attempts.cell_name();
+                        tunnel::open(
+                            response,
+                            client,
+                            attempt.in_flight,
+                            gateway,
+                            cell,
+                            attempt.shard,
+                        )
+                        .unwrap_or_else(|| {
+                            error_response(StatusCode::BAD_GATEWAY, "the backend failed")
+                        })
+                    }
+                    _ => stream_back(response, attempt.in_flight),
+                };
+                return (response, Some(served));
             }
             (Some(failure), result) => {
                 drop(attempt);
@@ -641,21 +688,40 @@ impl<'a> Attempts<'a> {
         &self,
         attempt: &Attempt<'a>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, Failure>> + use<'a> {
-        let limits = &self.config.limits;
         attempt::send(
             attempt.shard,
             self.client,
             self.uri,
             self.body,
-            attempt::Timing {
-                started: attempt.started,
-                per_try: self.config.routing.per_try_timeout,
-                deadline: self.deadline,
-                body_idle: limits.backend_idle_timeout,
-                body_total: limits.backend_body_timeout,
-            },
+            self.timing(attempt),
             self.safe_to_repeat,
         )
+    }
+
+    /// The attempt's exchange for a WebSocket upgrade; boxed, so that the
+    /// futures of ordinary requests do not grow by it.
+    fn upgrade(
+        &self,
+        attempt: &Attempt<'a>,
+    ) -> Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send + 'a>> {
+        Box::pin(attempt::upgrade(
+            attempt.shard,
+            self.client,
+            self.uri,
+            self.timing(attempt),
+        ))
+    }
+
+    /// When the attempt started and how long it may run.
+    fn timing(&self, attempt: &Attempt<'a>) -> attempt::Timing {
+        let limits = &self.config.limits;
+        attempt::Timing {
+            started: attempt.started,
+            per_try: self.config.routing.per_try_timeout,
+            deadline: self.deadline,
+            body_idle: limits.backend_idle_timeout,
+            body_total: limits.backend_body_timeout,
+        }
     }
 
     /// The outcome of an attempt the client's body did not end: how it

@@ -27,6 +27,7 @@
 pub mod body;
 pub(crate) mod idle;
 pub(crate) mod transport;
+pub(crate) mod upgrade;
 
 use std::io;
 use std::pin::Pin;
@@ -312,7 +313,7 @@ impl Upstream {
             // split's lock.
             let (mut reader, mut writer) = tokio::io::split(&mut *stream);
             let upload = upload(&mut writer, body, framing, request.inbound, write);
-            let answer = read_head(&mut reader, read, request.method);
+            let answer = read_head(&mut reader, read, request.method, wire::parse_response_head);
             tokio::pin!(upload, answer);
             tokio::select! {
                 biased;
@@ -329,10 +330,25 @@ impl Upstream {
                     .await
                     .map_err(|error| Failed::Exchange(ExchangeError::Io(error)))?;
             }
-            (read_head(stream, read, request.method).await, true)
+            let head = read_head(stream, read, request.method, wire::parse_response_head);
+            (head.await, true)
         };
         let head = head.map_err(Failed::Exchange)?;
+        Ok(self.response(connection, head, sent_whole, timeouts))
+    }
 
+    /// The response whose head has been read off `connection`: its body is
+    /// read from the connection as the client takes it, and the connection
+    /// goes back to the pool after it if the backend keeps it alive and the
+    /// request went out whole (`sent_whole`).
+    #[inline]
+    fn response(
+        self: &Arc<Self>,
+        connection: Connection,
+        head: wire::ResponseHead,
+        sent_whole: bool,
+        timeouts: Timeouts,
+    ) -> Response<UpstreamBody> {
         let state = match head.framing {
             ResponseFraming::Length(length) => BodyState::Length(length),
             ResponseFraming::Chunked => BodyState::Chunked(ChunkedDecoder::default()),
@@ -352,7 +368,7 @@ impl Upstream {
         let mut response = Response::new(body);
         *response.status_mut() = head.status;
         *response.version_mut() = head.version;
-        Ok(response)
+        response
     }
 
     /// Takes a connection back after its exchange.
@@ -480,15 +496,17 @@ async fn upload<W: AsyncWrite + Unpin>(
     }
 }
 
-/// Reads until a whole response head (after any 1xx) is in `read`.
+/// Reads until `parse` finds a whole response head (after any 1xx) in
+/// `read` ([`wire::parse_response_head`], or its upgrading twin).
 async fn read_head<R: AsyncRead + Unpin>(
     reader: &mut R,
     read: &mut BytesMut,
     method: &Method,
+    parse: impl Fn(&mut BytesMut, &Method) -> Result<Option<wire::ResponseHead>, WireError>,
 ) -> Result<wire::ResponseHead, ExchangeError> {
     let mut answered = !read.is_empty();
     loop {
-        if answered && let Some(head) = wire::parse_response_head(read, method)? {
+        if answered && let Some(head) = parse(read, method)? {
             return Ok(head);
         }
         make_room(read);
