@@ -306,7 +306,10 @@ fn refused(result: Handshake) -> u16 {
 }
 
 /// The next message, failing on a hang.
-async fn next(client: &mut Client) -> Option<Result<Message, tungstenite::Error>> {
+async fn next<S>(client: &mut WebSocketStream<S>) -> Option<Result<Message, tungstenite::Error>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     tokio::time::timeout(HANG, client.next())
         .await
         .expect("no message and no close")
@@ -688,4 +691,51 @@ async fn gateway_shutdown_closes_open_tunnels_after_the_grace_period() {
             .all_shards()
             .all(|shard| shard.in_flight() == 0)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_over_the_tls_listener_echoes_both_ways() {
+    let shard = WsShard::start(Answer::Echo).await;
+    let certs = tempfile::tempdir().unwrap();
+    let ca = crate::pki::Ca::new("websocket TLS CA");
+    let (cert, key) = ca.server(&["localhost"]).write(certs.path(), "server");
+    let fixture = shard
+        .gateway(&format!(
+            "[tls]\nlisten = \"127.0.0.1:0\"\ncert_file = {cert:?}\nkey_file = {key:?}\n"
+        ))
+        .await;
+    let tenant = fixture.tenants[0].0.clone();
+    // wss:// as a browser does it: TLS with ALPN http/1.1, then the upgrade.
+    let tls = crate::pki::connect(
+        fixture.running.tls_addr.unwrap(),
+        "localhost",
+        crate::pki::client_config(&[ca.der()], None, &[]),
+    )
+    .await
+    .unwrap();
+    let mut request = "wss://localhost/chat".into_client_request().unwrap();
+    let bearer = format!("Bearer {}", fixture.api_key(&tenant));
+    request
+        .headers_mut()
+        .insert("authorization", bearer.parse().unwrap());
+    let (mut client, response) = tokio::time::timeout(HANG, client_async(request, tls))
+        .await
+        .expect("the upgrade neither succeeded nor failed")
+        .expect("the upgrade succeeds over TLS");
+    assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+    assert_eq!(
+        next(&mut client).await.unwrap().unwrap(),
+        Message::text("welcome")
+    );
+    for message in [
+        Message::text("over tls"),
+        Message::binary(vec![9_u8; 70_000]),
+    ] {
+        client.send(message.clone()).await.unwrap();
+        assert_eq!(next(&mut client).await.unwrap().unwrap(), message);
+    }
+    client.close(None).await.unwrap();
+    let upgrades = shard.upgrades();
+    assert_eq!(upgrades.len(), 1);
+    assert_eq!(values(&upgrades[0], "x-shuffle-tenant"), [tenant.as_str()]);
 }
