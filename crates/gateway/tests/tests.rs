@@ -18,4 +18,5 @@ mod second_look;
 mod status_page;
 mod transport;
 mod upstream;
+mod upstream_tls;
 mod wire;
