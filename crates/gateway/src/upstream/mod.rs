@@ -388,6 +388,9 @@ impl Upstream {
         let head = match head {
             Ok(head) => head,
             Err(error) if refused_session(&error) => {
+                if let ExchangeError::Io(io_error) = &error {
+                    connection.made_by.tls_failed(io_error);
+                }
                 return Err(Failed::Refused(error));
             }
             Err(error) => return Err(Failed::Exchange(error)),

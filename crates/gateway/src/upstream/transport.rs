@@ -284,7 +284,7 @@ impl Connector {
                     match connector.connect(server_name.clone(), stream).await {
                         Ok(stream) => Some(Transport::Tls(Box::new(stream))),
                         Err(error) => {
-                            handshake_failed(address, server_name, &error);
+                            self.tls_failed(&error);
                             None
                         }
                     }
@@ -304,24 +304,55 @@ async fn tcp(address: &str) -> Option<TcpStream> {
     Some(stream)
 }
 
-/// Says why a handshake failed. A certificate the gateway refused is worth
-/// a warning (a shard that cannot prove who it is, or a trust setting that
-/// no longer fits the fleet); a connection that broke off is an ordinary
-/// connect failure, counted by the attempt metrics like a refused one.
-fn handshake_failed(address: &str, server_name: &ServerName<'_>, error: &io::Error) {
-    let refused_certificate = error
+/// A certificate one side refused, as the TLS layer reports it: the
+/// shard's (from another CA, for another name, expired) or the gateway's
+/// (the shard's alert). Worth a warning: a shard that cannot prove who it
+/// is, or a trust setting that no longer fits the fleet.
+fn refused_certificate(error: &io::Error) -> bool {
+    use rustls::AlertDescription as Alert;
+    let Some(error) = error
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        .is_some_and(|error| {
-            matches!(
-                error,
-                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+    else {
+        return false;
+    };
+    matches!(
+        error,
+        rustls::Error::InvalidCertificate(_)
+            | rustls::Error::NoCertificatesPresented
+            | rustls::Error::AlertReceived(
+                Alert::BadCertificate
+                    | Alert::UnsupportedCertificate
+                    | Alert::CertificateRevoked
+                    | Alert::CertificateExpired
+                    | Alert::CertificateUnknown
+                    | Alert::UnknownCA
+                    | Alert::AccessDenied
+                    | Alert::CertificateRequired
             )
-        });
-    if refused_certificate {
-        tracing::warn!(address, server_name = ?server_name, %error, "a shard's TLS certificate was refused");
-    } else {
-        tracing::debug!(address, server_name = ?server_name, %error, "the TLS handshake with a shard failed");
+    )
+}
+
+impl Connector {
+    /// Says why a TLS connection to the shard failed before it carried
+    /// anything: a refused certificate as a warning, anything else (a
+    /// connection that broke off, a peer that is not TLS) at debug level,
+    /// since the attempt metrics count it as a connect failure like a
+    /// refused connection.
+    pub(crate) fn tls_failed(&self, error: &io::Error) {
+        let (address, server_name) = match self {
+            Connector::Tls {
+                address,
+                server_name,
+                ..
+            } => (address.as_str(), server_name),
+            _ => return,
+        };
+        if refused_certificate(error) {
+            tracing::warn!(address, ?server_name, %error, "a certificate was refused on a TLS connection to a shard");
+        } else {
+            tracing::debug!(address, ?server_name, %error, "the TLS handshake with a shard failed");
+        }
     }
 }
 
