@@ -14,12 +14,13 @@ use thiserror::Error;
 use tokio::time::Instant;
 
 use crate::config::tenants::{TenantRecord, Tenants};
-use crate::config::{ConfigError, GatewayConfig};
+use crate::config::{ConfigError, GatewayConfig, ShardSettings};
 use crate::health::retry_budget::RetryBudget;
 use crate::health::{Availability, HealthState};
 use crate::route::cell::{TenantRoute, Topology};
 use crate::trust::authenticate::Authenticator;
-use crate::upstream::Upstream;
+use crate::upstream::transport::Connector;
+use crate::upstream::{IDLE_TIMEOUT, Upstream};
 
 /// Why a configuration could not be loaded.
 #[derive(Debug, Error)]
@@ -77,7 +78,13 @@ pub struct ShardRuntime {
 }
 
 impl ShardRuntime {
-    fn new(cell: &str, id: &str, url: &http::Uri, zone: Option<&str>) -> Self {
+    fn new(
+        cell: &str,
+        id: &str,
+        url: &http::Uri,
+        zone: Option<&str>,
+        connector: Connector,
+    ) -> Self {
         Self {
             cell: cell.to_owned(),
             id: id.to_owned(),
@@ -93,7 +100,7 @@ impl ShardRuntime {
                 .authority()
                 .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok()),
             path_prefix: crate::trust::target::path_prefix(url).to_owned(),
-            upstream: Arc::new(Upstream::new(url)),
+            upstream: Arc::new(Upstream::with_connector(connector, IDLE_TIMEOUT)),
             metrics: std::sync::OnceLock::new(),
         }
     }
@@ -162,7 +169,8 @@ pub struct Snapshot {
 impl Snapshot {
     /// Loads the configuration at `path` and everything it names. Shards
     /// that keep their cell, id and URL keep their run-time state from
-    /// `previous`, so a reload neither forgets an ejection nor resets health.
+    /// `previous`, so a reload neither forgets an ejection nor resets health
+    /// (their pooled connections follow [`Gateway::reload`]'s rule).
     pub fn load(path: &std::path::Path, previous: Option<&Snapshot>) -> Result<Self, LoadError> {
         let config = GatewayConfig::load(path)?;
         let tenants = Tenants::load(&config)?;
@@ -197,6 +205,7 @@ impl Snapshot {
                                     &shard.id,
                                     &shard.url,
                                     shard.zone.as_deref(),
+                                    connector(shard, &config),
                                 ))
                             })
                     })
@@ -308,6 +317,15 @@ impl Snapshot {
             .count() as u64;
         (changed, ids.len() as u64)
     }
+}
+
+/// How `config` says `shard` is reached.
+fn connector(shard: &ShardSettings, config: &GatewayConfig) -> Connector {
+    Connector::for_url(
+        &shard.url,
+        shard.server_name.as_ref(),
+        config.upstream_tls(),
+    )
 }
 
 /// Reads the admin token: the file's contents without surrounding
@@ -449,6 +467,14 @@ impl Gateway {
                 tenants,
                 percent: 100.0 * changed as f64 / tenants.max(1) as f64,
             });
+        }
+        // Kept shards are reached the new way from here on (a changed
+        // server_name or [upstream.tls]); their pools drop connections made
+        // the old way. Only now, with nothing left to refuse the reload.
+        for (cell, runtimes) in next.config.cells.iter().zip(&next.shards) {
+            for (shard, runtime) in cell.shards.iter().zip(runtimes) {
+                runtime.upstream.reach(connector(shard, &next.config));
+            }
         }
         self.snapshot.store(Arc::new(next));
         self.reloads.send_modify(|generation| *generation += 1);

@@ -260,7 +260,7 @@ async fn a_shutdown_lets_open_streams_finish_and_says_goaway() {
         )
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let crate::util::Fixture { running, .. } = fixture;
+    let Fixture { running, .. } = fixture;
     let shutdown = tokio::spawn(running.shutdown());
     assert_eq!(backend.seen(), ["GET /slow"]);
     let (status, body) = call.await.unwrap();

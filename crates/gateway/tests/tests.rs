@@ -21,5 +21,6 @@ mod status_page;
 mod tls;
 mod transport;
 mod upstream;
+mod upstream_tls;
 mod websocket;
 mod wire;

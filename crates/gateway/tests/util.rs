@@ -46,6 +46,9 @@ pub struct Options {
     /// Shards served by something other than a [`Backend`] (a test's own
     /// server), as `(id, url)`; listed after the backends' shards.
     pub custom_shards: Vec<(String, String)>,
+    /// Shards written as given (with a `server_name`, say), after
+    /// `custom_shards`.
+    pub shard_entries: Vec<Shard>,
     /// Lines inside `[health]`; keys it names replace the fast test
     /// defaults (e.g. `interval_ms = 60000` so that only passive ejection
     /// and the operator move shards).
@@ -72,6 +75,7 @@ impl Default for Options {
             routing: String::new(),
             extra: String::new(),
             custom_shards: Vec::new(),
+            shard_entries: Vec::new(),
             health: String::new(),
             outlier: String::new(),
             admin: String::new(),
@@ -117,6 +121,7 @@ impl Fixture {
                     .iter()
                     .map(|(id, url)| Shard::new(id, url)),
             )
+            .chain(options.shard_entries.iter().cloned())
             .collect();
         // Test-friendly timeouts unless the test sets its own.
         let mut routing = String::new();

@@ -829,7 +829,8 @@ fn cell_settings(
 }
 
 /// The shards of the cell at `position`: ids non-empty and unique within
-/// the cell, URLs plain `http://` backends.
+/// the cell, URLs `http://` or `https://` backends (the latter with a name
+/// a certificate can carry).
 fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettings>, CellProblem> {
     let mut shard_ids = HashSet::new();
     let mut shards = Vec::with_capacity(raw.len());
@@ -846,6 +847,22 @@ fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettin
         }
         let url = parse_backend_url(&shard.url).map_err(|p| (format!("{key}.url"), p))?;
         let server_name = match shard.server_name {
+            None if url.scheme_str() == Some("https") => {
+                // The URL's host is then the name: one a certificate cannot
+                // carry would fail every handshake, so it is refused here.
+                let host = url.host().unwrap_or_default();
+                let bare = host
+                    .strip_prefix('[')
+                    .and_then(|host| host.strip_suffix(']'))
+                    .unwrap_or(host);
+                tls::server_name(bare).map_err(|p| {
+                    (
+                        format!("{key}.url"),
+                        format!("the host {p}; set server_name to the name the shard's certificate carries"),
+                    )
+                })?;
+                None
+            }
             None => None,
             Some(_) if url.scheme_str() != Some("https") => {
                 return Err((

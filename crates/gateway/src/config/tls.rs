@@ -29,6 +29,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 
 // ---- The file as written -------------------------------------------------
 
@@ -153,6 +154,18 @@ pub struct UpstreamTlsSettings {
     pub client_certificate: bool,
     /// What connections to shards are made with.
     pub(crate) client: Arc<ClientConfig>,
+    /// SHA-256 over everything `client` was built from (the trusted roots,
+    /// the client certificate chain and its key), so that a reload can tell
+    /// whether connections made before it may still be reused: a rustls
+    /// configuration cannot be compared, and a rotated file keeps its path.
+    fingerprint: [u8; 32],
+}
+
+impl UpstreamTlsSettings {
+    /// Whether `other` was built from the same roots, certificate and key.
+    pub(crate) fn same_as(&self, other: &Self) -> bool {
+        self.fingerprint == other.fingerprint
+    }
 }
 
 impl fmt::Debug for UpstreamTlsSettings {
@@ -236,8 +249,17 @@ fn certified_key(
 
 /// The roots in a PEM CA file.
 fn read_roots(key: &str, path: &Path) -> Result<RootCertStore, Problem> {
+    roots_of(key, path, read_chain(key, path)?)
+}
+
+/// The roots in `chain`, read from `path`.
+fn roots_of(
+    key: &str,
+    path: &Path,
+    chain: Vec<CertificateDer<'static>>,
+) -> Result<RootCertStore, Problem> {
     let mut roots = RootCertStore::empty();
-    for cert in read_chain(key, path)? {
+    for cert in chain {
         roots.add(cert).map_err(|error| {
             (
                 key.to_owned(),
@@ -408,10 +430,23 @@ pub(crate) fn upstream_tls_settings(
     };
     let problem = |key: &str, text: String| (key.to_owned(), text);
     let ca_file = raw.ca_file.as_deref().map(resolve);
+    let mut fingerprint = Sha256::new();
+    // Each part is length-prefixed, so two lists cannot hash alike by
+    // moving bytes from one item to the next.
+    let mut hash = |tag: &[u8], bytes: &[u8]| {
+        fingerprint.update(tag);
+        fingerprint.update((bytes.len() as u64).to_be_bytes());
+        fingerprint.update(bytes);
+    };
     let roots = match &ca_file {
-        Some(path) => read_roots("upstream.tls.ca_file", path)?,
+        Some(path) => {
+            let chain = read_chain("upstream.tls.ca_file", path)?;
+            chain.iter().for_each(|cert| hash(b"root", cert));
+            roots_of("upstream.tls.ca_file", path, chain)?
+        }
         None => {
             let found = rustls_native_certs::load_native_certs();
+            found.certs.iter().for_each(|cert| hash(b"root", cert));
             let mut roots = RootCertStore::empty();
             let (added, _) = roots.add_parsable_certificates(found.certs);
             if added == 0 {
@@ -436,6 +471,8 @@ pub(crate) fn upstream_tls_settings(
         (Some(cert_file), Some(key_file)) => {
             let chain = read_chain("upstream.tls.client_cert_file", &resolve(cert_file))?;
             let key = read_key("upstream.tls.client_key_file", &resolve(key_file))?;
+            chain.iter().for_each(|cert| hash(b"chain", cert));
+            hash(b"key", key.secret_der());
             builder.with_client_auth_cert(chain, key).map_err(|error| {
                 problem(
                     "upstream.tls.client_key_file",
@@ -457,6 +494,7 @@ pub(crate) fn upstream_tls_settings(
         ca_file,
         client_certificate: raw.client_cert_file.is_some(),
         client: Arc::new(client),
+        fingerprint: fingerprint.finalize().into(),
     }))
 }
 

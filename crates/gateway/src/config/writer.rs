@@ -60,10 +60,14 @@ pub fn tenants_toml(tenants: &[(String, String)]) -> String {
 pub struct Shard {
     /// The shard's id.
     pub id: String,
-    /// Where the gateway reaches it (`http://host:port`).
+    /// Where the gateway reaches it (`http://host:port` or
+    /// `https://host:port`).
     pub url: String,
     /// Its zone, if the test places by zone.
     pub zone: Option<String>,
+    /// For an `https://` shard: the name its certificate carries, when not
+    /// the URL's host.
+    pub server_name: Option<String>,
 }
 
 impl Shard {
@@ -73,6 +77,7 @@ impl Shard {
             id: id.into(),
             url: url.into(),
             zone: None,
+            server_name: None,
         }
     }
 
@@ -80,6 +85,14 @@ impl Shard {
     #[must_use]
     pub fn in_zone(mut self, zone: impl Into<String>) -> Self {
         self.zone = Some(zone.into());
+        self
+    }
+
+    /// The same shard, whose certificate must carry `name` (and which is
+    /// sent as SNI) instead of the URL's host.
+    #[must_use]
+    pub fn with_server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = Some(name.into());
         self
     }
 }
@@ -178,6 +191,9 @@ impl GatewayToml {
             if let Some(zone) = &shard.zone {
                 let _ = write!(text, ", zone = \"{zone}\"");
             }
+            if let Some(name) = &shard.server_name {
+                let _ = write!(text, ", server_name = \"{name}\"");
+            }
             text.push_str(" },\n");
         }
         text.push_str("]\n");
@@ -228,6 +244,9 @@ mod tests {
             shards: vec![
                 Shard::new("s0", "http://127.0.0.1:1").in_zone("a"),
                 Shard::new("c0", "http://127.0.0.1:2"),
+                Shard::new("t0", "https://10.0.0.1:3")
+                    .in_zone("b")
+                    .with_server_name("t0.shards.internal"),
             ],
             ..GatewayToml::default()
         };
@@ -243,7 +262,9 @@ mod tests {
              [limits]\nmax_connections = 1\n\n\
              [[cells]]\nname = \"main\"\nshards = [\n\
              \x20 { id = \"s0\", url = \"http://127.0.0.1:1\", zone = \"a\" },\n\
-             \x20 { id = \"c0\", url = \"http://127.0.0.1:2\" },\n]\n"
+             \x20 { id = \"c0\", url = \"http://127.0.0.1:2\" },\n\
+             \x20 { id = \"t0\", url = \"https://10.0.0.1:3\", zone = \"b\", \
+             server_name = \"t0.shards.internal\" },\n]\n"
         );
     }
 
@@ -274,6 +295,37 @@ mod tests {
         let config = crate::GatewayConfig::load(&path).unwrap();
         assert_eq!(config.cells[0].shards.len(), 2);
         assert!(config.admin.token_file.is_some());
+    }
+
+    #[test]
+    fn what_it_writes_for_https_shards_is_a_valid_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = rcgen::CertificateParams::new(Vec::<String>::new())
+            .and_then(|mut params| {
+                params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+                params.self_signed(&rcgen::KeyPair::generate()?)
+            })
+            .unwrap();
+        fs::write(dir.path().join("shards-ca.pem"), ca.pem()).unwrap();
+        let path = GatewayToml {
+            k: 1,
+            shards: vec![
+                Shard::new("s0", "https://127.0.0.1:9443"),
+                Shard::new("s1", "https://127.0.0.1:9444").with_server_name("s1.shards.internal"),
+            ],
+            extra: "[upstream.tls]\nca_file = \"shards-ca.pem\"\n".into(),
+            ..GatewayToml::default()
+        }
+        .write(dir.path())
+        .unwrap();
+        let config = crate::GatewayConfig::load(&path).unwrap();
+        let shards = &config.cells()[0].shards;
+        assert_eq!(shards[0].server_name, None);
+        assert_eq!(
+            shards[1].server_name,
+            Some(rustls_pki_types::ServerName::try_from("s1.shards.internal").unwrap())
+        );
+        assert!(config.upstream_tls().is_some());
     }
 
     #[test]

@@ -22,6 +22,11 @@
 //! while it sat idle is noticed before it is used, without a system call
 //! when the event loop has seen nothing; what happens after a request may
 //! have been sent is for the attempt to judge.
+//!
+//! A connection is plain TCP or TLS ([`transport`]); both are pooled alike.
+//! A reload that changes how a shard is reached (its `server_name`, or
+//! `[upstream.tls]`) gives its pool a new connector, and connections the
+//! old one made are closed instead of reused.
 
 // What an exchange carries and how long it may wait.
 pub mod body;
@@ -35,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use bytes::{Bytes, BytesMut};
 use http::{Method, Response, Uri};
 use hyper::body::{Body, Frame, SizeHint};
@@ -110,7 +116,10 @@ pub enum ExchangeError {
 /// How long an exchange may wait.
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
-    /// To make a new connection.
+    /// To make a new connection (a TLS handshake included), counted from
+    /// the clock reading the exchange is given: an attempt's per-try limit
+    /// runs out at the same instant, and a connection still being made
+    /// then is a connect failure (nothing was sent), not a timeout.
     pub connect: Duration,
     /// For the next bytes of a response body that has begun
     /// (`limits.backend_idle_timeout_ms`).
@@ -133,6 +142,9 @@ impl ExchangeError {
 /// One open connection and its buffers, kept with it across exchanges.
 struct Connection {
     stream: Transport,
+    /// What made it: once a reload changes how the shard is reached, a
+    /// connection made the old way is not reused.
+    made_by: Arc<Connector>,
     /// What has been read and not yet handed on.
     read: BytesMut,
     /// The request head (and a small body) being written.
@@ -140,9 +152,10 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(stream: Transport) -> Self {
+    fn new(stream: Transport, made_by: Arc<Connector>) -> Self {
         Self {
             stream,
+            made_by,
             read: BytesMut::with_capacity(READ_SIZE),
             write: Vec::with_capacity(1024),
         }
@@ -162,8 +175,11 @@ struct Idle {
 
 /// One shard's connections.
 pub struct Upstream {
-    /// How to open a connection (what carries it: TCP today).
-    connector: Connector,
+    /// How to open a connection (what carries it: TCP or TLS). A reload
+    /// that changes how the shard is reached (its `server_name`, or
+    /// `[upstream.tls]`) replaces it, and the connections it made stop
+    /// being reused.
+    connector: ArcSwap<Connector>,
     idle: Mutex<Vec<Idle>>,
     idle_timeout: Duration,
 }
@@ -171,7 +187,7 @@ pub struct Upstream {
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upstream")
-            .field("address", &self.connector.address())
+            .field("address", &self.connector.load().address())
             .field("idle", &self.idle_count())
             .finish()
     }
@@ -181,23 +197,54 @@ impl std::fmt::Debug for Upstream {
 enum Failed {
     /// Not a byte left, and the body was not touched.
     NotSent,
+    /// The shard's TLS refused the session with an alert instead of an
+    /// answer: on a new connection, the handshake failed (see
+    /// [`refused_session`]). A streamed body may have been taken; whether
+    /// the request can go elsewhere is the request path's to judge, as
+    /// after any connect failure.
+    Refused(ExchangeError),
     /// The request may have been (partly) sent.
     Exchange(ExchangeError),
 }
 
 impl Upstream {
     /// The connections to the shard at `url` (`http://host[:port]/...`).
+    /// An `https://` shard needs the configuration's TLS settings, which a
+    /// configured shard's pool is built with; here it is unreachable.
     pub fn new(url: &Uri) -> Self {
         Self::with_idle_timeout(url, IDLE_TIMEOUT)
     }
 
     /// The same, with idle connections closed after `idle_timeout`.
     pub fn with_idle_timeout(url: &Uri, idle_timeout: Duration) -> Self {
+        Self::with_connector(Connector::for_url(url, None, None), idle_timeout)
+    }
+
+    /// The connections `connector` makes, closed after `idle_timeout` idle.
+    pub(crate) fn with_connector(connector: Connector, idle_timeout: Duration) -> Self {
         Self {
-            connector: Connector::for_url(url),
+            connector: ArcSwap::from_pointee(connector),
             idle: Mutex::new(Vec::new()),
             idle_timeout,
         }
+    }
+
+    /// From now on, new connections are made by `connector`, unless it
+    /// reaches the shard as the current one does; when it does not, the
+    /// idle connections are closed, and those in use are closed instead of
+    /// pooled when their exchange ends.
+    pub(crate) fn reach(&self, connector: Connector) {
+        if self.connector.load().same_as(&connector) {
+            // Keeping the old one keeps its pool and its TLS sessions.
+            return;
+        }
+        self.connector.store(Arc::new(connector));
+        self.idle.lock().expect("idle connections").clear();
+    }
+
+    /// Whether `connection` was made the way the shard is reached now.
+    fn current(&self, connection: &Connection) -> bool {
+        Arc::ptr_eq(&connection.made_by, &self.connector.load())
     }
 
     /// Idle connections kept now.
@@ -228,16 +275,22 @@ impl Upstream {
             {
                 Ok(response) => return Ok(response),
                 Err(Failed::NotSent) => {}
-                Err(Failed::Exchange(error)) => return Err(SendError::Exchange(error)),
+                // A session that was accepted once is judged like any
+                // other failed exchange.
+                Err(Failed::Refused(error) | Failed::Exchange(error)) => {
+                    return Err(SendError::Exchange(error));
+                }
             }
         }
-        let connection = self.connect(timeouts.connect).await?;
+        let deadline = now.checked_add(timeouts.connect).unwrap_or(now);
+        let connection = self.connect(deadline).await?;
         match self
             .exchange(connection, &request, &mut body, timeouts)
             .await
         {
             Ok(response) => Ok(response),
             Err(Failed::NotSent) => Err(SendError::NotSent),
+            Err(Failed::Refused(_)) => Err(SendError::Connect),
             Err(Failed::Exchange(error)) => Err(SendError::Exchange(error)),
         }
     }
@@ -258,20 +311,20 @@ impl Upstream {
                 idle.drain(..expired);
                 idle.pop()
             }?;
-            if connection.is_open() {
+            if self.current(&connection) && connection.is_open() {
                 return Some(connection);
             }
         }
     }
 
-    /// A new connection.
-    async fn connect(&self, connect_timeout: Duration) -> Result<Connection, SendError> {
-        let stream = self
-            .connector
-            .connect(connect_timeout)
+    /// A new connection, made by `deadline`.
+    async fn connect(&self, deadline: Instant) -> Result<Connection, SendError> {
+        let connector = self.connector.load_full();
+        let stream = connector
+            .connect(deadline)
             .await
             .ok_or(SendError::Connect)?;
-        Ok(Connection::new(stream))
+        Ok(Connection::new(stream, connector))
     }
 
     /// One exchange on `connection`: the request out, the response head in.
@@ -287,6 +340,7 @@ impl Upstream {
             stream,
             read,
             write,
+            ..
         } = &mut connection;
         write.clear();
         wire::encode_request_head(write, request, framing, add_length);
@@ -333,7 +387,16 @@ impl Upstream {
             let head = read_head(stream, read, request.method, wire::parse_response_head);
             (head.await, true)
         };
-        let head = head.map_err(Failed::Exchange)?;
+        let head = match head {
+            Ok(head) => head,
+            Err(error) if refused_session(&error) => {
+                if let ExchangeError::Io(io_error) = &error {
+                    connection.made_by.tls_failed(io_error);
+                }
+                return Err(Failed::Refused(error));
+            }
+            Err(error) => return Err(Failed::Exchange(error)),
+        };
         Ok(self.response(connection, head, sent_whole, timeouts))
     }
 
@@ -374,7 +437,9 @@ impl Upstream {
     /// Takes a connection back after its exchange.
     fn checkin(&self, connection: Connection) {
         let mut idle = self.idle.lock().expect("idle connections");
-        if idle.len() < MAX_IDLE {
+        // Compared under the lock, so a connection cannot slip in after
+        // `reach` has emptied the pool.
+        if idle.len() < MAX_IDLE && self.current(&connection) {
             idle.push(Idle {
                 connection,
                 since: Instant::now(),
@@ -527,6 +592,22 @@ fn make_room(read: &mut BytesMut) {
     if read.capacity() - read.len() < READ_SIZE / 8 {
         read.reserve(READ_SIZE);
     }
+}
+
+/// Whether a shard's TLS refused the session: a fatal alert (a
+/// certificate it does not accept, or none where it requires one) where
+/// the response should be. Under TLS 1.3 a shard judges the gateway's
+/// certificate after the gateway's side of the handshake has ended, so
+/// this is how a refused client certificate arrives; a shard that refused
+/// the session never handed the request to its application.
+fn refused_session(error: &ExchangeError) -> bool {
+    let ExchangeError::Io(error) = error else {
+        return false;
+    };
+    error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|error| matches!(error, rustls::Error::AlertReceived(_)))
 }
 
 fn is_reset(error: &io::Error) -> bool {

@@ -1,21 +1,52 @@
-//! What carries a connection to a shard. Today that is plain TCP; TLS
-//! toward shards (and an HTTP/2 connection) are further variants of
-//! [`Transport`] and [`Connector`], so that the pool, the health checks and
-//! the in-flight accounting stay one copy whatever a shard speaks.
+//! What carries a connection to a shard: plain TCP for `http://` shards,
+//! TLS over TCP for `https://` ones. An HTTP/2 connection would be a
+//! further variant of [`Transport`] and [`Connector`], so that the pool,
+//! the health checks and the in-flight accounting stay one copy whatever a
+//! shard speaks.
+//!
+//! The TLS handshake is part of making a connection: it runs inside
+//! [`Connector::connect`] under the same deadline as the TCP connect, and a
+//! handshake that fails for any reason (a certificate from another CA or
+//! for another name, a peer that speaks plaintext, resets or never
+//! answers) is a connection that could not be made. Nothing of the request
+//! has been sent by then, so the request path may take it to another
+//! member of the subset whatever its method.
 
+use std::fmt;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
+use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::config::UpstreamTlsSettings;
 
 /// One open connection to a shard.
-#[derive(Debug)]
 pub(crate) enum Transport {
     /// Plain TCP.
     Tcp(TcpStream),
+    /// TLS over TCP. Boxed: a TLS session's state is several hundred bytes,
+    /// which plain connections should not carry.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl fmt::Debug for Transport {
+    // Only where it goes: the TLS session's state stays out of it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (kind, stream) = match self {
+            Transport::Tcp(stream) => ("Tcp", stream),
+            Transport::Tls(stream) => ("Tls", stream.get_ref().0),
+        };
+        f.debug_struct(kind)
+            .field("peer", &stream.peer_addr().ok())
+            .finish()
+    }
 }
 
 impl Transport {
@@ -24,17 +55,32 @@ impl Transport {
     /// event loop has seen become readable costs a system call to check.
     pub(crate) fn is_open(&mut self) -> bool {
         match self {
-            Transport::Tcp(stream) => {
-                let mut cx = Context::from_waker(Waker::noop());
-                match stream.poll_read_ready(&mut cx) {
-                    Poll::Pending => true,
-                    Poll::Ready(Err(_)) => false,
-                    Poll::Ready(Ok(())) => {
-                        let mut probe = [0_u8; 1];
-                        matches!(stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
-                    }
-                }
+            Transport::Tcp(stream) => socket_is_quiet(stream),
+            Transport::Tls(stream) => {
+                let (socket, session) = stream.get_mut();
+                // Anything the session took in while the connection sat
+                // idle (data, or the shard's close_notify) retires it, as
+                // unasked bytes on a plain socket do; so does anything
+                // readable on the socket, a close_notify included.
+                let settled = session.process_new_packets().is_ok_and(|state| {
+                    state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed()
+                });
+                settled && socket_is_quiet(socket)
             }
+        }
+    }
+}
+
+/// Whether nothing can be read from `stream` (no bytes, no end of stream,
+/// no error).
+fn socket_is_quiet(stream: &TcpStream) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    match stream.poll_read_ready(&mut cx) {
+        Poll::Pending => true,
+        Poll::Ready(Err(_)) => false,
+        Poll::Ready(Ok(())) => {
+            let mut probe = [0_u8; 1];
+            matches!(stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
         }
     }
 }
@@ -47,6 +93,7 @@ impl AsyncRead for Transport {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
+            Transport::Tls(stream) => Pin::new(stream.as_mut()).poll_read(cx, buf),
         }
     }
 }
@@ -59,6 +106,7 @@ impl AsyncWrite for Transport {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Transport::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
+            Transport::Tls(stream) => Pin::new(stream.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -69,73 +117,353 @@ impl AsyncWrite for Transport {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Transport::Tcp(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
+            Transport::Tls(stream) => Pin::new(stream.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
             Transport::Tcp(stream) => stream.is_write_vectored(),
+            Transport::Tls(stream) => stream.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(stream) => Pin::new(stream).poll_flush(cx),
+            Transport::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
+            Transport::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
         }
     }
 }
 
 /// How to open a connection to one shard.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) enum Connector {
     /// TCP to `host:port`.
     Tcp {
         /// `host:port`.
         address: String,
     },
-    /// The shard's URL names no host: nothing can be reached.
+    /// TLS over TCP to `host:port`.
+    Tls {
+        /// `host:port`.
+        address: String,
+        /// The name sent as SNI and that the shard's certificate must
+        /// carry.
+        server_name: ServerName<'static>,
+        /// `[upstream.tls]`: the roots, the client certificate, the
+        /// protocol versions.
+        settings: UpstreamTlsSettings,
+    },
+    /// The shard's URL names no host (or an `https://` URL came without
+    /// TLS settings): nothing can be reached.
     Unreachable,
 }
 
+impl fmt::Debug for Connector {
+    // The rustls configuration (which holds the client key) stays out.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Connector::Tcp { address } => f.debug_struct("Tcp").field("address", address).finish(),
+            Connector::Tls {
+                address,
+                server_name,
+                settings,
+            } => f
+                .debug_struct("Tls")
+                .field("address", address)
+                .field("server_name", server_name)
+                .field("settings", settings)
+                .finish(),
+            Connector::Unreachable => f.write_str("Unreachable"),
+        }
+    }
+}
+
 impl Connector {
-    /// The connector for a shard's URL (`http://host[:port]/...`).
-    pub(crate) fn for_url(url: &http::Uri) -> Self {
-        match url.host() {
-            Some(host) => Connector::Tcp {
-                address: format!("{host}:{}", url.port_u16().unwrap_or(80)),
+    /// The connector for a shard's URL (`http://host[:port]/...` or
+    /// `https://host[:port]/...`, port 80 or 443 by default). An `https://`
+    /// shard is reached with `tls` (which the configuration provides
+    /// whenever a shard is `https://`), and its certificate must carry
+    /// `server_name`, or else the URL's host (a DNS name or an IP address).
+    pub(crate) fn for_url(
+        url: &http::Uri,
+        server_name: Option<&ServerName<'static>>,
+        tls: Option<&UpstreamTlsSettings>,
+    ) -> Self {
+        let Some(host) = url.host() else {
+            return Connector::Unreachable;
+        };
+        let https = url.scheme_str() == Some("https");
+        let address = format!(
+            "{host}:{}",
+            url.port_u16().unwrap_or(if https { 443 } else { 80 })
+        );
+        if !https {
+            return Connector::Tcp { address };
+        }
+        // An IPv6 host is written in brackets in a URL, never in a name.
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|host| host.strip_suffix(']'))
+            .unwrap_or(host);
+        let server_name = match server_name {
+            Some(name) => Some(name.clone()),
+            None => ServerName::try_from(bare.to_owned()).ok(),
+        };
+        match (server_name, tls) {
+            (Some(server_name), Some(settings)) => Connector::Tls {
+                address,
+                server_name,
+                settings: settings.clone(),
             },
-            None => Connector::Unreachable,
+            // The configuration checks both; without them there is nobody
+            // the gateway could verify, so nothing is reached.
+            _ => Connector::Unreachable,
         }
     }
 
     /// Where it connects, for operators (`Debug` of the pool).
     pub(crate) fn address(&self) -> Option<&str> {
         match self {
-            Connector::Tcp { address } => Some(address),
+            Connector::Tcp { address } | Connector::Tls { address, .. } => Some(address),
             Connector::Unreachable => None,
         }
     }
 
-    /// A new connection within `timeout`; `None` when it cannot be made
-    /// (refused, unreachable, timed out).
-    pub(crate) async fn connect(&self, timeout: Duration) -> Option<Transport> {
+    /// Whether connections made by `other` are as good as this one's: the
+    /// same address, and for TLS the same name and the same roots, client
+    /// certificate and key. A reload keeps a shard's pooled connections only
+    /// then.
+    pub(crate) fn same_as(&self, other: &Connector) -> bool {
+        match (self, other) {
+            (Connector::Tcp { address: a }, Connector::Tcp { address: b }) => a == b,
+            (
+                Connector::Tls {
+                    address: a,
+                    server_name: name_a,
+                    settings: settings_a,
+                },
+                Connector::Tls {
+                    address: b,
+                    server_name: name_b,
+                    settings: settings_b,
+                },
+            ) => a == b && name_a == name_b && settings_a.same_as(settings_b),
+            (Connector::Unreachable, Connector::Unreachable) => true,
+            _ => false,
+        }
+    }
+
+    /// A new connection, TLS handshake included, by `deadline`; `None` when
+    /// it cannot be made (refused, unreachable, out of time, or a handshake
+    /// that failed).
+    pub(crate) async fn connect(&self, deadline: Instant) -> Option<Transport> {
         match self {
             Connector::Tcp { address } => {
-                let stream = tokio::time::timeout(timeout, TcpStream::connect(address.as_str()))
+                let stream = tokio::time::timeout_at(deadline, tcp(address))
                     .await
-                    .ok()?
-                    .ok()?;
-                // Requests are written whole: no need to wait for more.
-                let _ = stream.set_nodelay(true);
+                    .ok()??;
                 Some(Transport::Tcp(stream))
+            }
+            Connector::Tls {
+                address,
+                server_name,
+                settings,
+            } => {
+                let handshake = async {
+                    let stream = tcp(address).await?;
+                    let connector = TlsConnector::from(Arc::clone(&settings.client));
+                    match connector.connect(server_name.clone(), stream).await {
+                        Ok(stream) => Some(Transport::Tls(Box::new(stream))),
+                        Err(error) => {
+                            self.tls_failed(&error);
+                            None
+                        }
+                    }
+                };
+                tokio::time::timeout_at(deadline, handshake).await.ok()?
             }
             Connector::Unreachable => None,
         }
+    }
+}
+
+/// A TCP connection to `address`.
+async fn tcp(address: &str) -> Option<TcpStream> {
+    let stream = TcpStream::connect(address).await.ok()?;
+    // Requests are written whole: no need to wait for more.
+    let _ = stream.set_nodelay(true);
+    Some(stream)
+}
+
+/// A certificate one side refused, as the TLS layer reports it: the
+/// shard's (from another CA, for another name, expired) or the gateway's
+/// (the shard's alert). Worth a warning: a shard that cannot prove who it
+/// is, or a trust setting that no longer fits the fleet.
+fn refused_certificate(error: &io::Error) -> bool {
+    use rustls::AlertDescription as Alert;
+    let Some(error) = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    else {
+        return false;
+    };
+    matches!(
+        error,
+        rustls::Error::InvalidCertificate(_)
+            | rustls::Error::NoCertificatesPresented
+            | rustls::Error::AlertReceived(
+                Alert::BadCertificate
+                    | Alert::UnsupportedCertificate
+                    | Alert::CertificateRevoked
+                    | Alert::CertificateExpired
+                    | Alert::CertificateUnknown
+                    | Alert::UnknownCA
+                    | Alert::AccessDenied
+                    | Alert::CertificateRequired
+            )
+    )
+}
+
+impl Connector {
+    /// Says why a TLS connection to the shard failed before it carried
+    /// anything: a refused certificate as a warning, anything else (a
+    /// connection that broke off, a peer that is not TLS) at debug level,
+    /// since the attempt metrics count it as a connect failure like a
+    /// refused connection.
+    pub(crate) fn tls_failed(&self, error: &io::Error) {
+        let (address, server_name) = match self {
+            Connector::Tls {
+                address,
+                server_name,
+                ..
+            } => (address.as_str(), server_name),
+            _ => return,
+        };
+        if refused_certificate(error) {
+            tracing::warn!(address, ?server_name, %error, "a certificate was refused on a TLS connection to a shard");
+        } else {
+            tracing::debug!(address, ?server_name, %error, "the TLS handshake with a shard failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::GatewayConfig;
+    use crate::config::writer::{GatewayToml, Shard};
+
+    /// A CA certificate and its key, as PEM.
+    fn ca() -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+    }
+
+    /// The connector of the one shard of a configuration written into
+    /// `dir` with `extra` tables.
+    fn connector(dir: &Path, shard: Shard, extra: &str) -> Connector {
+        let path = GatewayToml {
+            k: 1,
+            shards: vec![shard],
+            extra: extra.into(),
+            ..GatewayToml::default()
+        }
+        .write(dir)
+        .unwrap();
+        let config = GatewayConfig::load(&path).unwrap();
+        let shard = &config.cells()[0].shards[0];
+        Connector::for_url(
+            &shard.url,
+            shard.server_name.as_ref(),
+            config.upstream_tls(),
+        )
+    }
+
+    #[test]
+    fn urls_give_addresses_with_their_default_ports_and_names_for_tls() {
+        let plain = Connector::for_url(&"http://shard.internal/api".parse().unwrap(), None, None);
+        assert_eq!(plain.address(), Some("shard.internal:80"));
+        // Without TLS settings nobody could be verified: nothing is reached.
+        let https: http::Uri = "https://[::1]/api".parse().unwrap();
+        assert!(matches!(
+            Connector::for_url(&https, None, None),
+            Connector::Unreachable
+        ));
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca().0).unwrap();
+        let tls = "[upstream.tls]\nca_file = \"ca.pem\"\n";
+        let Connector::Tls {
+            address,
+            server_name,
+            ..
+        } = connector(dir.path(), Shard::new("s0", "https://[::1]/api"), tls)
+        else {
+            panic!("an https:// shard is reached over TLS");
+        };
+        assert_eq!(address, "[::1]:443");
+        assert_eq!(server_name, ServerName::try_from("::1").unwrap());
+        let Connector::Tls { server_name, .. } = connector(
+            dir.path(),
+            Shard::new("s0", "https://10.0.0.1:9443").with_server_name("s0.shards.internal"),
+            tls,
+        ) else {
+            panic!("an https:// shard is reached over TLS");
+        };
+        assert_eq!(
+            server_name,
+            ServerName::try_from("s0.shards.internal").unwrap()
+        );
+    }
+
+    #[test]
+    fn only_the_same_address_name_roots_and_client_certificate_reach_a_shard_the_same_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca_pem, ca_key) = ca();
+        std::fs::write(dir.path().join("ca.pem"), &ca_pem).unwrap();
+        let tls = "[upstream.tls]\nca_file = \"ca.pem\"\n";
+        let shard = || Shard::new("s0", "https://127.0.0.1:9443").with_server_name("s0.internal");
+        let reach = |shard: Shard, extra: &str| connector(dir.path(), shard, extra);
+
+        let first = reach(shard(), tls);
+        // The same files, read again (as a reload does): the same.
+        assert!(first.same_as(&reach(shard(), tls)));
+        // Another name, port or scheme: not.
+        let renamed = Shard::new("s0", "https://127.0.0.1:9443").with_server_name("s1.internal");
+        assert!(!first.same_as(&reach(renamed, tls)));
+        assert!(!first.same_as(&reach(
+            Shard::new("s0", "https://127.0.0.1:9444").with_server_name("s0.internal"),
+            tls
+        )));
+        assert!(!first.same_as(&reach(Shard::new("s0", "http://127.0.0.1:9443"), "")));
+        // A client certificate: not. (The CA's own pair serves as one.)
+        std::fs::write(dir.path().join("client.pem"), &ca_pem).unwrap();
+        std::fs::write(dir.path().join("client.key"), &ca_key).unwrap();
+        let with_client =
+            format!("{tls}client_cert_file = \"client.pem\"\nclient_key_file = \"client.key\"\n");
+        let client = reach(shard(), &with_client);
+        assert!(!first.same_as(&client));
+        assert!(client.same_as(&reach(shard(), &with_client)));
+        // Its Debug names where and whom, never the key.
+        let shown = format!("{client:?}");
+        assert!(shown.contains("127.0.0.1:9443") && shown.contains("s0.internal"));
+        let key_body = ca_key.lines().nth(1).unwrap();
+        assert!(!shown.contains(key_body) && !shown.contains("PRIVATE"));
+        // Another CA in the same file (a rotation): not.
+        std::fs::write(dir.path().join("ca.pem"), ca().0).unwrap();
+        assert!(!first.same_as(&reach(shard(), tls)));
     }
 }

@@ -13,6 +13,8 @@
 
 use std::sync::Arc;
 
+use tokio::time::Instant;
+
 use bytes::BytesMut;
 use http::{Response, StatusCode};
 
@@ -45,13 +47,15 @@ impl Upstream {
         protocol: &[u8],
         timeouts: Timeouts,
     ) -> Result<Response<UpstreamBody>, SendError> {
-        let mut connection = self.connect(timeouts.connect).await?;
+        let deadline = Instant::now() + timeouts.connect;
+        let mut connection = self.connect(deadline).await?;
         // A new connection's write buffer is empty.
         wire::encode_upgrade_request_head(&mut connection.write, &request, protocol);
         let Connection {
             stream,
             read,
             write,
+            ..
         } = &mut connection;
         match write_head(stream, write).await {
             Ok(()) => {}
