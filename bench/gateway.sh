@@ -365,16 +365,7 @@ HAPROXY_THREADS=$(find /proc/"$HAPROXY_PID"/task -mindepth 1 -maxdepth 1 | wc -l
 
 CLK_TCK=$(getconf CLK_TCK)
 
-# CPU time (clock ticks) used so far by processes, all threads: the total
-# with CPU_FIELD=all, kernel time only with CPU_FIELD=system.
-cpu_ticks() {
-    local total=0 pid expression='$14 + $15'
-    [[ ${CPU_FIELD:-all} == system ]] && expression='$15'
-    for pid in "$@"; do
-        total=$((total + $(awk "{ print $expression }" /proc/"$pid"/stat 2>/dev/null || echo 0)))
-    done
-    echo "$total"
-}
+# cpu_ticks (bench/lib/proxies.sh) counts clock ticks of CPU time.
 
 # Microseconds of CPU per request from a tick count.
 per_request_us() {

@@ -5,7 +5,7 @@
 
 `bench/run.sh` runs this after every run (and `bench/run.sh report` runs only
 this). It reads `placement.json`, `analysis.json` and `gateway.json` from
-bench/results/ (and `soak.json` or `soak.md` when present) and writes the
+bench/results/ (and `tls.json`, and `soak.json` or `soak.md`, when present) and writes the
 page at the repository root: one section per suite with its headline tables
 (median and [min–max] over the rounds, ratios), the targets from the issues
 with their verdicts, and the machine, command, date and git revision of the
@@ -737,6 +737,73 @@ def gateway_verdict(doc, targets, conns, high, fixed, perf, rps_v, p50_v, short)
     return md
 
 
+# --- tls ----------------------------------------------------------------------------------------
+
+
+def tls(results: Path, out_dir: Path) -> tuple[list[str], str, str | None]:
+    """The TLS section, its row in the runs table, and a problem when tls.json cannot be used.
+
+    What the suite measures is always described; the numbers come from
+    tls.json, and until it exists the section says to run the script."""
+    js, mdfile = results / "tls.json", results / "tls.md"
+    md = [
+        "## TLS (`bench/tls.sh`, not part of `bench/run.sh all`)",
+        "",
+        "The gateway's TLS listener against nginx terminating TLS, side by side in one run: the same ECDSA P-256"
+        " certificate (made with openssl at run time, nothing committed), TLS 1.3 and 1.2 only, nginx's `ssl_ciphers`,"
+        " TLS 1.3 `Ciphersuites` and `ssl_ecdh_curve` set to rustls's suites and groups in rustls's order, the client's"
+        " preference honoured by both, ALPN http/1.1, session cache and tickets on both (the script checks with"
+        " `openssl s_client` that both negotiate the same version, suite, group, signature and ALPN). Both proxy to the"
+        " same `shuffle-shard backend`, one worker each, pinned as in the gateway suite, and the gateway authenticates"
+        " the tenant's API key. Measured, each as the median of the per-round ratios gateway/nginx with a bootstrap"
+        " 95 % interval: requests/s over TLS keep-alive at 32 connections and p50 at 1 connection (wrk over https);"
+        " full TLS handshakes per second with a new connection per request, TLS 1.3 and 1.2 (several"
+        " `openssl s_time -new` at once, each connection one request); the proxy's CPU per request and per handshake."
+        " On 2 CPUs the handshake clients share the backend's CPU and cost more CPU per handshake than either proxy,"
+        " so the handshake rates there are bounded by the clients; the proxy's CPU per handshake is the figure to"
+        " read. nginx on OpenSSL 3.0 (Debian 12's) pays that release's known handshake slowdown, which favours the"
+        " gateway in the handshake rows; the run records nginx's OpenSSL. Details and the other differences:"
+        " bench/README.md, \"tls.sh\".",
+        "",
+        "```sh",
+        "bench/tls.sh                        # or bench/run.sh tls; about 3 minutes after the build",
+        "DURATION=5 ROUNDS=10 bench/tls.sh   # longer runs, more rounds: narrower intervals",
+        "```",
+        "",
+    ]
+    if not js.exists():
+        md += ["results: run bench/tls.sh", ""]
+        return md, "| tls | — | — | no results: `bench/tls.sh` | — |", None
+    try:
+        doc = json.loads(js.read_text(encoding="utf-8"))
+        v = doc.get("versions", {})
+        lines = run_lines(doc, "tls", rel(mdfile if mdfile.exists() else js, out_dir),
+                          [f"nginx {upstream_version(v.get('nginx'))} (OpenSSL {v.get('nginx_openssl', '?')})",
+                           f"rustls {v.get('rustls', '?')} (ring {v.get('ring', '?')})", f"wrk {upstream_version(v.get('wrk'))}"])
+        lines += [
+            "| measure | nginx | gateway | gateway/nginx (paired) | 95 % interval | rounds the gateway was ahead |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        losses = []
+        for m in doc["measures"]:
+            unit = f" {m['unit']}" if m.get("unit") else ""
+            fmt = lambda x: f"{sig(x)}{unit}"  # noqa: E731
+            p = m["paired"]
+            low, high = p["interval95"]
+            lines.append(f"| {m['what']} | {spread(m['nginx'], fmt)} | {spread(m['gateway'], fmt)} |"
+                         f" **{p['ratio_median']:.2f}×** | {low:.2f}–{high:.2f}× | {p['rounds_gateway_ahead']} of {p['rounds']} |")
+            if (m["better"] == "higher" and high < 1) or (m["better"] == "lower" and low > 1):
+                losses.append(f"{m['what']} ({p['ratio_median']:.2f}×, interval {low:.2f}–{high:.2f}×)")
+        lines += ["", "**Where we lose:** " + ("; ".join(losses) + "." if losses else
+                  "nowhere this run can tell: no interval lies wholly on nginx's side."), ""]
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
+        problem = f"{rel(js, out_dir)} could not be used ({type(error).__name__}: {error})"
+        md += [f"`{rel(js, out_dir)}` could not be used ({type(error).__name__}: {error}); rerun `bench/tls.sh`.", ""]
+        return md, "| tls | — | — | unreadable: rerun `bench/tls.sh` | — |", problem
+    took = f"{doc['runtime_s']:.0f} s" if doc.get("runtime_s") is not None else "not recorded"
+    return md + lines, f"| tls | {date(doc.get('date'))} | {revision(doc)} | `{doc.get('command', '?')}` | {took} |", None
+
+
 # --- soak ------------------------------------------------------------------------------------
 
 
@@ -823,6 +890,10 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
         glance += g
         took = f"{doc['runtime_s']:.0f} s" if doc.get("runtime_s") is not None else "not recorded"
         runs.append(f"| {suite} | {date(doc.get('date'))} | {revision(doc)} | `{doc.get('command', '?')}` | {took} |")
+    tls_md, tls_run, tls_problem = tls(results, out_dir)
+    runs.append(tls_run)
+    if tls_problem:
+        problems.append(tls_problem)
 
     page = [
         "# Benchmarks",
@@ -830,7 +901,7 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
         "<!-- Generated by bench/run.sh (bench/lib/benchmarks_md.py) from bench/results/*.json. Do not edit by hand. -->",
         "",
         "**This page is generated by `bench/run.sh` from `bench/results/*.json`; do not edit it by hand.** Rerun a suite"
-        " (`bench/run.sh placement`, `analysis`, `gateway` or `all`) or only regenerate the page (`bench/run.sh report`);"
+        " (`bench/run.sh placement`, `analysis`, `gateway`, `tls` or `all`) or only regenerate the page (`bench/run.sh report`);"
         " the wording lives in `bench/lib/benchmarks_md.py`.",
         "",
         "Every number here was measured side by side, in one run, against what a user would pick instead: on shared,"
@@ -863,6 +934,7 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
             "",
         ]
     page += sections
+    page += tls_md
     page += soak(results, out_dir)
     while page and page[-1] == "":
         page.pop()

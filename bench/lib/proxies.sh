@@ -1,4 +1,4 @@
-# Shared by bench/gateway.sh, bench/paired.sh and bench/instructions.sh (sourced, not run): finding tools, building, the scratch directory and its processes, the bench tenant, CPU pinning, free ports, the nginx and gateway configurations they compare, and reading wrk's latencies.
+# Shared by bench/gateway.sh, bench/paired.sh, bench/instructions.sh and bench/tls.sh (sourced, not run): finding tools, building, the scratch directory and its processes, the bench tenant, CPU pinning, free ports, processes' CPU time, the nginx and gateway configurations they compare, and reading wrk's latencies.
 # shellcheck shell=bash disable=SC2034 # the variables set here are read by the scripts that source it
 #
 # The functions use the caller's `die`.
@@ -27,7 +27,8 @@ build_cli() {
 }
 
 # scratch_dir NAME: sets WORK to a fresh temporary directory and PIDS to an
-# empty list; on exit every process in PIDS is stopped and WORK removed.
+# empty list; on exit every process in PIDS is stopped, and WORK removed
+# when the script succeeded (kept, with its logs, when it failed).
 scratch_dir() {
     WORK=$(mktemp -d "${TMPDIR:-/tmp}/ss-$1.XXXXXX")
     PIDS=()
@@ -36,14 +37,18 @@ scratch_dir() {
     trap 'exit 143' TERM
 }
 stop_all() {
-    local pid
+    local status=$? pid
     for pid in "${PIDS[@]}"; do
         kill -TERM "$pid" 2>/dev/null || true
     done
     for pid in "${PIDS[@]}"; do
         wait "$pid" 2>/dev/null || true
     done
-    rm -rf "$WORK"
+    if ((status == 0)); then
+        rm -rf "$WORK"
+    else
+        printf '%s\n' "failed; logs and configuration kept in $WORK" >&2
+    fi
 }
 
 # bench_tenant: the bench's one tenant, "bench", with a fresh API key as
@@ -123,6 +128,18 @@ pick_port() {
     die "no free port found on 127.0.0.1"
 }
 
+# cpu_ticks PID...: CPU time (clock ticks, `getconf CLK_TCK` a second) used so
+# far by the processes, all threads: the total with CPU_FIELD=all (the
+# default), kernel time only with CPU_FIELD=system. A process gone counts 0.
+# shellcheck disable=SC2016 # $14 and $15 are awk's fields (utime, stime)
+cpu_ticks() {
+    local total=0 pid expression='$14 + $15'
+    [[ ${CPU_FIELD:-all} == system ]] && expression='$15'
+    for pid in "$@"; do
+        total=$((total + $(awk "{ print $expression }" /proc/"$pid"/stat 2>/dev/null || echo 0)))
+    done
+    echo "$total"
+}
 
 # What the gateway forwards about the client (FORWARDING):
 # - plain (the default): no x-forwarded-for and no x-forwarded-host, like
@@ -186,21 +203,33 @@ gateway_dir() {
 # keepalive_requests is raised on both sides so nginx, like the gateway,
 # never closes a busy keep-alive connection mid-run.
 #
-# nginx_conf FILE DIR LISTEN_PORT BACKEND_PORT [gateway-headers]: nginx as
-# a plain reverse proxy with one worker, listening on LISTEN_PORT, its pid,
-# logs and temporary files under DIR. With gateway-headers it also sends
-# the backend the two fields the gateway must add (x-shuffle-tenant: bench,
-# x-shuffle-shard: s0, values as long as the gateway's) and drops the
+# nginx_conf FILE DIR LISTEN_PORT BACKEND_PORT [gateway-headers] [tls=FILE]:
+# nginx as a plain reverse proxy with one worker, listening on LISTEN_PORT,
+# its pid, logs and temporary files under DIR. With gateway-headers it also
+# sends the backend the two fields the gateway must add (x-shuffle-tenant:
+# bench, x-shuffle-shard: s0, values as long as the gateway's) and drops the
 # client's Authorization, as the gateway does: the backend then gets the
 # same request fields from nginx as from a gateway with FORWARDING=plain.
+# With tls=FILE it terminates TLS on LISTEN_PORT (`listen ... ssl`) with the
+# ssl_* directives in FILE, written into the server block (bench/tls.sh).
 nginx_conf() {
-    local file=$1 dir=$2 listen=$3 backend=$4 headers=""
-    if [[ ${5:-} == gateway-headers ]]; then
-        headers='
+    local file=$1 dir=$2 listen=$3 backend=$4 headers="" ssl="" tls="" option
+    for option in "${@:5}"; do
+        case $option in
+            gateway-headers)
+                headers='
             proxy_set_header Authorization "";
             proxy_set_header X-Shuffle-Tenant bench;
             proxy_set_header X-Shuffle-Shard s0;'
-    fi
+                ;;
+            tls=*)
+                ssl=" ssl"
+                tls=$(sed 's/^/        /' "${option#tls=}")
+                tls=$'\n'$tls
+                ;;
+            *) die "nginx_conf: unknown option '$option'" ;;
+        esac
+    done
     mkdir -p "$dir"
     cat >"$file" <<EOF
 worker_processes 1;
@@ -228,7 +257,7 @@ http {
     }
 
     server {
-        listen 127.0.0.1:$listen;
+        listen 127.0.0.1:$listen$ssl;$tls
         location / {
             proxy_pass http://backend;
             proxy_http_version 1.1;
