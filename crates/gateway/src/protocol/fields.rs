@@ -59,23 +59,23 @@ impl FieldSpan {
 pub struct Fields {
     head: Bytes,
     spans: Spans,
-    /// `Content-Length` is left out (the body was framed by a coding).
-    without_length: bool,
 }
 
 impl Fields {
     /// The fields of a head whose bytes are `head`.
     pub(crate) fn new(head: Bytes, spans: Spans) -> Self {
-        Self {
-            head,
-            spans,
-            without_length: false,
-        }
+        Self { head, spans }
     }
 
     /// The same fields less `Content-Length` (a coding framed the body).
+    // Its spans are dropped here, once, rather than flagged: a flag was
+    // tested for every field on every walk over them (credential, inbound
+    // filter, request head, framing), ~200 instructions per proxied GET
+    // under callgrind; it also made every `Fields` 8 bytes larger.
     pub(crate) fn without_length(mut self) -> Self {
-        self.without_length = true;
+        let head = &self.head;
+        self.spans
+            .retain(|span| !head[span.name()].eq_ignore_ascii_case(b"content-length"));
         self
     }
 
@@ -102,9 +102,6 @@ impl Fields {
         self.spans
             .iter()
             .map(|span| (&self.head[span.name()], &self.head[span.value()]))
-            .filter(|(name, _)| {
-                !(self.without_length && name.eq_ignore_ascii_case(b"content-length"))
-            })
     }
 
     /// The first value of the field `name` (any case).
