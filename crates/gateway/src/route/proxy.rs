@@ -199,7 +199,7 @@ async fn route(
     peer: &Peer,
     started: Instant,
     request_body: &mut Option<RequestBody>,
-    websocket: Option<tunnel::Requested>,
+    mut websocket: Option<tunnel::Requested>,
 ) -> (Response<ResponseBody>, Option<Served>) {
     if request.method() == Method::CONNECT {
         return (connect_refused(), None);
@@ -347,24 +347,25 @@ async fn route(
         match (attempts.judge(&attempt, &result), result) {
             (None, Ok(response)) => {
                 served.answered_at = Some(attempts.now);
-                let response = match websocket {
-                    Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
-                        let cell = attempts.cell_name();
-                        tunnel::open(
-                            response,
-                            client,
-                            attempt.in_flight,
-                            gateway,
-                            cell,
-                            attempt.shard,
-                        )
-                        .unwrap_or_else(|| {
-                            error_response(StatusCode::BAD_GATEWAY, "the backend failed")
-                        })
-                    }
-                    _ => stream_back(response, attempt.in_flight),
-                };
-                return (response, Some(served));
+                if response.status() == StatusCode::SWITCHING_PROTOCOLS
+                    && let Some(client) = websocket.take()
+                {
+                    let cell = attempts.cell_name();
+                    let tunnel = tunnel::open(
+                        response,
+                        client,
+                        attempt.in_flight,
+                        gateway,
+                        cell,
+                        attempt.shard,
+                    );
+                    let response = tunnel.unwrap_or_else(|| {
+                        error_response(StatusCode::BAD_GATEWAY, "the backend failed")
+                    });
+                    return (response, Some(served));
+                }
+                // The common case returns the response where it is built.
+                return (stream_back(response, attempt.in_flight), Some(served));
             }
             (Some(failure), result) => {
                 drop(attempt);

@@ -36,6 +36,7 @@ pub(crate) mod upgrade;
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -142,9 +143,9 @@ impl ExchangeError {
 /// One open connection and its buffers, kept with it across exchanges.
 struct Connection {
     stream: Transport,
-    /// What made it: once a reload changes how the shard is reached, a
-    /// connection made the old way is not reused.
-    made_by: Arc<Connector>,
+    /// The pool's generation when it was made: once a reload changes how
+    /// the shard is reached, a connection made the old way is not reused.
+    generation: u64,
     /// What has been read and not yet handed on.
     read: BytesMut,
     /// The request head (and a small body) being written.
@@ -152,10 +153,10 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(stream: Transport, made_by: Arc<Connector>) -> Self {
+    fn new(stream: Transport, generation: u64) -> Self {
         Self {
             stream,
-            made_by,
+            generation,
             read: BytesMut::with_capacity(READ_SIZE),
             write: Vec::with_capacity(1024),
         }
@@ -180,6 +181,10 @@ pub struct Upstream {
     /// `[upstream.tls]`) replaces it, and the connections it made stop
     /// being reused.
     connector: ArcSwap<Connector>,
+    /// Bumped (under the `idle` lock) whenever `connector` is replaced: a
+    /// counter compared on every checkout and checkin is cheaper than
+    /// loading the connector, which only a new connection needs.
+    generation: AtomicU64,
     idle: Mutex<Vec<Idle>>,
     idle_timeout: Duration,
 }
@@ -224,6 +229,7 @@ impl Upstream {
     pub(crate) fn with_connector(connector: Connector, idle_timeout: Duration) -> Self {
         Self {
             connector: ArcSwap::from_pointee(connector),
+            generation: AtomicU64::new(0),
             idle: Mutex::new(Vec::new()),
             idle_timeout,
         }
@@ -238,13 +244,15 @@ impl Upstream {
             // Keeping the old one keeps its pool and its TLS sessions.
             return;
         }
+        let mut idle = self.idle.lock().expect("idle connections");
         self.connector.store(Arc::new(connector));
-        self.idle.lock().expect("idle connections").clear();
+        self.generation.fetch_add(1, Ordering::Release);
+        idle.clear();
     }
 
     /// Whether `connection` was made the way the shard is reached now.
     fn current(&self, connection: &Connection) -> bool {
-        Arc::ptr_eq(&connection.made_by, &self.connector.load())
+        connection.generation == self.generation.load(Ordering::Relaxed)
     }
 
     /// Idle connections kept now.
@@ -319,12 +327,15 @@ impl Upstream {
 
     /// A new connection, made by `deadline`.
     async fn connect(&self, deadline: Instant) -> Result<Connection, SendError> {
+        // The generation first: a connector replaced after it was read
+        // makes this connection look old, never the other way round.
+        let generation = self.generation.load(Ordering::Acquire);
         let connector = self.connector.load_full();
         let stream = connector
             .connect(deadline)
             .await
             .ok_or(SendError::Connect)?;
-        Ok(Connection::new(stream, connector))
+        Ok(Connection::new(stream, generation))
     }
 
     /// One exchange on `connection`: the request out, the response head in.
@@ -391,7 +402,7 @@ impl Upstream {
             Ok(head) => head,
             Err(error) if refused_session(&error) => {
                 if let ExchangeError::Io(io_error) = &error {
-                    connection.made_by.tls_failed(io_error);
+                    self.connector.load().tls_failed(io_error);
                 }
                 return Err(Failed::Refused(error));
             }
