@@ -5,7 +5,7 @@
 //! Requests load the current snapshot once and use it throughout, so a
 //! reload never mixes two configurations within one request.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -56,6 +56,10 @@ pub struct ShardRuntime {
     pub zone: Option<String>,
     /// Health and ejection state.
     pub health: Mutex<HealthState>,
+    /// Whether failed attempts may be counted in `health` since the last
+    /// success: while it is clear, a success has nothing to reset and
+    /// takes no lock (most responses, on a healthy shard).
+    failing: AtomicBool,
     /// Requests currently being served by it (until the response ends).
     pub in_flight: AtomicU64,
     /// Attempts sent to it.
@@ -91,6 +95,7 @@ impl ShardRuntime {
             url: url.clone(),
             zone: zone.map(str::to_owned),
             health: Mutex::new(HealthState::new()),
+            failing: AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
             attempts: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -396,11 +401,11 @@ impl Gateway {
         now: Instant,
     ) {
         shard.failures.fetch_add(1, Ordering::Relaxed);
-        let ejected = shard
-            .health
-            .lock()
-            .expect("health lock")
-            .record_attempt(false, now, outlier);
+        let ejected = {
+            let mut health = shard.health.lock().expect("health lock");
+            shard.failing.store(true, Ordering::Relaxed);
+            health.record_attempt(false, now, outlier)
+        };
         if let Some(reason) = ejected {
             self.metrics
                 .ejections
@@ -417,7 +422,15 @@ impl Gateway {
     /// Feeds a successful attempt (its response ended cleanly) to passive
     /// outlier detection: the run of failures is broken.
     pub(crate) fn record_success(shard: &ShardRuntime) {
-        shard.health.lock().expect("health lock").record_success();
+        // Set and cleared under the lock; read outside it, a success that
+        // races a failure may leave that failure counted, as it might
+        // have been had they come in the other order.
+        if !shard.failing.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut health = shard.health.lock().expect("health lock");
+        health.record_success();
+        shard.failing.store(false, Ordering::Relaxed);
     }
 
     /// Reloads from the configuration file. The new configuration is

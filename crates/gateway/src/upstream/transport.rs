@@ -53,26 +53,32 @@ impl Transport {
     /// Whether the backend left the connection open while it sat idle (it
     /// neither closed it nor sent anything unasked). Only a connection the
     /// event loop has seen become readable costs a system call to check.
+    #[inline]
     pub(crate) fn is_open(&mut self) -> bool {
         match self {
             Transport::Tcp(stream) => socket_is_quiet(stream),
-            Transport::Tls(stream) => {
-                let (socket, session) = stream.get_mut();
-                // Anything the session took in while the connection sat
-                // idle (data, or the shard's close_notify) retires it, as
-                // unasked bytes on a plain socket do; so does anything
-                // readable on the socket, a close_notify included.
-                let settled = session.process_new_packets().is_ok_and(|state| {
-                    state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed()
-                });
-                settled && socket_is_quiet(socket)
-            }
+            Transport::Tls(stream) => tls_is_open(stream),
         }
     }
 }
 
+/// [`Transport::is_open`] for TLS, out of the plain path's way.
+#[inline(never)]
+fn tls_is_open(stream: &mut TlsStream<TcpStream>) -> bool {
+    let (socket, session) = stream.get_mut();
+    // Anything the session took in while the connection sat idle (data, or
+    // the shard's close_notify) retires it, as unasked bytes on a plain
+    // socket do; so does anything readable on the socket, a close_notify
+    // included.
+    let settled = session
+        .process_new_packets()
+        .is_ok_and(|state| state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed());
+    settled && socket_is_quiet(socket)
+}
+
 /// Whether nothing can be read from `stream` (no bytes, no end of stream,
 /// no error).
+#[inline]
 fn socket_is_quiet(stream: &TcpStream) -> bool {
     let mut cx = Context::from_waker(Waker::noop());
     match stream.poll_read_ready(&mut cx) {
@@ -86,6 +92,7 @@ fn socket_is_quiet(stream: &TcpStream) -> bool {
 }
 
 impl AsyncRead for Transport {
+    #[inline]
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -99,6 +106,7 @@ impl AsyncRead for Transport {
 }
 
 impl AsyncWrite for Transport {
+    #[inline]
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -110,6 +118,7 @@ impl AsyncWrite for Transport {
         }
     }
 
+    #[inline]
     fn poll_write_vectored(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -128,6 +137,7 @@ impl AsyncWrite for Transport {
         }
     }
 
+    #[inline]
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(stream) => Pin::new(stream).poll_flush(cx),
@@ -135,6 +145,7 @@ impl AsyncWrite for Transport {
         }
     }
 
+    #[inline]
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
