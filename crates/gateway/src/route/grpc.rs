@@ -274,8 +274,9 @@ mod tests {
     fn the_failover_rules_for_grpc_calls() {
         let retry_on = CodeSet::of([Code::Unavailable]);
         let u = Some(Code::Unavailable);
-        let cases: [(&str, bool, bool, bool, Option<Code>, bool); 12] = [
-            // (case, sent, repeat_safe, body_replayable, answer, may fail over)
+        /// (case, sent, repeat_safe, body_replayable, answer, may fail over)
+        type Case = (&'static str, bool, bool, bool, Option<Code>, bool);
+        let cases: [Case; 12] = [
             ("connect failure, any call", false, false, true, None, true),
             ("connect failure, safe call", false, true, true, None, true),
             (

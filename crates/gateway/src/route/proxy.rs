@@ -249,6 +249,17 @@ async fn route(
     if request.method() == Method::CONNECT {
         return (connect_refused(), None);
     }
+    if request.version() == http::Version::HTTP_2 && !authority_agrees(request.uri(), fields) {
+        return (
+            refuse(
+                kind,
+                StatusCode::BAD_REQUEST,
+                Code::Internal,
+                "the host field and :authority name different hosts",
+            ),
+            None,
+        );
+    }
     let snapshot = gateway.snapshot();
     let config = &snapshot.config;
     let mut deadline = started + config.routing.request_timeout;
@@ -520,6 +531,18 @@ fn unauthorized(kind: Kind, error: &AuthError) -> Response<ResponseBody> {
 #[inline]
 fn target_allowed(snapshot: &Snapshot, cell: usize, uri: &Uri) -> bool {
     !snapshot.prefixed[cell] || target::stays_under_prefix(uri)
+}
+
+/// Whether an HTTP/2 request's `host` field, if any, names the host its
+/// `:authority` does (RFC 9113 section 8.3.1: a server should refuse one
+/// that does not). Which of the two a shard's software believes is
+/// anyone's guess, so the gateway never passes on a request where they
+/// differ.
+fn authority_agrees(uri: &Uri, fields: &Fields) -> bool {
+    match (uri.authority(), fields.get("host")) {
+        (Some(authority), Some(host)) => authority.as_str().as_bytes().eq_ignore_ascii_case(host),
+        _ => true,
+    }
 }
 
 /// The answer to a target the check refused.
