@@ -270,6 +270,7 @@ fn inbound_header_filter() {
                 forwarded_host: gateway::trust::headers::client_host(&fields),
                 forwarded_for: None,
                 tenant: Some(&tenant),
+                grpc_timeout: None,
             },
             host: Some(&host),
             shard: Some(&shard),

@@ -9,6 +9,7 @@ mod adversarial;
 mod boundary;
 mod connection;
 mod deploy;
+mod grpc;
 mod http2;
 mod isolation;
 mod logs;

@@ -901,6 +901,7 @@ proptest! {
                 forwarded_host: forwarded_host.as_ref().map(HeaderValue::as_bytes),
                 forwarded_for: forwarded_for.as_ref(),
                 tenant: tenant.as_ref(),
+                grpc_timeout: None,
             },
             host: host.as_ref(),
             shard: shard.as_ref(),

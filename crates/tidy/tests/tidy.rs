@@ -269,6 +269,7 @@ const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
         "foundations: bytes, timers and counters that know nothing of routing",
         &[
             "protocol::fields",
+            "protocol::grpc",
             "upstream::idle",
             "listen::shutdown",
             "ops::window",

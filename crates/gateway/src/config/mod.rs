@@ -23,6 +23,8 @@ use rustls_pki_types::ServerName;
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::protocol::grpc::{Code, CodeSet, MethodPattern};
+
 /// The JWT signature algorithms, re-exported so callers need not depend on
 /// `jsonwebtoken` to configure one.
 pub use jsonwebtoken::Algorithm as JwtAlgorithm;
@@ -169,6 +171,12 @@ pub struct RoutingSettings {
     /// Route around unavailable members and retry on another member. Off
     /// only to show, in a drill, what happens without failover.
     pub failover: bool,
+    /// gRPC methods that may be sent to another member after one may have
+    /// received them (`routing.grpc_idempotent_methods`).
+    pub grpc_idempotent_methods: Vec<MethodPattern>,
+    /// The `grpc-status` values, seen in a trailers-only answer, on which
+    /// such a call goes to another member (`routing.retry_on_grpc_status`).
+    pub retry_on_grpc_status: CodeSet,
 }
 
 /// The retry budget (tower's `TpsBudget` semantics).
@@ -446,6 +454,16 @@ struct RawRouting {
     backoff_max_ms: Option<u64>,
     retry_after_seconds: Option<u32>,
     failover: Option<bool>,
+    grpc_idempotent_methods: Option<Vec<String>>,
+    retry_on_grpc_status: Option<Vec<GrpcStatusSetting>>,
+}
+
+/// A gRPC status as the configuration names it: by number or by name.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum GrpcStatusSetting {
+    Number(i64),
+    Name(String),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -979,7 +997,50 @@ fn routing_settings(r: RawRouting) -> Result<RoutingSettings, KeyProblem> {
             0..=86_400,
         )?,
         failover: r.failover.unwrap_or(true),
+        grpc_idempotent_methods: grpc_methods(r.grpc_idempotent_methods.unwrap_or_default())?,
+        retry_on_grpc_status: grpc_statuses(r.retry_on_grpc_status)?,
     })
+}
+
+/// `routing.grpc_idempotent_methods`, each entry a method path or a prefix.
+fn grpc_methods(methods: Vec<String>) -> Result<Vec<MethodPattern>, KeyProblem> {
+    methods
+        .iter()
+        .map(|method| MethodPattern::parse(method))
+        .collect::<Result<_, _>>()
+        .map_err(|error| ("routing.grpc_idempotent_methods", error.to_string()))
+}
+
+/// `routing.retry_on_grpc_status`, by name or number; `UNAVAILABLE` unless
+/// set. `OK` makes no sense there: a call that succeeded is never repeated.
+fn grpc_statuses(statuses: Option<Vec<GrpcStatusSetting>>) -> Result<CodeSet, KeyProblem> {
+    const KEY: &str = "routing.retry_on_grpc_status";
+    let Some(statuses) = statuses else {
+        return Ok(CodeSet::of([Code::Unavailable]));
+    };
+    let mut codes = Vec::with_capacity(statuses.len());
+    for status in statuses {
+        let code = match &status {
+            GrpcStatusSetting::Number(number) => u32::try_from(*number)
+                .ok()
+                .and_then(Code::from_number)
+                .ok_or_else(|| (KEY, format!("{number} is not a gRPC status (0 to 16)")))?,
+            GrpcStatusSetting::Name(name) => Code::from_name(name).ok_or_else(|| {
+                (
+                    KEY,
+                    format!("{name:?} is not a gRPC status name; write one such as \"UNAVAILABLE\", or its number"),
+                )
+            })?,
+        };
+        if code == Code::Ok {
+            return Err((
+                KEY,
+                "OK is a success and is never retried; remove it".into(),
+            ));
+        }
+        codes.push(code);
+    }
+    Ok(CodeSet::of(codes))
 }
 
 fn retry_budget_settings(b: RawRetryBudget) -> Result<RetryBudgetSettings, KeyProblem> {
@@ -1326,5 +1387,67 @@ mod tests {
         assert!(error.contains("admin.metrics_without_token"), "{error}");
         load_with("[admin]\nlisten = \"[::ffff:127.0.0.1]:9901\"\nmetrics_without_token = true")
             .unwrap();
+    }
+
+    #[test]
+    fn grpc_retry_settings_default_validate_and_name_their_key() {
+        let routing = load_with("").unwrap().routing;
+        assert!(routing.grpc_idempotent_methods.is_empty());
+        assert_eq!(
+            routing.retry_on_grpc_status,
+            CodeSet::of([Code::Unavailable])
+        );
+        let routing = load_with(
+            "[routing]\ngrpc_idempotent_methods = [\"/pkg.Service/Get*\", \"/pkg.Service/List\"]\n\
+             retry_on_grpc_status = [\"UNAVAILABLE\", 10, \"resource_exhausted\"]",
+        )
+        .unwrap()
+        .routing;
+        assert_eq!(routing.grpc_idempotent_methods.len(), 2);
+        assert!(routing.grpc_idempotent_methods[0].matches("/pkg.Service/GetUser"));
+        assert_eq!(
+            routing.retry_on_grpc_status,
+            CodeSet::of([Code::Unavailable, Code::Aborted, Code::ResourceExhausted])
+        );
+        for (lines, key, says) in [
+            (
+                "grpc_idempotent_methods = [\"pkg.Service/Get\"]",
+                "routing.grpc_idempotent_methods",
+                "pkg.Service/Get",
+            ),
+            (
+                "grpc_idempotent_methods = [\"/pkg.Service/G*t\"]",
+                "routing.grpc_idempotent_methods",
+                "trailing",
+            ),
+            (
+                "retry_on_grpc_status = [\"UNAVAILABLE\", \"SOMETIMES\"]",
+                "routing.retry_on_grpc_status",
+                "SOMETIMES",
+            ),
+            (
+                "retry_on_grpc_status = [17]",
+                "routing.retry_on_grpc_status",
+                "0 to 16",
+            ),
+            (
+                "retry_on_grpc_status = [-1]",
+                "routing.retry_on_grpc_status",
+                "0 to 16",
+            ),
+            (
+                "retry_on_grpc_status = [\"OK\"]",
+                "routing.retry_on_grpc_status",
+                "never retried",
+            ),
+        ] {
+            let error = load_with(&format!("[routing]\n{lines}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(key) && error.contains(says),
+                "{lines}: {error}"
+            );
+        }
     }
 }

@@ -39,6 +39,8 @@ use crate::config::{Http2Settings, LimitSettings};
 use crate::listen::shutdown::ShutdownWatch;
 use crate::protocol::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::protocol::fields::Fields;
+use crate::protocol::grpc::Code;
+use crate::route::grpc::Kind;
 use crate::route::proxy::{self, Peer};
 use crate::route::response::{BoxError, ResponseBody};
 use crate::route::tunnel;
@@ -461,10 +463,11 @@ fn service(
             // The request path reads fields as a client wrote them: a
             // header map is written out as such once.
             let fields = Fields::from_header_map(request.headers());
+            let kind = Kind::of(request.method(), &fields);
             let request = request.map(ClientBody::Streamed);
             let mut response = proxy::handle(gateway, request, &fields, &peer).await;
             tunnel.keep(&mut response);
-            Ok(with_header_map(response))
+            Ok(with_header_map(response, kind))
         }
     })
 }
@@ -503,8 +506,9 @@ impl Deadline {
 }
 
 /// The response as hyper needs it: a backend's header fields (the ones
-/// that may pass) in the header map, where hyper writes them from.
-fn with_header_map(mut response: Response<ResponseBody>) -> Response<ResponseBody> {
+/// that may pass) in the header map, where hyper writes them from. A
+/// request's `kind` shapes the error when they cannot be.
+fn with_header_map(mut response: Response<ResponseBody>, kind: Kind) -> Response<ResponseBody> {
     let Some(fields) = response.body().backend_fields() else {
         return response;
     };
@@ -516,7 +520,12 @@ fn with_header_map(mut response: Response<ResponseBody>) -> Response<ResponseBod
         }
         // httparse accepted a field `http` does not: the backend's answer
         // cannot be passed on as it is.
-        Err(_) => proxy::error_response(http::StatusCode::BAD_GATEWAY, "the backend failed"),
+        Err(_) => proxy::refuse(
+            kind,
+            http::StatusCode::BAD_GATEWAY,
+            Code::Unavailable,
+            "the backend failed",
+        ),
     }
 }
 

@@ -21,6 +21,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+use crate::protocol::grpc::Code;
+
 /// Success-ratio bounds of the tenant availability distribution.
 pub const AVAILABILITY_BOUNDS: [f64; 8] = [0.5, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999, 1.0];
 
@@ -41,6 +43,14 @@ pub(crate) struct FailoverLabels {
 pub(crate) struct RequestLabels {
     pub(crate) cell: String,
     pub(crate) outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct GrpcLabels {
+    pub(crate) cell: String,
+    /// The status's name (`OK`, `UNAVAILABLE`, ...), or `unseen` when the
+    /// answer's head carried none (it comes in trailers).
+    pub(crate) grpc_status: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -188,6 +198,8 @@ pub struct Metrics {
     pub(crate) tls_handshakes: Family<OutcomeLabels, Counter>,
     /// WebSocket upgrades and their tunnels.
     pub(crate) websockets: WebSocketMetrics,
+    /// `shuffle_grpc_requests_total{cell,grpc_status}`.
+    pub(crate) grpc_requests: Family<GrpcLabels, Counter>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -326,7 +338,14 @@ impl Metrics {
             tls_handshakes.clone(),
         );
         let websockets = WebSocketMetrics::register(&mut registry);
+        let grpc_requests = Family::<GrpcLabels, Counter>::default();
+        registry.register(
+            "grpc_requests",
+            "gRPC calls by cell and the gRPC status their answer's head carried (the gateway's own errors and trailers-only answers), or unseen when it comes in trailers; each is also in shuffle_requests",
+            grpc_requests.clone(),
+        );
         Self {
+            grpc_requests,
             tls_handshakes,
             registry,
             scrape: Mutex::new(()),
@@ -407,6 +426,17 @@ impl Metrics {
                 cell: cell.to_owned(),
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a finished gRPC call in `cell` ("" before a tenant was
+    /// known) whose answer's head showed `status`, if any.
+    pub(crate) fn grpc_request(&self, cell: &str, status: Option<Code>) {
+        self.grpc_requests
+            .get_or_create(&GrpcLabels {
+                cell: cell.to_owned(),
+                grpc_status: status.map_or("unseen", Code::name),
+            })
+            .inc();
     }
 
     /// Counts a failover.

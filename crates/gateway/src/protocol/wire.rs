@@ -148,8 +148,12 @@ fn encode_request_fields(
     if let Some(host) = head.host {
         field(out, &header::HOST, host);
     }
+    // A gRPC call's `grpc-timeout` is the gateway's to restate: what is
+    // left of the deadline, not what the client had at the start.
+    let restated = head.added.grpc_timeout.is_some();
     for (name, value) in head.fields.iter() {
-        if head.inbound.forwards(name) {
+        if head.inbound.forwards(name) && !(restated && name.eq_ignore_ascii_case(b"grpc-timeout"))
+        {
             raw_field(out, name, value);
         }
     }
@@ -165,6 +169,9 @@ fn encode_request_fields(
         if let Some(value) = value {
             raw_field(out, name.as_str().as_bytes(), value);
         }
+    }
+    if let Some(timeout) = &head.added.grpc_timeout {
+        raw_field(out, b"grpc-timeout", timeout.as_bytes());
     }
     if let Some(shard) = head.shard {
         field(out, &SHARD, shard);
@@ -624,6 +631,7 @@ mod tests {
                 forwarded_host: Some(client_host.as_bytes()),
                 forwarded_for: Some(&peer),
                 tenant: Some(&tenant),
+                grpc_timeout: None,
             },
             host: Some(&host),
             shard: Some(&shard),
@@ -664,6 +672,45 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "GET / HTTP/1.1\r\naccept: */*\r\nx-forwarded-for: 10.0.0.1\r\n\
              connection: upgrade\r\nupgrade: websocket\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_grpc_calls_timeout_is_restated_by_the_gateway_alone() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/grpc"));
+        headers.insert("grpc-timeout", HeaderValue::from_static("5S"));
+        let fields = Fields::from_header_map(&headers);
+        let mut head = RequestHead {
+            method: &Method::POST,
+            target: "/pkg.Svc/Get",
+            fields: &fields,
+            inbound: &Inbound::everything(),
+            stated: None,
+            added: Added {
+                grpc_timeout: Some(crate::protocol::grpc::encode_timeout(
+                    std::time::Duration::from_millis(1500),
+                )),
+                ..Added::default()
+            },
+            host: None,
+            shard: None,
+        };
+        let mut out = Vec::new();
+        encode_request_head(&mut out, &head, RequestFraming::Length, None);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /pkg.Svc/Get HTTP/1.1\r\ncontent-type: application/grpc\r\n\
+             grpc-timeout: 1500000u\r\n\r\n"
+        );
+        // Without a restated one (not a gRPC call), the client's passes.
+        head.added.grpc_timeout = None;
+        let mut out = Vec::new();
+        encode_request_head(&mut out, &head, RequestFraming::Length, None);
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .contains("grpc-timeout: 5S\r\n")
         );
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::{Response, Uri};
 use tokio::time::Instant;
 
+use crate::protocol::grpc::Code;
 use crate::protocol::wire::RequestHead;
 use crate::state::ShardRuntime;
 use crate::trust::target::backend_target;
@@ -24,6 +25,9 @@ pub enum Failure {
     Reset,
     /// The backend answered with a status configured as retryable.
     Status(u16),
+    /// A gRPC call's shard answered with a `grpc-status` configured as
+    /// retryable (`routing.retry_on_grpc_status`) in its head.
+    GrpcStatus(Code),
 }
 
 impl Failure {
@@ -38,7 +42,7 @@ impl Failure {
             Failure::Connect => "connect",
             Failure::Timeout => "timeout",
             Failure::Reset => "reset",
-            Failure::Status(_) => "status",
+            Failure::Status(_) | Failure::GrpcStatus(_) => "status",
         }
     }
 }

@@ -1,12 +1,14 @@
 //! The request path, one step per module: tenant → cell and subset
 //! ([`cell`]) → member ([`member`]) → attempt ([`attempt`]) → outcome
 //! ([`proxy`], which runs the steps in order, and [`response`], the body
-//! that streams back and reports how it ended), or, for a WebSocket
+//! that streams back and reports how it ended; [`grpc`] for what differs
+//! for a gRPC call), or, for a WebSocket
 //! upgrade, a tunnel ([`tunnel`], over [`splice`]). It never imports the
 //! listeners or the operations side.
 
 pub(crate) mod attempt;
 pub mod cell;
+pub mod grpc;
 pub(crate) mod member;
 pub mod proxy;
 pub mod response;

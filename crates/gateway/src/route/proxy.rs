@@ -31,9 +31,11 @@ use tokio::time::Instant;
 use crate::config::GatewayConfig;
 use crate::config::tenants::TenantRecord;
 use crate::ops::metrics::Metrics;
+use crate::protocol::grpc::Code;
 use crate::protocol::wire::{Fields, RequestHead, Stated};
 use crate::route::attempt::{self, Failure};
 use crate::route::cell::TenantRoute;
+use crate::route::grpc::{self, Kind};
 use crate::route::member::{self, Pick};
 use crate::route::response::{InFlight, ResponseBody, full};
 use crate::route::tunnel;
@@ -121,10 +123,11 @@ pub async fn handle(
     let started = Instant::now();
     let had_body = !request.body().is_end_stream();
     let mut body = None;
+    let kind = Kind::of(request.method(), fields);
     let websocket = tunnel::requested(&mut request, fields);
     let upgrading = websocket.is_some();
     let (mut response, served) = route(
-        &gateway, request, fields, peer, started, &mut body, websocket,
+        &gateway, request, fields, peer, started, &mut body, websocket, kind,
     )
     .await;
     if had_body && body.as_ref().is_none_or(|body| !body.fully_read()) {
@@ -144,7 +147,18 @@ pub async fn handle(
         .unwrap_or_else(Instant::now);
     let elapsed = now.saturating_duration_since(started);
     let status = response.status();
-    let outcome = crate::ops::metrics::request_outcome(status);
+    // A gRPC call's answer counts as the HTTP error the gateway's own
+    // stands for (it is a 200 on the wire), and by the gRPC status its head
+    // shows, if any.
+    let counted = response
+        .extensions()
+        .get::<grpc::StandsFor>()
+        .map_or(status, |stands_for| stands_for.0);
+    let outcome = crate::ops::metrics::request_outcome(counted);
+    let grpc_status = match kind {
+        Kind::Http => None,
+        Kind::Grpc => Some(grpc::status_in_head(&response)),
+    };
     if upgrading {
         let cell = served.as_ref().map_or("", |served| {
             served.snapshot.config.cells[served.cell].name.as_str()
@@ -163,11 +177,30 @@ pub async fn handle(
                 .cell_metrics(served.cell, &gateway.metrics)
                 .request(outcome, elapsed);
             // A tenant's experienced availability: anything but a server
-            // error counts as served.
-            gateway
-                .tenant_windows
-                .record(tenant, !status.is_server_error(), now);
-            if let Some((method, path)) = &served.request_line {
+            // error counts as served, and for a gRPC call anything but a
+            // status that says the service failed it.
+            let failed = counted.is_server_error()
+                || grpc_status
+                    .flatten()
+                    .is_some_and(|status| status.is_failure());
+            gateway.tenant_windows.record(tenant, !failed, now);
+            let cell = &served.snapshot.config.cells[served.cell].name;
+            if let Some(grpc_status) = grpc_status {
+                gateway.metrics.grpc_request(cell, grpc_status);
+            }
+            if let (Some((method, path)), Some(grpc_status)) = (&served.request_line, grpc_status) {
+                tracing::info!(
+                    tenant = %tenant,
+                    method = %method,
+                    path = %path,
+                    cell = %cell,
+                    status = status.as_u16(),
+                    grpc_status = grpc_status.map_or("unseen", Code::name),
+                    attempts = served.attempts,
+                    elapsed_ms = elapsed.as_secs_f64() * 1000.0,
+                    "request"
+                );
+            } else if let Some((method, path)) = &served.request_line {
                 tracing::info!(
                     tenant = %tenant,
                     method = %method,
@@ -182,7 +215,12 @@ pub async fn handle(
             // The body reports how it ends; the references move with it.
             response.body_mut().settle_with(gateway);
         }
-        None => gateway.metrics.request("", outcome, elapsed),
+        None => {
+            gateway.metrics.request("", outcome, elapsed);
+            if let Some(grpc_status) = grpc_status {
+                gateway.metrics.grpc_request("", grpc_status);
+            }
+        }
     }
     response
 }
@@ -191,7 +229,13 @@ pub async fn handle(
 /// and, once the tenant is known, who it was for. `request_body` receives
 /// the request body once it is set up, so the caller can tell whether it
 /// was read to the end. A WebSocket upgrade (`websocket`) takes the same
-/// steps, and ends in a tunnel when a shard switches ([`tunnel`]).
+/// steps, and ends in a tunnel when a shard switches ([`tunnel`]). The
+/// request's `kind` shapes the gateway's own errors ([`refuse`]) and, for
+/// a gRPC call, sets its deadline and failover rules ([`grpc`]).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the request path's one entry: each argument is a different part of the request"
+)]
 async fn route(
     gateway: &Arc<Gateway>,
     request: Request<ClientBody>,
@@ -200,25 +244,42 @@ async fn route(
     started: Instant,
     request_body: &mut Option<RequestBody>,
     mut websocket: Option<tunnel::Requested>,
+    kind: Kind,
 ) -> (Response<ResponseBody>, Option<Served>) {
     if request.method() == Method::CONNECT {
         return (connect_refused(), None);
     }
+    if request.version() == http::Version::HTTP_2 && !authority_agrees(request.uri(), fields) {
+        return (
+            refuse(
+                kind,
+                StatusCode::BAD_REQUEST,
+                Code::Internal,
+                "the host field and :authority name different hosts",
+            ),
+            None,
+        );
+    }
     let snapshot = gateway.snapshot();
     let config = &snapshot.config;
-    let deadline = started + config.routing.request_timeout;
+    let mut deadline = started + config.routing.request_timeout;
 
     // Credential → tenant.
     let tenant = match tenant(&snapshot, fields, peer) {
         Ok(tenant) => tenant,
-        Err(error) => return (unauthorized(&error), None),
+        Err(error) => return (unauthorized(kind, &error), None),
     };
 
     // Tenant → cell and subset (computed once per tenant and snapshot).
     let Some(route) = snapshot.tenant_route(tenant) else {
         // Cannot happen: the tenant was found in this very snapshot.
         return (
-            error_response(StatusCode::INTERNAL_SERVER_ERROR, "tenant has no route"),
+            refuse(
+                kind,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Code::Internal,
+                "tenant has no route",
+            ),
             None,
         );
     };
@@ -227,7 +288,21 @@ async fn route(
 
     // The target check.
     if !target_allowed(&snapshot, cell, request.uri()) {
-        return (target_refused(), Some(served));
+        return (target_refused(kind), Some(served));
+    }
+
+    // A gRPC call's own deadline, when it sets a shorter one.
+    if kind == Kind::Grpc {
+        match grpc::deadline(fields, started, deadline) {
+            Ok(sooner) => deadline = sooner,
+            Err(error) => {
+                let message = format!("malformed grpc-timeout: {error}");
+                return (
+                    refuse(kind, StatusCode::BAD_REQUEST, Code::Internal, &message),
+                    Some(served),
+                );
+            }
+        }
     }
 
     // The body set-up: refuse what is too large, decide what passes and
@@ -239,7 +314,12 @@ async fn route(
     let declared_length = incoming.size_hint().exact();
     if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
         return (
-            error_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
+            refuse(
+                kind,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Code::ResourceExhausted,
+                "request body too large",
+            ),
             Some(served),
         );
     }
@@ -247,14 +327,16 @@ async fn route(
         // Where a body would end and the new protocol begin is anyone's
         // guess: a smuggling opportunity, and no WebSocket client sends one.
         return (
-            error_response(
+            refuse(
+                kind,
                 StatusCode::BAD_REQUEST,
+                Code::Internal,
                 "a WebSocket upgrade request must not carry a body",
             ),
             Some(served),
         );
     }
-    let outgoing = Outgoing::new(
+    let mut outgoing = Outgoing::new(
         config,
         snapshot.prefixed[cell],
         route,
@@ -262,6 +344,12 @@ async fn route(
         peer,
         &parts.method,
     );
+    if kind == Kind::Grpc {
+        // Every call is a POST: a call is safe to repeat when its method
+        // is configured so (or, as any request, by an idempotency key).
+        outgoing.safe_to_repeat |=
+            grpc::repeat_safe_method(&config.routing.grpc_idempotent_methods, parts.uri.path());
+    }
     // One clock read per attempt serves health, the deadline and timing.
     let mut now = started;
     let body = if incoming.is_end_stream() {
@@ -281,7 +369,7 @@ async fn route(
                 now = read;
                 body
             }
-            Err(fault) => return (client_fault_response(fault), Some(served)),
+            Err(fault) => return (client_fault_response(kind, fault), Some(served)),
         }
     };
     *request_body = Some(body.clone());
@@ -315,12 +403,15 @@ async fn route(
         now,
         tried: SmallVec::new(),
         last_failure: None,
+        kind,
+        out_of_time: false,
     };
     while let Some(member) = attempts.member() {
         if let Some(backoff) = member.backoff {
             tokio::time::sleep(backoff).await;
         }
         let Some(attempt) = attempts.start(member, &mut served) else {
+            attempts.out_of_time = true;
             break;
         };
         let result = if attempt.operator_failed() {
@@ -340,7 +431,7 @@ async fn route(
             && let Some(fault) = body.client_fault(*failure == Failure::Timeout)
         {
             return (
-                attempt.client_fault(fault, attempts.cell_name()),
+                attempt.client_fault(kind, fault, attempts.cell_name()),
                 Some(served),
             );
         }
@@ -360,7 +451,12 @@ async fn route(
                         attempt.shard,
                     );
                     let response = tunnel.unwrap_or_else(|| {
-                        error_response(StatusCode::BAD_GATEWAY, "the backend failed")
+                        refuse(
+                            kind,
+                            StatusCode::BAD_GATEWAY,
+                            Code::Unavailable,
+                            "the backend failed",
+                        )
                     });
                     return (response, Some(served));
                 }
@@ -418,8 +514,13 @@ fn tenant<'s>(
 }
 
 /// The answer to a request whose credential named no tenant.
-fn unauthorized(error: &AuthError) -> Response<ResponseBody> {
-    let mut response = error_response(StatusCode::UNAUTHORIZED, error.public_message());
+fn unauthorized(kind: Kind, error: &AuthError) -> Response<ResponseBody> {
+    let mut response = refuse(
+        kind,
+        StatusCode::UNAUTHORIZED,
+        Code::Unauthenticated,
+        error.public_message(),
+    );
     response
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -433,10 +534,24 @@ fn target_allowed(snapshot: &Snapshot, cell: usize, uri: &Uri) -> bool {
     !snapshot.prefixed[cell] || target::stays_under_prefix(uri)
 }
 
+/// Whether an HTTP/2 request's `host` field, if any, names the host its
+/// `:authority` does (RFC 9113 section 8.3.1: a server should refuse one
+/// that does not). Which of the two a shard's software believes is
+/// anyone's guess, so the gateway never passes on a request where they
+/// differ.
+fn authority_agrees(uri: &Uri, fields: &Fields) -> bool {
+    match (uri.authority(), fields.get("host")) {
+        (Some(authority), Some(host)) => authority.as_str().as_bytes().eq_ignore_ascii_case(host),
+        _ => true,
+    }
+}
+
 /// The answer to a target the check refused.
-fn target_refused() -> Response<ResponseBody> {
-    error_response(
+fn target_refused(kind: Kind) -> Response<ResponseBody> {
+    refuse(
+        kind,
         StatusCode::BAD_REQUEST,
+        Code::PermissionDenied,
         "the request target has a dot-segment (\"/./\" or \"/../\", also percent-encoded) or is not a path; send a normalised absolute path",
     )
 }
@@ -565,6 +680,10 @@ struct Attempts<'a> {
     /// How the last attempt failed, with the backend's response when it
     /// answered with a retryable status.
     last_failure: Option<(Failure, Option<Response<UpstreamBody>>)>,
+    /// A gRPC call or any other request.
+    kind: Kind,
+    /// The deadline passed before another attempt could start.
+    out_of_time: bool,
 }
 
 /// The member the next attempt goes to.
@@ -630,6 +749,22 @@ impl<'a> Attempts<'a> {
             .last_failure
             .as_ref()
             .is_some_and(|(failure, _)| failure.maybe_sent());
+        if self.kind == Kind::Grpc {
+            let answer = match &self.last_failure {
+                Some((Failure::GrpcStatus(status), _)) => Some(*status),
+                _ => None,
+            };
+            let retry = grpc::Retry {
+                sent: may_have_reached,
+                repeat_safe: self.safe_to_repeat,
+                body_replayable: self.body.replayable(),
+                answer,
+                retry_on: routing.retry_on_grpc_status,
+            };
+            if !grpc::may_fail_over(retry) {
+                return None;
+            }
+        }
         if may_have_reached {
             if !(self.safe_to_repeat && self.body.replayable()) {
                 return None;
@@ -689,9 +824,19 @@ impl<'a> Attempts<'a> {
         &self,
         attempt: &Attempt<'a>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, Failure>> + use<'a> {
+        let mut client = self.client;
+        if self.kind == Kind::Grpc {
+            // The shard is told what is left when the attempt goes out:
+            // until the per-try timeout when it already runs (a buffered
+            // body), else until the request's deadline.
+            let timing = self.timing(attempt);
+            let per_try = self.body.is_buffered().then_some(timing.per_try);
+            let until = grpc::attempt_limit(timing.deadline, timing.started, per_try);
+            client.added.grpc_timeout = Some(grpc::remaining(until, Instant::now()));
+        }
         attempt::send(
             attempt.shard,
-            self.client,
+            client,
             self.uri,
             self.body,
             self.timing(attempt),
@@ -745,6 +890,11 @@ impl<'a> Attempts<'a> {
             {
                 Some(Failure::Status(response.status().as_u16()))
             }
+            Ok(response) if self.kind == Kind::Grpc => {
+                grpc::status_in_fields(response.status(), response.body().fields())
+                    .filter(|status| config.routing.retry_on_grpc_status.contains(*status))
+                    .map(Failure::GrpcStatus)
+            }
             Ok(_) => None,
         };
         let now = Instant::now();
@@ -768,23 +918,42 @@ impl<'a> Attempts<'a> {
     /// The outcome when nothing (more) may be tried: the last backend
     /// response if there was one, else why there is none.
     fn unanswered(self) -> Response<ResponseBody> {
+        let kind = self.kind;
         match self.last_failure {
             Some((_, Some(response))) => {
                 let (head, body) = response.into_parts();
                 Response::from_parts(head, ResponseBody::backend(body, None))
             }
-            Some((Failure::Timeout, None)) => error_response(
+            Some((Failure::Timeout, None)) => refuse(
+                kind,
                 StatusCode::GATEWAY_TIMEOUT,
+                Code::DeadlineExceeded,
                 "the backend did not answer in time",
             ),
-            Some((Failure::Reset | Failure::Status(_), None)) => {
-                error_response(StatusCode::BAD_GATEWAY, "the backend failed")
+            Some((Failure::Reset | Failure::Status(_) | Failure::GrpcStatus(_), None)) => refuse(
+                kind,
+                StatusCode::BAD_GATEWAY,
+                Code::Unavailable,
+                "the backend failed",
+            ),
+            // A gRPC call's deadline (often its own, short `grpc-timeout`)
+            // ran out before a member could be tried: that is what its
+            // client asked to be told.
+            None | Some((Failure::Connect, None)) if kind == Kind::Grpc && self.out_of_time => {
+                refuse(
+                    kind,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    Code::DeadlineExceeded,
+                    "the deadline passed before a shard could be tried",
+                )
             }
             // Nothing was tried, or every member refused the connection:
             // the subset is out, and the client should come back later.
             None | Some((Failure::Connect, None)) => {
-                let mut response = error_response(
+                let mut response = refuse(
+                    kind,
                     StatusCode::SERVICE_UNAVAILABLE,
+                    Code::Unavailable,
                     "no healthy shard is available for this tenant",
                 );
                 response.headers_mut().insert(
@@ -805,10 +974,15 @@ impl Attempt<'_> {
     }
 
     /// The outcome when the client's body ended the attempt.
-    fn client_fault(self, fault: ClientFault, cell_name: &str) -> Response<ResponseBody> {
+    fn client_fault(
+        self,
+        kind: Kind,
+        fault: ClientFault,
+        cell_name: &str,
+    ) -> Response<ResponseBody> {
         drop(self.in_flight);
         tracing::debug!(cell = %cell_name, shard = %self.shard.id, ?fault, "the client's request body ended the attempt");
-        client_fault_response(fault)
+        client_fault_response(kind, fault)
     }
 }
 
@@ -830,18 +1004,38 @@ fn backoff(attempt: usize, base: Duration, max: Duration) -> Duration {
 }
 
 /// The answer when the client's own body failed the request.
-fn client_fault_response(fault: ClientFault) -> Response<ResponseBody> {
+fn client_fault_response(kind: Kind, fault: ClientFault) -> Response<ResponseBody> {
     match fault {
-        ClientFault::TooLarge => {
-            error_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
-        }
-        ClientFault::Broken => {
-            error_response(StatusCode::BAD_REQUEST, "could not read the request body")
-        }
-        ClientFault::Stalled => error_response(
+        ClientFault::TooLarge => refuse(
+            kind,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Code::ResourceExhausted,
+            "request body too large",
+        ),
+        ClientFault::Broken => refuse(
+            kind,
+            StatusCode::BAD_REQUEST,
+            Code::Internal,
+            "could not read the request body",
+        ),
+        ClientFault::Stalled => refuse(
+            kind,
             StatusCode::REQUEST_TIMEOUT,
+            Code::DeadlineExceeded,
             "the request body did not arrive in time",
         ),
+    }
+}
+
+/// Every error the gateway itself answers a request with, shaped for its
+/// `kind`: for an HTTP request the JSON error of `status`
+/// ([`error_response`]); for a gRPC call a trailers-only answer with `code`
+/// ([`grpc::error`]), which a gRPC client can read where it could not read
+/// an error page. `message` is the same either way.
+pub fn refuse(kind: Kind, status: StatusCode, code: Code, message: &str) -> Response<ResponseBody> {
+    match kind {
+        Kind::Http => error_response(status, message),
+        Kind::Grpc => grpc::error(code, message, status),
     }
 }
 

@@ -16,6 +16,7 @@ use smallvec::SmallVec;
 
 use crate::config::{ForwardedFor, ForwardingSettings};
 use crate::protocol::fields::Fields;
+use crate::protocol::grpc::EncodedTimeout;
 
 /// The gateway's header namespace.
 pub const NAMESPACE: &str = "x-shuffle-";
@@ -226,6 +227,9 @@ pub struct Added<'a> {
     pub forwarded_for: Option<&'a HeaderValue>,
     /// `x-shuffle-tenant`: the authenticated tenant.
     pub tenant: Option<&'a HeaderValue>,
+    /// `grpc-timeout`: for a gRPC call, the time left when this attempt
+    /// was sent, in place of the client's own (set per attempt).
+    pub grpc_timeout: Option<EncodedTimeout>,
 }
 
 impl<'a> Added<'a> {
@@ -249,6 +253,7 @@ impl<'a> Added<'a> {
                 ForwardedFor::Off => None,
             },
             tenant,
+            grpc_timeout: None,
         }
     }
 }
