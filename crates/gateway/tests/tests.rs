@@ -9,6 +9,7 @@ mod adversarial;
 mod boundary;
 mod connection;
 mod deploy;
+mod h2_shards;
 mod http2;
 mod isolation;
 mod logs;
