@@ -13,7 +13,6 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use crate::config::HealthSettings;
-use crate::health::check::MAX_BODY;
 use crate::protocol::wire::{Fields, RequestHead};
 use crate::state::ShardRuntime;
 use crate::trust::headers::{Added, Inbound};
@@ -23,6 +22,10 @@ use crate::upstream::body::AttemptBody;
 
 /// The method every gRPC health check calls.
 pub const CHECK_PATH: &str = "/grpc.health.v1.Health/Check";
+
+/// The most of an answer that is read (as much as a GET check reads); a
+/// longer one fails: a health answer is a few bytes.
+const MAX_BODY: usize = 64 * 1024;
 
 /// `HealthCheckResponse.ServingStatus.SERVING`.
 const SERVING: u64 = 1;
