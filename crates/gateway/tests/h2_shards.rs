@@ -290,6 +290,11 @@ impl GrpcShard {
 
 /// A TLS acceptor for `localhost` from `ca`, offering only ALPN `h2`.
 fn h2_acceptor(ca: &Ca) -> TlsAcceptor {
+    acceptor(ca, vec![b"h2".to_vec()])
+}
+
+/// A TLS acceptor for `localhost` from `ca`, offering `alpn`.
+fn acceptor(ca: &Ca, alpn: Vec<Vec<u8>>) -> TlsAcceptor {
     use rustls::pki_types::PrivateKeyDer;
     use rustls::pki_types::pem::PemObject;
     let leaf = ca.server(&["localhost"]);
@@ -302,7 +307,7 @@ fn h2_acceptor(ca: &Ca) -> TlsAcceptor {
     .with_no_client_auth()
     .with_single_cert(vec![leaf.cert.clone()], key)
     .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = alpn;
     TlsAcceptor::from(Arc::new(config))
 }
 
@@ -555,6 +560,46 @@ async fn h2_h2c_and_http1_shards_serve_side_by_side_in_one_cell() {
     .unwrap();
     assert!(output.status.success(), "{output:?}");
     assert_eq!(String::from_utf8_lossy(&output.stdout), "plain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_shard_that_does_not_negotiate_h2_by_alpn_is_a_connect_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("h2 shards CA");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    // It would speak HTTP/2 all the same, but never said so in the
+    // handshake: the gateway sends it nothing.
+    let mute = GrpcShard::start("mute", Some(acceptor(&ca, Vec::new()))).await;
+    let good = GrpcShard::start("good", Some(h2_acceptor(&ca))).await;
+    let shards = [&mute, &good]
+        .map(|shard| {
+            Shard::new(
+                &shard.id,
+                format!("https://127.0.0.1:{}", shard.addr.port()),
+            )
+            .with_server_name("localhost")
+            .speaking("h2")
+        })
+        .to_vec();
+    let mut options = options(shards, 2);
+    options.extra = format!(
+        "[upstream.tls]\nca_file = {:?}\n",
+        ca_file.display().to_string()
+    );
+    let fixture = Fixture::start(options).await;
+    let channel = connect(&fixture).await;
+    for i in 0..20 {
+        let answer = unary(
+            &channel,
+            call(&fixture, "tenant-1", note(i.to_string()), &[]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer.text, format!("good:{i}"));
+    }
+    assert!(mute.connections.load(Ordering::Relaxed) > 0);
+    assert!(mute.seen().is_empty(), "{:?}", mute.seen());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
