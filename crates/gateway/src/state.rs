@@ -326,10 +326,11 @@ impl Snapshot {
 
 /// How `config` says `shard` is reached.
 fn connector(shard: &ShardSettings, config: &GatewayConfig) -> Connector {
-    Connector::for_url(
+    Connector::for_shard(
         &shard.url,
         shard.server_name.as_ref(),
         config.upstream_tls(),
+        shard.protocol,
     )
 }
 

@@ -10,6 +10,7 @@ mod boundary;
 mod connection;
 mod deploy;
 mod grpc;
+mod h2_shards;
 mod http2;
 mod isolation;
 mod logs;

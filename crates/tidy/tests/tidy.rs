@@ -301,7 +301,7 @@ const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
     ),
     (
         "the request path, and the health checks that vouch for its members",
-        &["route", "health::check"],
+        &["route", "health::check", "health::grpc"],
     ),
     (
         "operations: admin API, status page and the views they share",

@@ -111,6 +111,28 @@ pub struct ShardSettings {
     pub zone: Option<String>,
     /// Relative capacity (rendezvous only).
     pub weight: f64,
+    /// What the gateway speaks to it (`protocol`).
+    pub protocol: ShardProtocol,
+}
+
+/// What the gateway speaks to a shard: `protocol = "http1" | "h2c" | "h2"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardProtocol {
+    /// HTTP/1.1, plain or TLS (the default).
+    #[default]
+    Http1,
+    /// HTTP/2 with prior knowledge over plain TCP (`http://` only).
+    H2c,
+    /// HTTP/2 over TLS, negotiated by ALPN (`https://` only).
+    H2,
+}
+
+impl ShardProtocol {
+    /// Whether it is HTTP/2 (`h2c` or `h2`).
+    pub fn is_http2(self) -> bool {
+        !matches!(self, ShardProtocol::Http1)
+    }
 }
 
 /// A cell: a fleet of shards and how tenants are placed on it.
@@ -207,6 +229,10 @@ pub struct HealthSettings {
     pub fall: u32,
     /// Health older than this is unknown, not healthy.
     pub staleness: Duration,
+    /// HTTP/2 shards are checked with the gRPC health protocol
+    /// (`grpc.health.v1.Health/Check`, empty service name) instead of a
+    /// GET of `path`.
+    pub grpc: bool,
 }
 
 /// Passive outlier ejection.
@@ -423,6 +449,7 @@ struct RawShard {
     zone: Option<String>,
     weight: Option<f64>,
     server_name: Option<String>,
+    protocol: Option<ShardProtocol>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -483,6 +510,7 @@ struct RawHealth {
     rise: Option<u32>,
     fall: Option<u32>,
     staleness_ms: Option<u64>,
+    grpc: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -892,6 +920,25 @@ fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettin
                 Some(tls::server_name(&name).map_err(|p| (format!("{key}.server_name"), p))?)
             }
         };
+        let protocol = shard.protocol.unwrap_or_default();
+        // h2 is negotiated by ALPN inside TLS, h2c has no TLS to negotiate
+        // in: either on the other scheme is a shard no connection reaches.
+        let https = url.scheme_str() == Some("https");
+        match protocol {
+            ShardProtocol::H2 if !https => {
+                return Err((
+                    format!("{key}.protocol"),
+                    "\"h2\" is HTTP/2 over TLS and needs an https:// url; use \"h2c\" for HTTP/2 over plain TCP".into(),
+                ));
+            }
+            ShardProtocol::H2c if https => {
+                return Err((
+                    format!("{key}.protocol"),
+                    "\"h2c\" is HTTP/2 over plain TCP and needs an http:// url; use \"h2\" for HTTP/2 over TLS".into(),
+                ));
+            }
+            _ => {}
+        }
         let weight = shard.weight.unwrap_or(1.0);
         shards.push(ShardSettings {
             id: shard.id,
@@ -899,6 +946,7 @@ fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettin
             server_name,
             zone: shard.zone,
             weight,
+            protocol,
         });
     }
     Ok(shards)
@@ -1096,6 +1144,7 @@ fn health_settings(h: RawHealth) -> Result<HealthSettings, KeyProblem> {
         rise: within("health.rise", h.rise.unwrap_or(2), 1..=1000)?,
         fall: within("health.fall", h.fall.unwrap_or(3), 1..=1000)?,
         staleness,
+        grpc: h.grpc.unwrap_or(false),
     })
 }
 

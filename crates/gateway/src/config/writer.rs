@@ -68,6 +68,8 @@ pub struct Shard {
     /// For an `https://` shard: the name its certificate carries, when not
     /// the URL's host.
     pub server_name: Option<String>,
+    /// Its `protocol` (`"http1"`, `"h2c"` or `"h2"`), when not the default.
+    pub protocol: Option<String>,
 }
 
 impl Shard {
@@ -78,6 +80,7 @@ impl Shard {
             url: url.into(),
             zone: None,
             server_name: None,
+            protocol: None,
         }
     }
 
@@ -93,6 +96,14 @@ impl Shard {
     #[must_use]
     pub fn with_server_name(mut self, name: impl Into<String>) -> Self {
         self.server_name = Some(name.into());
+        self
+    }
+
+    /// The same shard, spoken to in `protocol` (`"http1"`, `"h2c"` or
+    /// `"h2"`).
+    #[must_use]
+    pub fn speaking(mut self, protocol: impl Into<String>) -> Self {
+        self.protocol = Some(protocol.into());
         self
     }
 }
@@ -194,6 +205,9 @@ impl GatewayToml {
             if let Some(name) = &shard.server_name {
                 let _ = write!(text, ", server_name = \"{name}\"");
             }
+            if let Some(protocol) = &shard.protocol {
+                let _ = write!(text, ", protocol = \"{protocol}\"");
+            }
             text.push_str(" },\n");
         }
         text.push_str("]\n");
@@ -246,7 +260,8 @@ mod tests {
                 Shard::new("c0", "http://127.0.0.1:2"),
                 Shard::new("t0", "https://10.0.0.1:3")
                     .in_zone("b")
-                    .with_server_name("t0.shards.internal"),
+                    .with_server_name("t0.shards.internal")
+                    .speaking("h2"),
             ],
             ..GatewayToml::default()
         };
@@ -264,7 +279,7 @@ mod tests {
              \x20 { id = \"s0\", url = \"http://127.0.0.1:1\", zone = \"a\" },\n\
              \x20 { id = \"c0\", url = \"http://127.0.0.1:2\" },\n\
              \x20 { id = \"t0\", url = \"https://10.0.0.1:3\", zone = \"b\", \
-             server_name = \"t0.shards.internal\" },\n]\n"
+             server_name = \"t0.shards.internal\", protocol = \"h2\" },\n]\n"
         );
     }
 

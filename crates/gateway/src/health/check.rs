@@ -20,6 +20,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::config::HealthSettings;
+use crate::health::grpc;
 use crate::protocol::wire::{Fields, RequestHead};
 use crate::state::{Gateway, ShardRuntime};
 use crate::trust::headers::{Added, Inbound};
@@ -129,8 +130,13 @@ pub async fn check(shard: &ShardRuntime, settings: &HealthSettings) -> bool {
         .unwrap_or(false)
 }
 
-/// The check's exchange, without its deadline.
+/// The check's exchange, without its deadline: over the shard's own
+/// protocol, and for an HTTP/2 shard under `health.grpc` the gRPC health
+/// check instead of a GET.
 async fn exchange(shard: &ShardRuntime, settings: &HealthSettings, started: Instant) -> bool {
+    if settings.grpc && shard.upstream.speaks_http2() {
+        return grpc::exchange(shard, settings, started).await;
+    }
     let uri = settings.path.parse().unwrap_or_default();
     let target = backend_target(&shard.path_prefix, &uri);
     let request = RequestHead {

@@ -21,6 +21,7 @@
 
 // The active checks that drive this state machine, and the retry budget.
 pub(crate) mod check;
+pub(crate) mod grpc;
 pub mod retry_budget;
 
 use std::time::Duration;
@@ -249,6 +250,7 @@ mod tests {
             rise: 2,
             fall: 3,
             staleness: Duration::from_secs(3),
+            grpc: false,
         }
     }
 

@@ -114,6 +114,11 @@ struct Progress {
 }
 
 impl Upload {
+    /// Whether no attempt has taken the client's stream yet.
+    pub(crate) fn untaken(&self) -> bool {
+        self.slot.lock().expect("body slot").is_some()
+    }
+
     /// Records one poll of the client's stream, enforcing the size limit.
     fn observe(
         &self,
@@ -235,6 +240,19 @@ pub enum AttemptBody {
     Streaming(ClientBody, Arc<Upload>),
     /// Nothing left.
     Done,
+}
+
+impl AttemptBody {
+    /// The client's stream this body sends, if it sends one: whether it
+    /// has been taken says whether the body could go out again.
+    pub(crate) fn upload(&self) -> Option<Arc<Upload>> {
+        match self {
+            AttemptBody::Waiting(upload) | AttemptBody::Streaming(_, upload) => {
+                Some(Arc::clone(upload))
+            }
+            AttemptBody::Buffered(_) | AttemptBody::Done => None,
+        }
+    }
 }
 
 impl Body for AttemptBody {

@@ -24,19 +24,23 @@
 //! have been sent is for the attempt to judge.
 //!
 //! A connection is plain TCP or TLS ([`transport`]); both are pooled alike.
+//! An HTTP/2 shard (`h2c`, `h2`) is one multiplexed connection (or a few)
+//! instead, a stream per exchange ([`h2`]); which of the two a shard
+//! speaks is one flag looked at per request.
 //! A reload that changes how a shard is reached (its `server_name`, or
 //! `[upstream.tls]`) gives its pool a new connector, and connections the
 //! old one made are closed instead of reused.
 
 // What an exchange carries and how long it may wait.
 pub mod body;
+pub(crate) mod h2;
 pub(crate) mod idle;
 pub(crate) mod transport;
 pub(crate) mod upgrade;
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
@@ -48,6 +52,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
+use crate::protocol::fields::InvalidField;
 use crate::protocol::wire::{
     self, ChunkedDecoder, Decoded, Fields, RequestFraming, RequestHead, ResponseFraming, Stated,
     WireError,
@@ -112,6 +117,12 @@ pub enum ExchangeError {
         "the backend's response body waited on the backend for longer than limits.backend_body_timeout_ms in all"
     )]
     TooSlow,
+    /// An HTTP/2 stream (or its connection) to the backend failed.
+    #[error("the HTTP/2 stream to the backend failed")]
+    Http2(#[source] hyper::Error),
+    /// A request field could not be put in an HTTP/2 header map.
+    #[error(transparent)]
+    Field(#[from] InvalidField),
 }
 
 /// How long an exchange may wait.
@@ -187,6 +198,10 @@ pub struct Upstream {
     generation: AtomicU64,
     idle: Mutex<Vec<Idle>>,
     idle_timeout: Duration,
+    /// The connector speaks HTTP/2: exchanges go to [`Upstream::h2`].
+    http2: AtomicBool,
+    /// The HTTP/2 connections, for a shard that speaks it.
+    h2: h2::Pool,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -194,6 +209,7 @@ impl std::fmt::Debug for Upstream {
         f.debug_struct("Upstream")
             .field("address", &self.connector.load().address())
             .field("idle", &self.idle_count())
+            .field("http2", &self.h2)
             .finish()
     }
 }
@@ -228,10 +244,12 @@ impl Upstream {
     /// The connections `connector` makes, closed after `idle_timeout` idle.
     pub(crate) fn with_connector(connector: Connector, idle_timeout: Duration) -> Self {
         Self {
+            http2: AtomicBool::new(connector.http2()),
             connector: ArcSwap::from_pointee(connector),
             generation: AtomicU64::new(0),
             idle: Mutex::new(Vec::new()),
             idle_timeout,
+            h2: h2::Pool::default(),
         }
     }
 
@@ -244,10 +262,19 @@ impl Upstream {
             // Keeping the old one keeps its pool and its TLS sessions.
             return;
         }
+        let http2 = connector.http2();
         let mut idle = self.idle.lock().expect("idle connections");
         self.connector.store(Arc::new(connector));
+        self.http2.store(http2, Ordering::Relaxed);
         self.generation.fetch_add(1, Ordering::Release);
         idle.clear();
+        drop(idle);
+        self.h2.clear();
+    }
+
+    /// Whether the shard is spoken to in HTTP/2.
+    pub(crate) fn speaks_http2(&self) -> bool {
+        self.http2.load(Ordering::Relaxed)
     }
 
     /// Whether `connection` was made the way the shard is reached now.
@@ -274,6 +301,11 @@ impl Upstream {
         timeouts: Timeouts,
         now: Instant,
     ) -> Result<Response<UpstreamBody>, SendError> {
+        if self.speaks_http2() {
+            // Boxed, so that an HTTP/1.1 exchange's future does not grow
+            // by it.
+            return Box::pin(self.send_http2(request, body, timeouts, now)).await;
+        }
         // A pooled connection that turns out closed when the head is
         // written took nothing; the next one (or a new one) gets the request.
         while let Some(connection) = self.checkout(now) {
@@ -436,7 +468,7 @@ impl Upstream {
             fields: head.fields,
             idle: IdleTimer::with_budget(timeouts.body_idle, timeouts.body_total),
         };
-        if body.state == BodyState::Length(0) {
+        if matches!(body.state, BodyState::Length(0)) {
             body.finish();
         }
         let mut response = Response::new(body);
@@ -631,7 +663,7 @@ fn is_reset(error: &io::Error) -> bool {
 }
 
 /// Where a response body stands.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 enum BodyState {
     /// This many bytes to go.
     Length(u64),
@@ -639,6 +671,8 @@ enum BodyState {
     Chunked(ChunkedDecoder),
     /// Until the backend closes the connection.
     UntilClose,
+    /// An HTTP/2 stream's (the connection is not the body's own).
+    Http2(Box<h2::IncomingStream>),
     /// Read to its end (or failed).
     Done,
 }
@@ -703,6 +737,9 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
         let this = &mut *self;
+        if matches!(this.state, BodyState::Http2(_)) {
+            return this.poll_http2(cx);
+        }
         loop {
             let Some(connection) = this.connection.as_mut() else {
                 return Poll::Ready(None);
@@ -742,6 +779,8 @@ impl Body for UpstreamBody {
                         return Poll::Ready(Some(Ok(Frame::data(read.split().freeze()))));
                     }
                 }
+                // Polled above.
+                BodyState::Http2(_) => return Poll::Ready(None),
             }
             make_room(read);
             let polled = tokio_util::io::poll_read_buf(Pin::new(&mut connection.stream), cx, read);
@@ -754,7 +793,7 @@ impl Body for UpstreamBody {
             }
             this.idle.progressed();
             match ready!(polled) {
-                Ok(0) if this.state == BodyState::UntilClose => {
+                Ok(0) if matches!(this.state, BodyState::UntilClose) => {
                     this.state = BodyState::Done;
                     this.connection = None;
                     return Poll::Ready(None);
@@ -767,13 +806,18 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self.state, BodyState::Done | BodyState::Length(0))
+        match &self.state {
+            BodyState::Done | BodyState::Length(0) => true,
+            BodyState::Http2(stream) => stream.is_end_stream(),
+            _ => false,
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.state {
-            BodyState::Length(left) => SizeHint::with_exact(left),
+        match &self.state {
+            BodyState::Length(left) => SizeHint::with_exact(*left),
             BodyState::Done => SizeHint::with_exact(0),
+            BodyState::Http2(stream) => stream.size_hint(),
             _ => SizeHint::default(),
         }
     }

@@ -1,8 +1,11 @@
 //! What carries a connection to a shard: plain TCP for `http://` shards,
-//! TLS over TCP for `https://` ones. An HTTP/2 connection would be a
-//! further variant of [`Transport`] and [`Connector`], so that the pool,
-//! the health checks and the in-flight accounting stay one copy whatever a
-//! shard speaks.
+//! TLS over TCP for `https://` ones. What is spoken over it (HTTP/1.1, or
+//! HTTP/2 for `h2c` and `h2` shards) is part of the [`Connector`] too, so
+//! that a reload that changes it is a change in how the shard is reached,
+//! and the pool, the health checks and the in-flight accounting stay one
+//! copy whatever a shard speaks. An `h2` shard's handshake offers ALPN
+//! `h2` alone, and a shard that does not choose it is a connection that
+//! could not be made.
 //!
 //! The TLS handshake is part of making a connection: it runs inside
 //! [`Connector::connect`] under the same deadline as the TCP connect, and a
@@ -25,7 +28,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::config::UpstreamTlsSettings;
+use crate::config::{ShardProtocol, UpstreamTlsSettings};
 
 /// One open connection to a shard.
 pub(crate) enum Transport {
@@ -161,6 +164,8 @@ pub(crate) enum Connector {
     Tcp {
         /// `host:port`.
         address: String,
+        /// HTTP/2 with prior knowledge (`h2c`) instead of HTTP/1.1.
+        http2: bool,
     },
     /// TLS over TCP to `host:port`.
     Tls {
@@ -172,6 +177,12 @@ pub(crate) enum Connector {
         /// `[upstream.tls]`: the roots, the client certificate, the
         /// protocol versions.
         settings: UpstreamTlsSettings,
+        /// HTTP/2 negotiated by ALPN (`h2`) instead of HTTP/1.1.
+        http2: bool,
+        /// What the handshake is made with: `settings`' own, or for an
+        /// `h2` shard a copy that offers ALPN `h2` (made once, here, and
+        /// sharing the original's session cache).
+        client: Arc<rustls::ClientConfig>,
     },
     /// The shard's URL names no host (or an `https://` URL came without
     /// TLS settings): nothing can be reached.
@@ -182,16 +193,23 @@ impl fmt::Debug for Connector {
     // The rustls configuration (which holds the client key) stays out.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Connector::Tcp { address } => f.debug_struct("Tcp").field("address", address).finish(),
+            Connector::Tcp { address, http2 } => f
+                .debug_struct("Tcp")
+                .field("address", address)
+                .field("http2", http2)
+                .finish(),
             Connector::Tls {
                 address,
                 server_name,
                 settings,
+                http2,
+                ..
             } => f
                 .debug_struct("Tls")
                 .field("address", address)
                 .field("server_name", server_name)
                 .field("settings", settings)
+                .field("http2", http2)
                 .finish(),
             Connector::Unreachable => f.write_str("Unreachable"),
         }
@@ -209,6 +227,18 @@ impl Connector {
         server_name: Option<&ServerName<'static>>,
         tls: Option<&UpstreamTlsSettings>,
     ) -> Self {
+        Self::for_shard(url, server_name, tls, ShardProtocol::Http1)
+    }
+
+    /// The same, speaking `protocol` (which the configuration has matched
+    /// with the URL's scheme: `h2c` over `http://`, `h2` over `https://`).
+    pub(crate) fn for_shard(
+        url: &http::Uri,
+        server_name: Option<&ServerName<'static>>,
+        tls: Option<&UpstreamTlsSettings>,
+        protocol: ShardProtocol,
+    ) -> Self {
+        let http2 = protocol.is_http2();
         let Some(host) = url.host() else {
             return Connector::Unreachable;
         };
@@ -218,7 +248,7 @@ impl Connector {
             url.port_u16().unwrap_or(if https { 443 } else { 80 })
         );
         if !https {
-            return Connector::Tcp { address };
+            return Connector::Tcp { address, http2 };
         }
         // An IPv6 host is written in brackets in a URL, never in a name.
         let bare = host
@@ -230,11 +260,22 @@ impl Connector {
             None => ServerName::try_from(bare.to_owned()).ok(),
         };
         match (server_name, tls) {
-            (Some(server_name), Some(settings)) => Connector::Tls {
-                address,
-                server_name,
-                settings: settings.clone(),
-            },
+            (Some(server_name), Some(settings)) => {
+                let client = if http2 {
+                    let mut client = (*settings.client).clone();
+                    client.alpn_protocols = vec![ALPN_H2.to_vec()];
+                    Arc::new(client)
+                } else {
+                    Arc::clone(&settings.client)
+                };
+                Connector::Tls {
+                    address,
+                    server_name,
+                    settings: settings.clone(),
+                    http2,
+                    client,
+                }
+            }
             // The configuration checks both; without them there is nobody
             // the gateway could verify, so nothing is reached.
             _ => Connector::Unreachable,
@@ -244,30 +285,51 @@ impl Connector {
     /// Where it connects, for operators (`Debug` of the pool).
     pub(crate) fn address(&self) -> Option<&str> {
         match self {
-            Connector::Tcp { address } | Connector::Tls { address, .. } => Some(address),
+            Connector::Tcp { address, .. } | Connector::Tls { address, .. } => Some(address),
             Connector::Unreachable => None,
         }
     }
 
+    /// Whether connections it makes speak HTTP/2.
+    pub(crate) fn http2(&self) -> bool {
+        match self {
+            Connector::Tcp { http2, .. } | Connector::Tls { http2, .. } => *http2,
+            Connector::Unreachable => false,
+        }
+    }
+
     /// Whether connections made by `other` are as good as this one's: the
-    /// same address, and for TLS the same name and the same roots, client
-    /// certificate and key. A reload keeps a shard's pooled connections only
-    /// then.
+    /// same address and protocol, and for TLS the same name and the same
+    /// roots, client certificate and key. A reload keeps a shard's pooled
+    /// connections only then.
     pub(crate) fn same_as(&self, other: &Connector) -> bool {
         match (self, other) {
-            (Connector::Tcp { address: a }, Connector::Tcp { address: b }) => a == b,
+            (
+                Connector::Tcp {
+                    address: a,
+                    http2: http2_a,
+                },
+                Connector::Tcp {
+                    address: b,
+                    http2: http2_b,
+                },
+            ) => a == b && http2_a == http2_b,
             (
                 Connector::Tls {
                     address: a,
                     server_name: name_a,
                     settings: settings_a,
+                    http2: http2_a,
+                    ..
                 },
                 Connector::Tls {
                     address: b,
                     server_name: name_b,
                     settings: settings_b,
+                    http2: http2_b,
+                    ..
                 },
-            ) => a == b && name_a == name_b && settings_a.same_as(settings_b),
+            ) => a == b && name_a == name_b && http2_a == http2_b && settings_a.same_as(settings_b),
             (Connector::Unreachable, Connector::Unreachable) => true,
             _ => false,
         }
@@ -278,7 +340,7 @@ impl Connector {
     /// that failed).
     pub(crate) async fn connect(&self, deadline: Instant) -> Option<Transport> {
         match self {
-            Connector::Tcp { address } => {
+            Connector::Tcp { address, .. } => {
                 let stream = tokio::time::timeout_at(deadline, tcp(address))
                     .await
                     .ok()??;
@@ -287,12 +349,26 @@ impl Connector {
             Connector::Tls {
                 address,
                 server_name,
-                settings,
+                http2,
+                client,
+                ..
             } => {
                 let handshake = async {
                     let stream = tcp(address).await?;
-                    let connector = TlsConnector::from(Arc::clone(&settings.client));
+                    let connector = TlsConnector::from(Arc::clone(client));
                     match connector.connect(server_name.clone(), stream).await {
+                        // An h2 shard that did not choose h2 would read the
+                        // connection preface as a broken HTTP/1.1 request.
+                        Ok(stream)
+                            if *http2 && stream.get_ref().1.alpn_protocol() != Some(ALPN_H2) =>
+                        {
+                            tracing::warn!(
+                                address,
+                                ?server_name,
+                                "a shard configured as protocol = \"h2\" did not negotiate h2 by ALPN"
+                            );
+                            None
+                        }
                         Ok(stream) => Some(Transport::Tls(Box::new(stream))),
                         Err(error) => {
                             self.tls_failed(&error);
@@ -306,6 +382,9 @@ impl Connector {
         }
     }
 }
+
+/// The ALPN protocol id of HTTP/2 over TLS.
+const ALPN_H2: &[u8] = b"h2";
 
 /// A TCP connection to `address`.
 async fn tcp(address: &str) -> Option<TcpStream> {

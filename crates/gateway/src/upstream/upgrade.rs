@@ -47,6 +47,20 @@ impl Upstream {
         protocol: &[u8],
         timeouts: Timeouts,
     ) -> Result<Response<UpstreamBody>, SendError> {
+        if self.speaks_http2() {
+            // HTTP/2 has no Upgrade (its connection-specific fields never
+            // go out): the shard gets the request as a plain one, and its
+            // answer, never a 101, goes back as any other.
+            let now = Instant::now();
+            return self
+                .send(
+                    request,
+                    crate::upstream::body::AttemptBody::Done,
+                    timeouts,
+                    now,
+                )
+                .await;
+        }
         let deadline = Instant::now() + timeouts.connect;
         let mut connection = self.connect(deadline).await?;
         // A new connection's write buffer is empty.
@@ -102,7 +116,7 @@ impl UpstreamBody {
     /// [`wire::parse_upgrade_response_head`], and nothing of it has been
     /// read: what has arrived is still in the read buffer.)
     pub(crate) fn into_switched(mut self) -> Option<Switched> {
-        if self.state != BodyState::UntilClose {
+        if !matches!(self.state, BodyState::UntilClose) {
             return None;
         }
         let Connection { stream, read, .. } = self.connection.take()?;
