@@ -135,7 +135,9 @@ impl Population {
         match &self.ids {
             Ids::Synthetic(count) => id
                 .strip_prefix("tenant-")
-                .filter(|digits| !digits.starts_with('+') && (digits == &"0" || !digits.starts_with('0')))
+                .filter(|digits| {
+                    !digits.starts_with('+') && (digits == &"0" || !digits.starts_with('0'))
+                })
                 .and_then(|digits| digits.parse::<usize>().ok())
                 .filter(|index| index < count),
             Ids::Listed(ids) => ids.iter().position(|listed| listed == id),

@@ -865,3 +865,63 @@ fn blast_poison_text_and_bad_options() {
     let error = assert_one_line_error(shuffle_shard().args(base).args(["--poison", ""]));
     assert!(error.contains("names no tenant"), "{error}");
 }
+
+#[test]
+fn plan_warns_when_a_whale_override_breaks_the_fully_down_budget() {
+    let base = [
+        "plan",
+        "--shards",
+        "16",
+        "--tenants",
+        "1000",
+        "--max-degraded",
+        "0.3",
+        "--concurrent-failures",
+        "2",
+    ];
+    let (stdout, _) = run_ok(shuffle_shard().args(base).args([
+        "--max-fully-down",
+        "0.001",
+        "--tenant-k",
+        "whale=8",
+    ]));
+    let warning = stdout
+        .lines()
+        .find(|line| line.starts_with("warning: tenant whale (k = 8 by override)"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(warning.contains("routing.poison_after"), "{warning}");
+    let report = run_json(shuffle_shard().args(base).args([
+        "--max-fully-down",
+        "0.001",
+        "--tenant-k",
+        "whale=8",
+    ]));
+    let warnings = report["poison_warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0]["tenant"], "whale");
+    assert_eq!(warnings[0]["tenant_k"], 8);
+    assert_eq!(warnings[0]["k"], report["recommended"]);
+    assert!(warnings[0]["fraction"].as_f64().unwrap() > 0.001);
+
+    // Without the override, or with a budget its poison meets: no warning.
+    let (plain, _) = run_ok(
+        shuffle_shard()
+            .args(base)
+            .args(["--max-fully-down", "0.001"]),
+    );
+    assert!(!plain.contains("warning:"), "{plain}");
+    let (loose, _) = run_ok(shuffle_shard().args(base).args([
+        "--max-fully-down",
+        "0.9",
+        "--tenant-k",
+        "whale=8",
+    ]));
+    assert!(!loose.contains("warning:"), "{loose}");
+    let error = assert_one_line_error(shuffle_shard().args(base).args([
+        "--max-fully-down",
+        "0.001",
+        "--tenant-k",
+        "whale",
+    ]));
+    assert!(error.contains("no '='"), "{error}");
+}
