@@ -78,7 +78,7 @@ pub struct PoisonVerdict {
     pub tenant: String,
     /// Its subset (`cell/id`, sorted).
     pub subset: Vec<String>,
-    /// Poison requests sent, and how many of them got any answer.
+    /// Poison requests sent.
     pub poison_requests: usize,
     /// The statuses the gateway answered to them (none: no answer).
     pub poison_statuses: Vec<Option<u16>>,
@@ -92,7 +92,9 @@ pub struct PoisonVerdict {
     /// Tenants measured fully down (success under 50 %), the poison tenant
     /// excluded.
     pub fully_down: usize,
-    /// Tenants with a crashed member that were not fully down.
+    /// Tenants with a member among the shards measured down that were not
+    /// measured fully down (so it follows from `crashed` and the subsets
+    /// the gateway reports; the load check on them is `degraded_min_success`).
     pub degraded: usize,
     /// Tenants with no crashed member.
     pub unaffected: usize,
