@@ -283,12 +283,7 @@ impl BlastModel {
     /// What failing these shards does.
     pub fn impact(&self, failed: &[ShardIndex]) -> Result<Impact, AnalysisError> {
         let failed = self.failure_set(failed)?;
-        let (fully_down, degraded) =
-            if self.lookup_cost(failed.len()) <= self.distinct_subsets() as u128 {
-                self.counts_by_lookup(&failed)
-            } else {
-                self.counts_by_scan(&failed)
-            };
+        let (fully_down, degraded) = self.counts(&failed);
         Ok(Impact {
             capacity_lost: self.capacity_lost(&failed, degraded),
             failed,
@@ -306,6 +301,21 @@ impl BlastModel {
             .map(|&index| self.lost_share[index as usize])
             .sum();
         lost / degraded as f64
+    }
+
+    /// Fully down and degraded (the fully down included) for a validated,
+    /// sorted failure set, by lookups or by one scan, whichever is cheaper.
+    pub(crate) fn counts(&self, failed: &[ShardIndex]) -> (u64, u64) {
+        if self.lookup_cost(failed.len()) <= self.distinct_subsets() as u128 {
+            self.counts_by_lookup(failed)
+        } else {
+            self.counts_by_scan(failed)
+        }
+    }
+
+    /// The distinct subsets and their counts, for the poison model.
+    pub(crate) fn tables(&self) -> &SubsetTables {
+        &self.tables
     }
 
     /// Lookups needed to answer a failure set of size `f` from the tables.

@@ -9,7 +9,9 @@
 //! - [`BlastModel`]: fully-down and degraded tenants for a failure set, and
 //!   sweeps over every failure set of a size;
 //! - [`overlap`]: the exact distribution of shared shards over all pairs, and
-//!   its closed-form expectation.
+//!   its closed-form expectation;
+//! - [`poison`]: what a poison tenant that crashes its own subset does, with
+//!   and without the gateway's containment, and the worst one.
 //!
 //! The crate is pure: it reads nothing and writes nothing. Progress is
 //! reported through callbacks so front ends can draw bars.
@@ -40,6 +42,7 @@ pub mod overlap;
 mod percentile;
 mod placements;
 pub mod plan;
+pub mod poison;
 mod population;
 mod sample;
 mod tables;

@@ -7,7 +7,9 @@
 //! budget says how much of each the operator accepts; this module only
 //! measures and compares, it never guesses.
 
-use placement::{Algorithm, Fleet, PlacementConfig, PlacementKey, Placer, ShardIndex};
+use placement::{
+    Algorithm, Fleet, PlacementConfig, PlacementKey, Placer, ShardIndex, TenantOverride,
+};
 use serde::Serialize;
 
 use crate::blast::BlastModel;
@@ -77,17 +79,79 @@ pub fn plan(
     budget: Budget,
     progress: &(dyn Fn(u32, u32) + Sync),
 ) -> Result<Plan, AnalysisError> {
+    let placement = PlanPlacement {
+        fleet,
+        key,
+        algorithm,
+        zone_aware,
+        overrides: &[],
+    };
+    plan_with(&placement, population, budget, progress)
+}
+
+/// What a plan places with, besides the candidate `k`: the fleet, key,
+/// algorithm, and the tenants whose `k` is fixed whatever the candidate.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanPlacement<'a> {
+    /// The fleet.
+    pub fleet: &'a Fleet,
+    /// The placement key.
+    pub key: &'a PlacementKey,
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Whether placement spreads subsets over zones.
+    pub zone_aware: bool,
+    /// Per-tenant `k` overrides (`--tenant-k`), applied at every candidate.
+    pub overrides: &'a [(String, u32)],
+}
+
+impl PlanPlacement<'_> {
+    /// The placer for candidate `k`, overrides included.
+    fn placer(&self, k: u32) -> Result<Placer, AnalysisError> {
+        let config = PlacementConfig {
+            algorithm: self.algorithm,
+            k,
+            zone_aware: self.zone_aware,
+        };
+        let mut placer = Placer::new(self.fleet.clone(), self.key, config)?;
+        for (tenant, k) in self.overrides {
+            placer.set_override(tenant.clone(), TenantOverride::K(*k))?;
+        }
+        Ok(placer)
+    }
+}
+
+/// A tenant override whose poison alone breaks the fully-down budget.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoisonWarning {
+    /// The overridden tenant.
+    pub tenant: String,
+    /// Its own `k`.
+    pub tenant_k: u32,
+    /// The candidate `k` of everyone else the figures are for.
+    pub k: u32,
+    /// Other tenants its poison fully downs when its whole subset crashes.
+    pub others_fully_down: u64,
+    /// Their share of all tenants.
+    pub fraction: f64,
+    /// One sentence saying so, and what to do.
+    pub message: String,
+}
+
+/// [`plan`] with per-tenant overrides applied to every candidate `k`.
+pub fn plan_with(
+    placement: &PlanPlacement<'_>,
+    population: &Population,
+    budget: Budget,
+    progress: &(dyn Fn(u32, u32) + Sync),
+) -> Result<Plan, AnalysisError> {
+    let fleet = placement.fleet;
     check_failures(budget.concurrent_failures, fleet.len())?;
     let max_k = (fleet.len() as u32).min(MAX_PLAN_K);
     let tenants = population.len().max(1) as f64;
     let mut rows = Vec::new();
     for k in 1..=max_k {
-        let config = PlacementConfig {
-            algorithm,
-            k,
-            zone_aware,
-        };
-        let placer = Placer::new(fleet.clone(), key, config)?;
+        let placer = placement.placer(k)?;
         let placements = Placements::compute(&placer, population);
         let model = BlastModel::new(&placements)?;
         let worst = model.worst_fully_down(budget.concurrent_failures, SEARCH_BUDGET)?;
@@ -115,6 +179,53 @@ pub fn plan(
         recommended,
         verdict,
     })
+}
+
+/// The overridden tenants whose poison (the whole subset crashed, as with
+/// no containment in the gateway) fully downs more other tenants than the
+/// fully-down budget allows, when everyone else has `k`.
+///
+/// A poison tenant's crashed set is its own subset, chosen by placement,
+/// so a tenant with a large override takes down every tenant whose smaller
+/// subset sits inside it, whatever the failure budget assumed. The tenant
+/// itself is not counted against the budget.
+pub fn poison_warnings(
+    placement: &PlanPlacement<'_>,
+    population: &Population,
+    budget: Budget,
+    k: u32,
+) -> Result<Vec<PoisonWarning>, AnalysisError> {
+    if placement.overrides.is_empty() {
+        return Ok(Vec::new());
+    }
+    let placer = placement.placer(k)?;
+    let placements = Placements::compute(&placer, population);
+    let model = BlastModel::new(&placements)?;
+    let tenants = population.len().max(1) as f64;
+    let mut warnings = Vec::new();
+    for (tenant, tenant_k) in placement.overrides {
+        let subset = placer.subset(tenant);
+        let figure = model.poison(&subset, None)?;
+        let itself = population.position(tenant).is_some() && figure.downs_itself(subset.len());
+        let others = figure.fully_down - u64::from(itself);
+        let fraction = others as f64 / tenants;
+        if fraction > budget.max_fully_down {
+            warnings.push(PoisonWarning {
+                message: format!(
+                    "tenant {tenant} (k = {tenant_k} by override): if its requests crash shards, its {} shards fully down {others} other tenants ({:.3}%) at k = {k}, above the {:.3}% fully-down budget; lower its k, give it dedicated shards, or contain it in the gateway (routing.poison_after).",
+                    subset.len(),
+                    fraction * 100.0,
+                    budget.max_fully_down * 100.0
+                ),
+                tenant: tenant.clone(),
+                tenant_k: *tenant_k,
+                k,
+                others_fully_down: others,
+                fraction,
+            });
+        }
+    }
+    Ok(warnings)
 }
 
 fn verdict(rows: &[PlanRow], budget: Budget, recommended: Option<u32>) -> String {
@@ -158,5 +269,72 @@ fn verdict(rows: &[PlanRow], budget: Budget, recommended: Option<u32>) -> String
         (Some(&largest_degraded_ok), Some(&smallest_down_ok)) => format!(
             "The budgets conflict: the fully-down budget needs k ≥ {smallest_down_ok}, the degraded budget allows k ≤ {largest_degraded_ok}; add shards or relax one of them."
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whale_override_warns_when_its_poison_breaks_the_budget() {
+        let fleet = Fleet::uniform(16).unwrap();
+        let key = PlacementKey::recipe_default();
+        let overrides = [("whale".to_owned(), 8)];
+        let placement = PlanPlacement {
+            fleet: &fleet,
+            key: &key,
+            algorithm: Algorithm::HmacModulo,
+            zone_aware: false,
+            overrides: &overrides,
+        };
+        let population = Population::synthetic(2000);
+        let budget = Budget {
+            max_degraded: 1.0,
+            max_fully_down: 0.001,
+            concurrent_failures: 2,
+        };
+        let warnings = poison_warnings(&placement, &population, budget, 2).unwrap();
+        assert_eq!(warnings.len(), 1);
+        let warning = &warnings[0];
+        // The reference: tenants whose pair lies inside the whale's eight.
+        let placer = placement.placer(2).unwrap();
+        let whale = placer.subset("whale");
+        let inside = (0..2000)
+            .filter(|t| {
+                placer
+                    .subset(&format!("tenant-{t}"))
+                    .iter()
+                    .all(|s| whale.contains(s))
+            })
+            .count() as u64;
+        assert_eq!(warning.others_fully_down, inside);
+        assert!(inside > 2, "C(8,2)/C(16,2) of 2000 tenants is about 467");
+        assert!(warning.message.contains("tenant whale (k = 8 by override)"));
+        assert!(warning.message.contains("routing.poison_after"));
+
+        // A budget its poison meets, or no override at all: no warning.
+        let loose = Budget {
+            max_fully_down: 0.5,
+            ..budget
+        };
+        assert!(
+            poison_warnings(&placement, &population, loose, 2)
+                .unwrap()
+                .is_empty()
+        );
+        let none = PlanPlacement {
+            overrides: &[],
+            ..placement
+        };
+        assert!(
+            poison_warnings(&none, &population, budget, 2)
+                .unwrap()
+                .is_empty()
+        );
+
+        // The rows place the whale with its own k at every candidate.
+        let plan = plan_with(&placement, &population, budget, &|_, _| {}).unwrap();
+        assert_eq!(plan.rows.len(), 8);
     }
 }

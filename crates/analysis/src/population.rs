@@ -128,6 +128,22 @@ impl Population {
         }
     }
 
+    /// The index of the tenant with this id, if it is in the population:
+    /// `tenant-N` for a synthetic one, a scan of the ids for a listed one
+    /// (asked once per named tenant, so no index is kept).
+    pub fn position(&self, id: &str) -> Option<usize> {
+        match &self.ids {
+            Ids::Synthetic(count) => id
+                .strip_prefix("tenant-")
+                .filter(|digits| {
+                    !digits.starts_with('+') && (digits == &"0" || !digits.starts_with('0'))
+                })
+                .and_then(|digits| digits.parse::<usize>().ok())
+                .filter(|index| index < count),
+            Ids::Listed(ids) => ids.iter().position(|listed| listed == id),
+        }
+    }
+
     /// The weights, if the population is weighted.
     pub fn weights(&self) -> Option<&[f64]> {
         self.weights.as_deref()
@@ -189,5 +205,12 @@ mod tests {
         let population = Population::synthetic(3);
         assert_eq!(population.id(2), "tenant-2");
         assert_eq!(population.len(), 3);
+        assert_eq!(population.position("tenant-2"), Some(2));
+        for absent in ["tenant-3", "tenant-02", "tenant-+1", "tenant-", "acme"] {
+            assert_eq!(population.position(absent), None, "{absent}");
+        }
+        let listed = Population::parse("acme\nglobex\n").unwrap();
+        assert_eq!(listed.position("globex"), Some(1));
+        assert_eq!(listed.position("tenant-0"), None);
     }
 }

@@ -105,6 +105,11 @@ impl Table {
             .map(|at| &self.rows[at])
     }
 
+    /// Where the row with `key` sits in [`rows`](Self::rows), if present.
+    pub(crate) fn position(&self, key: u128) -> Option<usize> {
+        self.rows.binary_search_by_key(&key, Row::key).ok()
+    }
+
     pub(crate) fn rows(&self) -> &[Row] {
         &self.rows
     }

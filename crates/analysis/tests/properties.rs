@@ -224,3 +224,44 @@ fn measured_overlap_is_near_the_closed_form() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// `blast --poison` and `--poison-sweep`, with and without containment,
+    /// against the reference's loops over tenants and over every choice of
+    /// crashed members, on populations with per-tenant k.
+    #[test]
+    fn poison_matches_reference((n, subsets) in population(), crashes in proptest::option::of(0usize..5), top in 1usize..8) {
+        let placements = Placements::from_subsets(n as usize, &subsets);
+        let model = BlastModel::new(&placements).unwrap();
+        let mut expected: Vec<(u64, u64, usize)> = Vec::new();
+        for (t, subset) in subsets.iter().enumerate() {
+            let figure = model.poison(subset, crashes).unwrap();
+            let want = reference::poison(&subsets, subset, crashes);
+            prop_assert!(figure.exact);
+            prop_assert_eq!((figure.fully_down, figure.degraded), want, "tenant {}", t);
+            // The crashed set is a choice of the tenant's own members that
+            // does what the figure says.
+            let crashed: BTreeSet<u32> = figure.crashed.iter().copied().collect();
+            prop_assert!(crashed.iter().all(|s| subset.contains(s)));
+            let allowed = crashes.filter(|&a| a > 0).unwrap_or(subset.len()).min(subset.len());
+            prop_assert_eq!(crashed.len(), allowed);
+            prop_assert_eq!(reference::fully_down(&subsets, &crashed), figure.fully_down);
+            expected.push((want.0, want.1, t));
+        }
+        expected.sort_by_key(|&(down, degraded, t)| (std::cmp::Reverse(down), std::cmp::Reverse(degraded), t));
+        let sweep = analysis::poison::sweep(&model, &placements, crashes, top);
+        let got: Vec<(u64, u64, usize)> = sweep.worst.iter().map(|r| (r.figure.fully_down, r.figure.degraded, r.tenant)).collect();
+        prop_assert_eq!(&got[..], &expected[..top.min(expected.len())]);
+        for ranked in &sweep.worst {
+            let inside = u64::from(ranked.figure.crashed.len() == ranked.subset.len());
+            prop_assert_eq!(ranked.others_fully_down, ranked.figure.fully_down - inside);
+        }
+        let downing = subsets.iter().filter(|subset| {
+            let figure = model.poison(subset, crashes).unwrap();
+            figure.fully_down > u64::from(figure.crashed.len() == subset.len())
+        }).count() as u64;
+        prop_assert_eq!(sweep.downing_others, downing);
+    }
+}

@@ -107,3 +107,25 @@ pub fn wave_exposure(subsets: &[Vec<u32>], wave_of: &[usize], wave: usize) -> (u
         .count() as u64;
     (fully, touched)
 }
+
+/// A poison tenant with subset `poison` crashing `crashes` of its members
+/// (all when `None`): the worst (fully down, degraded-not-down) over every
+/// choice, by fully down then degraded.
+pub fn poison(subsets: &[Vec<u32>], poison: &[u32], crashes: Option<usize>) -> (u64, u64) {
+    let size = crashes
+        .filter(|&a| a > 0)
+        .unwrap_or(poison.len())
+        .min(poison.len());
+    let mut worst = (0, 0);
+    let mut first = true;
+    for choice in all_sets(poison.len() as u32, size) {
+        let crashed: BTreeSet<u32> = choice.iter().map(|&i| poison[i as usize]).collect();
+        let down = fully_down(subsets, &crashed);
+        let figure = (down, degraded(subsets, &crashed) - down);
+        if first || figure > worst {
+            worst = figure;
+            first = false;
+        }
+    }
+    worst
+}

@@ -8,6 +8,9 @@
 //!   `health-stall`, `trickle:100`): `204`, or `400` naming the bad mode and
 //!   the valid ones.
 //! - `GET /mode`: `200` with the current mode in that spelling.
+//! - `GET /crashes`: `200` with how many times the poison marker crashed
+//!   the shard (`crash-on-poison`), as a decimal number: how a drill tells
+//!   which shards a poison tenant took down, even after they came back.
 
 use std::convert::Infallible;
 
@@ -53,10 +56,13 @@ async fn answer(
     switch: ModeSwitch,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    if request.uri().path() == "/crashes" && request.method() == Method::GET {
+        return Ok(text(StatusCode::OK, switch.crashes().to_string()));
+    }
     if request.uri().path() != "/mode" {
         return Ok(text(
             StatusCode::NOT_FOUND,
-            "the control API serves /mode only\n",
+            "the control API serves /mode and GET /crashes only\n",
         ));
     }
     match *request.method() {

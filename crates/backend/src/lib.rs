@@ -33,7 +33,7 @@ pub mod control;
 mod mode;
 mod raw;
 
-pub use mode::{MODE_SYNTAX, Mode, ParseModeError};
+pub use mode::{DEFAULT_CRASH, MODE_SYNTAX, Mode, POISON_HEADER, ParseModeError};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -51,7 +51,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio::task::JoinHandle;
 
 /// Whether a backend keeps what it sees of each request.
@@ -101,6 +101,11 @@ struct Shared {
     recording: Recording,
     seen: Mutex<Vec<Seen>>,
     requests: AtomicU64,
+    /// Crashes caused by the poison marker so far.
+    crashes: AtomicU64,
+    /// Raised by a handler that saw the poison marker; the supervisor
+    /// carries the crash out, as it owns the listener and the connections.
+    crash: Notify,
 }
 
 impl Shared {
@@ -141,6 +146,11 @@ impl ModeSwitch {
     /// The current mode.
     pub fn get(&self) -> Mode {
         self.shared.mode()
+    }
+
+    /// How many times the poison marker crashed the backend.
+    pub fn crashes(&self) -> u64 {
+        self.shared.crashes.load(Ordering::Relaxed)
     }
 
     /// Switches behaviour, as [`Backend::set_mode`] does.
@@ -189,6 +199,8 @@ impl Backend {
             recording,
             seen: Mutex::new(Vec::new()),
             requests: AtomicU64::new(0),
+            crashes: AtomicU64::new(0),
+            crash: Notify::new(),
         });
         let task = tokio::spawn(supervise(listener, addr, Arc::clone(&shared), mode_rx));
         Ok(Self {
@@ -251,6 +263,12 @@ impl Backend {
         self.shared.requests.load(Ordering::Relaxed)
     }
 
+    /// How many times the poison marker crashed this backend
+    /// ([`Mode::CrashOnPoison`]).
+    pub fn crashes(&self) -> u64 {
+        self.shared.crashes.load(Ordering::Relaxed)
+    }
+
     /// Every non-health request seen so far; always empty when started
     /// with [`Recording::Off`].
     pub fn seen(&self) -> Vec<Seen> {
@@ -303,6 +321,17 @@ async fn supervise(
                 _ => std::future::pending::<()>().await,
             }
         };
+        let crash_for = match &current {
+            Mode::CrashOnPoison(down) => Some(*down),
+            _ => None,
+        };
+        let poisoned = async {
+            match crash_for {
+                Some(_) => shared.crash.notified().await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let mut crashed = false;
         tokio::select! {
             () = accept_loop(listener.as_ref(), &shared, &stop) => {}
             changed = mode.changed() => {
@@ -311,6 +340,24 @@ async fn supervise(
                 }
             }
             () = flap_timer => flap_up = !flap_up,
+            () = poisoned => crashed = true,
+        }
+        if let (true, Some(down)) = (crashed, crash_for) {
+            // A crash: every connection goes (the poison request's with
+            // them, unanswered), the port refuses for `down`, then the top
+            // of the loop binds it again. A mode switch meanwhile ends the
+            // crash early, so a drill can heal a crashed shard at once.
+            let _ = stop.send(());
+            listener = None;
+            tokio::select! {
+                () = tokio::time::sleep(down) => {}
+                changed = mode.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+            continue;
         }
         let next = mode.borrow().clone();
         // A shard that stops listening also drops the connections it has,
@@ -427,6 +474,13 @@ async fn handle(
         std::future::pending::<()>().await;
     }
     match mode {
+        Mode::CrashOnPoison(_) if !is_health && parts.headers.contains_key(POISON_HEADER) => {
+            shared.crashes.fetch_add(1, Ordering::Relaxed);
+            shared.crash.notify_one();
+            // The supervisor drops this connection with the others; a
+            // crashed process answers nothing.
+            std::future::pending::<()>().await;
+        }
         Mode::Blackhole => std::future::pending::<()>().await,
         Mode::Slow(delay) => tokio::time::sleep(delay).await,
         Mode::Errors { status, rate } if fastrand::f64() < rate => {

@@ -59,12 +59,25 @@ pub enum Mode {
     /// Accepts connections and never reads from them nor answers, holding
     /// them open.
     Unread,
+    /// Data path: healthy, until a request carries the poison marker
+    /// ([`POISON_HEADER`]); then the shard crashes as a process would: it
+    /// drops every open connection (that request's included, unanswered)
+    /// and refuses new ones for this long, then comes back.
+    CrashOnPoison(Duration),
 }
+
+/// The request header that crashes a shard in [`Mode::CrashOnPoison`]
+/// (with any value, e.g. `x-poison: 1`). Outside the gateway's
+/// `x-shuffle-` namespace, so the gateway forwards it like any other.
+pub const POISON_HEADER: &str = "x-poison";
+
+/// How long a `crash-on-poison` shard stays down when no period is given.
+pub const DEFAULT_CRASH: Duration = Duration::from_millis(1000);
 
 /// Every mode's spelling, for help texts and error messages.
 pub const MODE_SYNTAX: &str = "healthy, killed, blackhole, slow:MS, errors:STATUS:RATE, \
 flapping:MS, reset, stall-body, trickle:MS, close-after-head, health-no-head, health-stall, \
-health-trickle:MS, health-huge:BYTES, health-garbage, unread";
+health-trickle:MS, health-huge:BYTES, health-garbage, unread, crash-on-poison[:MS]";
 
 impl Mode {
     /// Whether hyper cannot act this mode out, so connections are served by
@@ -197,6 +210,8 @@ impl FromStr for Mode {
             }
             ["health-garbage"] => Self::HealthGarbage,
             ["unread"] => Self::Unread,
+            ["crash-on-poison"] => Self::CrashOnPoison(DEFAULT_CRASH),
+            ["crash-on-poison", ms] => Self::CrashOnPoison(period(ms)?),
             _ => return Err(ParseModeError::Unknown { text: owned() }),
         };
         Ok(mode)
@@ -224,6 +239,7 @@ impl fmt::Display for Mode {
             Self::HealthHuge(bytes) => write!(f, "health-huge:{bytes}"),
             Self::HealthGarbage => f.write_str("health-garbage"),
             Self::Unread => f.write_str("unread"),
+            Self::CrashOnPoison(down) => write!(f, "crash-on-poison:{}", down.as_millis()),
         }
     }
 }
@@ -264,6 +280,8 @@ mod tests {
             Mode::HealthHuge(10_000_000),
             Mode::HealthGarbage,
             Mode::Unread,
+            Mode::CrashOnPoison(ms(1)),
+            Mode::CrashOnPoison(ms(2500)),
         ];
         for mode in modes {
             let text = mode.to_string();
@@ -290,6 +308,9 @@ mod tests {
             ("health-huge:-1", "Bytes"),
             ("errors:99:0.5", "Status"),
             ("errors:503:2", "Rate"),
+            ("crash-on-poison:0", "ZeroPeriod"),
+            ("crash-on-poison:x", "Millis"),
+            ("crash-on-poison:1:2", "Unknown"),
         ];
         for (text, variant) in cases {
             let error = text.parse::<Mode>().unwrap_err();
@@ -299,6 +320,10 @@ mod tests {
             );
             assert!(error.to_string().contains(text), "{error}");
         }
+        assert_eq!(
+            "crash-on-poison".parse::<Mode>(),
+            Ok(Mode::CrashOnPoison(DEFAULT_CRASH))
+        );
         let unknown = "sick".parse::<Mode>().unwrap_err().to_string();
         assert!(unknown.contains("health-stall"), "{unknown}");
     }

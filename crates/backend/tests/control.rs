@@ -124,3 +124,34 @@ async fn the_control_api_stops_with_its_backend() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(TcpStream::connect(control).await.is_err());
 }
+
+#[tokio::test]
+async fn crashes_counts_what_the_poison_marker_did() {
+    let (backend, control) = shard_with_control().await;
+    assert_eq!(
+        call(control, "GET", "/crashes", "").await,
+        (200, "0".into())
+    );
+    assert_eq!(
+        call(control, "PUT", "/mode", "crash-on-poison:50").await.0,
+        204
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut poison = TcpStream::connect(backend.addr()).await.unwrap();
+    poison
+        .write_all(b"GET / HTTP/1.1\r\nhost: s\r\nx-poison: 1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), poison.read_to_end(&mut rest)).await;
+    assert!(rest.is_empty(), "a crashed shard answers nothing");
+    // The control API stays up through the crash and counts it.
+    assert_eq!(
+        call(control, "GET", "/crashes", "").await,
+        (200, "1".into())
+    );
+    assert_eq!(
+        call(control, "GET", "/mode", "").await,
+        (200, "crash-on-poison:50".into())
+    );
+}

@@ -305,3 +305,77 @@ async fn switching_between_hyper_modes_keeps_connections() {
     pooled.write_all(&get("/y")).await.unwrap();
     assert_eq!(healthy_answer(&mut pooled).await["path"], "/y");
 }
+
+#[tokio::test]
+async fn crash_on_poison_drops_every_connection_refuses_then_comes_back() {
+    let backend = backend_in("crash-on-poison:600".parse().unwrap()).await;
+    // Healthy until the marker: data and health, on a connection kept open.
+    health_is_healthy(&backend).await;
+    let mut bystander = connect(&backend).await;
+    bystander.write_all(&get("/x?q=1")).await.unwrap();
+    healthy_answer(&mut bystander).await;
+    assert_eq!(backend.crashes(), 0);
+
+    let mut poison = connect(&backend).await;
+    poison
+        .write_all(b"GET /x HTTP/1.1\r\nhost: shard\r\nx-poison: 1\r\n\r\n")
+        .await
+        .unwrap();
+    // The poison request gets no answer, and both connections go.
+    assert!(
+        closed(&mut poison).await,
+        "the poison connection is dropped"
+    );
+    assert!(
+        closed(&mut bystander).await,
+        "every open connection is dropped"
+    );
+    assert_eq!(backend.crashes(), 1);
+    // New connections are refused while it is down...
+    assert!(
+        TcpStream::connect(backend.addr()).await.is_err(),
+        "refused while crashed"
+    );
+    // ...and it comes back on its own, still in the same mode.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    data_is_healthy(&backend).await;
+    assert_eq!(
+        backend.mode(),
+        Mode::CrashOnPoison(Duration::from_millis(600))
+    );
+}
+
+#[tokio::test]
+async fn the_poison_marker_is_harmless_in_other_modes_and_on_the_health_path() {
+    let backend = backend_in(Mode::Healthy).await;
+    let mut stream = connect(&backend).await;
+    stream
+        .write_all(b"GET /x HTTP/1.1\r\nhost: shard\r\nx-poison: 1\r\n\r\n")
+        .await
+        .unwrap();
+    healthy_answer(&mut stream).await;
+    backend.set_mode("crash-on-poison:600".parse().unwrap());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut health = connect(&backend).await;
+    health
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: shard\r\nx-poison: 1\r\n\r\n")
+        .await
+        .unwrap();
+    healthy_answer(&mut health).await;
+    assert_eq!(backend.crashes(), 0);
+}
+
+#[tokio::test]
+async fn healing_a_crashed_shard_brings_it_back_at_once() {
+    let backend = backend_in("crash-on-poison:60000".parse().unwrap()).await;
+    let mut poison = connect(&backend).await;
+    poison
+        .write_all(b"GET /x HTTP/1.1\r\nhost: shard\r\nX-Poison: yes\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(closed(&mut poison).await);
+    assert!(TcpStream::connect(backend.addr()).await.is_err());
+    backend.set_mode(Mode::Healthy);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    data_is_healthy(&backend).await;
+}

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use analysis::load::{self, FailoverLoad, LoadReport};
 use analysis::overlap::{self, Overlap};
+use analysis::poison::{self, PoisonFigure, PoisonSweep};
 use analysis::waves::{self, WaveExposure, Waves};
 use analysis::{AnalysisError, BlastModel, Impact, Population, Sweep, SweepFigure, binomial};
 use anyhow::{Context, Result, anyhow, bail};
@@ -54,6 +55,8 @@ Examples:
   shuffle-shard blast --zones a:8,b:8,c:8 --k 3 --tenants 5000 --zone-outage --json
   shuffle-shard blast --shards 32 --k 4 --tenants-file tenants.tsv --capacity 50
   shuffle-shard blast --shards 12 --k 2 --tenants 1000 --waves waves.txt
+  shuffle-shard blast --shards 32 --k 2 --tenant-k whale=8 --tenants-file tenants.txt --poison whale --poison-after 2
+  shuffle-shard blast --shards 64 --k 3 --tenants 1000000 --poison-sweep
 
 A waves file (--waves) assigns every shard to one deployment wave: one \
 `SHARD_ID WAVE` line per shard, e.g. `7 wave-2`; blank lines and lines \
@@ -65,7 +68,16 @@ least one).
 A tenants file holds one id per line, optionally followed by a TAB and the \
 tenant's weight (its traffic share); with weights the report adds per-shard \
 load, the hottest survivor of every single-shard failure, shards over \
---capacity and the tenants that dominate the hottest shard.";
+--capacity and the tenants that dominate the hottest shard.
+
+A poison tenant (--poison, --poison-sweep) sends requests that crash the \
+shard serving them; without containment every member of its subset crashes \
+in turn. Fully down: tenants whose subset lies inside the crashed shards \
+(the poison tenant included when it is in the population); degraded: \
+tenants sharing a crashed shard, not fully down. --poison-after A models the \
+gateway's containment (routing.poison_after): at most A members crash, which \
+ones cannot be known in advance, so the report gives the worst choice (exact \
+up to 4096 choices per subset, an upper bound beyond, and it says so).";
 
 /// Arguments of `shuffle-shard blast`.
 #[derive(Debug, Args)]
@@ -106,6 +118,26 @@ pub struct BlastArgs {
     /// `SHARD_ID WAVE` line per shard
     #[arg(long, value_name = "FILE")]
     waves: Option<PathBuf>,
+
+    /// The blast radius of TENANT as a poison tenant whose whole subset
+    /// crashes (repeatable); it need not be in the population
+    #[arg(long, value_name = "TENANT")]
+    poison: Vec<String>,
+
+    /// Rank every tenant of the population as a poison tenant and list the
+    /// worst (by fully down, then degraded)
+    #[arg(long)]
+    poison_sweep: bool,
+
+    /// How many of the worst poison tenants --poison-sweep lists
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    poison_top: usize,
+
+    /// Also model the gateway's poison containment: at most A members of a
+    /// poison tenant's subset crash (the worst choice of them); 0 means no
+    /// containment, as in the gateway
+    #[arg(long, value_name = "A")]
+    poison_after: Option<usize>,
 
     /// Print one JSON document instead of tables
     #[arg(long)]
@@ -148,6 +180,7 @@ pub fn run(args: BlastArgs) -> Result<()> {
         }));
     }
     let capacity = check_capacity(args.capacity, &population)?;
+    check_poison(&args)?;
     let deploy_waves = args
         .waves
         .as_deref()
@@ -189,6 +222,33 @@ pub fn run(args: BlastArgs) -> Result<()> {
         .map(WaveJson::from)
         .collect()
     });
+    let poison = args
+        .poison
+        .iter()
+        .map(|tenant| {
+            let subset = placer.subset(tenant);
+            let in_population = population.position(tenant).is_some();
+            let uncontained = model.poison(&subset, None)?;
+            let contained = args
+                .poison_after
+                .map(|after| model.poison(&subset, Some(after)))
+                .transpose()?;
+            Ok(PoisonJson::new(
+                tenant.clone(),
+                in_population,
+                subset,
+                uncontained,
+                contained,
+                &fraction,
+            ))
+        })
+        .collect::<Result<Vec<_>, AnalysisError>>()?;
+    let poison_sweep = args.poison_sweep.then(|| {
+        let sweep = with_progress("ranking every tenant as a poison tenant", |_| {
+            poison::sweep(&model, &placements, args.poison_after, args.poison_top)
+        });
+        PoisonSweepJson::new(sweep, &population, &fraction)
+    });
     let load = population.weights().is_some().then(|| {
         LoadJson::new(
             load::load(&placements, &population, capacity, TOP_TENANTS),
@@ -206,6 +266,9 @@ pub fn run(args: BlastArgs) -> Result<()> {
         sweep,
         waves,
         load,
+        poison_after: args.poison_after,
+        poison,
+        poison_sweep,
     };
     print_note(key_note);
     let _flow = print_answer(args.json, &report, |report| render(report, fleet))?;
@@ -274,6 +337,25 @@ pub fn read_waves(path: &Path, fleet: &Fleet) -> Result<Waves> {
     Waves::parse(&text, fleet).with_context(|| format!("--waves {}", path.display()))
 }
 
+/// Checks the poison options before any work: `--poison-after` and
+/// `--poison-top` only mean something with a poison question, and a sweep
+/// that lists nobody answers nothing.
+fn check_poison(args: &BlastArgs) -> Result<()> {
+    let asked = !args.poison.is_empty() || args.poison_sweep;
+    if args.poison_after.is_some() && !asked {
+        bail!(
+            "--poison-after models containment of a poison tenant; add --poison TENANT or --poison-sweep"
+        );
+    }
+    if args.poison_sweep && args.poison_top == 0 {
+        bail!("--poison-top 0 would list no poison tenant; pass --poison-top 1 or more");
+    }
+    if let Some(empty) = args.poison.iter().find(|tenant| tenant.is_empty()) {
+        bail!("--poison {empty:?} names no tenant; give a tenant id, e.g. --poison acme");
+    }
+    Ok(())
+}
+
 /// Checks `--capacity`: a positive number, and only with weights, since
 /// without them there is no load to compare it with.
 fn check_capacity(capacity: Option<f64>, population: &Population) -> Result<Option<f64>> {
@@ -309,6 +391,147 @@ struct Report {
     /// Per-wave exposure, for `--waves`; `null` otherwise.
     waves: Option<Vec<WaveJson>>,
     load: Option<LoadJson>,
+    /// The `--poison-after` given, if any (text only: each entry carries
+    /// its contained figure).
+    #[serde(skip)]
+    poison_after: Option<usize>,
+    /// One entry per `--poison` tenant; empty without `--poison`.
+    poison: Vec<PoisonJson>,
+    /// The worst poison tenants, for `--poison-sweep`; `null` otherwise.
+    poison_sweep: Option<PoisonSweepJson>,
+}
+
+/// What one poison tenant does: its whole subset crashed, and (with
+/// `--poison-after`) the worst contained case.
+#[derive(Serialize)]
+struct PoisonJson {
+    tenant: String,
+    /// Whether the tenant is in the analysed population (if not, it is not
+    /// among its own fully down).
+    in_population: bool,
+    /// Its subset size.
+    k: usize,
+    /// Its shards (indices, ascending).
+    subset: Vec<ShardIndex>,
+    uncontained: PoisonFigureJson,
+    /// With `--poison-after`; `null` otherwise.
+    contained: Option<PoisonFigureJson>,
+}
+
+#[derive(Serialize)]
+struct PoisonFigureJson {
+    /// The crashed shards (indices); empty when the figures are bounds.
+    crashed: Vec<ShardIndex>,
+    /// Tenants whose subset lies inside the crashed shards.
+    fully_down: Count,
+    /// The same without the poison tenant itself.
+    others_fully_down: u64,
+    /// Tenants sharing a crashed shard, not fully down.
+    degraded: Count,
+    /// False when the figures are upper bounds (too many choices of
+    /// crashed members to enumerate).
+    exact: bool,
+}
+
+impl PoisonFigureJson {
+    fn new(
+        figure: PoisonFigure,
+        in_population: bool,
+        k: usize,
+        fraction: &dyn Fn(u64) -> f64,
+    ) -> Self {
+        let itself = u64::from(in_population && figure.downs_itself(k));
+        Self {
+            fully_down: Count {
+                count: figure.fully_down,
+                fraction: fraction(figure.fully_down),
+            },
+            others_fully_down: figure.fully_down - itself,
+            degraded: Count {
+                count: figure.degraded,
+                fraction: fraction(figure.degraded),
+            },
+            exact: figure.exact,
+            crashed: figure.crashed,
+        }
+    }
+}
+
+impl PoisonJson {
+    fn new(
+        tenant: String,
+        in_population: bool,
+        subset: Vec<ShardIndex>,
+        uncontained: PoisonFigure,
+        contained: Option<PoisonFigure>,
+        fraction: &dyn Fn(u64) -> f64,
+    ) -> Self {
+        let mut subset = subset;
+        subset.sort_unstable();
+        let k = subset.len();
+        Self {
+            tenant,
+            in_population,
+            k,
+            subset,
+            uncontained: PoisonFigureJson::new(uncontained, in_population, k, fraction),
+            contained: contained.map(|f| PoisonFigureJson::new(f, in_population, k, fraction)),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct PoisonSweepJson {
+    /// The containment the ranking assumes (`null`: none).
+    poison_after: Option<usize>,
+    tenants: u64,
+    distinct_subsets: usize,
+    /// Tenants whose poison fully downs at least one other tenant.
+    downing_others: Count,
+    /// Whether every figure is exact.
+    exact: bool,
+    /// The worst poison tenants, worst first; each figure is the ranked
+    /// one (contained with `--poison-after`, else uncontained).
+    worst: Vec<RankedJson>,
+}
+
+#[derive(Serialize)]
+struct RankedJson {
+    tenant: String,
+    k: usize,
+    subset: Vec<ShardIndex>,
+    #[serde(flatten)]
+    figure: PoisonFigureJson,
+}
+
+impl PoisonSweepJson {
+    fn new(sweep: PoisonSweep, population: &Population, fraction: &dyn Fn(u64) -> f64) -> Self {
+        Self {
+            poison_after: sweep.poison_after,
+            tenants: sweep.tenants,
+            distinct_subsets: sweep.distinct_subsets,
+            downing_others: Count {
+                count: sweep.downing_others,
+                fraction: fraction(sweep.downing_others),
+            },
+            exact: sweep.exact,
+            worst: sweep
+                .worst
+                .into_iter()
+                .map(|ranked| RankedJson {
+                    tenant: population.id(ranked.tenant).into_owned(),
+                    k: ranked.subset.len(),
+                    figure: PoisonFigureJson::new(
+                        ranked.figure,
+                        true,
+                        ranked.subset.len(),
+                        fraction,
+                    ),
+                    subset: ranked.subset,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -600,9 +823,20 @@ fn render(report: &Report, fleet: &Fleet) -> String {
     if let Some(load) = &report.load {
         render_load(&mut out, load, fleet);
     }
-    if report.scenarios.is_empty() && report.sweep.is_none() && report.waves.is_none() {
+    if !report.poison.is_empty() {
+        render_poison(&mut out, &report.poison, report.poison_after, fleet);
+    }
+    if let Some(sweep) = &report.poison_sweep {
+        render_poison_sweep(&mut out, sweep, fleet);
+    }
+    if report.scenarios.is_empty()
+        && report.sweep.is_none()
+        && report.waves.is_none()
+        && report.poison.is_empty()
+        && report.poison_sweep.is_none()
+    {
         out.push_str(
-            "No failure scenario was asked for: add --fail SHARDS, --sweep F, --zone-outage or --waves FILE.\n",
+            "No failure scenario was asked for: add --fail SHARDS, --sweep F, --zone-outage, --waves FILE, --poison TENANT or --poison-sweep.\n",
         );
     }
     // Sections end in a blank line to separate them; the last needs none.
@@ -742,6 +976,142 @@ fn render_waves(out: &mut String, waves: &[WaveJson], tenants: u64, fleet: &Flee
         _ => out.push_str(
             "  No tenant has every shard in one wave: a bad deploy to any one wave fully downs nobody.\n",
         ),
+    }
+    out.push('\n');
+}
+
+/// Shard ids for a table cell, or `?` for a bound with no crashed set.
+fn crashed_cell(crashed: &[ShardIndex], fleet: &Fleet) -> String {
+    if crashed.is_empty() {
+        "(any; bound)".to_owned()
+    } else {
+        fleet.ids(crashed).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// "≤ " before a figure that is an upper bound.
+fn at_most(exact: bool) -> &'static str {
+    if exact { "" } else { "<= " }
+}
+
+fn render_poison(
+    out: &mut String,
+    poison: &[PoisonJson],
+    poison_after: Option<usize>,
+    fleet: &Fleet,
+) {
+    out.push_str(
+        "Poison tenants (fully down: subset inside the crashed shards, the poison tenant included; degraded: shares a crashed shard, not fully down):\n",
+    );
+    let contained_label = match poison_after {
+        Some(0) | None => None,
+        Some(after) => Some(format!("at most {after} crash (worst case)")),
+    };
+    let mut table = Table::new(&[
+        ("tenant", Align::Left),
+        ("k", Align::Right),
+        ("containment", Align::Left),
+        ("crashed shards", Align::Left),
+        ("fully down", Align::Right),
+        ("others fully down", Align::Right),
+        ("degraded", Align::Right),
+    ]);
+    for entry in poison {
+        let mut figures = vec![("none: whole subset crashes".to_owned(), &entry.uncontained)];
+        if let (Some(label), Some(contained)) = (&contained_label, &entry.contained) {
+            figures.push((label.clone(), contained));
+        }
+        for (row, (label, figure)) in figures.into_iter().enumerate() {
+            let bound = at_most(figure.exact);
+            table.row(vec![
+                if row == 0 {
+                    entry.tenant.clone()
+                } else {
+                    String::new()
+                },
+                if row == 0 {
+                    entry.k.to_string()
+                } else {
+                    String::new()
+                },
+                label,
+                crashed_cell(&figure.crashed, fleet),
+                format!(
+                    "{bound}{}",
+                    count_of(figure.fully_down.count, figure.fully_down.fraction)
+                ),
+                format!("{bound}{}", figure.others_fully_down),
+                format!(
+                    "{bound}{}",
+                    count_of(figure.degraded.count, figure.degraded.fraction)
+                ),
+            ]);
+        }
+    }
+    out.push_str(&table.render(2));
+    for entry in poison.iter().filter(|entry| !entry.in_population) {
+        out.push_str(&format!(
+            "  {} is not in the population: the counts are of the population's tenants.\n",
+            entry.tenant
+        ));
+    }
+    if poison
+        .iter()
+        .any(|entry| entry.contained.as_ref().is_some_and(|figure| !figure.exact))
+    {
+        out.push_str(
+            "  <= marks an upper bound: too many choices of crashed members to enumerate.\n",
+        );
+    }
+    out.push('\n');
+}
+
+fn render_poison_sweep(out: &mut String, sweep: &PoisonSweepJson, fleet: &Fleet) {
+    let containment = match sweep.poison_after {
+        Some(after) if after > 0 => {
+            format!("at most {after} members of each subset crash (the worst choice)")
+        }
+        _ => "each poison tenant's whole subset crashes".to_owned(),
+    };
+    out.push_str(&format!(
+        "Poison sweep: every one of {} tenants ({} distinct subsets) as a poison tenant; {containment}.\n",
+        sweep.tenants, sweep.distinct_subsets
+    ));
+    out.push_str(&format!(
+        "  {} tenants' poison fully downs at least one other tenant. The worst:\n",
+        count_of(sweep.downing_others.count, sweep.downing_others.fraction)
+    ));
+    let mut table = Table::new(&[
+        ("tenant", Align::Left),
+        ("k", Align::Right),
+        ("crashed shards", Align::Left),
+        ("fully down", Align::Right),
+        ("others fully down", Align::Right),
+        ("degraded", Align::Right),
+    ]);
+    for ranked in &sweep.worst {
+        let figure = &ranked.figure;
+        let bound = at_most(figure.exact);
+        table.row(vec![
+            ranked.tenant.clone(),
+            ranked.k.to_string(),
+            crashed_cell(&figure.crashed, fleet),
+            format!(
+                "{bound}{}",
+                count_of(figure.fully_down.count, figure.fully_down.fraction)
+            ),
+            format!("{bound}{}", figure.others_fully_down),
+            format!(
+                "{bound}{}",
+                count_of(figure.degraded.count, figure.degraded.fraction)
+            ),
+        ]);
+    }
+    out.push_str(&table.render(2));
+    if !sweep.exact {
+        out.push_str(
+            "  <= marks an upper bound: too many choices of crashed members to enumerate.\n",
+        );
     }
     out.push('\n');
 }

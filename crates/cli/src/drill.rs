@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use backend::Mode;
 use clap::{ArgGroup, Args};
+use drill::poison::{PoisonPlan, PoisonReport};
 use drill::run::{DrillReport, Fault};
 use drill::{AdminClient, LoadShape, Session, ShardControl, Thresholds};
 
@@ -38,13 +39,23 @@ Examples:
 through its control API: the drill sets --break-mode (default killed; any \
 `shuffle-shard backend --mode` but healthy) before the fault phase, waits up \
 to --wait-seconds for the gateway to take it out of rotation, and sets it \
-healthy again afterwards.";
+healthy again afterwards.
+
+--poison TENANT sends requests carrying `x-poison: 1` as TENANT (which must \
+be in the tenants file) while every other tenant runs its load, against \
+shards run as `shuffle-shard backend --mode crash-on-poison:MS`. It reports \
+which shards went down (from their crash counters with --poison-control \
+ID=CONTROL_URL, else from the gateway's admin API), which tenants were fully \
+down or degraded, and whether that matches `shuffle-shard blast --poison`: \
+the whole subset crashed, or with --poison-after A (the gateway's \
+routing.poison_after) at most A members and no more fully down than the \
+contained worst case. Give MS longer than a phase of load.";
 
 /// Arguments of `shuffle-shard drill`.
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]
 // Exactly one way to make the fault: `--fail`, `--kill` or `--break`.
-#[command(group(ArgGroup::new("fault").required(true).args(["fail", "kill", "break"])))]
+#[command(group(ArgGroup::new("fault").required(true).args(["fail", "kill", "break", "poison"])))]
 pub struct DrillArgs {
     /// The gateway's data URL
     #[arg(long, value_name = "URL")]
@@ -75,7 +86,24 @@ pub struct DrillArgs {
     /// With --break: the mode that breaks them (a `backend --mode`) [default: killed]
     #[arg(long, value_name = "MODE", requires = "break")]
     break_mode: Option<Mode>,
-    /// With --kill or --break: how long to wait for the gateway to see the fault, and the recovery
+    /// Send poison requests (`x-poison: 1`) as this tenant, which crash shards in `crash-on-poison` mode
+    #[arg(long, value_name = "TENANT")]
+    poison: Option<String>,
+    /// With --poison: the shards' control APIs, to read which crashed (repeatable or comma-separated)
+    #[arg(
+        long,
+        value_name = "ID=CONTROL_URL",
+        value_delimiter = ',',
+        requires = "poison"
+    )]
+    poison_control: Vec<String>,
+    /// With --poison: poison requests to send [default: one per member of the tenant's subset]
+    #[arg(long, value_name = "N", requires = "poison")]
+    poison_requests: Option<usize>,
+    /// With --poison: check the gateway's containment (routing.poison_after = A) instead of the uncontained model
+    #[arg(long, value_name = "A", requires = "poison")]
+    poison_after: Option<usize>,
+    /// With --kill, --break or --poison: how long to wait for the gateway to see the fault, and the recovery
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     wait_seconds: u64,
     /// Requests per tenant in each phase
@@ -111,7 +139,11 @@ pub fn run(args: DrillArgs) -> Result<()> {
     if args.requests_per_tenant == 0 || args.concurrency == 0 {
         bail!("--requests-per-tenant and --concurrency must be at least 1");
     }
-    let fault = fault(&args)?;
+    let fault = match &args.poison {
+        Some(_) => None,
+        None => Some(fault(&args)?),
+    };
+    let poison = poison_plan(&args)?;
     let token = std::fs::read_to_string(&args.admin_token_file).with_context(|| {
         format!(
             "cannot read --admin-token-file {}",
@@ -142,17 +174,61 @@ pub fn run(args: DrillArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let report = runtime.block_on(async {
-        let admin = AdminClient::new(&admin_url, token.trim());
-        let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
-        drill::run::run(&session, &fault, thresholds).await
-    })?;
-    let _flow = print_answer(args.json, &report, render)?;
-    if report.passed {
+    let admin = AdminClient::new(&admin_url, token.trim());
+    let (passed, violations) = match (fault, poison) {
+        (Some(fault), _) => {
+            let report = runtime.block_on(async {
+                let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
+                drill::run::run(&session, &fault, thresholds).await
+            })?;
+            let _flow = print_answer(args.json, &report, render)?;
+            (report.passed, report.verdict.violations)
+        }
+        (None, Some(plan)) => {
+            let report = runtime.block_on(async {
+                let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
+                drill::poison::run(&session, &plan, thresholds).await
+            })?;
+            let _flow = print_answer(args.json, &report, render_poison)?;
+            (report.passed, report.verdict.violations)
+        }
+        (None, None) => bail!("give a fault: --fail, --kill, --break or --poison"),
+    };
+    if passed {
         Ok(())
     } else {
-        Err(PropertiesViolated(report.verdict.violations.join("; ")).into())
+        Err(PropertiesViolated(violations.join("; ")).into())
     }
+}
+
+/// The poison drill the arguments ask for, if any.
+fn poison_plan(args: &DrillArgs) -> Result<Option<PoisonPlan>> {
+    let Some(tenant) = &args.poison else {
+        // clap's `requires` stands aside when another fault is given.
+        if !args.poison_control.is_empty()
+            || args.poison_requests.is_some()
+            || args.poison_after.is_some()
+        {
+            bail!(
+                "--poison-control, --poison-requests and --poison-after need --poison TENANT; they are not used with --fail, --kill or --break"
+            );
+        }
+        return Ok(None);
+    };
+    if tenant.is_empty() {
+        bail!("--poison \"\" names no tenant; give a tenant from --tenants-file");
+    }
+    if args.poison_requests == Some(0) {
+        bail!("--poison-requests 0 sends no poison; pass 1 or more");
+    }
+    let controls = parse_controls("--poison-control", &args.poison_control)?;
+    Ok(Some(PoisonPlan {
+        tenant: tenant.clone(),
+        requests: args.poison_requests,
+        controls,
+        poison_after: args.poison_after,
+        recovery: Duration::from_secs(args.wait_seconds),
+    }))
 }
 
 /// The fault the arguments ask for (clap has already made them exclusive).
@@ -186,13 +262,18 @@ fn fault(args: &DrillArgs) -> Result<Fault> {
 
 /// Parses `--break` values, `ID=CONTROL_URL` each, with one shard once.
 fn parse_breaks(values: &[String]) -> Result<Vec<ShardControl>> {
+    parse_controls("--break", values)
+}
+
+/// Parses `ID=CONTROL_URL` values of `flag`, with one shard once.
+fn parse_controls(flag: &str, values: &[String]) -> Result<Vec<ShardControl>> {
     let mut shards: Vec<ShardControl> = Vec::with_capacity(values.len());
     for value in values {
-        let example = "e.g. --break s3=http://127.0.0.1:9203";
+        let example = format!("e.g. {flag} s3=http://127.0.0.1:9203");
         let (id, url) = value
             .split_once('=')
             .filter(|(id, url)| !id.trim().is_empty() && !url.trim().is_empty())
-            .ok_or_else(|| anyhow!("--break {value:?}: expected ID=CONTROL_URL, {example}"))?;
+            .ok_or_else(|| anyhow!("{flag} {value:?}: expected ID=CONTROL_URL, {example}"))?;
         let (id, url) = (id.trim(), url.trim());
         let base: http::Uri = url
             .parse()
@@ -200,11 +281,11 @@ fn parse_breaks(values: &[String]) -> Result<Vec<ShardControl>> {
             .filter(|uri: &http::Uri| uri.scheme_str() == Some("http") && uri.host().is_some())
             .ok_or_else(|| {
                 anyhow!(
-                    "--break {value:?}: {url:?} is not an http:// URL of a control API, {example}"
+                    "{flag} {value:?}: {url:?} is not an http:// URL of a control API, {example}"
                 )
             })?;
         if shards.iter().any(|shard| shard.id() == id) {
-            bail!("--break names shard {id:?} twice; give each shard once");
+            bail!("{flag} names shard {id:?} twice; give each shard once");
         }
         shards.push(ShardControl::new(id, &base));
     }
@@ -266,6 +347,113 @@ fn render(report: &DrillReport) -> String {
     ));
     if report.passed {
         out.push_str("PASS: affected tenants degraded without going down, unaffected tenants felt nothing, and the gateway failed over.\n");
+    } else {
+        out.push_str("FAIL:\n");
+        for violation in &verdict.violations {
+            out.push_str(&format!("  - {violation}\n"));
+        }
+    }
+    out
+}
+
+fn render_poison(report: &PoisonReport) -> String {
+    let verdict = &report.verdict;
+    let mut phases = Table::new(&[
+        ("phase", Align::Left),
+        ("requests", Align::Right),
+        ("errors", Align::Right),
+        ("p50 ms", Align::Right),
+        ("p99 ms", Align::Right),
+    ]);
+    for phase in &report.phases {
+        phases.row(vec![
+            phase.name.clone(),
+            phase.requests.to_string(),
+            phase.errors.to_string(),
+            format!("{:.2}", phase.p50_ms),
+            format!("{:.2}", phase.p99_ms),
+        ]);
+    }
+    let statuses: Vec<String> = verdict
+        .poison_statuses
+        .iter()
+        .map(|status| status.map_or("no answer".to_owned(), |s| s.to_string()))
+        .collect();
+    let mut out = format!(
+        "Poison drill: {} tenants; {} (subset {}) sent {} poison requests, answered {}\n\n{}\n",
+        report.tenants,
+        verdict.tenant,
+        verdict.subset.join(", "),
+        verdict.poison_requests,
+        statuses.join(", "),
+        phases.render(2)
+    );
+    let list = |shards: &[String]| {
+        if shards.is_empty() {
+            "none".to_owned()
+        } else {
+            shards.join(", ")
+        }
+    };
+    out.push_str(&format!(
+        "  shards down (from the {}): {}\n  the gateway reported out of rotation: {}\n",
+        verdict.crashed_source,
+        list(&verdict.crashed),
+        list(&verdict.gateway_saw_out)
+    ));
+    let (compared, label) = match (&verdict.contained_model, verdict.poison_after) {
+        (Some(model), Some(after)) => (model, format!("modeled, at most {after} crash")),
+        _ => (&verdict.model, "modeled (blast --poison)".to_owned()),
+    };
+    let mut model = Table::new(&[
+        ("", Align::Left),
+        ("measured", Align::Right),
+        (&label, Align::Right),
+        ("for the shards that crashed", Align::Right),
+        ("same", Align::Left),
+    ]);
+    model.row(vec![
+        "shards down".into(),
+        verdict.crashed.len().to_string(),
+        if compared.exact {
+            list(&compared.crashed)
+        } else {
+            "(any; bound)".to_owned()
+        },
+        String::new(),
+        yes(verdict.crashed_matches),
+    ]);
+    model.row(vec![
+        "other tenants fully down".into(),
+        verdict.fully_down.to_string(),
+        compared.others_fully_down.to_string(),
+        verdict.model_for_crashed.others_fully_down.to_string(),
+        yes(verdict.fully_down_matches),
+    ]);
+    model.row(vec![
+        "degraded".into(),
+        verdict.degraded.to_string(),
+        compared.degraded.to_string(),
+        verdict.model_for_crashed.degraded.to_string(),
+        String::new(),
+    ]);
+    model.row(vec![
+        "unaffected".into(),
+        verdict.unaffected.to_string(),
+        String::new(),
+        String::new(),
+        String::new(),
+    ]);
+    out.push_str(&model.render(2));
+    out.push_str(&format!(
+        "\n  unaffected errors: {}; lowest success of a degraded tenant: {}\n\n",
+        verdict.unaffected_errors,
+        verdict
+            .degraded_min_success
+            .map_or("-".to_owned(), |ratio| format!("{:.2}%", ratio * 100.0))
+    ));
+    if report.passed {
+        out.push_str("PASS: the poison took down what the model says, and nobody else felt it.\n");
     } else {
         out.push_str("FAIL:\n");
         for violation in &verdict.violations {
@@ -349,6 +537,36 @@ mod tests {
             assert!(error.contains("--break-mode needs --break"), "{error}");
         }
         assert!(parse(&[]).is_err(), "some fault is required");
+    }
+
+    #[test]
+    fn poison_is_a_fault_of_its_own_with_its_options() {
+        let args = parse(&[
+            "--poison",
+            "whale",
+            "--poison-control",
+            "s0=http://127.0.0.1:9200,s1=http://127.0.0.1:9201",
+            "--poison-after",
+            "2",
+        ])
+        .unwrap();
+        let plan = poison_plan(&args).unwrap().unwrap();
+        assert_eq!(plan.tenant, "whale");
+        assert_eq!(plan.controls.len(), 2);
+        assert_eq!(plan.poison_after, Some(2));
+        assert_eq!(plan.requests, None);
+        let error = parse(&["--poison", "whale", "--fail", "s1"]).unwrap_err();
+        assert!(error.contains("cannot be used with"), "{error}");
+        for option in [["--poison-after", "2"], ["--poison-requests", "3"]] {
+            let args = parse(&["--fail", "s1", option[0], option[1]]).unwrap();
+            let error = poison_plan(&args).unwrap_err().to_string();
+            assert!(error.contains("need --poison TENANT"), "{error}");
+        }
+        let bad = parse(&["--poison", "whale", "--poison-control", "s0"]).unwrap();
+        let error = poison_plan(&bad).unwrap_err().to_string();
+        assert!(error.starts_with("--poison-control \"s0\""), "{error}");
+        let none = parse(&["--poison", "whale", "--poison-requests", "0"]).unwrap();
+        assert!(poison_plan(&none).is_err());
     }
 
     #[test]

@@ -170,7 +170,7 @@ impl PlacementArgs {
 }
 
 /// Splits `TENANT=K` at the last '=' and parses `K`.
-fn parse_tenant_k(text: &str) -> Result<(String, u32)> {
+pub fn parse_tenant_k(text: &str) -> Result<(String, u32)> {
     let (tenant, k) = text.rsplit_once('=').ok_or_else(|| {
         anyhow!("--tenant-k {text:?} has no '='; write TENANT=K, e.g. --tenant-k acme=6")
     })?;

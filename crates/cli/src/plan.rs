@@ -3,13 +3,13 @@
 //! budget binds.
 
 use analysis::Population;
-use analysis::plan::{self, Budget, Plan};
+use analysis::plan::{self, Budget, Plan, PlanPlacement, PoisonWarning};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use serde::Serialize;
 
 use crate::output::print_answer;
-use crate::placement_args::{FleetArgs, FleetSetup, print_note};
+use crate::placement_args::{FleetArgs, FleetSetup, parse_tenant_k, print_note};
 use crate::population_args::PopulationArgs;
 use crate::progress::with_progress;
 use crate::table::{Align, Table, percent, shard_list};
@@ -20,6 +20,12 @@ share over every set of --concurrent-failures failed shards (exact), the \
 worst share degraded by one failure, the capacity a degraded tenant loses on \
 one failure, and the share of tenant pairs that share a shard. The \
 recommendation is the smallest k that meets both budgets.
+
+--tenant-k TENANT=K fixes one tenant's k at every candidate (a whale with a \
+larger subset). A poison tenant crashes its own subset, so such a tenant \
+takes down every tenant whose subset sits inside its K shards: plan warns \
+when that alone exceeds --max-fully-down at the recommended k (or, with no \
+recommendation, the largest k measured).
 
 Example:
   shuffle-shard plan --shards 16 --tenants 2000 --max-degraded 0.2 \\
@@ -48,6 +54,11 @@ pub struct PlanArgs {
     #[arg(long, value_name = "F")]
     concurrent_failures: usize,
 
+    /// Give one tenant its own subset size at every candidate k, e.g.
+    /// --tenant-k whale=8 (repeatable)
+    #[arg(long = "tenant-k", value_name = "TENANT=K")]
+    tenant_k: Vec<String>,
+
     /// Print one JSON document instead of the table
     #[arg(long)]
     json: bool,
@@ -61,6 +72,8 @@ struct Report<'a> {
     algorithm: &'static str,
     #[serde(flatten)]
     plan: &'a Plan,
+    /// Overridden tenants whose poison alone exceeds the fully-down budget.
+    poison_warnings: &'a [PoisonWarning],
 }
 
 /// Runs `shuffle-shard plan`.
@@ -70,21 +83,47 @@ pub fn run(args: PlanArgs) -> Result<()> {
         args.max_fully_down,
         args.concurrent_failures,
     )?;
+    let overrides = args
+        .tenant_k
+        .iter()
+        .map(|text| parse_tenant_k(text))
+        .collect::<Result<Vec<_>>>()?;
     let setup = args.fleet.resolve()?;
     let population = args.population.load()?;
     let n = setup.fleet.len();
-    let plan = measure(&setup, &population, budget)?;
+    let plan = measure_with(&setup, &population, budget, &overrides)?;
+    let placement = placement(&setup, &overrides);
+    let warnings = match plan.recommended.or(plan.rows.last().map(|row| row.k)) {
+        Some(k) => plan::poison_warnings(&placement, &population, budget, k)?,
+        None => Vec::new(),
+    };
     print_note(setup.key_note);
     let report = Report {
         shards: n,
         tenants: population.len(),
         algorithm: setup.algorithm.name(),
         plan: &plan,
+        poison_warnings: &warnings,
     };
     let _flow = print_answer(args.json, &report, |report| {
-        render(report.plan, report.shards, report.tenants, report.algorithm)
+        let mut out = render(report.plan, report.shards, report.tenants, report.algorithm);
+        for warning in report.poison_warnings {
+            out.push_str(&format!("warning: {}\n", warning.message));
+        }
+        out
     })?;
     Ok(())
+}
+
+/// The plan's placement options with these overrides.
+fn placement<'a>(setup: &'a FleetSetup, overrides: &'a [(String, u32)]) -> PlanPlacement<'a> {
+    PlanPlacement {
+        fleet: &setup.fleet,
+        key: &setup.key,
+        algorithm: setup.algorithm,
+        zone_aware: setup.zone_aware,
+        overrides,
+    }
 }
 
 /// Checks the budget flags; `plan` and `report` share them.
@@ -105,6 +144,16 @@ pub fn budget(
 
 /// Measures k = 1 to 8 against the budget, with a progress bar.
 pub fn measure(setup: &FleetSetup, population: &Population, budget: Budget) -> Result<Plan> {
+    measure_with(setup, population, budget, &[])
+}
+
+/// [`measure`] with per-tenant `k` overrides at every candidate.
+fn measure_with(
+    setup: &FleetSetup,
+    population: &Population,
+    budget: Budget,
+    overrides: &[(String, u32)],
+) -> Result<Plan> {
     let n = setup.fleet.len();
     if budget.concurrent_failures > n {
         bail!(
@@ -112,16 +161,11 @@ pub fn measure(setup: &FleetSetup, population: &Population, budget: Budget) -> R
             budget.concurrent_failures
         );
     }
+    let placement = placement(setup, overrides);
     Ok(with_progress("measuring k", |report| {
-        plan::plan(
-            &setup.fleet,
-            &setup.key,
-            setup.algorithm,
-            setup.zone_aware,
-            population,
-            budget,
-            &|done, total| report(u64::from(done), u64::from(total)),
-        )
+        plan::plan_with(&placement, population, budget, &|done, total| {
+            report(u64::from(done), u64::from(total))
+        })
     })?)
 }
 

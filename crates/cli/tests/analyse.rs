@@ -717,3 +717,211 @@ fn help_documents_each_analyser() {
         }
     }
 }
+
+/// Every tenant's subset (sorted), by `place` with the same options as the
+/// run.
+fn placed_ids(args: &[&str], ids: &[String]) -> Vec<Vec<u64>> {
+    let input: String = ids.iter().map(|id| format!("{id}\n")).collect();
+    let (stdout, _) = run_ok(shuffle_shard().arg("place").args(args).write_stdin(input));
+    stdout
+        .lines()
+        .map(|line| {
+            let mut subset = shards(&serde_json::from_str::<Value>(line).unwrap()["shards"]);
+            subset.sort_unstable();
+            subset
+        })
+        .collect()
+}
+
+/// Naive poison counts: (fully down, degraded not down) for `crashed`.
+fn naive_poison(subsets: &[Vec<u64>], crashed: &[u64]) -> (u64, u64) {
+    let inside = subsets
+        .iter()
+        .filter(|s| s.iter().all(|m| crashed.contains(m)))
+        .count() as u64;
+    let touched = subsets
+        .iter()
+        .filter(|s| s.iter().any(|m| crashed.contains(m)))
+        .count() as u64;
+    (inside, touched - inside)
+}
+
+#[test]
+fn blast_poison_counts_a_whale_against_a_naive_count() {
+    let mut ids = vec!["whale".to_owned()];
+    ids.extend((0..300).map(|t| format!("tenant-{t}")));
+    let file = temp_file(ids.join("\n").as_bytes());
+    let placement = ["--shards", "16", "--k", "2", "--tenant-k", "whale=6"];
+    let subsets = placed_ids(&placement, &ids);
+    let report = run_json(
+        shuffle_shard()
+            .arg("blast")
+            .args(placement)
+            .arg("--tenants-file")
+            .arg(file.path())
+            .args(["--poison", "whale", "--poison", "tenant-7"])
+            .args(["--poison-after", "2", "--poison-sweep", "--poison-top", "3"]),
+    );
+    assert_eq!(keys(&report), set(&BLAST_FIELDS));
+    let whale = &report["poison"][0];
+    assert_eq!(whale["tenant"], "whale");
+    assert_eq!(whale["k"], 6);
+    assert_eq!(whale["in_population"], true);
+    assert_eq!(shards(&whale["subset"]), subsets[0]);
+    let uncontained = &whale["uncontained"];
+    assert_eq!(shards(&uncontained["crashed"]), subsets[0]);
+    let (down, degraded) = naive_poison(&subsets, &subsets[0]);
+    assert_eq!(uncontained["fully_down"]["count"], down);
+    assert_eq!(uncontained["others_fully_down"], down - 1);
+    assert_eq!(uncontained["degraded"]["count"], degraded);
+    assert!(
+        down > 1,
+        "300 tenants on 16 shards: some pair sits inside six"
+    );
+
+    // Contained: the worst pair of the whale's members, naively.
+    let contained = &whale["contained"];
+    let mut worst = (0, 0);
+    for (i, a) in subsets[0].iter().enumerate() {
+        for b in &subsets[0][i + 1..] {
+            worst = worst.max(naive_poison(&subsets, &[*a, *b]));
+        }
+    }
+    assert_eq!(
+        (
+            contained["fully_down"]["count"].as_u64().unwrap(),
+            contained["degraded"]["count"].as_u64().unwrap()
+        ),
+        worst
+    );
+    assert_eq!(
+        contained["others_fully_down"], worst.0,
+        "the whale is not inside a pair"
+    );
+    assert_eq!(shards(&contained["crashed"]).len(), 2);
+    assert_eq!(contained["exact"], true);
+
+    // The sweep ranks by the contained figure and lists three.
+    let sweep = &report["poison_sweep"];
+    assert_eq!(sweep["poison_after"], 2);
+    assert_eq!(sweep["tenants"], 301);
+    let worst_listed = sweep["worst"].as_array().unwrap();
+    assert_eq!(worst_listed.len(), 3);
+    let best_naive = subsets
+        .iter()
+        .map(|subset| {
+            if subset.len() <= 2 {
+                naive_poison(&subsets, subset)
+            } else {
+                worst
+            }
+        })
+        .max()
+        .unwrap();
+    assert_eq!(
+        worst_listed[0]["fully_down"]["count"].as_u64().unwrap(),
+        best_naive.0
+    );
+}
+
+#[test]
+fn blast_poison_text_and_bad_options() {
+    let (stdout, _) = run_ok(shuffle_shard().args([
+        "blast",
+        "--shards",
+        "16",
+        "--k",
+        "2",
+        "--tenant-k",
+        "whale=8",
+        "--tenants",
+        "500",
+        "--poison",
+        "whale",
+        "--poison-after",
+        "2",
+    ]));
+    assert!(stdout.contains("Poison tenants"), "{stdout}");
+    assert!(stdout.contains("none: whole subset crashes"), "{stdout}");
+    assert!(stdout.contains("at most 2 crash (worst case)"), "{stdout}");
+    assert!(
+        stdout.contains("whale is not in the population"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("No failure scenario"), "{stdout}");
+
+    let base = ["blast", "--shards", "8", "--k", "2", "--tenants", "50"];
+    let error = assert_one_line_error(shuffle_shard().args(base).args(["--poison-after", "2"]));
+    assert!(
+        error.contains("--poison TENANT or --poison-sweep"),
+        "{error}"
+    );
+    let error = assert_one_line_error(shuffle_shard().args(base).args([
+        "--poison-sweep",
+        "--poison-top",
+        "0",
+    ]));
+    assert!(error.contains("--poison-top 0"), "{error}");
+    let error = assert_one_line_error(shuffle_shard().args(base).args(["--poison", ""]));
+    assert!(error.contains("names no tenant"), "{error}");
+}
+
+#[test]
+fn plan_warns_when_a_whale_override_breaks_the_fully_down_budget() {
+    let base = [
+        "plan",
+        "--shards",
+        "16",
+        "--tenants",
+        "1000",
+        "--max-degraded",
+        "0.3",
+        "--concurrent-failures",
+        "2",
+    ];
+    let (stdout, _) = run_ok(shuffle_shard().args(base).args([
+        "--max-fully-down",
+        "0.001",
+        "--tenant-k",
+        "whale=8",
+    ]));
+    let warning = stdout
+        .lines()
+        .find(|line| line.starts_with("warning: tenant whale (k = 8 by override)"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(warning.contains("routing.poison_after"), "{warning}");
+    let report = run_json(shuffle_shard().args(base).args([
+        "--max-fully-down",
+        "0.001",
+        "--tenant-k",
+        "whale=8",
+    ]));
+    let warnings = report["poison_warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0]["tenant"], "whale");
+    assert_eq!(warnings[0]["tenant_k"], 8);
+    assert_eq!(warnings[0]["k"], report["recommended"]);
+    assert!(warnings[0]["fraction"].as_f64().unwrap() > 0.001);
+
+    // Without the override, or with a budget its poison meets: no warning.
+    let (plain, _) = run_ok(
+        shuffle_shard()
+            .args(base)
+            .args(["--max-fully-down", "0.001"]),
+    );
+    assert!(!plain.contains("warning:"), "{plain}");
+    let (loose, _) = run_ok(shuffle_shard().args(base).args([
+        "--max-fully-down",
+        "0.9",
+        "--tenant-k",
+        "whale=8",
+    ]));
+    assert!(!loose.contains("warning:"), "{loose}");
+    let error = assert_one_line_error(shuffle_shard().args(base).args([
+        "--max-fully-down",
+        "0.001",
+        "--tenant-k",
+        "whale",
+    ]));
+    assert!(error.contains("no '='"), "{error}");
+}

@@ -2,7 +2,10 @@
 //! measured sets equal the analyser's for a single and a double failure,
 //! with failover turned off the drill reports the violation (exit 1), and a
 //! shard the drill breaks itself through its control API is routed around
-//! and healed.
+//! and healed; and a poison whale against crash-on-poison shards crashes
+//! its whole subset (the gateway has no containment yet) and downs exactly
+//! the tenants `blast --poison` counts, while `--poison-after 2` reports the
+//! failed containment.
 
 use std::process::Command;
 
@@ -251,4 +254,126 @@ fn bad_arguments_exit_2() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(!String::from_utf8_lossy(&output.stderr).contains("panicked"));
+}
+
+/// 8 shards in `crash-on-poison:6000`, each with a control API; k = 2 for
+/// 300 tenants and k = 6 for `whale`; the gateway has no containment.
+async fn poison_setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Vec::new();
+    let mut controls = Vec::new();
+    for i in 0..8 {
+        let backend = Backend::start(&format!("s{i}")).await.unwrap();
+        // Longer than a phase of load, so the tenants inside the whale's
+        // shards are measured while all of them are down.
+        backend.set_mode("crash-on-poison:6000".parse().unwrap());
+        let control = backend
+            .serve_control("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        controls.push(format!("s{i}=http://{control}"));
+        backends.push(backend);
+    }
+    let mut tenants = gateway_toml::tenants(300);
+    let whale = (
+        "whale".to_owned(),
+        format!("whale-key-{}", fastrand::u64(..)),
+    );
+    let tenants_file =
+        tenants_toml(&tenants) + &tenants_toml(std::slice::from_ref(&whale)) + "k = 6\n";
+    tenants.push(whale);
+    let drill_tenants: String = tenants
+        .iter()
+        .map(|(id, key)| format!("{id}\t{key}\n"))
+        .collect();
+    std::fs::write(dir.path().join("drill.tsv"), drill_tenants).unwrap();
+    let path = GatewayToml {
+        admin_token: Some("drill-test-admin-token-0123456789".into()),
+        cell: "main".into(),
+        shards: backends
+            .iter()
+            .map(|b| Shard::new(b.id(), b.url()))
+            .collect(),
+        tenants: tenants_file,
+        ..GatewayToml::default()
+    }
+    .write(dir.path())
+    .unwrap();
+    let running = gateway::runtime::start(gateway::Snapshot::load(&path, None).unwrap())
+        .await
+        .unwrap();
+    Setup {
+        dir,
+        backends,
+        controls,
+        running,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontained_poison_whale_crashes_its_subset_and_downs_the_tenants_inside() {
+    let setup = poison_setup().await;
+    let controls = setup.controls.join(",");
+    let (code, report, stderr) = drill_with(
+        &setup,
+        &[
+            "--poison",
+            "whale",
+            "--poison-control",
+            &controls,
+            "--wait-seconds",
+            "20",
+        ],
+    )
+    .await;
+    let verdict = &report["verdict"];
+    assert_eq!(verdict["subset"].as_array().unwrap().len(), 6, "{report:#}");
+    // No containment in the gateway: the whale's poison is retried member
+    // after member until all six crashed, as the uncontained model says.
+    assert_eq!(verdict["crashed_source"], "control API");
+    assert_eq!(
+        verdict["crashed"], verdict["subset"],
+        "{stderr}\n{report:#}"
+    );
+    assert_eq!(verdict["crashed_matches"], true);
+    let crashed: Vec<u64> = setup.backends.iter().map(Backend::crashes).collect();
+    assert_eq!(crashed.iter().filter(|&&c| c > 0).count(), 6, "{crashed:?}");
+    // The tenants whose pair sits inside the whale's six shards were down,
+    // exactly as `blast --poison` counts them; nobody outside felt it.
+    assert_eq!(
+        verdict["fully_down"], verdict["model"]["others_fully_down"],
+        "{report:#}"
+    );
+    assert!(
+        verdict["fully_down"].as_u64().unwrap() > 100,
+        "C(6,2)/C(8,2) of 300"
+    );
+    assert_eq!(verdict["fully_down_matches"], true, "{report:#}");
+    assert_eq!(
+        verdict["degraded"], verdict["model"]["degraded"],
+        "{report:#}"
+    );
+    assert_eq!(verdict["unaffected_errors"], 0, "{report:#}");
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+
+    // Checked against containment to 2 instead, the same gateway fails it,
+    // and the drill says so.
+    let (code, report, stderr) = drill_with(
+        &setup,
+        &[
+            "--poison",
+            "whale",
+            "--poison-control",
+            &controls,
+            "--poison-after",
+            "2",
+            "--wait-seconds",
+            "20",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(1), "{stderr}\n{report:#}");
+    let violations = report["verdict"]["violations"].to_string();
+    assert!(violations.contains("containment failed"), "{violations}");
+    assert!(report["verdict"]["contained_model"]["others_fully_down"].is_u64());
 }

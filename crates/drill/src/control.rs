@@ -71,6 +71,31 @@ impl ShardControl {
     }
 }
 
+impl ShardControl {
+    /// How many times the poison marker has crashed the shard (`GET
+    /// /crashes`, for shards in `crash-on-poison` mode).
+    pub async fn crashes(&self) -> Result<u64, DrillError> {
+        let flag = format!("--poison-control {}={}", self.id, self.base());
+        let (status, body) = self
+            .api
+            .call(Method::GET, "/crashes", ("accept", "text/plain"), Bytes::new())
+            .await
+            .map_err(|e| {
+                DrillError::Control(format!(
+                    "{flag}: cannot read the crash count ({e:?}); is `shuffle-shard backend --control` listening there?"
+                ))
+            })?;
+        if status != StatusCode::OK {
+            return Err(DrillError::Control(format!(
+                "{flag}: GET /crashes answered {status}"
+            )));
+        }
+        String::from_utf8_lossy(&body).trim().parse().map_err(|_| {
+            DrillError::Control(format!("{flag}: GET /crashes did not answer a number"))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use backend::{Backend, Mode};
@@ -93,6 +118,14 @@ mod tests {
         assert_eq!(shard.mode(), Mode::HealthStallBody);
         control.set_mode(HEALTHY).await.unwrap();
         assert_eq!(shard.mode(), Mode::Healthy);
+    }
+
+    #[tokio::test]
+    async fn reads_the_crash_count_of_a_real_shard() {
+        let shard = Backend::start("s3").await.unwrap();
+        let control = control_of(&shard).await;
+        assert_eq!(control.crashes().await.unwrap(), 0);
+        assert_eq!(crate::load::POISON_HEADER, backend::POISON_HEADER);
     }
 
     #[tokio::test]

@@ -1,7 +1,9 @@
 //! Drills: fail shards under synthetic load and prove that affected tenants
 //! degrade rather than drop, unaffected tenants feel nothing, and the
 //! gateway really failed over, tenant by tenant against the analyser's
-//! prediction for the same failure set.
+//! prediction for the same failure set. The poison drill ([`poison`]) has
+//! one tenant crash the shards that serve it and compares what went down
+//! with the analyser's poison model.
 //!
 //! The crate talks to a running gateway over HTTP only (its data listener
 //! and its admin API), and to test shards' control APIs when it breaks them
@@ -14,6 +16,7 @@ pub mod control;
 pub mod credentials;
 mod error;
 pub mod load;
+pub mod poison;
 pub mod run;
 pub mod session;
 

@@ -128,6 +128,30 @@ async fn send(
     )
 }
 
+/// The header that marks a request as poison for a test shard in
+/// `crash-on-poison` mode (the backend's `POISON_HEADER`).
+pub const POISON_HEADER: &str = "x-poison";
+
+/// Sends one poison request (a GET carrying [`POISON_HEADER`]) as
+/// `tenant`: the status the gateway answered, or `None` when no answer
+/// came (a transport error or the timeout).
+pub async fn poison(gateway: &str, tenant: &TenantCredential, timeout: Duration) -> Option<u16> {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let request = Request::get(format!("{}/drill/poison", gateway.trim_end_matches('/')))
+        .header("authorization", format!("Bearer {}", tenant.api_key()))
+        .header(POISON_HEADER, "1")
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    let exchange = async {
+        let response = client.request(request).await.ok()?;
+        let status = response.status().as_u16();
+        response.into_body().collect().await.ok()?;
+        Some(status)
+    };
+    tokio::time::timeout(timeout, exchange).await.ok().flatten()
+}
+
 /// The `q` quantile (nearest rank, the analyser's definition) of latencies,
 /// in milliseconds; 0 when there are none.
 pub fn quantile_ms(latencies_us: &mut [u32], q: f64) -> f64 {

@@ -76,7 +76,8 @@ pub struct DrillReport {
     pub passed: bool,
 }
 
-fn summarize(name: &str, phase: &Phase) -> PhaseSummary {
+/// A phase's load summary; the poison drill shares it.
+pub(crate) fn summarize(name: &str, phase: &Phase) -> PhaseSummary {
     let mut all: Vec<u32> = phase
         .samples
         .iter()

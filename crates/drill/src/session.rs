@@ -131,6 +131,27 @@ impl Session {
         })
     }
 
+    /// A session over given subsets and cells, with no lookups: for tests
+    /// of the verdicts.
+    #[cfg(test)]
+    pub(crate) fn fixed(
+        gateway: &str,
+        admin: AdminClient,
+        tenants: Vec<TenantCredential>,
+        subsets: Vec<(String, Vec<String>)>,
+        cells: BTreeMap<String, Vec<String>>,
+        shape: LoadShape,
+    ) -> Self {
+        Self {
+            gateway: gateway.to_owned(),
+            admin,
+            tenants,
+            subsets,
+            cells,
+            shape,
+        }
+    }
+
     /// The admin client.
     pub fn admin(&self) -> &AdminClient {
         &self.admin
@@ -146,6 +167,51 @@ impl Session {
         Phase {
             samples: load::drive(&self.gateway, &self.tenants, self.shape).await,
         }
+    }
+
+    /// Drives one phase of load for every tenant but `skip` (the poison
+    /// tenant, which sends only its poison); its sample stays empty.
+    pub async fn measure_without(&self, skip: usize) -> Phase {
+        let others: Vec<TenantCredential> = self
+            .tenants
+            .iter()
+            .enumerate()
+            .filter(|&(t, _)| t != skip)
+            .map(|(_, tenant)| tenant.clone())
+            .collect();
+        let mut samples = load::drive(&self.gateway, &others, self.shape).await;
+        samples.insert(skip.min(samples.len()), TenantSample::default());
+        Phase { samples }
+    }
+
+    /// The gateway's data URL.
+    pub fn gateway(&self) -> &str {
+        &self.gateway
+    }
+
+    /// The load shape of every phase.
+    pub fn shape(&self) -> LoadShape {
+        self.shape
+    }
+
+    /// The position of a tenant in the session, by id.
+    pub fn position(&self, tenant: &str) -> Option<usize> {
+        self.tenants.iter().position(|t| t.tenant == tenant)
+    }
+
+    /// Tenant `t`'s credential.
+    pub fn credential(&self, t: usize) -> &TenantCredential {
+        &self.tenants[t]
+    }
+
+    /// Every tenant's cell and subset (shard ids), in session order.
+    pub fn subsets(&self) -> &[(String, Vec<String>)] {
+        &self.subsets
+    }
+
+    /// Each cell's shard ids, in admin order.
+    pub fn cells(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.cells
     }
 
     /// The tenants the gateway reports with a member out of rotation now,

@@ -17,7 +17,7 @@ pub const BIN: &str = "shuffle-shard";
 
 /// The top-level fields of `blast --json`, exactly: one list for every test
 /// that checks them.
-pub const BLAST_FIELDS: [&str; 9] = [
+pub const BLAST_FIELDS: [&str; 11] = [
     "shards",
     "k",
     "tenants",
@@ -27,6 +27,8 @@ pub const BLAST_FIELDS: [&str; 9] = [
     "sweep",
     "waves",
     "load",
+    "poison",
+    "poison_sweep",
 ];
 
 /// The note printed when no key is given; checked by a stable fragment.

@@ -1,0 +1,648 @@
+//! The poison drill: one tenant sends requests that crash the test shards
+//! serving them (`shuffle-shard backend --mode crash-on-poison`) while every
+//! other tenant runs its normal load; then the drill reports which shards
+//! went down, which tenants were fully down or degraded, and whether that
+//! matches the analyser's poison model (`blast --poison`) for the same
+//! placement.
+//!
+//! Which shards crashed is read from the shards' control APIs (their crash
+//! counters, exact) when the drill is given them, and otherwise from what
+//! the gateway's admin API reported out of rotation during the phase (which
+//! misses a crash shorter than the gateway's health checks take to notice).
+//!
+//! Without containment in the gateway every member of the poison tenant's
+//! subset may crash: the model compared with is then the uncontained one.
+//! With `poison_after` set (the gateway's `routing.poison_after`) the drill
+//! checks the contained promise instead: at most that many members crashed,
+//! and no more tenants went down than the model's worst case.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use analysis::{BlastModel, Placements};
+use serde::Serialize;
+
+use crate::control::ShardControl;
+use crate::error::DrillError;
+use crate::load;
+use crate::run::{PhaseSummary, summarize};
+use crate::session::{Phase, Session, ShardRef, Thresholds};
+
+/// A success ratio under which a tenant counts as fully down in a phase
+/// (as in the other drills).
+const DOWN_BELOW: f64 = 0.5;
+
+/// How often the admin API is polled for shards out of rotation.
+const POLL: Duration = Duration::from_millis(50);
+
+/// What the poison drill does.
+#[derive(Debug, Clone)]
+pub struct PoisonPlan {
+    /// The poison tenant (in the drill's tenants file).
+    pub tenant: String,
+    /// Poison requests to send; `None`: one per member of its subset, so
+    /// that a gateway which gives up on a poison request after one crash
+    /// still meets every member.
+    pub requests: Option<usize>,
+    /// Control APIs of the shards, to read their crash counters; empty:
+    /// the gateway's admin API is the only witness.
+    pub controls: Vec<ShardControl>,
+    /// The gateway's containment to check against (`routing.poison_after`);
+    /// `None`: the uncontained model.
+    pub poison_after: Option<usize>,
+    /// How long to wait for crashed shards to come back before the last
+    /// phase.
+    pub recovery: Duration,
+}
+
+/// The model's figures for the poison tenant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoisonModel {
+    /// The shards the model crashes (`cell/id`): the whole subset, or the
+    /// worst choice with containment (empty when that is a bound).
+    pub crashed: Vec<String>,
+    /// Tenants fully down, the poison tenant excluded.
+    pub others_fully_down: u64,
+    /// Tenants degraded (a crashed member, not fully down).
+    pub degraded: u64,
+    /// Whether the figures are exact rather than upper bounds.
+    pub exact: bool,
+}
+
+/// What the poison drill found.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoisonVerdict {
+    /// The poison tenant.
+    pub tenant: String,
+    /// Its subset (`cell/id`, sorted).
+    pub subset: Vec<String>,
+    /// Poison requests sent.
+    pub poison_requests: usize,
+    /// The statuses the gateway answered to them (none: no answer).
+    pub poison_statuses: Vec<Option<u16>>,
+    /// The shards measured down (`cell/id`).
+    pub crashed: Vec<String>,
+    /// Where `crashed` comes from: `control API` or `gateway admin API`.
+    pub crashed_source: String,
+    /// The shards the gateway reported out of rotation at some poll during
+    /// the phase (`cell/id`).
+    pub gateway_saw_out: Vec<String>,
+    /// Tenants measured fully down (success under 50 %), the poison tenant
+    /// excluded.
+    pub fully_down: usize,
+    /// Tenants with a member among the shards measured down that were not
+    /// measured fully down (so it follows from `crashed` and the subsets
+    /// the gateway reports; the load check on them is `degraded_min_success`).
+    pub degraded: usize,
+    /// Tenants with no crashed member.
+    pub unaffected: usize,
+    /// Failed requests of unaffected tenants (must be 0).
+    pub unaffected_errors: u64,
+    /// The lowest success ratio among degraded tenants.
+    pub degraded_min_success: Option<f64>,
+    /// The containment checked (`--poison-after`), if any.
+    pub poison_after: Option<usize>,
+    /// The uncontained model: the poison tenant's whole subset crashed.
+    pub model: PoisonModel,
+    /// The contained worst case, with `poison_after`.
+    pub contained_model: Option<PoisonModel>,
+    /// The model evaluated on the shards that actually crashed.
+    pub model_for_crashed: PoisonModel,
+    /// Measured crashed shards equal the compared model's (uncontained:
+    /// the whole subset; contained: at most `poison_after` of it).
+    pub crashed_matches: bool,
+    /// Measured fully-down tenants equal the model's for the crashed
+    /// shards, tenant by tenant.
+    pub fully_down_matches: bool,
+    /// Every violated property, in words. Empty when the drill passed.
+    pub violations: Vec<String>,
+}
+
+/// The poison drill's whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoisonReport {
+    /// Tenants driven (the poison tenant included).
+    pub tenants: usize,
+    /// Load per phase (`before`, `during`, `after`), the poison tenant's
+    /// requests not included.
+    pub phases: Vec<PhaseSummary>,
+    /// The verdict.
+    pub verdict: PoisonVerdict,
+    /// Whether every property held.
+    pub passed: bool,
+}
+
+/// Runs the poison drill.
+pub async fn run(
+    session: &Session,
+    plan: &PoisonPlan,
+    thresholds: Thresholds,
+) -> Result<PoisonReport, DrillError> {
+    let poison = session.position(&plan.tenant).ok_or_else(|| {
+        DrillError::Input(format!(
+            "--poison {:?}: the tenant is not in --tenants-file; the drill needs its API key to send as it",
+            plan.tenant
+        ))
+    })?;
+    let (cell, subset) = session.subsets()[poison].clone();
+    let counts_before = crash_counts(&plan.controls).await?;
+    let before = session.measure_without(poison).await;
+
+    // Watch the gateway's view for the whole phase, from before the first
+    // poison request to the end of the load.
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = {
+        let (admin, watching) = (session.admin().clone(), Arc::clone(&watching));
+        tokio::spawn(async move {
+            let mut seen: BTreeSet<ShardRef> = BTreeSet::new();
+            while watching.load(Ordering::Relaxed) {
+                if let Ok(shards) = admin.shards().await {
+                    seen.extend(
+                        shards
+                            .into_iter()
+                            .filter(|shard| shard.health != "up")
+                            .map(|shard| (shard.cell, shard.id)),
+                    );
+                }
+                tokio::time::sleep(POLL).await;
+            }
+            seen
+        })
+    };
+    let sent = plan.requests.unwrap_or(subset.len()).max(1);
+    let mut statuses = Vec::with_capacity(sent);
+    for _ in 0..sent {
+        let status = load::poison(
+            session.gateway(),
+            session.credential(poison),
+            session.shape().timeout,
+        )
+        .await;
+        statuses.push(status);
+    }
+    let during = session.measure_without(poison).await;
+    watching.store(false, Ordering::Relaxed);
+    let gateway_saw_out = watcher
+        .await
+        .map_err(|e| DrillError::Gateway(e.to_string()))?;
+    let counts_after = crash_counts(&plan.controls).await?;
+
+    let (crashed, crashed_source): (BTreeSet<ShardRef>, &str) = if plan.controls.is_empty() {
+        (gateway_saw_out.clone(), "gateway admin API")
+    } else {
+        let mut crashed = BTreeSet::new();
+        for ((control, before), after) in
+            plan.controls.iter().zip(&counts_before).zip(&counts_after)
+        {
+            if after > before {
+                crashed.insert(shard_ref(session, control.id())?);
+            }
+        }
+        (crashed, "control API")
+    };
+
+    // Wait for the crashed shards to be back before the last phase.
+    let deadline = tokio::time::Instant::now() + plan.recovery;
+    while tokio::time::Instant::now() < deadline {
+        let out = session.out_of_rotation().await?;
+        if !out.iter().any(|shard| crashed.contains(shard)) {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let after = session.measure_without(poison).await;
+
+    let verdict = evaluate(
+        session,
+        poison,
+        (&cell, &subset),
+        &during,
+        Witness {
+            crashed: &crashed,
+            source: crashed_source,
+            gateway_saw_out: &gateway_saw_out,
+            statuses,
+        },
+        plan.poison_after,
+        thresholds,
+    );
+    Ok(PoisonReport {
+        tenants: session.tenants(),
+        phases: vec![
+            summarize("before", &before),
+            summarize("during", &during),
+            summarize("after", &after),
+        ],
+        passed: verdict.violations.is_empty(),
+        verdict,
+    })
+}
+
+/// What the phase showed of the shards.
+pub struct Witness<'a> {
+    /// The shards measured down.
+    pub crashed: &'a BTreeSet<ShardRef>,
+    /// Where that came from.
+    pub source: &'a str,
+    /// What the gateway reported out at some poll.
+    pub gateway_saw_out: &'a BTreeSet<ShardRef>,
+    /// The poison requests' answers.
+    pub statuses: Vec<Option<u16>>,
+}
+
+/// Every control's crash counter, in order.
+async fn crash_counts(controls: &[ShardControl]) -> Result<Vec<u64>, DrillError> {
+    let mut counts = Vec::with_capacity(controls.len());
+    for control in controls {
+        counts.push(control.crashes().await?);
+    }
+    Ok(counts)
+}
+
+/// A shard id as `(cell, id)`, from the session's cells.
+fn shard_ref(session: &Session, id: &str) -> Result<ShardRef, DrillError> {
+    let cells: Vec<&String> = session
+        .cells()
+        .iter()
+        .filter(|(_, ids)| ids.iter().any(|x| x == id))
+        .map(|(cell, _)| cell)
+        .collect();
+    match cells.as_slice() {
+        [cell] => Ok(((*cell).clone(), id.to_owned())),
+        [] => Err(DrillError::Input(format!(
+            "--poison-control names shard {id:?}, which the gateway does not have"
+        ))),
+        _ => Err(DrillError::Input(format!(
+            "--poison-control names shard {id:?}, which is in several cells"
+        ))),
+    }
+}
+
+/// The analyser's poison model over the poison tenant's cell, for a set of
+/// crashed shards given as ids of that cell (`None`: the poison tenant's
+/// whole subset, with `poison_after` as containment).
+fn model(
+    session: &Session,
+    poison: usize,
+    cell: &str,
+    crashed: &[String],
+    poison_after: Option<usize>,
+) -> PoisonModel {
+    let empty = PoisonModel {
+        crashed: Vec::new(),
+        others_fully_down: 0,
+        degraded: 0,
+        exact: true,
+    };
+    let Some(ids) = session.cells().get(cell) else {
+        return empty;
+    };
+    let index = |id: &String| ids.iter().position(|x| x == id).map(|i| i as u32);
+    let in_cell: Vec<usize> = (0..session.tenants())
+        .filter(|&t| session.subsets()[t].0 == cell)
+        .collect();
+    let subsets: Vec<Vec<u32>> = in_cell
+        .iter()
+        .map(|&t| session.subsets()[t].1.iter().filter_map(index).collect())
+        .collect();
+    let crashed: Vec<u32> = crashed.iter().filter_map(index).collect();
+    if crashed.is_empty() {
+        return empty;
+    }
+    // The same code `shuffle-shard blast --poison` runs.
+    let Ok(blast) = BlastModel::new(&Placements::from_subsets(ids.len(), &subsets)) else {
+        return empty;
+    };
+    let Ok(figure) = blast.poison(&crashed, poison_after) else {
+        return empty;
+    };
+    // The poison tenant sends no normal load, so it is counted apart.
+    let own: Vec<u32> = session.subsets()[poison]
+        .1
+        .iter()
+        .filter_map(index)
+        .collect();
+    let itself = u64::from(
+        session.subsets()[poison].0 == cell
+            && figure.exact
+            && !own.is_empty()
+            && own.iter().all(|member| figure.crashed.contains(member)),
+    );
+    PoisonModel {
+        crashed: figure
+            .crashed
+            .iter()
+            .map(|&i| format!("{cell}/{}", ids[i as usize]))
+            .collect(),
+        others_fully_down: figure.fully_down - itself,
+        degraded: figure.degraded,
+        exact: figure.exact,
+    }
+}
+
+/// Checks the phase against the model and the drill's properties.
+pub fn evaluate(
+    session: &Session,
+    poison: usize,
+    (cell, subset): (&str, &[String]),
+    during: &Phase,
+    witness: Witness<'_>,
+    poison_after: Option<usize>,
+    thresholds: Thresholds,
+) -> PoisonVerdict {
+    let contained = poison_after.filter(|&a| a > 0);
+    let name = |(c, id): &ShardRef| format!("{c}/{id}");
+    let crashed_ids: Vec<String> = witness
+        .crashed
+        .iter()
+        .filter(|(c, _)| c == cell)
+        .map(|(_, id)| id.clone())
+        .collect();
+    let uncontained = model(session, poison, cell, subset, None);
+    let contained_model = contained.map(|a| model(session, poison, cell, subset, Some(a)));
+    let model_for_crashed = model(session, poison, cell, &crashed_ids, None);
+
+    let mut violations = Vec::new();
+    let outside: Vec<String> = witness
+        .crashed
+        .iter()
+        .filter(|(c, id)| c != cell || !subset.contains(id))
+        .map(name)
+        .collect();
+    if !outside.is_empty() {
+        violations.push(format!(
+            "shards outside the poison tenant's subset went down: {}",
+            outside.join(", ")
+        ));
+    }
+    let crashed_matches = match contained {
+        None => {
+            let whole: BTreeSet<ShardRef> = subset
+                .iter()
+                .map(|id| (cell.to_owned(), id.clone()))
+                .collect();
+            *witness.crashed == whole
+        }
+        Some(a) => outside.is_empty() && witness.crashed.len() <= a,
+    };
+    if !crashed_matches {
+        violations.push(match contained {
+            None => format!(
+                "{} of the poison tenant's {} shards were measured down ({}); the uncontained model crashes all of them",
+                crashed_ids.iter().filter(|id| subset.contains(id)).count(),
+                subset.len(),
+                witness.source
+            ),
+            Some(a) => format!(
+                "containment failed: {} shards were measured down, more than --poison-after {a}",
+                witness.crashed.len()
+            ),
+        });
+    }
+
+    // Tenant by tenant, against the crashed shards as measured.
+    let hit = |t: usize| {
+        let (c, members) = &session.subsets()[t];
+        members
+            .iter()
+            .filter(|id| witness.crashed.contains(&(c.clone(), (*id).clone())))
+            .count()
+    };
+    let others: Vec<usize> = (0..session.tenants()).filter(|&t| t != poison).collect();
+    let predicted_down: BTreeSet<usize> = others
+        .iter()
+        .copied()
+        .filter(|&t| hit(t) == session.subsets()[t].1.len() && hit(t) > 0)
+        .collect();
+    let measured_down: BTreeSet<usize> = others
+        .iter()
+        .copied()
+        .filter(|&t| during.samples[t].ratio() < DOWN_BELOW)
+        .collect();
+    let touched: Vec<usize> = others.iter().copied().filter(|&t| hit(t) > 0).collect();
+    let degraded: Vec<usize> = touched
+        .iter()
+        .copied()
+        .filter(|t| !measured_down.contains(t))
+        .collect();
+    let unaffected: Vec<usize> = others.iter().copied().filter(|&t| hit(t) == 0).collect();
+    let unaffected_errors: u64 = unaffected.iter().map(|&t| during.samples[t].errors()).sum();
+    if unaffected_errors > 0 {
+        violations.push(format!(
+            "tenants sharing no crashed shard saw {unaffected_errors} errors; they should see none"
+        ));
+    }
+    let mut degraded_min: Option<f64> = None;
+    for &t in degraded.iter().filter(|t| !predicted_down.contains(t)) {
+        let ratio = during.samples[t].ratio();
+        degraded_min = Some(degraded_min.map_or(ratio, |m: f64| m.min(ratio)));
+        if ratio < thresholds.min_success {
+            violations.push(format!(
+                "degraded tenant {} was served {:.2}% of requests, below {:.2}%",
+                session.credential(t).tenant,
+                ratio * 100.0,
+                thresholds.min_success * 100.0
+            ));
+        }
+    }
+    let fully_down_matches = measured_down == predicted_down;
+    if !fully_down_matches {
+        violations.push(format!(
+            "{} tenants were measured fully down; the model predicts {} for the shards that crashed",
+            measured_down.len(),
+            predicted_down.len()
+        ));
+    }
+    if let Some(bound) = &contained_model
+        && measured_down.len() as u64 > bound.others_fully_down
+    {
+        violations.push(format!(
+            "{} tenants went fully down, more than the contained worst case of {}",
+            measured_down.len(),
+            bound.others_fully_down
+        ));
+    }
+    PoisonVerdict {
+        tenant: session.credential(poison).tenant.clone(),
+        subset: {
+            // Sorted like `crashed`, so the two compare as lists.
+            let mut names: Vec<String> = subset.iter().map(|id| format!("{cell}/{id}")).collect();
+            names.sort();
+            names
+        },
+        poison_requests: witness.statuses.len(),
+        poison_statuses: witness.statuses,
+        crashed: witness.crashed.iter().map(name).collect(),
+        crashed_source: witness.source.to_owned(),
+        gateway_saw_out: witness.gateway_saw_out.iter().map(name).collect(),
+        fully_down: measured_down.len(),
+        degraded: degraded.len(),
+        unaffected: unaffected.len(),
+        unaffected_errors,
+        degraded_min_success: degraded_min,
+        poison_after,
+        model: uncontained,
+        contained_model,
+        model_for_crashed,
+        crashed_matches,
+        fully_down_matches,
+        violations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::AdminClient;
+    use crate::credentials::TenantCredential;
+    use crate::load::{LoadShape, TenantSample};
+
+    /// A session over fixed subsets in one cell `c` of shards s0..s7.
+    fn session(subsets: &[&[&str]]) -> Session {
+        let tenants = (0..subsets.len())
+            .map(|t| TenantCredential::new(format!("t{t}"), "k"))
+            .collect();
+        Session::fixed(
+            "http://127.0.0.1:1",
+            AdminClient::new(&"http://127.0.0.1:1".parse().unwrap(), "token"),
+            tenants,
+            subsets
+                .iter()
+                .map(|s| {
+                    (
+                        "c".to_owned(),
+                        s.iter().map(|id| (*id).to_owned()).collect(),
+                    )
+                })
+                .collect(),
+            [("c".to_owned(), (0..8).map(|i| format!("s{i}")).collect())].into(),
+            LoadShape {
+                requests_per_tenant: 1,
+                concurrency: 1,
+                timeout: Duration::from_secs(1),
+            },
+        )
+    }
+
+    fn phase(samples: &[(u64, u64)]) -> Phase {
+        Phase {
+            samples: samples
+                .iter()
+                .map(|&(ok, total)| TenantSample {
+                    ok,
+                    total,
+                    latencies_us: vec![1000; total as usize],
+                })
+                .collect(),
+        }
+    }
+
+    const THRESHOLDS: Thresholds = Thresholds {
+        min_success: 0.999,
+        latency_bound_ms: 10.0,
+    };
+
+    fn crashed(ids: &[&str]) -> BTreeSet<ShardRef> {
+        ids.iter()
+            .map(|id| ("c".to_owned(), (*id).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_whole_subset_crash_matches_the_uncontained_model() {
+        // t0 is the whale on s0..s3; t1 sits inside, t2 straddles, t3 is
+        // elsewhere.
+        let session = session(&[
+            &["s0", "s1", "s2", "s3"],
+            &["s1", "s2"],
+            &["s3", "s4"],
+            &["s5", "s6"],
+        ]);
+        let whale: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
+        let down = crashed(&["s0", "s1", "s2", "s3"]);
+        let during = phase(&[(0, 0), (0, 10), (10, 10), (10, 10)]);
+        let verdict = evaluate(
+            &session,
+            0,
+            ("c", &whale),
+            &during,
+            Witness {
+                crashed: &down,
+                source: "control API",
+                gateway_saw_out: &down,
+                statuses: vec![Some(502)],
+            },
+            None,
+            THRESHOLDS,
+        );
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        assert_eq!(verdict.model.others_fully_down, 1);
+        assert_eq!(verdict.model.degraded, 1);
+        assert_eq!(
+            (verdict.fully_down, verdict.degraded, verdict.unaffected),
+            (1, 1, 1)
+        );
+        assert!(verdict.crashed_matches && verdict.fully_down_matches);
+
+        // The same phase checked against containment to 2: it failed.
+        let verdict = evaluate(
+            &session,
+            0,
+            ("c", &whale),
+            &during,
+            Witness {
+                crashed: &down,
+                source: "control API",
+                gateway_saw_out: &down,
+                statuses: vec![Some(502)],
+            },
+            Some(2),
+            THRESHOLDS,
+        );
+        assert!(!verdict.crashed_matches);
+        assert!(
+            verdict
+                .violations
+                .iter()
+                .any(|v| v.contains("containment failed")),
+            "{:?}",
+            verdict.violations
+        );
+        assert_eq!(
+            verdict.contained_model.as_ref().unwrap().others_fully_down,
+            1
+        );
+    }
+
+    #[test]
+    fn errors_outside_the_crash_and_unexpected_outages_are_violations() {
+        let session = session(&[&["s0", "s1"], &["s0", "s2"], &["s5", "s6"]]);
+        let subset = vec!["s0".to_owned(), "s1".to_owned()];
+        let down = crashed(&["s0", "s1", "s7"]);
+        let during = phase(&[(0, 0), (0, 10), (9, 10)]);
+        let verdict = evaluate(
+            &session,
+            0,
+            ("c", &subset),
+            &during,
+            Witness {
+                crashed: &down,
+                source: "gateway admin API",
+                gateway_saw_out: &down,
+                statuses: vec![None],
+            },
+            None,
+            THRESHOLDS,
+        );
+        let all = verdict.violations.join("\n");
+        assert!(
+            all.contains("outside the poison tenant's subset went down: c/s7"),
+            "{all}"
+        );
+        assert!(all.contains("saw 1 errors"), "{all}");
+        assert!(all.contains("measured fully down"), "{all}");
+        assert!(!verdict.fully_down_matches);
+    }
+}
