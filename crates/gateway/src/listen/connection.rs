@@ -632,6 +632,7 @@ impl Lingering {
 
     /// What a write to the client that made `progress` (or is still
     /// waiting) comes to under the write timeout.
+    #[inline]
     fn timed<T>(
         &mut self,
         cx: &mut Context<'_>,

@@ -183,6 +183,7 @@ impl Body for ResponseBody {
         }
     }
 
+    #[inline]
     fn is_end_stream(&self) -> bool {
         match self {
             ResponseBody::Full(bytes) => bytes.is_none(),

@@ -805,6 +805,7 @@ impl Body for UpstreamBody {
         }
     }
 
+    #[inline]
     fn is_end_stream(&self) -> bool {
         match &self.state {
             BodyState::Done | BodyState::Length(0) => true,
