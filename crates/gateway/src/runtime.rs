@@ -8,12 +8,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use thiserror::Error;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::health;
-use crate::listen::shutdown::ShutdownWatch;
 use crate::listen::{connection, server, tls};
 use crate::ops::admin;
 use crate::state::{Gateway, LoadError, Snapshot};
@@ -175,13 +174,7 @@ fn spawn_listener<Serving>(
     listener: Option<TcpListener>,
     slots: Arc<Semaphore>,
     stopped: watch::Receiver<bool>,
-    serve_connection: fn(
-        Arc<Gateway>,
-        TcpStream,
-        SocketAddr,
-        ShutdownWatch,
-        OwnedSemaphorePermit,
-    ) -> Serving,
+    serve_connection: server::ServeConnection<Serving>,
 ) -> JoinHandle<()>
 where
     Serving: Future<Output = ()> + Send + 'static,

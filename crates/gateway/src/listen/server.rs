@@ -15,6 +15,11 @@ use tokio::task::JoinSet;
 use crate::listen::shutdown::{Shutdown, ShutdownWatch};
 use crate::state::Gateway;
 
+/// What serves one accepted connection: the gateway, the socket, the
+/// client's address, the shutdown watch and the connection's slot.
+pub(crate) type ServeConnection<Serving> =
+    fn(Arc<Gateway>, TcpStream, SocketAddr, ShutdownWatch, OwnedSemaphorePermit) -> Serving;
+
 /// The client connections served at once, over every data listener:
 /// `limits.max_connections` (read at start). A connection holds its slot
 /// from accept (a TLS handshake included) until it is gone.
@@ -39,13 +44,7 @@ pub(crate) async fn serve<Serving>(
     listener: TcpListener,
     slots: Arc<Semaphore>,
     shutdown: impl Future<Output = ()>,
-    serve_connection: fn(
-        Arc<Gateway>,
-        TcpStream,
-        SocketAddr,
-        ShutdownWatch,
-        OwnedSemaphorePermit,
-    ) -> Serving,
+    serve_connection: ServeConnection<Serving>,
 ) where
     Serving: Future<Output = ()> + Send + 'static,
 {
