@@ -981,6 +981,24 @@ fn render_waves(out: &mut String, waves: &[WaveJson], tenants: u64, fleet: &Flee
 }
 
 /// Shard ids for a table cell, or `?` for a bound with no crashed set.
+/// A poison figure's cells: crashed shards, fully down, others fully down
+/// and degraded, each marked `<=` when it is a bound.
+fn figure_cells(figure: &PoisonFigureJson, fleet: &Fleet) -> [String; 4] {
+    let bound = at_most(figure.exact);
+    [
+        crashed_cell(&figure.crashed, fleet),
+        format!(
+            "{bound}{}",
+            count_of(figure.fully_down.count, figure.fully_down.fraction)
+        ),
+        format!("{bound}{}", figure.others_fully_down),
+        format!(
+            "{bound}{}",
+            count_of(figure.degraded.count, figure.degraded.fraction)
+        ),
+    ]
+}
+
 fn crashed_cell(crashed: &[ShardIndex], fleet: &Fleet) -> String {
     if crashed.is_empty() {
         "(any; bound)".to_owned()
@@ -1022,30 +1040,14 @@ fn render_poison(
             figures.push((label.clone(), contained));
         }
         for (row, (label, figure)) in figures.into_iter().enumerate() {
-            let bound = at_most(figure.exact);
-            table.row(vec![
-                if row == 0 {
-                    entry.tenant.clone()
-                } else {
-                    String::new()
-                },
-                if row == 0 {
-                    entry.k.to_string()
-                } else {
-                    String::new()
-                },
-                label,
-                crashed_cell(&figure.crashed, fleet),
-                format!(
-                    "{bound}{}",
-                    count_of(figure.fully_down.count, figure.fully_down.fraction)
-                ),
-                format!("{bound}{}", figure.others_fully_down),
-                format!(
-                    "{bound}{}",
-                    count_of(figure.degraded.count, figure.degraded.fraction)
-                ),
-            ]);
+            let (tenant, k) = if row == 0 {
+                (entry.tenant.clone(), entry.k.to_string())
+            } else {
+                (String::new(), String::new())
+            };
+            let mut cells = vec![tenant, k, label];
+            cells.extend(figure_cells(figure, fleet));
+            table.row(cells);
         }
     }
     out.push_str(&table.render(2));
@@ -1090,22 +1092,9 @@ fn render_poison_sweep(out: &mut String, sweep: &PoisonSweepJson, fleet: &Fleet)
         ("degraded", Align::Right),
     ]);
     for ranked in &sweep.worst {
-        let figure = &ranked.figure;
-        let bound = at_most(figure.exact);
-        table.row(vec![
-            ranked.tenant.clone(),
-            ranked.k.to_string(),
-            crashed_cell(&figure.crashed, fleet),
-            format!(
-                "{bound}{}",
-                count_of(figure.fully_down.count, figure.fully_down.fraction)
-            ),
-            format!("{bound}{}", figure.others_fully_down),
-            format!(
-                "{bound}{}",
-                count_of(figure.degraded.count, figure.degraded.fraction)
-            ),
-        ]);
+        let mut cells = vec![ranked.tenant.clone(), ranked.k.to_string()];
+        cells.extend(figure_cells(&ranked.figure, fleet));
+        table.row(cells);
     }
     out.push_str(&table.render(2));
     if !sweep.exact {

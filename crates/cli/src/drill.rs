@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use backend::Mode;
 use clap::{ArgGroup, Args};
 use drill::poison::{PoisonPlan, PoisonReport};
-use drill::run::{DrillReport, Fault};
+use drill::run::{DrillReport, Fault, PhaseSummary};
 use drill::{AdminClient, LoadShape, Session, ShardControl, Thresholds};
 
 use crate::output::print_answer;
@@ -294,22 +294,7 @@ fn parse_controls(flag: &str, values: &[String]) -> Result<Vec<ShardControl>> {
 
 fn render(report: &DrillReport) -> String {
     let verdict = &report.verdict;
-    let mut phases = Table::new(&[
-        ("phase", Align::Left),
-        ("requests", Align::Right),
-        ("errors", Align::Right),
-        ("p50 ms", Align::Right),
-        ("p99 ms", Align::Right),
-    ]);
-    for phase in &report.phases {
-        phases.row(vec![
-            phase.name.clone(),
-            phase.requests.to_string(),
-            phase.errors.to_string(),
-            format!("{:.2}", phase.p50_ms),
-            format!("{:.2}", phase.p99_ms),
-        ]);
-    }
+    let phases = phase_table(&report.phases);
     let mut out = format!(
         "Drill: {} tenants, failed {}\n\n{}\n",
         report.tenants,
@@ -345,35 +330,17 @@ fn render(report: &DrillReport) -> String {
         "\n  unaffected errors: {}; unaffected p99 {:.2} ms (baseline {:.2} ms); failovers during the fault: {}\n\n",
         verdict.unaffected_errors, verdict.p99_ms, verdict.baseline_p99_ms, verdict.failovers
     ));
-    if report.passed {
-        out.push_str("PASS: affected tenants degraded without going down, unaffected tenants felt nothing, and the gateway failed over.\n");
-    } else {
-        out.push_str("FAIL:\n");
-        for violation in &verdict.violations {
-            out.push_str(&format!("  - {violation}\n"));
-        }
-    }
+    out.push_str(&verdict_lines(
+        report.passed,
+        "affected tenants degraded without going down, unaffected tenants felt nothing, and the gateway failed over",
+        &verdict.violations,
+    ));
     out
 }
 
 fn render_poison(report: &PoisonReport) -> String {
     let verdict = &report.verdict;
-    let mut phases = Table::new(&[
-        ("phase", Align::Left),
-        ("requests", Align::Right),
-        ("errors", Align::Right),
-        ("p50 ms", Align::Right),
-        ("p99 ms", Align::Right),
-    ]);
-    for phase in &report.phases {
-        phases.row(vec![
-            phase.name.clone(),
-            phase.requests.to_string(),
-            phase.errors.to_string(),
-            format!("{:.2}", phase.p50_ms),
-            format!("{:.2}", phase.p99_ms),
-        ]);
-    }
+    let phases = phase_table(&report.phases);
     let statuses: Vec<String> = verdict
         .poison_statuses
         .iter()
@@ -452,15 +419,46 @@ fn render_poison(report: &PoisonReport) -> String {
             .degraded_min_success
             .map_or("-".to_owned(), |ratio| format!("{:.2}%", ratio * 100.0))
     ));
-    if report.passed {
-        out.push_str("PASS: the poison took down what the model says, and nobody else felt it.\n");
-    } else {
-        out.push_str("FAIL:\n");
-        for violation in &verdict.violations {
-            out.push_str(&format!("  - {violation}\n"));
-        }
-    }
+    out.push_str(&verdict_lines(
+        report.passed,
+        "the poison took down what the model says, and nobody else felt it",
+        &verdict.violations,
+    ));
     out
+}
+
+/// Each phase's requests, errors and latency, as both drills print them.
+fn phase_table(phases: &[PhaseSummary]) -> Table {
+    let mut table = Table::new(&[
+        ("phase", Align::Left),
+        ("requests", Align::Right),
+        ("errors", Align::Right),
+        ("p50 ms", Align::Right),
+        ("p99 ms", Align::Right),
+    ]);
+    for phase in phases {
+        table.row(vec![
+            phase.name.clone(),
+            phase.requests.to_string(),
+            phase.errors.to_string(),
+            format!("{:.2}", phase.p50_ms),
+            format!("{:.2}", phase.p99_ms),
+        ]);
+    }
+    table
+}
+
+/// `PASS: what held.`, or `FAIL:` and each violation on a line.
+fn verdict_lines(passed: bool, held: &str, violations: &[String]) -> String {
+    if passed {
+        return format!("PASS: {held}.\n");
+    }
+    violations
+        .iter()
+        .fold("FAIL:\n".to_owned(), |mut out, violation| {
+            out.push_str(&format!("  - {violation}\n"));
+            out
+        })
 }
 
 fn yes(value: bool) -> String {

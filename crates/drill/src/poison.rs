@@ -27,7 +27,7 @@ use serde::Serialize;
 use crate::control::ShardControl;
 use crate::error::DrillError;
 use crate::load;
-use crate::run::{PhaseSummary, summarize};
+use crate::run::{PhaseSummary, summaries};
 use crate::session::{Phase, Session, ShardRef, Thresholds};
 
 /// A success ratio under which a tenant counts as fully down in a phase
@@ -230,11 +230,7 @@ pub async fn run(
     );
     Ok(PoisonReport {
         tenants: session.tenants(),
-        phases: vec![
-            summarize("before", &before),
-            summarize("during", &during),
-            summarize("after", &after),
-        ],
+        phases: summaries(&before, &during, &after),
         passed: verdict.violations.is_empty(),
         verdict,
     })

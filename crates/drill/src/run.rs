@@ -77,6 +77,15 @@ pub struct DrillReport {
 }
 
 /// A phase's load summary; the poison drill shares it.
+/// The three phases' summaries, in order, as every drill reports them.
+pub(crate) fn summaries(before: &Phase, during: &Phase, after: &Phase) -> Vec<PhaseSummary> {
+    vec![
+        summarize("before", before),
+        summarize("during", during),
+        summarize("after", after),
+    ]
+}
+
 pub(crate) fn summarize(name: &str, phase: &Phase) -> PhaseSummary {
     let mut all: Vec<u32> = phase
         .samples
@@ -258,11 +267,7 @@ pub async fn run(
     );
     Ok(DrillReport {
         tenants: session.tenants(),
-        phases: vec![
-            summarize("before", &before),
-            summarize("during", &during),
-            summarize("after", &after),
-        ],
+        phases: summaries(&before, &during, &after),
         passed: verdict.violations.is_empty(),
         verdict,
     })

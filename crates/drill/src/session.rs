@@ -121,19 +121,12 @@ impl Session {
             }
             subsets.extend(found.into_iter().flatten());
         }
-        Ok(Self {
-            gateway: gateway.to_owned(),
-            admin,
-            tenants,
-            subsets,
-            cells,
-            shape,
-        })
+        Ok(Self::fixed(gateway, admin, tenants, subsets, cells, shape))
     }
 
-    /// A session over given subsets and cells, with no lookups: for tests
-    /// of the verdicts.
-    #[cfg(test)]
+    /// A session over given subsets and cells, with no lookups (what
+    /// [`Session::new`] ends with once it has looked them up; the tests of
+    /// the verdicts start here).
     pub(crate) fn fixed(
         gateway: &str,
         admin: AdminClient,
