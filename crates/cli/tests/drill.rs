@@ -21,6 +21,26 @@ struct Setup {
     running: Running,
 }
 
+impl Setup {
+    /// Writes `toml` into `dir` and starts a gateway from it.
+    async fn start(
+        dir: tempfile::TempDir,
+        backends: Vec<Backend>,
+        controls: Vec<String>,
+        toml: GatewayToml,
+    ) -> Self {
+        let path = toml.write(dir.path()).unwrap();
+        let snapshot = gateway::Snapshot::load(&path, None).unwrap();
+        let running = gateway::runtime::start(snapshot).await.unwrap();
+        Self {
+            dir,
+            backends,
+            controls,
+            running,
+        }
+    }
+}
+
 /// 8 shards in 2 zones, zone-aware k = 2, 300 tenants, a drill tenants file.
 async fn setup(routing: &str) -> Setup {
     setup_with(routing, "").await
@@ -51,7 +71,7 @@ async fn setup_with(routing: &str, health: &str) -> Setup {
     if !health.is_empty() {
         tables.push(("health".to_owned(), health.to_owned()));
     }
-    let path = GatewayToml {
+    let toml = GatewayToml {
         zone_aware: true,
         tables,
         admin_token: Some("drill-test-admin-token-0123456789".into()),
@@ -63,18 +83,8 @@ async fn setup_with(routing: &str, health: &str) -> Setup {
             .collect(),
         tenants: tenants_toml(&tenants),
         ..GatewayToml::default()
-    }
-    .write(dir.path())
-    .unwrap();
-    let running = gateway::runtime::start(gateway::Snapshot::load(&path, None).unwrap())
-        .await
-        .unwrap();
-    Setup {
-        dir,
-        backends,
-        controls,
-        running,
-    }
+    };
+    Setup::start(dir, backends, controls, toml).await
 }
 
 /// Runs the drill binary with `--fail`.
@@ -287,7 +297,7 @@ async fn poison_setup() -> Setup {
         .map(|(id, key)| format!("{id}\t{key}\n"))
         .collect();
     std::fs::write(dir.path().join("drill.tsv"), drill_tenants).unwrap();
-    let path = GatewayToml {
+    let toml = GatewayToml {
         admin_token: Some("drill-test-admin-token-0123456789".into()),
         cell: "main".into(),
         shards: backends
@@ -296,18 +306,8 @@ async fn poison_setup() -> Setup {
             .collect(),
         tenants: tenants_file,
         ..GatewayToml::default()
-    }
-    .write(dir.path())
-    .unwrap();
-    let running = gateway::runtime::start(gateway::Snapshot::load(&path, None).unwrap())
-        .await
-        .unwrap();
-    Setup {
-        dir,
-        backends,
-        controls,
-        running,
-    }
+    };
+    Setup::start(dir, backends, controls, toml).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

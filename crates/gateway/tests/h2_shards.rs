@@ -588,16 +588,7 @@ async fn an_h2_shard_that_does_not_negotiate_h2_by_alpn_is_a_connect_failure() {
         ca_file.display().to_string()
     );
     let fixture = Fixture::start(options).await;
-    let channel = connect(&fixture).await;
-    for i in 0..20 {
-        let answer = unary(
-            &channel,
-            call(&fixture, "tenant-1", note(i.to_string()), &[]),
-        )
-        .await
-        .unwrap();
-        assert_eq!(answer.text, format!("good:{i}"));
-    }
+    twenty_answered_by_good(&fixture).await;
     assert!(mute.connections.load(Ordering::Relaxed) > 0);
     assert!(mute.seen().is_empty(), "{:?}", mute.seen());
 }
@@ -614,16 +605,7 @@ async fn an_h2c_shard_refusing_connections_fails_over_even_for_calls_that_are_no
         Shard::new("dead", format!("http://{dead}")).speaking("h2c"),
     ];
     let fixture = Fixture::start(options(shards, 2)).await;
-    let channel = connect(&fixture).await;
-    for i in 0..20 {
-        let answer = unary(
-            &channel,
-            call(&fixture, "tenant-1", note(i.to_string()), &[]),
-        )
-        .await
-        .unwrap();
-        assert_eq!(answer.text, format!("good:{i}"));
-    }
+    twenty_answered_by_good(&fixture).await;
     assert_eq!(good.calls(), 20);
     assert!(fixture.shard("dead").attempts.load(Ordering::Relaxed) > 0);
 }
@@ -784,16 +766,7 @@ async fn a_shard_that_says_goaway_at_once_is_failed_over_even_for_calls_that_are
         Shard::new("goaway", format!("http://{addr}")).speaking("h2c"),
     ];
     let fixture = Fixture::start(options(shards, 2)).await;
-    let channel = connect(&fixture).await;
-    for i in 0..20 {
-        let answer = unary(
-            &channel,
-            call(&fixture, "tenant-1", note(i.to_string()), &[]),
-        )
-        .await
-        .unwrap();
-        assert_eq!(answer.text, format!("good:{i}"));
-    }
+    twenty_answered_by_good(&fixture).await;
     assert_eq!(good.calls(), 20);
     assert!(fixture.shard("goaway").attempts.load(Ordering::Relaxed) > 0);
     assert!(connections.load(Ordering::Relaxed) > 0);
@@ -895,16 +868,7 @@ async fn a_shard_that_answers_without_an_http2_preface_is_a_connect_failure() {
         Shard::new("garbage", format!("http://{addr}")).speaking("h2c"),
     ];
     let fixture = Fixture::start(options(shards, 2)).await;
-    let channel = connect(&fixture).await;
-    for i in 0..20 {
-        let answer = unary(
-            &channel,
-            call(&fixture, "tenant-1", note(i.to_string()), &[]),
-        )
-        .await
-        .unwrap();
-        assert_eq!(answer.text, format!("good:{i}"));
-    }
+    twenty_answered_by_good(&fixture).await;
     assert_eq!(good.calls(), 20);
     assert!(connections.load(Ordering::Relaxed) > 0);
     let metrics = fixture.scrape().await;
@@ -915,18 +879,26 @@ async fn a_shard_that_answers_without_an_http2_preface_is_a_connect_failure() {
     assert!(refused >= 1.0, "{refused}");
 }
 
+/// Twenty unary calls as `tenant-1`, each answered by the shard `good`
+/// (the only well-behaved member of the tenant's subset).
+async fn twenty_answered_by_good(fixture: &Fixture) {
+    let channel = connect(fixture).await;
+    for i in 0..20 {
+        let answer = unary(
+            &channel,
+            call(fixture, "tenant-1", note(i.to_string()), &[]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer.text, format!("good:{i}"));
+    }
+}
+
 // ---- Configuration --------------------------------------------------------------
 
 /// Loads a one-shard configuration written into `dir`.
 fn load(dir: &Path, shard: Shard, extra: &str) -> Result<gateway::GatewayConfig, String> {
-    let path = GatewayToml {
-        k: 1,
-        shards: vec![shard],
-        extra: extra.into(),
-        ..GatewayToml::default()
-    }
-    .write(dir)
-    .unwrap();
+    let path = GatewayToml::one_shard(shard, extra).write(dir).unwrap();
     gateway::GatewayConfig::load(&path).map_err(|error| error.to_string())
 }
 

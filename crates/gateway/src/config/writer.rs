@@ -167,6 +167,17 @@ impl Default for GatewayToml {
 }
 
 impl GatewayToml {
+    /// A configuration of one shard at k = 1, with `extra` tables: for
+    /// tests of how one shard is configured.
+    pub fn one_shard(shard: Shard, extra: &str) -> Self {
+        Self {
+            k: 1,
+            shards: vec![shard],
+            extra: extra.into(),
+            ..Self::default()
+        }
+    }
+
     /// The text of `gateway.toml`.
     pub fn render(&self) -> String {
         let mut text = format!(

@@ -465,14 +465,7 @@ mod tests {
     /// The connector of the one shard of a configuration written into
     /// `dir` with `extra` tables.
     fn connector(dir: &Path, shard: Shard, extra: &str) -> Connector {
-        let path = GatewayToml {
-            k: 1,
-            shards: vec![shard],
-            extra: extra.into(),
-            ..GatewayToml::default()
-        }
-        .write(dir)
-        .unwrap();
+        let path = GatewayToml::one_shard(shard, extra).write(dir).unwrap();
         let config = GatewayConfig::load(&path).unwrap();
         let shard = &config.cells()[0].shards[0];
         Connector::for_url(
