@@ -3,25 +3,40 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, terminate};
+use common::terminate;
 
-fn free_addr() -> String {
-    format!("127.0.0.1:{}", free_port())
-}
+/// Where the OS picks a port: the backend says which in its first line, so
+/// no port chosen in advance can be taken by another test meanwhile.
+const ANY_PORT: &str = "127.0.0.1:0";
 
-fn spawn(args: &[&str]) -> Child {
-    Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+/// A running backend, its data address and its control address (when it
+/// has one), read from the line it prints once it listens.
+fn spawn(args: &[&str]) -> (Child, String, Option<String>) {
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
         .arg("backend")
         .args(args)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    // The rest of what it prints, drained so that it never blocks on it.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let after = |marker: &str| {
+        let (_, rest) = line.split_once(marker)?;
+        let end = rest.find([' ', ',', ')', '\n']).unwrap_or(rest.len());
+        Some(rest[..end].to_owned())
+    };
+    let addr = after("listening on http://").unwrap_or_else(|| panic!("no address in {line:?}"));
+    let control = after("control API on http://");
+    (child, addr, control)
 }
 
 /// Connects once the child listens on `addr`.
@@ -70,8 +85,7 @@ fn call(child: &mut Child, addr: &str, method: &str, path: &str, body: &str) -> 
 
 #[test]
 fn backend_answers_as_its_shard_and_stops_on_sigterm() {
-    let addr = free_addr();
-    let mut child = spawn(&["--listen", &addr, "--id", "s0"]);
+    let (mut child, addr, _) = spawn(&["--listen", ANY_PORT, "--id", "s0"]);
     let (status, body) = call(&mut child, &addr, "GET", "/x", "");
     assert_eq!(status, 200, "{body}");
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -82,17 +96,17 @@ fn backend_answers_as_its_shard_and_stops_on_sigterm() {
 
 #[test]
 fn the_control_api_switches_the_running_backend() {
-    let (addr, control) = (free_addr(), free_addr());
-    let mut child = spawn(&[
+    let (mut child, addr, control) = spawn(&[
         "--listen",
-        &addr,
+        ANY_PORT,
         "--id",
         "s3",
         "--mode",
         "health-garbage",
         "--control",
-        &control,
+        ANY_PORT,
     ]);
+    let control = control.expect("the control API's address");
     assert_eq!(
         call(&mut child, &control, "GET", "/mode", ""),
         (200, "health-garbage".into())
