@@ -368,9 +368,12 @@ fn render_poison(report: &PoisonReport) -> String {
         list(&verdict.crashed),
         list(&verdict.gateway_saw_out)
     ));
-    let (compared, label) = match (&verdict.contained_model, verdict.poison_after) {
+    let (compared, label) = match (&verdict.models.contained, verdict.poison_after) {
         (Some(model), Some(after)) => (model, format!("modeled, at most {after} crash")),
-        _ => (&verdict.model, "modeled (blast --poison)".to_owned()),
+        _ => (
+            &verdict.models.uncontained,
+            "modeled (blast --poison)".to_owned(),
+        ),
     };
     let mut model = Table::new(&[
         ("", Align::Left),
@@ -394,14 +397,14 @@ fn render_poison(report: &PoisonReport) -> String {
         "other tenants fully down".into(),
         verdict.fully_down.to_string(),
         compared.others_fully_down.to_string(),
-        verdict.model_for_crashed.others_fully_down.to_string(),
+        verdict.models.for_crashed.others_fully_down.to_string(),
         yes(verdict.fully_down_matches),
     ]);
     model.row(vec![
         "degraded".into(),
         verdict.degraded.to_string(),
         compared.degraded.to_string(),
-        verdict.model_for_crashed.degraded.to_string(),
+        verdict.models.for_crashed.degraded.to_string(),
         String::new(),
     ]);
     model.row(vec![

@@ -89,12 +89,13 @@ async fn setup_with(routing: &str, health: &str) -> Setup {
 
 /// Runs the drill binary with `--fail`.
 async fn drill(setup: &Setup, fail: &str) -> (Option<i32>, serde_json::Value, String) {
-    drill_with(setup, &["--fail", fail]).await
+    drill_with(setup, &format!("--fail {fail}")).await
 }
 
-/// Runs the drill binary with `fault` as its fault arguments (off the async
-/// runtime, which serves the gateway).
-async fn drill_with(setup: &Setup, fault: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+/// Runs the drill binary with `fault` as its fault arguments, written as on
+/// a command line (words without spaces), off the async runtime, which
+/// serves the gateway.
+async fn drill_with(setup: &Setup, fault: &str) -> (Option<i32>, serde_json::Value, String) {
     let mut args = vec![
         "drill".to_owned(),
         "--gateway".into(),
@@ -113,7 +114,7 @@ async fn drill_with(setup: &Setup, fault: &[&str]) -> (Option<i32>, serde_json::
         "10000".into(),
         "--json".into(),
     ];
-    args.extend(fault.iter().map(|arg| (*arg).to_owned()));
+    args.extend(fault.split_whitespace().map(str::to_owned));
     let output = tokio::task::spawn_blocking(move || {
         Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
             .args(&args)
@@ -187,14 +188,7 @@ async fn a_shard_broken_through_its_control_api_is_routed_around_and_healed() {
     let broken = format!("s3={}", setup.controls[3]);
     let (code, report, stderr) = drill_with(
         &setup,
-        &[
-            "--break",
-            &broken,
-            "--break-mode",
-            "health-stall",
-            "--wait-seconds",
-            "20",
-        ],
+        &format!("--break {broken} --break-mode health-stall --wait-seconds 20"),
     )
     .await;
     assert_eq!(code, Some(0), "{stderr}\n{report:#}");
@@ -316,14 +310,7 @@ async fn an_uncontained_poison_whale_crashes_its_subset_and_downs_the_tenants_in
     let controls = setup.controls.join(",");
     let (code, report, stderr) = drill_with(
         &setup,
-        &[
-            "--poison",
-            "whale",
-            "--poison-control",
-            &controls,
-            "--wait-seconds",
-            "20",
-        ],
+        &format!("--poison whale --poison-control {controls} --wait-seconds 20"),
     )
     .await;
     let verdict = &report["verdict"];
@@ -341,7 +328,7 @@ async fn an_uncontained_poison_whale_crashes_its_subset_and_downs_the_tenants_in
     // The tenants whose pair sits inside the whale's six shards were down,
     // exactly as `blast --poison` counts them; nobody outside felt it.
     assert_eq!(
-        verdict["fully_down"], verdict["model"]["others_fully_down"],
+        verdict["fully_down"], verdict["models"]["uncontained"]["others_fully_down"],
         "{report:#}"
     );
     assert!(
@@ -350,7 +337,7 @@ async fn an_uncontained_poison_whale_crashes_its_subset_and_downs_the_tenants_in
     );
     assert_eq!(verdict["fully_down_matches"], true, "{report:#}");
     assert_eq!(
-        verdict["degraded"], verdict["model"]["degraded"],
+        verdict["degraded"], verdict["models"]["uncontained"]["degraded"],
         "{report:#}"
     );
     assert_eq!(verdict["unaffected_errors"], 0, "{report:#}");
@@ -360,20 +347,11 @@ async fn an_uncontained_poison_whale_crashes_its_subset_and_downs_the_tenants_in
     // and the drill says so.
     let (code, report, stderr) = drill_with(
         &setup,
-        &[
-            "--poison",
-            "whale",
-            "--poison-control",
-            &controls,
-            "--poison-after",
-            "2",
-            "--wait-seconds",
-            "20",
-        ],
+        &format!("--poison whale --poison-control {controls} --poison-after 2 --wait-seconds 20"),
     )
     .await;
     assert_eq!(code, Some(1), "{stderr}\n{report:#}");
     let violations = report["verdict"]["violations"].to_string();
     assert!(violations.contains("containment failed"), "{violations}");
-    assert!(report["verdict"]["contained_model"]["others_fully_down"].is_u64());
+    assert!(report["verdict"]["models"]["contained"]["others_fully_down"].is_u64());
 }

@@ -71,6 +71,17 @@ pub struct PoisonModel {
     pub exact: bool,
 }
 
+/// The model three ways: what the drill compares its measurements with.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoisonModels {
+    /// Uncontained: the poison tenant's whole subset crashed.
+    pub uncontained: PoisonModel,
+    /// The contained worst case, with `poison_after` (when checked).
+    pub contained: Option<PoisonModel>,
+    /// Evaluated on the shards that actually crashed.
+    pub for_crashed: PoisonModel,
+}
+
 /// What the poison drill found.
 #[derive(Debug, Clone, Serialize)]
 pub struct PoisonVerdict {
@@ -104,12 +115,8 @@ pub struct PoisonVerdict {
     pub degraded_min_success: Option<f64>,
     /// The containment checked (`--poison-after`), if any.
     pub poison_after: Option<usize>,
-    /// The uncontained model: the poison tenant's whole subset crashed.
-    pub model: PoisonModel,
-    /// The contained worst case, with `poison_after`.
-    pub contained_model: Option<PoisonModel>,
-    /// The model evaluated on the shards that actually crashed.
-    pub model_for_crashed: PoisonModel,
+    /// What the model predicts, to compare with what was measured.
+    pub models: PoisonModels,
     /// Measured crashed shards equal the compared model's (uncontained:
     /// the whole subset; contained: at most `poison_after` of it).
     pub crashed_matches: bool,
@@ -479,9 +486,11 @@ pub fn evaluate(
         unaffected_errors,
         degraded_min_success: degraded_min,
         poison_after,
-        model: uncontained,
-        contained_model,
-        model_for_crashed,
+        models: PoisonModels {
+            uncontained,
+            contained: contained_model,
+            for_crashed: model_for_crashed,
+        },
         crashed_matches,
         fully_down_matches,
         violations,
@@ -491,35 +500,10 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin::AdminClient;
-    use crate::credentials::TenantCredential;
-    use crate::load::{LoadShape, TenantSample};
+    use crate::load::TenantSample;
 
-    /// A session over fixed subsets in one cell `c` of shards s0..s7.
     fn session(subsets: &[&[&str]]) -> Session {
-        let tenants = (0..subsets.len())
-            .map(|t| TenantCredential::new(format!("t{t}"), "k"))
-            .collect();
-        Session::fixed(
-            "http://127.0.0.1:1",
-            AdminClient::new(&"http://127.0.0.1:1".parse().unwrap(), "token"),
-            tenants,
-            subsets
-                .iter()
-                .map(|s| {
-                    (
-                        "c".to_owned(),
-                        s.iter().map(|id| (*id).to_owned()).collect(),
-                    )
-                })
-                .collect(),
-            [("c".to_owned(), (0..8).map(|i| format!("s{i}")).collect())].into(),
-            LoadShape {
-                requests_per_tenant: 1,
-                concurrency: 1,
-                timeout: Duration::from_secs(1),
-            },
-        )
+        Session::over_subsets(subsets, 8)
     }
 
     fn phase(samples: &[(u64, u64)]) -> Phase {
@@ -559,44 +543,35 @@ mod tests {
         let whale: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
         let down = crashed(&["s0", "s1", "s2", "s3"]);
         let during = phase(&[(0, 0), (0, 10), (10, 10), (10, 10)]);
-        let verdict = evaluate(
-            &session,
-            0,
-            ("c", &whale),
-            &during,
-            Witness {
-                crashed: &down,
-                source: "control API",
-                gateway_saw_out: &down,
-                statuses: vec![Some(502)],
-            },
-            None,
-            THRESHOLDS,
-        );
+        // The same measurements, judged without and with containment.
+        let judge = |poison_after| {
+            evaluate(
+                &session,
+                0,
+                ("c", &whale),
+                &during,
+                Witness {
+                    crashed: &down,
+                    source: "control API",
+                    gateway_saw_out: &down,
+                    statuses: vec![Some(502)],
+                },
+                poison_after,
+                THRESHOLDS,
+            )
+        };
+        let verdict = judge(None);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
-        assert_eq!(verdict.model.others_fully_down, 1);
-        assert_eq!(verdict.model.degraded, 1);
+        assert_eq!(verdict.models.uncontained.others_fully_down, 1);
+        assert_eq!(verdict.models.uncontained.degraded, 1);
         assert_eq!(
             (verdict.fully_down, verdict.degraded, verdict.unaffected),
             (1, 1, 1)
         );
         assert!(verdict.crashed_matches && verdict.fully_down_matches);
 
-        // The same phase checked against containment to 2: it failed.
-        let verdict = evaluate(
-            &session,
-            0,
-            ("c", &whale),
-            &during,
-            Witness {
-                crashed: &down,
-                source: "control API",
-                gateway_saw_out: &down,
-                statuses: vec![Some(502)],
-            },
-            Some(2),
-            THRESHOLDS,
-        );
+        // Checked against containment to 2, the same crash failed it.
+        let verdict = judge(Some(2));
         assert!(!verdict.crashed_matches);
         assert!(
             verdict
@@ -607,7 +582,7 @@ mod tests {
             verdict.violations
         );
         assert_eq!(
-            verdict.contained_model.as_ref().unwrap().others_fully_down,
+            verdict.models.contained.as_ref().unwrap().others_fully_down,
             1
         );
     }

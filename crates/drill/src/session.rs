@@ -145,6 +145,39 @@ impl Session {
         }
     }
 
+    /// A session over fixed subsets in one cell `c` of shards `s0`…, with
+    /// no gateway behind it: what the verdicts' tests judge.
+    #[cfg(test)]
+    pub(crate) fn over_subsets(subsets: &[&[&str]], shards: usize) -> Self {
+        let unreachable = "http://127.0.0.1:1";
+        Self::fixed(
+            unreachable,
+            AdminClient::new(&unreachable.parse().unwrap(), "token"),
+            (0..subsets.len())
+                .map(|t| TenantCredential::new(format!("t{t}"), "k"))
+                .collect(),
+            subsets
+                .iter()
+                .map(|ids| {
+                    (
+                        "c".to_owned(),
+                        ids.iter().map(|&id| id.to_owned()).collect(),
+                    )
+                })
+                .collect(),
+            [(
+                "c".to_owned(),
+                (0..shards).map(|i| format!("s{i}")).collect(),
+            )]
+            .into(),
+            LoadShape {
+                requests_per_tenant: 1,
+                concurrency: 1,
+                timeout: std::time::Duration::from_secs(1),
+            },
+        )
+    }
+
     /// The admin client.
     pub fn admin(&self) -> &AdminClient {
         &self.admin
@@ -406,32 +439,8 @@ mod tests {
     use super::*;
     use crate::load::TenantSample;
 
-    /// A session over fixed subsets, with no gateway behind it.
     fn session(subsets: &[&[&str]]) -> Session {
-        let tenants = (0..subsets.len())
-            .map(|t| TenantCredential::new(format!("t{t}"), "k"))
-            .collect();
-        let ids: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
-        Session {
-            gateway: "http://127.0.0.1:1".into(),
-            admin: AdminClient::new(&"http://127.0.0.1:1".parse().unwrap(), "token"),
-            tenants,
-            subsets: subsets
-                .iter()
-                .map(|s| {
-                    (
-                        "c".to_owned(),
-                        s.iter().map(|id| (*id).to_owned()).collect(),
-                    )
-                })
-                .collect(),
-            cells: [("c".to_owned(), ids)].into(),
-            shape: LoadShape {
-                requests_per_tenant: 1,
-                concurrency: 1,
-                timeout: std::time::Duration::from_secs(1),
-            },
-        }
+        Session::over_subsets(subsets, 4)
     }
 
     fn phase(samples: &[(u64, u64, u32)]) -> Phase {

@@ -1241,12 +1241,6 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
 const MAX_WINDOW: u32 = (1 << 31) - 1;
 
 fn http2_settings(h: RawHttp2) -> Result<Http2Settings, KeyProblem> {
-    let interval = millis(
-        "http2.keep_alive_interval_ms",
-        h.keep_alive_interval_ms,
-        30_000,
-        0..=MAX_MS,
-    )?;
     Ok(Http2Settings {
         enabled: h.enabled.unwrap_or(true),
         // nginx's http2_max_concurrent_streams.
@@ -1255,7 +1249,14 @@ fn http2_settings(h: RawHttp2) -> Result<Http2Settings, KeyProblem> {
             h.max_concurrent_streams.unwrap_or(128),
             1..=10_000,
         )?,
-        keep_alive_interval: (!interval.is_zero()).then_some(interval),
+        // Zero turns the ping off.
+        keep_alive_interval: Some(millis(
+            "http2.keep_alive_interval_ms",
+            h.keep_alive_interval_ms,
+            30_000,
+            0..=MAX_MS,
+        )?)
+        .filter(|interval| !interval.is_zero()),
         keep_alive_timeout: millis(
             "http2.keep_alive_timeout_ms",
             h.keep_alive_timeout_ms,

@@ -319,18 +319,19 @@ pub(crate) struct OutgoingBody {
 
 impl Body for OutgoingBody {
     type Data = Bytes;
+    /// The client's body failing or growing past the limit; trailers that
+    /// break the header rules are dropped, not an error.
     type Error = AttemptBodyError;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, AttemptBodyError>>> {
-        let this = self.get_mut();
-        let polled = ready!(Pin::new(&mut this.body).poll_frame(cx));
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = ready!(Pin::new(&mut self.body).poll_frame(cx));
         Poll::Ready(polled.map(|frame| {
             frame.map(|frame| match frame.into_trailers() {
                 Ok(trailers) => Frame::trailers(headers::filter_trailers(trailers, |name| {
-                    headers::request_trailer_passes(&this.inbound, name)
+                    headers::request_trailer_passes(&self.inbound, name)
                 })),
                 Err(frame) => frame,
             })
