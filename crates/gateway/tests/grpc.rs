@@ -201,7 +201,11 @@ async fn a_body_over_the_limit_is_resource_exhausted() {
 }
 
 /// An h2c connection for requests tonic will not make.
-async fn h2c(fixture: &Fixture) -> http2::SendRequest<Full<Bytes>> {
+async fn h2c<B>(fixture: &Fixture) -> http2::SendRequest<B>
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
     let (sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
         .await
@@ -334,6 +338,171 @@ async fn an_unavailable_answer_fails_over_only_for_a_repeat_safe_method() {
         3,
         "a call not safe to repeat went to one member only"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_without_a_length_fails_over_when_its_method_is_repeat_safe() {
+    let (one, two) = (unavailable_shard().await, unavailable_shard().await);
+    let fixture = Fixture::start(Options {
+        shards: 0,
+        tenants: 2,
+        k: 2,
+        custom_shards: vec![
+            ("c0".into(), format!("http://{}", one.addr)),
+            ("c1".into(), format!("http://{}", two.addr)),
+        ],
+        routing: format!("grpc_idempotent_methods = [\"{CHECK}\"]\n"),
+        ..Options::default()
+    })
+    .await;
+    let seen = || one.seen().len() + two.seen().len();
+    // tonic states no length: the body streams to the first member and is
+    // kept as it passes, so once it has ended the call can go to the
+    // second member after the first's UNAVAILABLE.
+    let status = status_of(
+        &fixture,
+        check(&fixture, Some("tenant-1"), "svc".into(), None),
+    )
+    .await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(
+        seen(),
+        2,
+        "a repeat-safe call without a length tried both members"
+    );
+
+    // A call whose body has not ended when the shard answers (a streaming
+    // call): once its first message went out, it is not sent again, safe
+    // or not.
+    let mut sender = h2c(&fixture).await;
+    let (mut body, streamed) =
+        http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(1);
+    let request = Request::post(format!("http://localhost{CHECK}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-api-key", fixture.api_key("tenant-1"))
+        .body(streamed)
+        .unwrap();
+    let sent = tokio::spawn(async move { sender.send_request(request).await });
+    body.send_data(Bytes::from_static(b"\0\0\0\0\0"))
+        .await
+        .unwrap();
+    let response = sent.await.unwrap().unwrap();
+    drop(body);
+    assert_eq!(response.headers()["grpc-status"], "14");
+    assert_eq!(seen(), 3, "a call still streaming went to one member only");
+}
+
+/// A fixture over two shards that crash when a request carries the poison
+/// marker (the connection of the call dropped unanswered, as a shard
+/// process dying mid-call would), with `/pkg.Svc/Get*` safe to repeat.
+async fn crashing_pair() -> Fixture {
+    let fixture = Fixture::start(Options {
+        shards: 2,
+        tenants: 2,
+        k: 2,
+        routing: "grpc_idempotent_methods = [\"/pkg.Svc/Get*\"]\n".into(),
+        ..Options::default()
+    })
+    .await;
+    for backend in &fixture.backends {
+        backend.set_mode(Mode::CrashOnPoison(Duration::from_secs(60)));
+    }
+    fixture
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_dying_mid_call_fails_a_repeat_safe_call_over_and_no_other() {
+    let seen = |fixture: &Fixture| -> usize {
+        fixture
+            .backends
+            .iter()
+            .map(|backend| backend.seen().len())
+            .sum()
+    };
+    let poisoned = [("x-poison", "1")];
+    // Safe to repeat, its body kept whole (no length stated): the broken
+    // connection counts as UNAVAILABLE, and the call goes to the other
+    // member (which dies too).
+    let fixture = crashing_pair().await;
+    let mut sender = h2c(&fixture).await;
+    let request = grpc_post(&fixture, "/pkg.Svc/GetThing", &poisoned, b"\0\0\0\0\0");
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.headers()["grpc-status"], "14");
+    assert_eq!(seen(&fixture), 2, "a repeat-safe call went to both members");
+
+    // Not safe to repeat: sent once, whatever became of it.
+    let fixture = crashing_pair().await;
+    let mut sender = h2c(&fixture).await;
+    let request = grpc_post(&fixture, "/pkg.Svc/Delete", &poisoned, b"\0\0\0\0\0");
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.headers()["grpc-status"], "14");
+    assert_eq!(seen(&fixture), 1, "a call not safe to repeat was sent once");
+}
+
+/// A shard that reads each request's head and closes the connection
+/// without answering (and keeps accepting), counting the calls it read.
+async fn closing_shard() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&heads);
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let mut read = Vec::new();
+                let mut buf = [0; 4096];
+                while !read.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => read.extend_from_slice(&buf[..n]),
+                    }
+                }
+                // Health checks (GETs) are not calls.
+                if read.starts_with(b"POST ") {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    (addr, heads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_breaks_is_unavailable_to_the_failover_rules() {
+    let (one, one_heads) = closing_shard().await;
+    let (two, two_heads) = closing_shard().await;
+    let fixture = Fixture::start(Options {
+        shards: 0,
+        tenants: 2,
+        k: 2,
+        custom_shards: vec![
+            ("c0".into(), format!("http://{one}")),
+            ("c1".into(), format!("http://{two}")),
+        ],
+        routing: "grpc_idempotent_methods = [\"/pkg.Svc/Get*\"]\n".into(),
+        health: "interval_ms = 600000".into(),
+        ..Options::default()
+    })
+    .await;
+    let heads = || {
+        one_heads.load(std::sync::atomic::Ordering::SeqCst)
+            + two_heads.load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let mut sender = h2c(&fixture).await;
+    // Safe to repeat: each member gets it on a second connection too (a
+    // connection closed before any answer may be a keep-alive race), then
+    // the broken call counts as UNAVAILABLE and goes to the other member.
+    let request = grpc_post(&fixture, "/pkg.Svc/GetThing", &[], b"\0\0\0\0\0");
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.headers()["grpc-status"], "14");
+    assert_eq!(heads(), 4, "two connections on each member");
+    // Not safe to repeat: one member, once.
+    let request = grpc_post(&fixture, "/pkg.Svc/Delete", &[], b"\0\0\0\0\0");
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.headers()["grpc-status"], "14");
+    assert_eq!(heads(), 5, "a call not safe to repeat was sent once");
 }
 
 // ---------------------------------------------------------------------

@@ -146,12 +146,15 @@ pub struct Retry {
     /// The call may be repeated: its method is in
     /// `routing.grpc_idempotent_methods`, or it carries an idempotency key.
     pub repeat_safe: bool,
-    /// Its request body can be sent again: buffered whole, or a stream no
-    /// attempt has taken yet. A streaming body whose first message went
-    /// out cannot.
+    /// Its request body can be sent again: buffered whole, a stream no
+    /// attempt has taken yet, or one that had ended and was kept whole. A
+    /// streaming body whose first message went out and that had not ended
+    /// cannot.
     pub body_replayable: bool,
-    /// The `grpc-status` in the head of the shard's answer (a trailers-only
-    /// answer), if it answered so.
+    /// The status the attempt ended with as a client would see it: the
+    /// `grpc-status` in the head of the shard's answer (a trailers-only
+    /// answer), `UNAVAILABLE` for a connection that broke before an answer,
+    /// `DEADLINE_EXCEEDED` for a per-try timeout.
     pub answer: Option<Code>,
     /// `routing.retry_on_grpc_status`.
     pub retry_on: CodeSet,
@@ -164,10 +167,12 @@ pub struct Retry {
 /// - never when its body cannot be sent again (a client-streaming or bidi
 ///   call whose first message went out);
 /// - always when nothing was sent (the connection was never made);
-/// - after sending, only when the call is safe to repeat *and* the shard
-///   answered with a status in `routing.retry_on_grpc_status` in its head:
-///   a timeout or a reset after sending leaves the call's effect unknown,
-///   and a call that is not safe to repeat is never sent twice.
+/// - after sending, only when the call is safe to repeat *and* what it met
+///   counts as a status in `routing.retry_on_grpc_status`: the shard's
+///   `grpc-status` in its head, or, for a connection that broke before an
+///   answer, `UNAVAILABLE`, and for a per-try timeout, `DEADLINE_EXCEEDED`
+///   (what a gRPC client sees for them, and what gRPC's own retry policy
+///   retries on); a call that is not safe to repeat is never sent twice.
 pub fn may_fail_over(retry: Retry) -> bool {
     if !retry.body_replayable {
         return false;

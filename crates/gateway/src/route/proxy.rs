@@ -634,9 +634,16 @@ async fn receive_body(
         }
     } else {
         // Streamed: a chunked body declares no length, so the limit is
-        // enforced as the bytes pass.
+        // enforced as the bytes pass. One safe to repeat that states no
+        // length (every gRPC call) is kept as it passes, if it fits, so it
+        // can still go to another member once it has ended.
+        let keep = if safe_to_repeat && declared_length.is_none() {
+            config.routing.max_replay_body_bytes
+        } else {
+            0
+        };
         Ok((
-            RequestBody::once(incoming, config.limits.max_body_bytes),
+            RequestBody::once_keeping(incoming, config.limits.max_body_bytes, keep),
             started,
         ))
     }
@@ -750,8 +757,13 @@ impl<'a> Attempts<'a> {
             .as_ref()
             .is_some_and(|(failure, _)| failure.maybe_sent());
         if self.kind == Kind::Grpc {
+            // What a gRPC client would have seen: a connection that broke
+            // is `UNAVAILABLE` to it, a per-try timeout `DEADLINE_EXCEEDED`
+            // (as gRPC's own retry policy sees transport failures).
             let answer = match &self.last_failure {
                 Some((Failure::GrpcStatus(status), _)) => Some(*status),
+                Some((Failure::Reset, _)) => Some(Code::Unavailable),
+                Some((Failure::Timeout, _)) => Some(Code::DeadlineExceeded),
                 _ => None,
             };
             let retry = grpc::Retry {

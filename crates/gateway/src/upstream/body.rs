@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::watch;
 
@@ -100,6 +100,9 @@ pub enum RequestBody {
 pub struct Upload {
     slot: Mutex<Option<ClientBody>>,
     limit: u64,
+    /// How much of the body is kept as it passes, so that the request can
+    /// be sent again once the stream is gone (0: nothing is kept).
+    keep: usize,
     progress: Mutex<Progress>,
     finished: watch::Sender<bool>,
 }
@@ -111,12 +114,59 @@ struct Progress {
     /// upload is waiting on the client, not on the backend.
     waiting_on_client: bool,
     fault: Option<ClientFault>,
+    kept: Kept,
+}
+
+/// What a streamed body keeps of itself: a copy of its data as it passes,
+/// while it fits, so a request safe to repeat whose body had ended when an
+/// attempt failed can go to another member (as Envoy's retry buffer does).
+/// A body that says no length (every gRPC call) is streamed, not buffered
+/// up front, since waiting for its end would hold a streaming call whose
+/// client waits for an answer before it sends more.
+#[derive(Debug, Default)]
+enum Kept {
+    /// Nothing is kept: the request is not safe to repeat, or its body
+    /// outgrew `routing.max_replay_body_bytes`, carried trailers (which a
+    /// kept body cannot send again) or broke off.
+    #[default]
+    Nothing,
+    /// The data so far.
+    Passing(BytesMut),
+    /// The whole body, read to its end.
+    Whole(Bytes),
+}
+
+impl Kept {
+    /// Keeps `frame`'s data, if it fits within `keep` bytes in all.
+    fn pass(&mut self, frame: &Frame<Bytes>, keep: usize) {
+        if let Kept::Passing(kept) = self {
+            match frame.data_ref() {
+                Some(data) if kept.len() + data.len() <= keep => kept.extend_from_slice(data),
+                _ => *self = Kept::Nothing,
+            }
+        }
+    }
+
+    /// The body has ended: what was kept is all of it.
+    fn finish(&mut self) {
+        if let Kept::Passing(kept) = self {
+            *self = Kept::Whole(std::mem::take(kept).freeze());
+        }
+    }
 }
 
 impl Upload {
     /// Whether no attempt has taken the client's stream yet.
     pub(crate) fn untaken(&self) -> bool {
         self.slot.lock().expect("body slot").is_some()
+    }
+
+    /// The whole body, if it was kept and has ended.
+    fn whole(&self) -> Option<Bytes> {
+        match &self.progress.lock().expect("upload progress").kept {
+            Kept::Whole(whole) => Some(whole.clone()),
+            Kept::Nothing | Kept::Passing(_) => None,
+        }
     }
 
     /// Records one poll of the client's stream, enforcing the size limit.
@@ -132,14 +182,17 @@ impl Upload {
             Poll::Ready(None) => None,
             Poll::Ready(Some(Err(error))) => {
                 progress.fault = Some(ClientFault::Broken);
+                progress.kept = Kept::Nothing;
                 Some(Err(AttemptBodyError::Client(error)))
             }
             Poll::Ready(Some(Ok(frame))) => {
                 progress.received += frame.data_ref().map_or(0, |data| data.len() as u64);
                 if progress.received > self.limit {
                     progress.fault = Some(ClientFault::TooLarge);
+                    progress.kept = Kept::Nothing;
                     Some(Err(AttemptBodyError::TooLarge))
                 } else {
+                    progress.kept.pass(&frame, self.keep);
                     Some(Ok(frame))
                 }
             }
@@ -150,6 +203,7 @@ impl Upload {
             Some(Err(_)) => false,
         };
         if finished {
+            progress.kept.finish();
             self.finished.send_replace(true);
         }
         Poll::Ready(outcome)
@@ -160,10 +214,26 @@ impl RequestBody {
     /// A body that streams the client's body to the first attempt that reads
     /// it, cut off (and the request failed) once it exceeds `limit` bytes.
     pub fn once(incoming: ClientBody, limit: u64) -> Self {
+        Self::once_keeping(incoming, limit, 0)
+    }
+
+    /// [`RequestBody::once`], keeping up to `keep` bytes of the body as it
+    /// passes: if the whole body fit and had ended when an attempt failed,
+    /// later attempts send the copy.
+    pub fn once_keeping(incoming: ClientBody, limit: u64, keep: usize) -> Self {
+        let kept = if keep > 0 {
+            Kept::Passing(BytesMut::new())
+        } else {
+            Kept::Nothing
+        };
         RequestBody::Once(Arc::new(Upload {
             slot: Mutex::new(Some(incoming)),
             limit,
-            progress: Mutex::new(Progress::default()),
+            keep,
+            progress: Mutex::new(Progress {
+                kept,
+                ..Progress::default()
+            }),
             finished: watch::Sender::new(false),
         }))
     }
@@ -177,7 +247,7 @@ impl RequestBody {
     pub fn replayable(&self) -> bool {
         match self {
             RequestBody::Buffered(_) => true,
-            RequestBody::Once(upload) => upload.slot.lock().expect("body slot").is_some(),
+            RequestBody::Once(upload) => upload.untaken() || upload.whole().is_some(),
         }
     }
 
@@ -193,7 +263,11 @@ impl RequestBody {
     pub fn for_attempt(&self) -> AttemptBody {
         match self {
             RequestBody::Buffered(bytes) => AttemptBody::Buffered(Some(bytes.clone())),
-            RequestBody::Once(upload) => AttemptBody::Waiting(Arc::clone(upload)),
+            RequestBody::Once(upload) => match upload.whole() {
+                // Taken and ended, and kept whole: sent again from the copy.
+                Some(whole) if !upload.untaken() => AttemptBody::Buffered(Some(whole)),
+                _ => AttemptBody::Waiting(Arc::clone(upload)),
+            },
         }
     }
 
@@ -312,5 +386,45 @@ impl Body for AttemptBody {
             AttemptBody::Streaming(incoming, _) => incoming.size_hint(),
             _ => SizeHint::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(bytes: &'static [u8]) -> Frame<Bytes> {
+        Frame::data(Bytes::from_static(bytes))
+    }
+
+    #[test]
+    fn a_body_that_fits_is_kept_whole_once_it_ends() {
+        let mut kept = Kept::Passing(BytesMut::new());
+        kept.pass(&data(b"abc"), 6);
+        kept.pass(&data(b"def"), 6);
+        assert!(matches!(&kept, Kept::Passing(so_far) if so_far[..] == b"abcdef"[..]));
+        kept.finish();
+        assert!(matches!(&kept, Kept::Whole(whole) if whole[..] == b"abcdef"[..]));
+    }
+
+    #[test]
+    fn a_body_that_outgrows_the_limit_or_carries_trailers_is_not_kept() {
+        let mut kept = Kept::Passing(BytesMut::new());
+        kept.pass(&data(b"abcd"), 6);
+        kept.pass(&data(b"efg"), 6);
+        kept.finish();
+        assert!(matches!(kept, Kept::Nothing));
+
+        let mut kept = Kept::Passing(BytesMut::new());
+        kept.pass(&data(b"abc"), 6);
+        kept.pass(&Frame::trailers(http::HeaderMap::new()), 6);
+        kept.finish();
+        assert!(matches!(kept, Kept::Nothing));
+
+        // A request that keeps nothing never starts to.
+        let mut kept = Kept::Nothing;
+        kept.pass(&data(b"abc"), 6);
+        kept.finish();
+        assert!(matches!(kept, Kept::Nothing));
     }
 }

@@ -504,6 +504,14 @@ fn request_framing(request: &RequestHead<'_>, body: &AttemptBody) -> (RequestFra
         })
     };
     match request.stated {
+        // A streamed body kept whole and sent again: its length is known
+        // now.
+        Some(Stated::Chunked) if let AttemptBody::Buffered(bytes) = body => {
+            return (
+                RequestFraming::Length,
+                Some(bytes.as_ref().map_or(0, Bytes::len) as u64),
+            );
+        }
         Some(Stated::Chunked) => return (RequestFraming::Chunked, None),
         // The client's own length goes out when it may; else the gateway
         // states it.
