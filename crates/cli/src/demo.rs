@@ -94,7 +94,11 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let grpc = args.protocol == LoadProtocol::Grpc;
-    let shard_protocol = if grpc { Protocol::Grpc } else { Protocol::Http1 };
+    let shard_protocol = if grpc {
+        Protocol::Grpc
+    } else {
+        Protocol::Http1
+    };
     let mut backends = Vec::new();
     for i in 0..SHARDS {
         backends.push(
@@ -132,7 +136,10 @@ async fn demo(args: &DemoArgs) -> Result<()> {
                 ("health".into(), "interval_ms = 500\ngrpc = true".into()),
                 (
                     "routing".into(),
-                    format!("grpc_idempotent_methods = [\"{}\"]", drill::load::GRPC_METHOD),
+                    format!(
+                        "grpc_idempotent_methods = [\"{}\"]",
+                        drill::load::GRPC_METHOD
+                    ),
                 ),
             ]
         } else {

@@ -39,7 +39,12 @@ pub struct GrpcCallArgs {
     #[arg(long, value_name = "KEY")]
     api_key: Option<String>,
     /// The text of the unary call
-    #[arg(long, value_name = "TEXT", default_value = "hello", conflicts_with = "count")]
+    #[arg(
+        long,
+        value_name = "TEXT",
+        default_value = "hello",
+        conflicts_with = "count"
+    )]
     text: String,
     /// Call the server-streaming method for this many answers instead
     #[arg(long, value_name = "N")]
@@ -115,18 +120,28 @@ pub fn run(args: GrpcCallArgs) -> Result<()> {
                 number: tonic::Code::Unavailable as i32,
                 message: format!("cannot connect to {uri}: {error}; is it listening?"),
             })?;
-                let mut out = JsonLines::stdout();
+        let mut out = JsonLines::stdout();
         match args.count {
             None => {
-                let answer = grpc::unary(channel, call(Note { text: args.text.clone() }, timeout, bearer.as_ref()))
-                    .await
-                    .map_err(CallFailed::from)?;
+                let answer = grpc::unary(
+                    channel,
+                    call(
+                        Note {
+                            text: args.text.clone(),
+                        },
+                        timeout,
+                        bearer.as_ref(),
+                    ),
+                )
+                .await
+                .map_err(CallFailed::from)?;
                 let _: Flow = out.write(&printed(&answer))?;
             }
             Some(n) => {
-                let mut answers = grpc::count(channel, call(CountRequest { n }, timeout, bearer.as_ref()))
-                    .await
-                    .map_err(CallFailed::from)?;
+                let mut answers =
+                    grpc::count(channel, call(CountRequest { n }, timeout, bearer.as_ref()))
+                        .await
+                        .map_err(CallFailed::from)?;
                 // Each answer as it comes, so a long stream shows progress.
                 while let Some(answer) = answers.message().await.map_err(CallFailed::from)? {
                     if out.write(&printed(&answer))? == Flow::Stop || out.flush()? == Flow::Stop {

@@ -154,8 +154,8 @@ fn failed(tenants: usize, requests_per_tenant: usize) -> Vec<TenantSample> {
 
 /// A lazily connecting h2c channel to the gateway's data URL.
 fn grpc_channel(gateway: &str) -> Option<tonic::transport::Channel> {
-    let endpoint = tonic::transport::Endpoint::from_shared(gateway.trim_end_matches('/').to_owned())
-        .ok()?;
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(gateway.trim_end_matches('/').to_owned()).ok()?;
     Some(endpoint.connect_lazy())
 }
 
