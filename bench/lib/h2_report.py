@@ -118,8 +118,7 @@ def main() -> int:
         f" it, k = 2, FORWARDING={settings['forwarding']}). gRPC rows: `/shuffle.demo.Echo/Unary` through nginx `grpc_pass` and"
         " through the gateway's two `protocol = \"h2c\"` shards to the same `shuffle-shard backend --protocol grpc --workers 1`"
         " (tonic). One worker each (gateway: `serve --workers 1`, nginx: `worker_processes 1`);"
-        f" {settings['pinning']}. Every h2load run ended with every request 2xx; the gateway's gRPC statuses over the"
-        f" run: `{meta['grpc_statuses'].strip()}`.",
+        f" {settings['pinning']}. The gateway's gRPC statuses over the run: `{meta['grpc_statuses'].strip()}`.",
         "",
         f"Each of {rounds} rounds runs both targets back to back for each measurement ({settings['duration_s']} s each;"
         " nginx first in odd rounds, the gateway first in even ones); median [min–max] over the rounds. The ratio is the"
@@ -137,12 +136,21 @@ def main() -> int:
             f"| {row['what']} | {spread(row['nginx'], unit)} | {spread(row['gateway'], unit)} | **{p['ratio_median']:.2f}×**"
             f" | {p['interval95'][0]:.2f}–{p['interval95'][1]:.2f}× | {p['rounds_gateway_ahead']} of {p['rounds']} | {row['verdict']} |"
         )
+    failures = {t: (sum(r.get("failed", 0) for r in runs if r["target"] == t), sum(r["requests"] for r in runs if r["target"] == t))
+                for t in TARGETS}
+    failed_in = sorted({f"{r['target']} {r['measure']} round {r['round']} ({r['failed']})" for r in runs if r.get("failed")})
+    md += ["", "Failed requests (not 2xx, or reset) over the measured runs: "
+           + "; ".join(f"{t} {failures[t][0]:,} of {failures[t][1]:,}" for t in TARGETS)
+           + (f" ({', '.join(failed_in)}); nginx logged {meta.get('nginx_errors', '0')} errors, the first:"
+              f" `{meta.get('nginx_first_error', '')}`" if failed_in else "")
+           + ". The rates count only the requests that succeeded."]
     lose = [r["what"] for r in table if r["verdict"] == "nginx ahead"]
     win = [r["what"] for r in table if r["verdict"] == "gateway ahead"]
     md += ["", "**Where we lose:** " + ("; ".join(lose) + "." if lose else "nowhere this run can tell (no interval lies wholly on nginx's side).")]
     if win:
         md.append("**Where we are ahead:** " + "; ".join(win) + ".")
-    doc = {"benchmark": "h2", **meta, "measures": table, "runs": runs}
+    doc = {"benchmark": "h2", **meta, "measures": table, "failed": {t: {"failed": f, "requests": n} for t, (f, n) in failures.items()},
+           "runs": runs}
     args.md.write_text("\n".join(md) + "\n", encoding="utf-8")
     args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0
