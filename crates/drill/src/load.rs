@@ -137,6 +137,8 @@ pub async fn drive(
 /// What sends the load: a pooled HTTP/1.1 client, or one gRPC channel (one
 /// HTTP/2 connection, a stream per call).
 #[derive(Clone)]
+// One per phase, cloned once per worker: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Sender {
     Http(Client<HttpConnector, Full<Bytes>>),
     Grpc(tonic::transport::Channel),

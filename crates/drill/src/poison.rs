@@ -518,7 +518,7 @@ mod tests {
                 requests_per_tenant: 1,
                 concurrency: 1,
                 timeout: Duration::from_secs(1),
-                protocol: crate::load::Protocol::Http,
+                protocol: load::Protocol::Http,
             },
         )
     }

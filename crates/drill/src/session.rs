@@ -430,7 +430,7 @@ mod tests {
                 requests_per_tenant: 1,
                 concurrency: 1,
                 timeout: std::time::Duration::from_secs(1),
-                protocol: crate::load::Protocol::Http,
+                protocol: load::Protocol::Http,
             },
         }
     }
