@@ -83,10 +83,12 @@ async fn answer(
                 })
                 .and_then(|text| text.trim().parse::<Mode>());
             match parsed {
-                Ok(mode) => {
-                    switch.set(mode);
-                    Ok(text(StatusCode::NO_CONTENT, ""))
-                }
+                Ok(mode) => match switch.try_set(mode) {
+                    Ok(()) => Ok(text(StatusCode::NO_CONTENT, "")),
+                    Err(unsupported) => {
+                        Ok(text(StatusCode::BAD_REQUEST, format!("{unsupported}\n")))
+                    }
+                },
                 Err(error) => Ok(text(StatusCode::BAD_REQUEST, bad_mode(&error))),
             }
         }

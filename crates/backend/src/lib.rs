@@ -30,9 +30,11 @@
 //! ```
 
 pub mod control;
+pub mod grpc;
 mod mode;
 mod raw;
 
+pub use grpc::{PROTOCOL_SYNTAX, Protocol, UnsupportedMode};
 pub use mode::{DEFAULT_CRASH, MODE_SYNTAX, Mode, POISON_HEADER, ParseModeError};
 
 use std::convert::Infallible;
@@ -99,6 +101,8 @@ struct Shared {
     /// per request.
     mode: watch::Sender<Mode>,
     recording: Recording,
+    /// What it speaks, fixed at start.
+    protocol: Protocol,
     seen: Mutex<Vec<Seen>>,
     requests: AtomicU64,
     /// Crashes caused by the poison marker so far.
@@ -157,6 +161,18 @@ impl ModeSwitch {
     pub fn set(&self, mode: Mode) {
         self.shared.mode.send_replace(mode);
     }
+
+    /// Switches behaviour when the backend's protocol can act `mode` out
+    /// ([`Protocol::acts_out`]); otherwise keeps the mode it has.
+    pub fn try_set(&self, mode: Mode) -> Result<(), UnsupportedMode> {
+        if !self.shared.protocol.acts_out(&mode) {
+            return Err(UnsupportedMode {
+                mode: mode.to_string(),
+            });
+        }
+        self.set(mode);
+        Ok(())
+    }
 }
 
 /// One running test shard.
@@ -189,6 +205,17 @@ impl Backend {
         addr: SocketAddr,
         recording: Recording,
     ) -> std::io::Result<Self> {
+        Self::start_speaking(id, addr, recording, Protocol::Http1).await
+    }
+
+    /// Starts a backend speaking `protocol` on a given address (port 0 for
+    /// an ephemeral one) that records requests as `recording` says.
+    pub async fn start_speaking(
+        id: &str,
+        addr: SocketAddr,
+        recording: Recording,
+        protocol: Protocol,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (mode, mode_rx) = watch::channel(Mode::Healthy);
@@ -197,6 +224,7 @@ impl Backend {
             health_path: "/healthz".into(),
             mode,
             recording,
+            protocol,
             seen: Mutex::new(Vec::new()),
             requests: AtomicU64::new(0),
             crashes: AtomicU64::new(0),
@@ -219,6 +247,11 @@ impl Backend {
     /// The backend's base URL.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// What it speaks.
+    pub fn protocol(&self) -> Protocol {
+        self.shared.protocol
     }
 
     /// The shard id it answers as.
@@ -416,6 +449,10 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
         // kernel's buffer, as a wedged process would.
         let _held = stream;
         return std::future::pending().await;
+    }
+    if shared.protocol == Protocol::Grpc {
+        grpc::serve(stream, shared).await;
+        return;
     }
     if mode.is_raw() {
         let _ = raw::serve(stream, shared).await;

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 
-use anyhow::{Context, Result};
-use backend::{Backend, Mode, Recording};
+use anyhow::{Context, Result, bail};
+use backend::{Backend, Mode, Protocol, Recording};
 use clap::Args;
 
 const AFTER_HELP: &str = "\
@@ -32,6 +32,16 @@ Health path only (every other path stays healthy):
   health-huge:BYTES   a 200 with BYTES bytes of body, as fast as they are read
   health-garbage      answer bytes that are not HTTP, then close
 
+--protocol grpc serves gRPC over HTTP/2 with prior knowledge (h2c) instead: \
+the standard health service grpc.health.v1.Health and the demo service \
+shuffle.demo.Echo (Unary: one answer naming the shard and the tenant; Count: \
+a stream of n answers), for gateways whose shards are `protocol = \"h2c\"`. \
+Its modes are healthy, killed, blackhole, slow:MS, errors:STATUS:RATE (the \
+gRPC status the gRPC spec maps STATUS to: 503 is UNAVAILABLE), flapping:MS, \
+reset (the call's head, then its stream is reset), unread and \
+crash-on-poison[:MS] (on `x-poison` metadata); the others are HTTP/1.1 \
+byte-level faults and are refused.
+
 --control IP:PORT also serves a control API on that address (only): \
 PUT /mode with a mode above as the body switches the running backend (204, or \
 400 naming the valid modes), GET /mode reads it. Open connections are closed \
@@ -43,6 +53,7 @@ where it listens.
 Examples:
   shuffle-shard backend --listen 127.0.0.1:9100 --id s0 --mode slow:50
   shuffle-shard backend --listen 127.0.0.1:9103 --id s3 --control 127.0.0.1:9203
+  shuffle-shard backend --listen 127.0.0.1:9300 --id g0 --protocol grpc
   curl -X PUT --data health-stall http://127.0.0.1:9203/mode";
 
 /// Arguments of `shuffle-shard backend`.
@@ -58,6 +69,9 @@ pub struct BackendArgs {
     /// How it behaves (see below)
     #[arg(long, value_name = "MODE", default_value = "healthy")]
     mode: Mode,
+    /// What it speaks: http1, or grpc (h2c; see below)
+    #[arg(long, value_name = "PROTOCOL", default_value = "http1")]
+    protocol: Protocol,
     /// Also serve the control API (PUT/GET /mode) on this address
     #[arg(long, value_name = "IP:PORT")]
     control: Option<SocketAddr>,
@@ -82,9 +96,14 @@ async fn serve(args: BackendArgs) -> Result<()> {
     // action instead.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot listen for SIGTERM")?;
+    if !args.protocol.acts_out(&args.mode) {
+        bail!(backend::UnsupportedMode {
+            mode: args.mode.to_string()
+        });
+    }
     // Nothing can read what a standalone backend records, and copying every
     // header of every request would make it slower than what it serves.
-    let backend = Backend::start_with(&args.id, args.listen, Recording::Off)
+    let backend = Backend::start_speaking(&args.id, args.listen, Recording::Off, args.protocol)
         .await
         .with_context(|| {
             format!(
@@ -102,8 +121,12 @@ async fn serve(args: BackendArgs) -> Result<()> {
         }
         None => String::new(),
     };
+    let speaking = match args.protocol {
+        Protocol::Http1 => "",
+        Protocol::Grpc => "gRPC over h2c, ",
+    };
     eprintln!(
-        "backend {} listening on {} (mode {}, {} worker{}){control}",
+        "backend {} listening on {} ({speaking}mode {}, {} worker{}){control}",
         backend.id(),
         backend.url(),
         args.mode,

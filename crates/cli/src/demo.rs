@@ -7,12 +7,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use backend::{Backend, Recording};
+use backend::{Backend, Protocol, Recording};
 use clap::Args;
 use drill::{AdminClient, LoadShape, Session, ShardRef, TenantCredential, Thresholds};
 use gateway::config::writer::{GatewayToml, Shard, tenants_toml};
 use serde::Serialize;
 
+use crate::drill::LoadProtocol;
 use crate::output::{print_json, print_text};
 use crate::table::{Align, Table};
 
@@ -28,6 +29,9 @@ pub struct DemoArgs {
     /// Pause this many seconds after each phase, to watch the status page
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     pause_seconds: u64,
+    /// The shards and the load: HTTP/1.1, or gRPC (gRPC shards over h2c, unary calls)
+    #[arg(long, value_name = "PROTOCOL", value_enum, default_value_t = LoadProtocol::Http)]
+    protocol: LoadProtocol,
     /// Print the summary as JSON
     #[arg(long)]
     json: bool,
@@ -51,6 +55,7 @@ struct PhaseResult {
 
 #[derive(Debug, Serialize)]
 struct DemoSummary {
+    protocol: &'static str,
     shards: usize,
     tenants: usize,
     k: u32,
@@ -88,14 +93,21 @@ fn random_hex(bytes: usize) -> String {
 async fn demo(args: &DemoArgs) -> Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let grpc = args.protocol == LoadProtocol::Grpc;
+    let shard_protocol = if grpc {
+        Protocol::Grpc
+    } else {
+        Protocol::Http1
+    };
     let mut backends = Vec::new();
     for i in 0..SHARDS {
         backends.push(
-            Backend::start_with(
+            Backend::start_speaking(
                 &format!("s{i}"),
                 std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
                 // Nothing in the demo reads what a shard saw.
                 Recording::Off,
+                shard_protocol,
             )
             .await
             .context("cannot start a test shard")?,
@@ -116,7 +128,23 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         k: K,
         key_version: "demo".into(),
         zone_aware: true,
-        tables: vec![("health".into(), "interval_ms = 500".into())],
+        tables: if grpc {
+            // gRPC shards are checked with the gRPC health protocol, and
+            // the demo's method is safe to repeat, so a call a shard broke
+            // after receiving it may go to another member.
+            vec![
+                ("health".into(), "interval_ms = 500\ngrpc = true".into()),
+                (
+                    "routing".into(),
+                    format!(
+                        "grpc_idempotent_methods = [\"{}\"]",
+                        drill::load::GRPC_METHOD
+                    ),
+                ),
+            ]
+        } else {
+            vec![("health".into(), "interval_ms = 500".into())]
+        },
         admin_token: Some(token.clone()),
         admin: "status_page_without_token = true".into(),
         cell: "demo".into(),
@@ -124,7 +152,9 @@ async fn demo(args: &DemoArgs) -> Result<()> {
             .iter()
             .enumerate()
             .map(|(i, b)| {
-                Shard::new(b.id(), b.url()).in_zone(if i < SHARDS / 2 { "a" } else { "b" })
+                let shard =
+                    Shard::new(b.id(), b.url()).in_zone(if i < SHARDS / 2 { "a" } else { "b" });
+                if grpc { shard.speaking("h2c") } else { shard }
             })
             .collect(),
         tenants: tenants_toml(&tenants),
@@ -145,6 +175,7 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         requests_per_tenant: args.requests_per_tenant,
         concurrency: 64,
         timeout: Duration::from_secs(5),
+        protocol: args.protocol.into(),
     };
     let session = Session::prepare(
         &format!("http://{}", running.addr),
@@ -214,6 +245,7 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     running.shutdown().await;
     drop(backends);
     let summary = DemoSummary {
+        protocol: if grpc { "grpc" } else { "http" },
         shards: SHARDS,
         tenants: args.tenants,
         k: K,
@@ -319,7 +351,12 @@ fn render(summary: &DemoSummary) -> String {
         ]);
     }
     let mut out = format!(
-        "Demo: {} tenants on {} shards in 2 zones, k = {} (zone-aware rendezvous), {:.1} s\n\n{}",
+        "Demo{}: {} tenants on {} shards in 2 zones, k = {} (zone-aware rendezvous), {:.1} s\n\n{}",
+        if summary.protocol == "grpc" {
+            " (gRPC unary calls to gRPC shards over h2c)"
+        } else {
+            ""
+        },
         summary.tenants,
         summary.shards,
         summary.k,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use backend::Mode;
-use clap::{ArgGroup, Args};
+use clap::{ArgGroup, Args, ValueEnum};
 use drill::poison::{PoisonPlan, PoisonReport};
 use drill::run::{DrillReport, Fault, PhaseSummary};
 use drill::{AdminClient, LoadShape, Session, ShardControl, Thresholds};
@@ -40,6 +40,16 @@ through its control API: the drill sets --break-mode (default killed; any \
 `shuffle-shard backend --mode` but healthy) before the fault phase, waits up \
 to --wait-seconds for the gateway to take it out of rotation, and sets it \
 healthy again afterwards.
+
+--protocol grpc drives gRPC unary calls instead of GETs: \
+/shuffle.demo.Echo/Unary (the demo service of `shuffle-shard backend \
+--protocol grpc`) with an empty message and the tenant's key as \
+`authorization: Bearer` metadata, over h2c to --gateway. A call counts as \
+failed when it ends with UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, \
+CANCELLED, UNAUTHENTICATED or RESOURCE_EXHAUSTED, or not within --timeout-ms; \
+any other status is the service's answer and counts as served. For faults \
+that strike after a call was sent (blackhole, reset, errors:503:RATE) the \
+gateway fails over only methods in routing.grpc_idempotent_methods.
 
 --poison TENANT sends requests carrying `x-poison: 1` as TENANT (which must \
 be in the tenants file) while every other tenant runs its load, against \
@@ -121,9 +131,30 @@ pub struct DrillArgs {
     /// How much unaffected tenants' p99 latency may grow, in milliseconds
     #[arg(long, value_name = "MS", default_value_t = 50.0)]
     latency_bound_ms: f64,
+    /// The load: HTTP GETs, or gRPC unary calls over h2c judged by their gRPC status
+    #[arg(long, value_name = "PROTOCOL", value_enum, default_value_t = LoadProtocol::Http)]
+    protocol: LoadProtocol,
     /// Print the report as JSON
     #[arg(long)]
     json: bool,
+}
+
+/// `--protocol` of `drill` and `demo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoadProtocol {
+    /// HTTP/1.1 GETs of /drill
+    Http,
+    /// gRPC unary calls of /shuffle.demo.Echo/Unary over h2c (HTTP/2 with prior knowledge)
+    Grpc,
+}
+
+impl From<LoadProtocol> for drill::load::Protocol {
+    fn from(protocol: LoadProtocol) -> Self {
+        match protocol {
+            LoadProtocol::Http => Self::Http,
+            LoadProtocol::Grpc => Self::Grpc,
+        }
+    }
 }
 
 /// The error behind exit status 1: the drill ran and a property failed.
@@ -165,6 +196,7 @@ pub fn run(args: DrillArgs) -> Result<()> {
         requests_per_tenant: args.requests_per_tenant,
         concurrency: args.concurrency,
         timeout: Duration::from_millis(args.timeout_ms),
+        protocol: args.protocol.into(),
     };
     let thresholds = Thresholds {
         min_success: args.min_success,

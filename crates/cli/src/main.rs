@@ -5,6 +5,7 @@ mod backend_cmd;
 mod blast;
 mod demo;
 mod drill;
+mod grpc_call;
 mod migrate;
 mod output;
 mod place;
@@ -65,6 +66,8 @@ enum Command {
     Backend(backend_cmd::BackendArgs),
     /// Fail shards under load and check degraded-not-down, unaffected-unharmed and failover.
     Drill(drill::DrillArgs),
+    /// Call the test backend's demo gRPC service, through a gateway or straight to a shard.
+    GrpcCall(grpc_call::GrpcCallArgs),
     /// The whole idea in one command: shards, a gateway, load, failures, and the model beside the measurements.
     Demo(demo::DemoArgs),
 }
@@ -82,6 +85,7 @@ impl Command {
             Command::Backend(args) => backend_cmd::run(args),
             Command::Drill(args) => drill::run(args),
             Command::Demo(args) => demo::run(args),
+            Command::GrpcCall(args) => grpc_call::run(args),
         }
     }
 }
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
 fn exit_code(error: &anyhow::Error) -> ExitCode {
     if error.downcast_ref::<output::OutputFailed>().is_some()
         || error.downcast_ref::<drill::PropertiesViolated>().is_some()
+        || error.downcast_ref::<grpc_call::CallFailed>().is_some()
         || matches!(
             error.downcast_ref::<gateway::runtime::RunError>(),
             Some(gateway::runtime::RunError::Stopped(_))

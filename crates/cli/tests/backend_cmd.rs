@@ -1,5 +1,6 @@
 //! `shuffle-shard backend` as a real process: it answers as the shard it was
-//! named, switches mode through its control API, and exits 0 on SIGTERM.
+//! named (over HTTP/1.1, or gRPC with `grpc-call` as the client), switches
+//! mode through its control API, and exits 0 on SIGTERM.
 
 mod common;
 
@@ -139,4 +140,100 @@ fn a_bad_mode_is_refused_with_the_valid_ones() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("health-huge:x"), "{stderr}");
+}
+
+/// `shuffle-shard grpc-call` with `args`: its exit status, stdout and
+/// stderr.
+fn grpc_call(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+        .arg("grpc-call")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_grpc_backend_answers_grpc_call_and_its_control_api_breaks_it() {
+    let (mut child, addr, control) = spawn(&[
+        "--listen",
+        ANY_PORT,
+        "--id",
+        "g0",
+        "--protocol",
+        "grpc",
+        "--control",
+        ANY_PORT,
+    ]);
+    let control = control.expect("the control API's address");
+    let url = format!("http://{addr}");
+    connect(&mut child, &addr);
+    let (code, stdout, stderr) = grpc_call(&["--url", &url, "--text", "hi"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let answer: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(answer["shard"], "g0");
+    assert_eq!(answer["text"], "hi");
+    let (code, stdout, stderr) = grpc_call(&["--url", &url, "--count", "3"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let indices: Vec<u64> = stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["index"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(indices, [0, 1, 2]);
+
+    // The byte-level HTTP/1.1 faults are refused, the gRPC ones taken.
+    let (status, message) = call(&mut child, &control, "PUT", "/mode", "stall-body");
+    assert_eq!(status, 400, "{message}");
+    assert!(message.contains("--protocol grpc"), "{message}");
+    assert_eq!(
+        call(&mut child, &control, "PUT", "/mode", "errors:503:1").0,
+        204
+    );
+    let (code, _, stderr) = grpc_call(&["--url", &url]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("Unavailable (14)"), "{stderr}");
+    terminate(child, "backend");
+}
+
+#[test]
+fn a_grpc_backend_refuses_a_byte_level_mode_at_start() {
+    let output = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+        .args(["backend", "--protocol", "grpc", "--mode", "health-stall"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("health-stall") && stderr.contains("errors:STATUS:RATE"),
+        "{stderr}"
+    );
+    let output = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+        .args(["backend", "--protocol", "h3"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("grpc"));
+}
+
+#[test]
+fn grpc_call_to_nothing_exits_1_and_a_bad_url_exits_2() {
+    let port = {
+        // Bound and dropped: refused, for the moment this test needs.
+        let listener = std::net::TcpListener::bind(ANY_PORT).unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let (code, _, stderr) = grpc_call(&["--url", &format!("http://127.0.0.1:{port}")]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("is it listening?"), "{stderr}");
+    let (code, _, stderr) = grpc_call(&["--url", "https://127.0.0.1:1"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--url"), "{stderr}");
 }

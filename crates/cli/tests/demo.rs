@@ -1,10 +1,25 @@
-//! `shuffle-shard demo --json`: every phase matches the model and the JSON
-//! has the documented per-phase fields.
+//! `shuffle-shard demo --json`, over HTTP and over gRPC: every phase matches
+//! the model and the JSON has the documented per-phase fields.
 
 #[test]
 fn the_demo_matches_the_model_in_every_phase() {
+    let summary = demo(&["--tenants", "400"]);
+    assert_eq!(summary["protocol"], "http");
+}
+
+#[test]
+fn the_grpc_demo_matches_the_model_in_every_phase() {
+    let summary = demo(&["--tenants", "300", "--protocol", "grpc"]);
+    assert_eq!(summary["protocol"], "grpc");
+}
+
+/// Runs the demo with `args`, checks every phase against the model, and
+/// returns its summary.
+fn demo(args: &[&str]) -> serde_json::Value {
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
-        .args(["demo", "--tenants", "400", "--json"])
+        .arg("demo")
+        .args(args)
+        .arg("--json")
         .output()
         .unwrap();
     assert!(
@@ -52,4 +67,5 @@ fn the_demo_matches_the_model_in_every_phase() {
             .unwrap()
             .starts_with("http://127.0.0.1:")
     );
+    summary
 }

@@ -9,7 +9,7 @@
 
 use std::process::Command;
 
-use backend::{Backend, Mode};
+use backend::{Backend, Mode, Protocol, Recording};
 use gateway::config::writer::{self as gateway_toml, GatewayToml, Shard, tenants_toml};
 use gateway::runtime::Running;
 
@@ -49,11 +49,24 @@ async fn setup(routing: &str) -> Setup {
 /// As [`setup`], with `health` as the body of the `[health]` table (none
 /// when empty), and a control API per shard.
 async fn setup_with(routing: &str, health: &str) -> Setup {
+    setup_speaking(routing, health, Protocol::Http1).await
+}
+
+/// As [`setup_with`], with shards speaking `protocol` (gRPC ones as `h2c`
+/// shards).
+async fn setup_speaking(routing: &str, health: &str, protocol: Protocol) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let mut backends = Vec::new();
     let mut controls = Vec::new();
     for i in 0..8 {
-        let backend = Backend::start(&format!("s{i}")).await.unwrap();
+        let backend = Backend::start_speaking(
+            &format!("s{i}"),
+            "127.0.0.1:0".parse().unwrap(),
+            Recording::Every,
+            protocol,
+        )
+        .await
+        .unwrap();
         let control = backend
             .serve_control("127.0.0.1:0".parse().unwrap())
             .await
@@ -79,7 +92,13 @@ async fn setup_with(routing: &str, health: &str) -> Setup {
         shards: backends
             .iter()
             .enumerate()
-            .map(|(i, b)| Shard::new(b.id(), b.url()).in_zone(if i < 4 { "a" } else { "b" }))
+            .map(|(i, b)| {
+                let shard = Shard::new(b.id(), b.url()).in_zone(if i < 4 { "a" } else { "b" });
+                match protocol {
+                    Protocol::Grpc => shard.speaking("h2c"),
+                    Protocol::Http1 => shard,
+                }
+            })
             .collect(),
         tenants: tenants_toml(&tenants),
         ..GatewayToml::default()
@@ -208,6 +227,59 @@ async fn a_shard_broken_through_its_control_api_is_routed_around_and_healed() {
         Mode::Healthy,
         "the drill healed s3"
     );
+}
+
+/// gRPC shards checked with the gRPC health protocol, quickly.
+const GRPC_HEALTH: &str = "grpc = true\ninterval_ms = 200\ntimeout_ms = 300\nfall = 2\nrise = 1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_drill_breaking_a_shard_with_unavailable_passes_on_grpc_statuses() {
+    let setup = setup_speaking(
+        "grpc_idempotent_methods = [\"/shuffle.demo.Echo/*\"]",
+        GRPC_HEALTH,
+        Protocol::Grpc,
+    )
+    .await;
+    let broken = format!("s3={}", setup.controls[3]);
+    let (code, report, stderr) = drill_with(
+        &setup,
+        &format!("--protocol grpc --break {broken} --break-mode errors:503:1 --wait-seconds 20"),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    let verdict = &report["verdict"];
+    assert_eq!(verdict["failed"], serde_json::json!(["main/s3"]));
+    assert!(verdict["degraded"].as_u64().unwrap() > 0);
+    assert_eq!(verdict["degraded"], verdict["modeled_degraded"]);
+    assert_eq!(verdict["fully_down"], 0);
+    assert_eq!(verdict["unaffected_errors"], 0);
+    assert!(verdict["failovers"].as_f64().unwrap() > 0.0, "{verdict:#}");
+    // The load was gRPC calls of the demo method, answered by the shards
+    // (3 phases of 300 tenants x 4 calls; s3 answered some before it broke).
+    let calls: Vec<backend::Seen> = setup.backends.iter().flat_map(Backend::seen).collect();
+    assert!(calls.len() >= 3 * 300 * 4, "{}", calls.len());
+    for call in &calls {
+        assert_eq!(call.path, "/shuffle.demo.Echo/Unary");
+        assert_eq!(call.header("content-type"), ["application/grpc"]);
+    }
+    assert_eq!(
+        setup.backends[3].mode(),
+        Mode::Healthy,
+        "the drill healed s3"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_drill_counts_unavailable_calls_as_failed() {
+    // The shard is failed through the admin API and the gateway may not
+    // fail over: its tenants' calls that pick it end UNAVAILABLE.
+    let setup = setup_speaking("failover = false", GRPC_HEALTH, Protocol::Grpc).await;
+    let (code, report, stderr) = drill_with(&setup, "--protocol grpc --fail s1").await;
+    assert_eq!(code, Some(1), "{stderr}\n{report:#}");
+    let violations = report["verdict"]["violations"].to_string();
+    assert!(violations.contains("degraded tenant"), "{violations}");
+    assert!(report["verdict"]["errors"].as_u64().unwrap() > 0);
+    assert_eq!(report["verdict"]["unaffected_errors"], 0);
 }
 
 /// `drill` aimed at a gateway and admin API where nothing listens, for

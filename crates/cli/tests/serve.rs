@@ -1,7 +1,8 @@
 //! `shuffle-shard serve` as a real process: it routes each tenant only to
 //! the shards `place --config` names, refuses unsafe keys and token-less
 //! admin pages open to other hosts at start, and stops cleanly on SIGTERM; two replicas started from one configuration
-//! route every tenant to the same subset without talking to each other.
+//! route every tenant to the same subset without talking to each other;
+//! and the README's TLS and gRPC quick starts work as written.
 
 mod common;
 
@@ -485,4 +486,151 @@ async fn the_readme_tls_quick_start_serves_curl_over_https() {
         .unwrap();
     assert!(!refused.status.success());
     terminate(child, "serve");
+}
+
+/// The README's "gRPC in five minutes" commands, as written there.
+fn readme_grpc_quick_start() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = readme
+        .split("### gRPC in five minutes")
+        .nth(1)
+        .expect("the README has a gRPC quick start");
+    let block = section.split("```sh\n").nth(1).unwrap();
+    block.split("\n```").next().unwrap().to_owned()
+}
+
+/// A child started by a quick-start line: the first stderr line that
+/// contains `marker`, the rest drained so it never blocks.
+fn spawn_reading(args: &[&str], dir: &std::path::Path, marker: &str) -> (Child, String) {
+    let mut child = Command::new(binary())
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    // `lines()` ends when the process exits, so this cannot wait for ever.
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.contains(marker) {
+            std::thread::spawn(move || lines.for_each(drop));
+            return (child, line);
+        }
+    }
+    panic!(
+        "{args:?} exited before saying {marker:?}: {:?}",
+        child.wait()
+    );
+}
+
+/// The README's gRPC quick start, line by line as written, except that
+/// every address is port 0 and the addresses the processes report are put
+/// where the README has its fixed ports (so parallel tests never collide).
+#[test]
+fn the_readme_grpc_quick_start_calls_through_the_gateway() {
+    let block = readme_grpc_quick_start();
+    let dir = tempfile::tempdir().unwrap();
+    // What the first example left in /tmp/ss: a placement key, and acme.
+    std::fs::write(dir.path().join("placement.key"), random_bytes(32)).unwrap();
+    std::fs::write(
+        dir.path().join("tenants.toml"),
+        tenants_toml(&[("acme".into(), "acme-secret".into())]),
+    )
+    .unwrap();
+    assert!(block.contains("cargo build --release"), "{block}");
+    let toml = block
+        .split("<<'TOML'\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\nTOML\n").next())
+        .expect("the quick start writes grpc.toml");
+    // README address → the one really bound.
+    let mut addresses: Vec<(String, String)> = Vec::new();
+    let real = |text: &str, addresses: &[(String, String)]| {
+        addresses
+            .iter()
+            .fold(text.to_owned(), |text, (readme, bound)| {
+                text.replace(readme, bound)
+            })
+    };
+    let mut children = Vec::new();
+    let mut answers = Vec::new();
+    for line in block.lines() {
+        let Some(command) = line.strip_prefix("$ss ") else {
+            continue;
+        };
+        let mut args: Vec<String> = command
+            .trim_end_matches('&')
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        match args[0].as_str() {
+            "backend" => {
+                let at = args.iter().position(|a| a == "--listen").unwrap() + 1;
+                let readme = std::mem::replace(&mut args[at], "127.0.0.1:0".into());
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let (child, said) = spawn_reading(&args, dir.path(), "listening on http://");
+                assert!(said.contains("gRPC over h2c"), "{said}");
+                let bound = said.split("http://").nth(1).unwrap();
+                let bound = bound.split([' ', ')']).next().unwrap().to_owned();
+                addresses.push((readme, bound));
+                children.push((child, "backend"));
+            }
+            "serve" => {
+                // Every listener on port 0; the gateway logs what it bound.
+                let readme_listen = toml
+                    .lines()
+                    .find_map(|l| l.strip_prefix("listen = \""))
+                    .and_then(|rest| rest.split('"').next())
+                    .unwrap()
+                    .to_owned();
+                let text: String = real(toml, &addresses)
+                    .lines()
+                    .map(|l| {
+                        if l.starts_with("listen = ") {
+                            "listen = \"127.0.0.1:0\"\n".to_owned()
+                        } else {
+                            format!("{l}\n")
+                        }
+                    })
+                    .collect();
+                std::fs::write(dir.path().join("grpc.toml"), text).unwrap();
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let (child, said) = spawn_reading(&args, dir.path(), "gateway listening");
+                let bound = said.split(" addr=").nth(1).unwrap();
+                let bound = bound.split_whitespace().next().unwrap().to_owned();
+                addresses.push((readme_listen, bound));
+                children.push((child, "serve"));
+            }
+            "grpc-call" => {
+                let args: Vec<String> = args.iter().map(|a| real(a, &addresses)).collect();
+                let output = Command::new(binary())
+                    .args(&args)
+                    .current_dir(dir.path())
+                    .output()
+                    .unwrap();
+                assert!(
+                    output.status.success(),
+                    "{line}: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                for answer in String::from_utf8_lossy(&output.stdout).lines() {
+                    answers.push(serde_json::from_str::<serde_json::Value>(answer).unwrap());
+                }
+            }
+            other => panic!("the quick start runs `{other}`, which this test cannot follow"),
+        }
+    }
+    assert_eq!(children.len(), 3, "two gRPC backends and a gateway");
+    // `--text hello` once, then `--count 3`.
+    assert_eq!(answers.len(), 4, "{answers:?}");
+    assert_eq!(answers[0]["text"], "hello");
+    for answer in &answers {
+        assert_eq!(answer["tenant"], "acme", "{answer}");
+        assert!(["g0", "g1"].contains(&answer["shard"].as_str().unwrap()));
+    }
+    for (child, name) in children.into_iter().rev() {
+        terminate(child, name);
+    }
 }

@@ -1,6 +1,6 @@
-//! Synthetic load: a fixed number of GETs per tenant through the gateway,
-//! with bounded concurrency, recording each tenant's successes and
-//! latencies.
+//! Synthetic load: a fixed number of GETs (or gRPC unary calls, [`Protocol`])
+//! per tenant through the gateway, with bounded concurrency, recording each
+//! tenant's successes and latencies.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,6 +42,25 @@ impl TenantSample {
     }
 }
 
+/// What the load is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// HTTP GETs of `/drill` (HTTP/1.1).
+    #[default]
+    Http,
+    /// gRPC unary calls of [`GRPC_METHOD`] with an empty message, over h2c
+    /// (HTTP/2 with prior knowledge), judged by their gRPC status
+    /// ([`grpc_served`]).
+    Grpc,
+}
+
+/// The method the gRPC load calls: the unary method of the test backend's
+/// demo service (`shuffle-shard backend --protocol grpc`). Its message is
+/// sent empty, which every proto3 message type decodes (as all defaults),
+/// and its answer is read as a message with no fields, so any other
+/// service's answer would do as well.
+pub const GRPC_METHOD: &str = "/shuffle.demo.Echo/Unary";
+
 /// How much load to drive.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadShape {
@@ -51,6 +70,8 @@ pub struct LoadShape {
     pub concurrency: usize,
     /// Per-request timeout (a timed-out request is an error).
     pub timeout: Duration,
+    /// HTTP requests or gRPC calls.
+    pub protocol: Protocol,
 }
 
 /// Sends `requests_per_tenant` GETs for every tenant, interleaved (round
@@ -61,16 +82,23 @@ pub async fn drive(
     tenants: &[TenantCredential],
     shape: LoadShape,
 ) -> Vec<TenantSample> {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let sender = match shape.protocol {
+        Protocol::Http => Sender::Http(Client::builder(TokioExecutor::new()).build_http()),
+        Protocol::Grpc => match grpc_channel(gateway) {
+            Some(channel) => Sender::Grpc(channel),
+            // Not a URL a channel can be made for: every call fails, as
+            // every request would with an HTTP client.
+            None => return failed(tenants.len(), shape.requests_per_tenant),
+        },
+    };
     let total = tenants.len() * shape.requests_per_tenant;
     let next = Arc::new(AtomicUsize::new(0));
     let tenants: Arc<Vec<TenantCredential>> = Arc::new(tenants.to_vec());
     let url = format!("{}/drill", gateway.trim_end_matches('/'));
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..shape.concurrency.max(1) {
-        let (client, next, tenants, url) = (
-            client.clone(),
+        let (sender, next, tenants, url) = (
+            sender.clone(),
             Arc::clone(&next),
             Arc::clone(&tenants),
             url.clone(),
@@ -84,7 +112,11 @@ pub async fn drive(
                 }
                 let tenant = job % tenants.len();
                 let started = Instant::now();
-                let ok = send(&client, &url, tenants[tenant].api_key(), shape.timeout).await;
+                let api_key = tenants[tenant].api_key();
+                let ok = match &sender {
+                    Sender::Http(client) => send(client, &url, api_key, shape.timeout).await,
+                    Sender::Grpc(channel) => call(channel, api_key, shape.timeout).await,
+                };
                 let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
                 results.push((tenant, ok, micros));
             }
@@ -100,6 +132,88 @@ pub async fn drive(
         }
     }
     samples
+}
+
+/// What sends the load: a pooled HTTP/1.1 client, or one gRPC channel (one
+/// HTTP/2 connection, a stream per call).
+#[derive(Clone)]
+// One per phase, cloned once per worker: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Sender {
+    Http(Client<HttpConnector, Full<Bytes>>),
+    Grpc(tonic::transport::Channel),
+}
+
+/// Every tenant's sample with every request failed.
+fn failed(tenants: usize, requests_per_tenant: usize) -> Vec<TenantSample> {
+    let sample = TenantSample {
+        ok: 0,
+        total: requests_per_tenant as u64,
+        latencies_us: vec![0; requests_per_tenant],
+    };
+    vec![sample; tenants]
+}
+
+/// A lazily connecting h2c channel to the gateway's data URL.
+fn grpc_channel(gateway: &str) -> Option<tonic::transport::Channel> {
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(gateway.trim_end_matches('/').to_owned()).ok()?;
+    Some(endpoint.connect_lazy())
+}
+
+/// A message with no fields: what the gRPC load sends, and how it reads
+/// any answer (prost skips fields it does not know).
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+struct Empty {}
+
+/// Whether a call that ended with `code` was served, as per-tenant
+/// availability counts it: the statuses a sick shard or an overloaded
+/// gateway produce (`UNAVAILABLE`, `DEADLINE_EXCEEDED`, `INTERNAL`,
+/// `UNKNOWN`, and `CANCELLED` for a call cut off) are failures, and so are
+/// `UNAUTHENTICATED` and `RESOURCE_EXHAUSTED`, which stand for the HTTP load's
+/// 401 and 429; the rest are the service's own answers.
+pub fn grpc_served(code: tonic::Code) -> bool {
+    use tonic::Code;
+    !matches!(
+        code,
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Internal
+            | Code::Unknown
+            | Code::Cancelled
+            | Code::Unauthenticated
+            | Code::ResourceExhausted
+    )
+}
+
+/// One gRPC unary call of [`GRPC_METHOD`]; true when it was served
+/// ([`grpc_served`]) within `timeout` (which is also sent as `grpc-timeout`).
+async fn call(channel: &tonic::transport::Channel, api_key: &str, timeout: Duration) -> bool {
+    let Ok(bearer) = format!("Bearer {api_key}").parse() else {
+        return false;
+    };
+    let mut request = tonic::Request::new(Empty {});
+    request.metadata_mut().insert("authorization", bearer);
+    request.set_timeout(timeout);
+    let exchange = async {
+        let mut grpc = tonic::client::Grpc::new(channel.clone());
+        grpc.ready().await.ok()?;
+        let answer = grpc
+            .unary(
+                request,
+                http::uri::PathAndQuery::from_static(GRPC_METHOD),
+                tonic_prost::ProstCodec::<Empty, Empty>::default(),
+            )
+            .await;
+        Some(match answer {
+            Ok(_) => true,
+            Err(status) => grpc_served(status.code()),
+        })
+    };
+    matches!(
+        tokio::time::timeout(timeout, exchange).await,
+        Ok(Some(true))
+    )
 }
 
 /// One request; true when the gateway served it (not a 5xx, not a 401 or
@@ -157,4 +271,35 @@ pub async fn poison(gateway: &str, tenant: &TenantCredential, timeout: Duration)
 pub fn quantile_ms(latencies_us: &mut [u32], q: f64) -> f64 {
     latencies_us.sort_unstable();
     analysis::nearest_rank(latencies_us, q).map_or(0.0, |us| f64::from(us) / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_statuses_count_as_http_statuses_do() {
+        use tonic::Code;
+        for code in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::Internal,
+            Code::Unknown,
+            Code::Cancelled,
+            Code::Unauthenticated,
+            Code::ResourceExhausted,
+        ] {
+            assert!(!grpc_served(code), "{code:?}");
+        }
+        for code in [
+            Code::Ok,
+            Code::NotFound,
+            Code::InvalidArgument,
+            Code::FailedPrecondition,
+            Code::PermissionDenied,
+            Code::Unimplemented,
+        ] {
+            assert!(grpc_served(code), "{code:?}");
+        }
+    }
 }

@@ -174,6 +174,7 @@ impl Session {
                 requests_per_tenant: 1,
                 concurrency: 1,
                 timeout: std::time::Duration::from_secs(1),
+                protocol: load::Protocol::Http,
             },
         )
     }
