@@ -1719,4 +1719,107 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn tenant_limits_are_unset_by_default_and_read_with_their_ranges() {
+        let unset = load_with("").unwrap();
+        assert_eq!(unset.limits.tenant, TenantLimitSettings::default());
+        let set = load_with(
+            "[limits.tenant]\nmax_in_flight = 64\nrequests_per_second = 250\nburst = 500\n\
+             store = \"redis://127.0.0.1:6379\"\nstore_timeout_ms = 7",
+        )
+        .unwrap();
+        let tenant = &set.limits.tenant;
+        assert_eq!(tenant.defaults.max_in_flight, Some(64));
+        assert_eq!(tenant.defaults.per_request, Some(Duration::from_millis(4)));
+        assert_eq!(tenant.defaults.burst, Some(500));
+        let store = tenant.store.as_ref().unwrap();
+        assert_eq!((store.url.host.as_str(), store.url.port), ("127.0.0.1", 6379));
+        assert_eq!(store.timeout, Duration::from_millis(7));
+        assert_eq!(
+            load_with("[limits.tenant]\nrequests_per_second = 0.5")
+                .unwrap()
+                .limits
+                .tenant
+                .defaults
+                .per_request,
+            Some(Duration::from_secs(2))
+        );
+        for (line, key) in [
+            ("max_in_flight = 0", "limits.tenant.max_in_flight"),
+            ("requests_per_second = 0", "limits.tenant.requests_per_second"),
+            ("requests_per_second = -3", "limits.tenant.requests_per_second"),
+            ("requests_per_second = nan", "limits.tenant.requests_per_second"),
+            ("requests_per_second = 2e6", "limits.tenant.requests_per_second"),
+            ("burst = 0", "limits.tenant.burst"),
+            ("store = \"http://127.0.0.1:6379\"", "limits.tenant.store"),
+            ("store_timeout_ms = 0", "limits.tenant.store_timeout_ms"),
+        ] {
+            let error = load_with(&format!("[limits.tenant]\n{line}"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(key), "{line}: {error}");
+        }
+        let error = load_with("[limits.tenant]\nrate = 5").unwrap_err().to_string();
+        assert!(error.contains("rate"), "{error}");
+    }
+
+    #[test]
+    fn a_store_password_is_never_in_debug_or_errors() {
+        let config = load_with(
+            "[limits.tenant]\nrequests_per_second = 5\nstore = \"redis://:hunter2-secret@127.0.0.1:6379\"",
+        )
+        .unwrap();
+        assert!(!format!("{config:?}").contains("hunter2"));
+        assert_eq!(
+            config.limits.tenant.store.as_ref().unwrap().url.password(),
+            Some("hunter2-secret")
+        );
+        let error = load_with(
+            "[limits.tenant]\nrequests_per_second = 5\nstore = \"redis://:hunter2-secret@127.0.0.1\"",
+        )
+        .unwrap_err();
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+        assert!(!format!("{error:?}").contains("hunter2"), "{error:?}");
+    }
+
+    #[test]
+    fn the_tenants_file_overrides_limits_and_zero_lifts_them() {
+        let config = load_with("").unwrap();
+        let parse = |text: &str| tenants::Tenants::parse(Path::new("tenants.toml"), text, &config);
+        let tenants = parse(
+            "[[tenants]]\nid = \"whale\"\nrequests_per_second = 2000\nburst = 4000\nmax_in_flight = 0\n\
+             [[tenants]]\nid = \"small\"\n",
+        )
+        .unwrap();
+        let whale = tenants.get("whale").unwrap();
+        assert_eq!(
+            whale.limits,
+            TenantLimits {
+                max_in_flight: Some(0),
+                per_request: Some(Duration::from_micros(500)),
+                burst: Some(4000),
+            }
+        );
+        assert_eq!(tenants.get("small").unwrap().limits, TenantLimits::default());
+        assert_eq!(
+            parse("[[tenants]]\nid = \"a\"\nrequests_per_second = 0\n")
+                .unwrap()
+                .get("a")
+                .unwrap()
+                .limits
+                .per_request,
+            Some(Duration::ZERO)
+        );
+        for (line, key) in [
+            ("requests_per_second = -1", "tenants[0].requests_per_second"),
+            ("burst = 0", "tenants[0].burst"),
+            ("max_in_flight = 2000000", "tenants[0].max_in_flight"),
+        ] {
+            let error = parse(&format!("[[tenants]]\nid = \"a\"\n{line}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(key), "{line}: {error}");
+        }
+    }
 }
