@@ -139,6 +139,13 @@ impl Store {
         &self.shared.settings
     }
 
+    /// Whether the connection task has a working connection now (the
+    /// script loaded): while it has not, every call is judged locally at
+    /// once.
+    pub fn is_up(&self) -> bool {
+        self.shared.up.load(Ordering::Relaxed)
+    }
+
     /// `host:port`, for logs (never the URL, which may carry a password).
     pub fn address(&self) -> String {
         let url = &self.shared.settings.url;
