@@ -38,10 +38,20 @@ fn limited_options(limits: &str) -> Options {
 
 /// `tenant`'s GET through the data listener at `addr`: the status and the
 /// `Retry-After` and body when refused.
-async fn get_via(fixture: &Fixture, addr: SocketAddr, tenant: &str) -> (StatusCode, http::HeaderMap, Value) {
+async fn get_via(
+    fixture: &Fixture,
+    addr: SocketAddr,
+    tenant: &str,
+) -> (StatusCode, http::HeaderMap, Value) {
     let bearer = format!("Bearer {}", fixture.api_key(tenant));
-    let (status, headers, body) =
-        request_to(&fixture.client, addr, "GET", "/", &[("authorization", &bearer)]).await;
+    let (status, headers, body) = request_to(
+        &fixture.client,
+        addr,
+        "GET",
+        "/",
+        &[("authorization", &bearer)],
+    )
+    .await;
     let json = if status == StatusCode::OK {
         Value::Null
     } else {
@@ -98,7 +108,10 @@ async fn a_tenant_over_its_rate_gets_429_while_its_neighbours_see_no_error() {
     let fixture = Fixture::start(limited_options(&format!("{SLOW}\nburst = 3"))).await;
     let addr = fixture.running.addr;
     let neighbours = neighbours(&fixture, "tenant-0");
-    assert!(!neighbours.is_empty(), "nobody shares a shard with tenant-0");
+    assert!(
+        !neighbours.is_empty(),
+        "nobody shares a shard with tenant-0"
+    );
     // The flood and its neighbours' traffic, interleaved.
     let (mut ok, mut limited) = (0, 0);
     for round in 0..10 {
@@ -106,7 +119,11 @@ async fn a_tenant_over_its_rate_gets_429_while_its_neighbours_see_no_error() {
         (ok, limited) = (ok + o, limited + l);
         if round < 2 {
             for neighbour in &neighbours {
-                assert_eq!(tally(&fixture, addr, neighbour, 1).await, (1, 0), "{neighbour}");
+                assert_eq!(
+                    tally(&fixture, addr, neighbour, 1).await,
+                    (1, 0),
+                    "{neighbour}"
+                );
             }
         }
     }
@@ -188,7 +205,10 @@ async fn a_tenant_at_its_in_flight_limit_gets_429_while_the_other_is_served() {
     let (status, headers, body) = get_via(&fixture, addr, "tenant-0").await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(headers["retry-after"], "1");
-    assert!(body["error"].as_str().unwrap().contains("in flight"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("in flight"),
+        "{body}"
+    );
     // The other tenant, on the same shard, is served: one held and one
     // more at a time is within its own two.
     let other = [hold("tenant-1")];
@@ -230,12 +250,20 @@ async fn a_reload_changes_a_tenants_limits_and_keeps_its_bucket() {
     // No limits: as many as it likes.
     assert_eq!(tally(&fixture, addr, "tenant-0", 8).await, (8, 0));
 
-    edit(&tenants, "id = \"tenant-0\"\n", &format!("id = \"tenant-0\"\n{SLOW}\nburst = 2\n"));
+    edit(
+        &tenants,
+        "id = \"tenant-0\"\n",
+        &format!("id = \"tenant-0\"\n{SLOW}\nburst = 2\n"),
+    );
     reload(&fixture).await;
     assert_eq!(tally(&fixture, addr, "tenant-0", 4).await, (2, 2));
 
     // A reload that leaves its limits alone leaves its bucket empty.
-    edit(&tenants, "id = \"tenant-1\"\n", "id = \"tenant-1\"\nmax_in_flight = 5\n");
+    edit(
+        &tenants,
+        "id = \"tenant-1\"\n",
+        "id = \"tenant-1\"\nmax_in_flight = 5\n",
+    );
     reload(&fixture).await;
     assert_eq!(tally(&fixture, addr, "tenant-0", 3).await, (0, 3));
 
@@ -249,7 +277,11 @@ async fn a_reload_changes_a_tenants_limits_and_keeps_its_bucket() {
     reload(&fixture).await;
     assert_eq!(tally(&fixture, addr, "tenant-0", 8).await, (8, 0));
     let view = fixture.admin_json("GET", "/admin/tenants?limited=10").await;
-    assert_eq!(view["tenants"], serde_json::json!([]), "no tenant is limited now");
+    assert_eq!(
+        view["tenants"],
+        serde_json::json!([]),
+        "no tenant is limited now"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,7 +377,8 @@ impl Redis {
             .expect("redis-server starts");
         for _ in 0..500 {
             if let Some(status) = child.try_wait().unwrap() {
-                let log = std::fs::read_to_string(dir.join(format!("redis-{port}.log"))).unwrap_or_default();
+                let log = std::fs::read_to_string(dir.join(format!("redis-{port}.log")))
+                    .unwrap_or_default();
                 assert!(
                     log.contains("Address already in use"),
                     "redis-server exited ({status}): {log}"
@@ -537,7 +570,11 @@ async fn a_stalled_or_garbage_store_falls_back_to_local_limits() {
         }
     });
     for (name, addr, handshakes) in [
-        ("stalled after the handshake", false_store(false).await, true),
+        (
+            "stalled after the handshake",
+            false_store(false).await,
+            true,
+        ),
         ("garbage after the handshake", false_store(true).await, true),
         ("silent", silent_addr, false),
     ] {
@@ -547,13 +584,24 @@ async fn a_stalled_or_garbage_store_falls_back_to_local_limits() {
             store_up(running).await;
         }
         let served = fixture.running.addr;
-        assert_eq!(tally(&fixture, served, "tenant-0", 5).await, (3, 2), "{name}");
-        assert_eq!(tally(&fixture, served, "tenant-1", 2).await, (2, 0), "{name}");
+        assert_eq!(
+            tally(&fixture, served, "tenant-0", 5).await,
+            (3, 2),
+            "{name}"
+        );
+        assert_eq!(
+            tally(&fixture, served, "tenant-1", 2).await,
+            (2, 0),
+            "{name}"
+        );
         let reason = match (handshakes, name.starts_with("garbage")) {
             (false, _) => "unreachable",
             (true, false) => "timeout",
             (true, true) => "bad_reply",
         };
-        assert!(fallbacks(&fixture, reason).await > 0.0, "{name}: no {reason} counted");
+        assert!(
+            fallbacks(&fixture, reason).await > 0.0,
+            "{name}: no {reason} counted"
+        );
     }
 }

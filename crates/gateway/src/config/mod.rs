@@ -1389,9 +1389,7 @@ fn tenant_limit_settings(t: RawTenantLimits) -> Result<TenantLimitSettings, KeyP
     )?;
     let store = t
         .store
-        .map(|Redacted(url)| {
-            RedisUrl::parse(&url).map(|url| StoreSettings { url, timeout })
-        })
+        .map(|Redacted(url)| RedisUrl::parse(&url).map(|url| StoreSettings { url, timeout }))
         .transpose()
         .map_err(|p| ("limits.tenant.store", p))?;
     Ok(TenantLimitSettings { defaults, store })
@@ -1734,7 +1732,10 @@ mod tests {
         assert_eq!(tenant.defaults.per_request, Some(Duration::from_millis(4)));
         assert_eq!(tenant.defaults.burst, Some(500));
         let store = tenant.store.as_ref().unwrap();
-        assert_eq!((store.url.host.as_str(), store.url.port), ("127.0.0.1", 6379));
+        assert_eq!(
+            (store.url.host.as_str(), store.url.port),
+            ("127.0.0.1", 6379)
+        );
         assert_eq!(store.timeout, Duration::from_millis(7));
         assert_eq!(
             load_with("[limits.tenant]\nrequests_per_second = 0.5")
@@ -1747,10 +1748,22 @@ mod tests {
         );
         for (line, key) in [
             ("max_in_flight = 0", "limits.tenant.max_in_flight"),
-            ("requests_per_second = 0", "limits.tenant.requests_per_second"),
-            ("requests_per_second = -3", "limits.tenant.requests_per_second"),
-            ("requests_per_second = nan", "limits.tenant.requests_per_second"),
-            ("requests_per_second = 2e6", "limits.tenant.requests_per_second"),
+            (
+                "requests_per_second = 0",
+                "limits.tenant.requests_per_second",
+            ),
+            (
+                "requests_per_second = -3",
+                "limits.tenant.requests_per_second",
+            ),
+            (
+                "requests_per_second = nan",
+                "limits.tenant.requests_per_second",
+            ),
+            (
+                "requests_per_second = 2e6",
+                "limits.tenant.requests_per_second",
+            ),
             ("burst = 0", "limits.tenant.burst"),
             ("store = \"http://127.0.0.1:6379\"", "limits.tenant.store"),
             ("store_timeout_ms = 0", "limits.tenant.store_timeout_ms"),
@@ -1760,7 +1773,9 @@ mod tests {
                 .to_string();
             assert!(error.contains(key), "{line}: {error}");
         }
-        let error = load_with("[limits.tenant]\nrate = 5").unwrap_err().to_string();
+        let error = load_with("[limits.tenant]\nrate = 5")
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("rate"), "{error}");
     }
 
@@ -1801,7 +1816,10 @@ mod tests {
                 burst: Some(4000),
             }
         );
-        assert_eq!(tenants.get("small").unwrap().limits, TenantLimits::default());
+        assert_eq!(
+            tenants.get("small").unwrap().limits,
+            TenantLimits::default()
+        );
         assert_eq!(
             parse("[[tenants]]\nid = \"a\"\nrequests_per_second = 0\n")
                 .unwrap()

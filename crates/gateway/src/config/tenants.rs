@@ -210,7 +210,12 @@ impl Tenants {
                     .max_in_flight
                     .map(|n| limit_count(n, true))
                     .transpose()
-                    .map_err(|p| err("max_in_flight", format!("{p} (0: no limit for this tenant)")))?,
+                    .map_err(|p| {
+                        err(
+                            "max_in_flight",
+                            format!("{p} (0: no limit for this tenant)"),
+                        )
+                    })?,
                 per_request: tenant
                     .requests_per_second
                     .map(|rate| per_request(rate, true))

@@ -273,7 +273,9 @@ fn effective(
 
 /// The default burst: a second's worth of requests, at least one.
 fn one_seconds_worth(per_request: Duration) -> u32 {
-    (1.0 / per_request.as_secs_f64()).ceil().clamp(1.0, 1_000_000.0) as u32
+    (1.0 / per_request.as_secs_f64())
+        .ceil()
+        .clamp(1.0, 1_000_000.0) as u32
 }
 
 #[cfg(test)]
@@ -297,8 +299,14 @@ mod tests {
         assert_eq!((rate.requests_per_second, rate.burst), (100.0, 100));
         let (max, rate) = effective(&defaults, &limits(Some(3), Some(2.5), Some(7))).unwrap();
         assert_eq!(max, Some(3));
-        assert_eq!(rate.map(|r| (r.requests_per_second, r.burst)), Some((2.5, 7)));
-        assert_eq!(effective(&defaults, &limits(Some(0), Some(0.0), None)), None);
+        assert_eq!(
+            rate.map(|r| (r.requests_per_second, r.burst)),
+            Some((2.5, 7))
+        );
+        assert_eq!(
+            effective(&defaults, &limits(Some(0), Some(0.0), None)),
+            None
+        );
         let (max, rate) = effective(&defaults, &limits(Some(0), None, Some(1))).unwrap();
         assert_eq!(max, None);
         assert_eq!(rate.map(|r| r.burst), Some(1));
@@ -307,7 +315,8 @@ mod tests {
             None
         );
         // Half a request a second still allows one at once.
-        let (_, rate) = effective(&TenantLimits::default(), &limits(None, Some(0.5), None)).unwrap();
+        let (_, rate) =
+            effective(&TenantLimits::default(), &limits(None, Some(0.5), None)).unwrap();
         assert_eq!(rate.map(|r| r.burst), Some(1));
     }
 

@@ -197,8 +197,7 @@ impl Store {
 async fn run(shared: Arc<Shared>, mut calls: mpsc::Receiver<Call>) {
     let mut backoff = BACKOFF_MIN;
     loop {
-        let connected =
-            tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&shared.settings)).await;
+        let connected = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&shared.settings)).await;
         match connected {
             Ok(Ok(connection)) => {
                 backoff = BACKOFF_MIN;
@@ -292,9 +291,7 @@ async fn handshake(settings: &StoreSettings) -> Result<Connection, &'static str>
         .command(&[b"SCRIPT", b"LOAD", SCRIPT.as_bytes()])
         .await?
     {
-        Reply::Bulk(Some(sha))
-            if sha.len() == 40 && sha.iter().all(u8::is_ascii_hexdigit) =>
-        {
+        Reply::Bulk(Some(sha)) if sha.len() == 40 && sha.iter().all(u8::is_ascii_hexdigit) => {
             connection.sha = String::from_utf8_lossy(&sha).into_owned();
         }
         _ => return Err("SCRIPT LOAD did not answer with a script digest"),
@@ -508,7 +505,9 @@ fn parse_at(buffer: &[u8], at: &mut usize, depth: usize) -> Result<Option<Reply>
                 return Err("not RESP");
             }
             *at = after + length + 2;
-            return Ok(Some(Reply::Bulk(Some(buffer[after..after + length].to_vec()))));
+            return Ok(Some(Reply::Bulk(Some(
+                buffer[after..after + length].to_vec(),
+            ))));
         }
         b'*' => {
             let length = number()?;

@@ -391,11 +391,8 @@ impl Metrics {
         );
         // Every series exists from the start (at 0), so a rate() over them
         // works before the first fallback.
-        let store_fallbacks = FALLBACK_REASONS.map(|reason| {
-            fallbacks
-                .get_or_create(&FallbackLabels { reason })
-                .clone()
-        });
+        let store_fallbacks = FALLBACK_REASONS
+            .map(|reason| fallbacks.get_or_create(&FallbackLabels { reason }).clone());
         Self {
             tenant_limited,
             store_fallbacks,

@@ -50,14 +50,20 @@ pub(crate) async fn admit_global(
     };
     let judged = match store.take(tenant, rate.rate).await {
         Ok(verdict) => {
-            if store.warned.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            if store
+                .warned
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+            {
                 tracing::info!(store = %store.address(), "the global limits store answers again; tenants' rates are global again");
             }
             verdict.map_err(|retry_after| limit.refused(rate, retry_after))
         }
         Err(fault) => {
             gateway.metrics.store_fallback(fault.name());
-            if !store.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            if !store
+                .warned
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
                 tracing::warn!(
                     store = %store.address(),
                     reason = fault.name(),

@@ -30,10 +30,10 @@ use tokio::time::Instant;
 
 use crate::config::GatewayConfig;
 use crate::config::tenants::TenantRecord;
+use crate::limit::Refusal;
 use crate::ops::metrics::Metrics;
 use crate::protocol::grpc::Code;
 use crate::protocol::wire::{Fields, RequestHead, Stated};
-use crate::limit::Refusal;
 use crate::route::admission;
 use crate::route::attempt::{self, Failure};
 use crate::route::cell::TenantRoute;
