@@ -114,6 +114,9 @@ pub struct Store {
     /// Taken by the connection task when it starts, at the first call
     /// (a snapshot may be built outside a runtime).
     waiting: Mutex<Option<mpsc::Receiver<Call>>>,
+    /// The task was started: every call after the first reads this flag
+    /// and takes no lock.
+    started: AtomicBool,
     /// A fallback has been logged and the store has not answered since:
     /// one warning per outage.
     pub(crate) warned: AtomicBool,
@@ -130,6 +133,7 @@ impl Store {
             }),
             calls,
             waiting: Mutex::new(Some(waiting)),
+            started: AtomicBool::new(false),
             warned: AtomicBool::new(false),
         }
     }
@@ -155,6 +159,9 @@ impl Store {
     /// Starts the connection task, once; the first call finds the store
     /// still connecting and is judged locally.
     pub fn start(&self) {
+        if self.started.load(Ordering::Relaxed) {
+            return;
+        }
         let Some(waiting) = self
             .waiting
             .lock()
@@ -164,6 +171,7 @@ impl Store {
             return;
         };
         tokio::spawn(run(Arc::clone(&self.shared), waiting));
+        self.started.store(true, Ordering::Relaxed);
     }
 
     /// Takes a token from `tenant`'s global bucket: `Ok(Ok(()))` when
