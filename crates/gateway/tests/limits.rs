@@ -394,6 +394,22 @@ impl Redis {
         panic!("redis-server on port {port} did not answer PING");
     }
 
+    /// Sends one inline command; the first reply line, with its CRLF.
+    async fn command(&self, command: &str) -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).await.unwrap();
+        stream
+            .write_all(format!("{command}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut reply = Vec::new();
+        while !reply.ends_with(b"\r\n") {
+            let mut byte = [0_u8; 1];
+            stream.read_exact(&mut byte).await.unwrap();
+            reply.push(byte[0]);
+        }
+        String::from_utf8(reply).unwrap()
+    }
+
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -485,6 +501,17 @@ async fn two_replicas_share_one_tenants_global_rate() {
     assert_eq!((ok, limited), (6, 14));
     // Another tenant has a bucket of its own.
     assert_eq!(tally(&fixture, second.addr, "tenant-1", 4).await, (4, 0));
+    // Redis forgets the script (as after a restart with the connection
+    // kept, or SCRIPT FLUSH): it is sent again whole, and rates stay
+    // global.
+    assert_eq!(redis.command("SCRIPT FLUSH").await, "+OK\r\n");
+    let (mut ok, mut limited) = (0, 0);
+    for i in 0..8 {
+        let addr = [fixture.running.addr, second.addr][i % 2];
+        let (o, l) = tally(&fixture, addr, "tenant-2", 1).await;
+        (ok, limited) = (ok + o, limited + l);
+    }
+    assert_eq!((ok, limited), (6, 2));
     assert_eq!(all_fallbacks(&fixture).await, 0.0);
     second.shutdown().await;
 }
