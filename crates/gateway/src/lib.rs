@@ -15,6 +15,8 @@
 //!   they carry.
 //! - [`health`]: the health state machine, the retry budget, and the active
 //!   checks that drive the first.
+//! - [`limit`]: per-tenant limits (in-flight requests, a token bucket,
+//!   and the same bucket kept in Redis across replicas).
 //! - [`state`]: the swappable snapshot and the per-shard state that
 //!   survives reloads.
 //! - [`route`]: the request path: credential → tenant → cell and subset
@@ -28,6 +30,7 @@
 
 pub mod config;
 pub mod health;
+pub mod limit;
 pub(crate) mod listen;
 pub mod ops;
 pub mod protocol;

@@ -164,6 +164,9 @@ pub struct Snapshot {
     pub(crate) prefixed: Vec<bool>,
     /// The admin bearer token, when one is configured.
     pub admin_token: Option<crate::trust::credential::Secret>,
+    /// Per tenant: its limits, if it has any (their counts carry over
+    /// from the snapshot before).
+    pub limits: crate::limit::Limits,
     /// Per cell: its request metric series, looked up on first use.
     cell_metrics: Vec<std::sync::OnceLock<crate::ops::metrics::CellHandles>>,
     /// Per tenant (by position in the tenants file): its route, computed on
@@ -233,7 +236,13 @@ impl Snapshot {
                 })?),
                 None => None,
             };
+        let limits = crate::limit::Limits::build(
+            &config.limits.tenant,
+            &tenants,
+            previous.map(|p| (&p.limits, &p.tenants)),
+        );
         Ok(Self {
+            limits,
             config: Arc::new(config),
             tenants,
             topology,

@@ -41,7 +41,7 @@ async fn channel(fixture: &Fixture) -> Channel {
 /// A health check call as `tenant` (by API key, in metadata), with
 /// `service` as its one field (its length sets the message's), and the
 /// client's timeout when given.
-fn check(
+pub(crate) fn check(
     fixture: &Fixture,
     tenant: Option<&str>,
     service: String,
@@ -60,7 +60,7 @@ fn check(
 }
 
 /// Makes the call and returns its error status (every call here fails).
-async fn status_of(
+pub(crate) async fn status_of(
     fixture: &Fixture,
     request: tonic::Request<HealthCheckRequest>,
 ) -> tonic::Status {

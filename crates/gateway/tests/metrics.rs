@@ -497,7 +497,8 @@ async fn every_family_is_exported_with_values_that_match_the_traffic() {
                     "kind",
                     "le",
                     "threshold",
-                    "side"
+                    "side",
+                    "limit"
                 ]
                 .contains(&label.as_str()),
                 "unexpected label {label} on {}",

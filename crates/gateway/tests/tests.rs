@@ -13,6 +13,7 @@ mod grpc;
 mod h2_shards;
 mod http2;
 mod isolation;
+mod limits;
 mod logs;
 mod metrics;
 mod reload;

@@ -275,6 +275,7 @@ const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
             "ops::window",
             "ops::metrics",
             "trust::target",
+            "limit::bucket",
         ],
     ),
     (
@@ -296,8 +297,8 @@ const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
         &["upstream"],
     ),
     (
-        "run-time state: the swappable snapshot and per-shard state",
-        &["state"],
+        "run-time state: the swappable snapshot, per-shard state, and per-tenant limits",
+        &["state", "limit"],
     ),
     (
         "the request path, and the health checks that vouch for its members",

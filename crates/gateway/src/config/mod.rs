@@ -278,6 +278,130 @@ pub struct LimitSettings {
     /// How long a WebSocket (an upgraded connection) may carry no byte in
     /// either direction before both sides are closed.
     pub websocket_idle_timeout: Duration,
+    /// `[limits.tenant]`: every tenant's limits unless the tenants file
+    /// says otherwise, and where global limits are kept.
+    pub tenant: TenantLimitSettings,
+}
+
+/// One tenant's limits as a file states them: `[limits.tenant]` for every
+/// tenant, or a tenant's own entry in the tenants file. `None` leaves the
+/// key to the level below (the default, then no limit); in the tenants
+/// file a zero lifts the default for that tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TenantLimits {
+    /// Requests of the tenant in flight at once (`max_in_flight`).
+    pub max_in_flight: Option<u32>,
+    /// The time one request's token takes to come back: one second over
+    /// `requests_per_second` (`Duration::ZERO` for no rate limit).
+    pub per_request: Option<Duration>,
+    /// Requests the tenant may send at once after a quiet spell (`burst`).
+    pub burst: Option<u32>,
+}
+
+/// `[limits.tenant]`.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct TenantLimitSettings {
+    /// The limits of a tenant whose entry sets none.
+    pub defaults: TenantLimits,
+    /// Where request rates are kept across replicas (`store`), when they are.
+    pub store: Option<StoreSettings>,
+}
+
+/// `limits.tenant.store`: a Redis server shared by every replica.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StoreSettings {
+    /// Where it is, and how to log in.
+    pub url: RedisUrl,
+    /// The longest one call may take before the request is judged by the
+    /// local limiter instead (`store_timeout_ms`).
+    pub timeout: Duration,
+}
+
+/// A `redis://[[user]:password@]host:port[/db]` URL. The password is a
+/// secret: `Debug` shows only whether there is one, and nothing prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl {
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// The ACL user, when the URL names one.
+    pub username: Option<String>,
+    /// The database number (`SELECT`), when not 0.
+    pub db: u32,
+    password: Option<String>,
+}
+
+impl RedisUrl {
+    /// Parses a `redis://` URL. Errors never repeat the URL: it may carry a
+    /// password.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let rest = text.strip_prefix("redis://").ok_or_else(|| {
+            "must start with redis:// (e.g. \"redis://127.0.0.1:6379\"); TLS (rediss://) and Unix sockets are not supported".to_owned()
+        })?;
+        let (login, rest) = match rest.rsplit_once('@') {
+            Some((login, rest)) => (Some(login), rest),
+            None => (None, rest),
+        };
+        let (address, db) = match rest.split_once('/') {
+            Some((address, "")) => (address, 0),
+            Some((address, db)) => (
+                address,
+                db.parse::<u32>().map_err(|_| {
+                    "the path must be a database number (redis://host:port/0)".to_owned()
+                })?,
+            ),
+            None => (rest, 0),
+        };
+        let (host, port) = address
+            .rsplit_once(':')
+            .ok_or_else(|| "name the port too (redis://host:6379)".to_owned())?;
+        let port = port
+            .parse::<u16>()
+            .ok()
+            .filter(|port| *port != 0)
+            .ok_or_else(|| "the port must be a number from 1 to 65535".to_owned())?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err("name the host (redis://127.0.0.1:6379)".into());
+        }
+        let (username, password) = match login {
+            None => (None, None),
+            Some(login) => match login.split_once(':') {
+                Some((user, password)) => (
+                    (!user.is_empty()).then(|| user.to_owned()),
+                    (!password.is_empty()).then(|| password.to_owned()),
+                ),
+                None => (None, (!login.is_empty()).then(|| login.to_owned())),
+            },
+        };
+        Ok(Self {
+            host: host.to_owned(),
+            port,
+            username,
+            db,
+            password,
+        })
+    }
+
+    /// The password, for the `AUTH` command only.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+}
+
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisUrl")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("username", &self.username)
+            .field("db", &self.db)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// HTTP/2 from clients: h2 by ALPN on the TLS listener, h2c with prior
@@ -533,6 +657,30 @@ struct RawLimits {
     client_write_timeout_ms: Option<u64>,
     backend_body_timeout_ms: Option<u64>,
     websocket_idle_timeout_ms: Option<u64>,
+    #[serde(default)]
+    tenant: RawTenantLimits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenantLimits {
+    max_in_flight: Option<u32>,
+    requests_per_second: Option<f64>,
+    burst: Option<u32>,
+    store: Option<Redacted>,
+    store_timeout_ms: Option<u64>,
+}
+
+/// A string that may hold a secret (a URL with a password): read from the
+/// file like any other, but never shown by `Debug`.
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Redacted(String);
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1178,8 +1326,78 @@ fn outlier_settings(o: RawOutlier) -> Result<OutlierSettings, KeyProblem> {
     })
 }
 
+/// The most requests per second, in-flight requests or burst a tenant
+/// limit accepts: more is no limit, and a typo.
+const MAX_TENANT_LIMIT: u32 = 1_000_000;
+
+/// `requests_per_second` as the time between requests; `allow_zero` (the
+/// tenants file) makes 0 mean "no rate limit".
+pub(crate) fn per_request(rate: f64, allow_zero: bool) -> Result<Duration, String> {
+    if allow_zero && rate == 0.0 {
+        return Ok(Duration::ZERO);
+    }
+    if !(rate.is_finite() && rate >= 0.001 && rate <= f64::from(MAX_TENANT_LIMIT)) {
+        return Err(format!(
+            "{rate} is out of range; use a rate from 0.001 to {MAX_TENANT_LIMIT} requests per second{}",
+            if allow_zero {
+                ", or 0 for no rate limit for this tenant"
+            } else {
+                ""
+            }
+        ));
+    }
+    Ok(Duration::from_nanos((1e9 / rate).round() as u64))
+}
+
+/// A tenant limit count (`max_in_flight`, `burst`) within its range; 0 is
+/// allowed only where it means "no limit" (`max_in_flight` in the tenants
+/// file).
+pub(crate) fn limit_count(value: u32, allow_zero: bool) -> Result<u32, String> {
+    let least = u32::from(!allow_zero);
+    if (least..=MAX_TENANT_LIMIT).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!(
+            "{value} is out of range; use a value from {least} to {MAX_TENANT_LIMIT}"
+        ))
+    }
+}
+
+fn tenant_limit_settings(t: RawTenantLimits) -> Result<TenantLimitSettings, KeyProblem> {
+    let defaults = TenantLimits {
+        max_in_flight: t
+            .max_in_flight
+            .map(|n| limit_count(n, false))
+            .transpose()
+            .map_err(|p| ("limits.tenant.max_in_flight", p))?,
+        per_request: t
+            .requests_per_second
+            .map(|rate| per_request(rate, false))
+            .transpose()
+            .map_err(|p| ("limits.tenant.requests_per_second", p))?,
+        burst: t
+            .burst
+            .map(|n| limit_count(n, false))
+            .transpose()
+            .map_err(|p| ("limits.tenant.burst", p))?,
+    };
+    let timeout = millis(
+        "limits.tenant.store_timeout_ms",
+        t.store_timeout_ms,
+        5,
+        1..=1_000,
+    )?;
+    let store = t
+        .store
+        .map(|Redacted(url)| RedisUrl::parse(&url).map(|url| StoreSettings { url, timeout }))
+        .transpose()
+        .map_err(|p| ("limits.tenant.store", p))?;
+    Ok(TenantLimitSettings { defaults, store })
+}
+
 fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
     Ok(LimitSettings {
+        tenant: tenant_limit_settings(l.tenant)?,
         max_header_bytes: within(
             "limits.max_header_bytes",
             l.max_header_bytes.unwrap_or(16 * 1024),
@@ -1498,6 +1716,129 @@ mod tests {
                 error.contains(key) && error.contains(says),
                 "{lines}: {error}"
             );
+        }
+    }
+
+    #[test]
+    fn tenant_limits_are_unset_by_default_and_read_with_their_ranges() {
+        let unset = load_with("").unwrap();
+        assert_eq!(unset.limits.tenant, TenantLimitSettings::default());
+        let set = load_with(
+            "[limits.tenant]\nmax_in_flight = 64\nrequests_per_second = 250\nburst = 500\n\
+             store = \"redis://127.0.0.1:6379\"\nstore_timeout_ms = 7",
+        )
+        .unwrap();
+        let tenant = &set.limits.tenant;
+        assert_eq!(tenant.defaults.max_in_flight, Some(64));
+        assert_eq!(tenant.defaults.per_request, Some(Duration::from_millis(4)));
+        assert_eq!(tenant.defaults.burst, Some(500));
+        let store = tenant.store.as_ref().unwrap();
+        assert_eq!(
+            (store.url.host.as_str(), store.url.port),
+            ("127.0.0.1", 6379)
+        );
+        assert_eq!(store.timeout, Duration::from_millis(7));
+        assert_eq!(
+            load_with("[limits.tenant]\nrequests_per_second = 0.5")
+                .unwrap()
+                .limits
+                .tenant
+                .defaults
+                .per_request,
+            Some(Duration::from_secs(2))
+        );
+        for (line, key) in [
+            ("max_in_flight = 0", "limits.tenant.max_in_flight"),
+            (
+                "requests_per_second = 0",
+                "limits.tenant.requests_per_second",
+            ),
+            (
+                "requests_per_second = -3",
+                "limits.tenant.requests_per_second",
+            ),
+            (
+                "requests_per_second = nan",
+                "limits.tenant.requests_per_second",
+            ),
+            (
+                "requests_per_second = 2e6",
+                "limits.tenant.requests_per_second",
+            ),
+            ("burst = 0", "limits.tenant.burst"),
+            ("store = \"http://127.0.0.1:6379\"", "limits.tenant.store"),
+            ("store_timeout_ms = 0", "limits.tenant.store_timeout_ms"),
+        ] {
+            let error = load_with(&format!("[limits.tenant]\n{line}"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(key), "{line}: {error}");
+        }
+        let error = load_with("[limits.tenant]\nrate = 5")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("rate"), "{error}");
+    }
+
+    #[test]
+    fn a_store_password_is_never_in_debug_or_errors() {
+        let config = load_with(
+            "[limits.tenant]\nrequests_per_second = 5\nstore = \"redis://:hunter2-secret@127.0.0.1:6379\"",
+        )
+        .unwrap();
+        assert!(!format!("{config:?}").contains("hunter2"));
+        assert_eq!(
+            config.limits.tenant.store.as_ref().unwrap().url.password(),
+            Some("hunter2-secret")
+        );
+        let error = load_with(
+            "[limits.tenant]\nrequests_per_second = 5\nstore = \"redis://:hunter2-secret@127.0.0.1\"",
+        )
+        .unwrap_err();
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+        assert!(!format!("{error:?}").contains("hunter2"), "{error:?}");
+    }
+
+    #[test]
+    fn the_tenants_file_overrides_limits_and_zero_lifts_them() {
+        let config = load_with("").unwrap();
+        let parse = |text: &str| tenants::Tenants::parse(Path::new("tenants.toml"), text, &config);
+        let tenants = parse(
+            "[[tenants]]\nid = \"whale\"\nrequests_per_second = 2000\nburst = 4000\nmax_in_flight = 0\n\
+             [[tenants]]\nid = \"small\"\n",
+        )
+        .unwrap();
+        let whale = tenants.get("whale").unwrap();
+        assert_eq!(
+            whale.limits,
+            TenantLimits {
+                max_in_flight: Some(0),
+                per_request: Some(Duration::from_micros(500)),
+                burst: Some(4000),
+            }
+        );
+        assert_eq!(
+            tenants.get("small").unwrap().limits,
+            TenantLimits::default()
+        );
+        assert_eq!(
+            parse("[[tenants]]\nid = \"a\"\nrequests_per_second = 0\n")
+                .unwrap()
+                .get("a")
+                .unwrap()
+                .limits
+                .per_request,
+            Some(Duration::ZERO)
+        );
+        for (line, key) in [
+            ("requests_per_second = -1", "tenants[0].requests_per_second"),
+            ("burst = 0", "tenants[0].burst"),
+            ("max_in_flight = 2000000", "tenants[0].max_in_flight"),
+        ] {
+            let error = parse(&format!("[[tenants]]\nid = \"a\"\n{line}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(key), "{line}: {error}");
         }
     }
 }

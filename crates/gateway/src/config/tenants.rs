@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigError, GatewayConfig};
+use crate::config::{ConfigError, GatewayConfig, TenantLimits, limit_count, per_request};
 
 /// One tenant as configured.
 #[derive(Clone, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub struct TenantRecord {
     pub k: Option<u32>,
     /// Dedicated shards, by id.
     pub shards: Option<Vec<String>>,
+    /// The tenant's own limits, over `[limits.tenant]`'s.
+    pub limits: TenantLimits,
 }
 
 impl std::fmt::Debug for TenantRecord {
@@ -41,6 +43,7 @@ impl std::fmt::Debug for TenantRecord {
             .field("cell", &self.cell)
             .field("k", &self.k)
             .field("shards", &self.shards)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -60,6 +63,9 @@ struct RawTenant {
     cell: Option<String>,
     k: Option<u32>,
     shards: Option<Vec<String>>,
+    max_in_flight: Option<u32>,
+    requests_per_second: Option<f64>,
+    burst: Option<u32>,
 }
 
 /// Hashes a SHA-256 digest by taking eight of its bytes: a digest is
@@ -199,6 +205,28 @@ impl Tenants {
                     ));
                 }
             }
+            let limits = TenantLimits {
+                max_in_flight: tenant
+                    .max_in_flight
+                    .map(|n| limit_count(n, true))
+                    .transpose()
+                    .map_err(|p| {
+                        err(
+                            "max_in_flight",
+                            format!("{p} (0: no limit for this tenant)"),
+                        )
+                    })?,
+                per_request: tenant
+                    .requests_per_second
+                    .map(|rate| per_request(rate, true))
+                    .transpose()
+                    .map_err(|p| err("requests_per_second", p))?,
+                burst: tenant
+                    .burst
+                    .map(|n| limit_count(n, false))
+                    .transpose()
+                    .map_err(|p| err("burst", p))?,
+            };
             let index = tenants.records.len();
             if let Some(digest) = api_key_sha256
                 && tenants.by_key_digest.insert(digest, index).is_some()
@@ -216,6 +244,7 @@ impl Tenants {
                 cell: tenant.cell,
                 k: tenant.k,
                 shards: tenant.shards,
+                limits,
             });
         }
         Ok(tenants)

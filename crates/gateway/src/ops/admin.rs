@@ -33,7 +33,7 @@ use crate::health::Availability;
 use crate::ops::metrics::{
     AVAILABILITY_BOUNDS, BoundLabels, CellLabels, ShardLabels, ThresholdLabels,
 };
-use crate::ops::views::{live_blast, worst};
+use crate::ops::views::{limited, live_blast, worst};
 use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
 
 /// Who may call an endpoint.
@@ -436,16 +436,29 @@ async fn tenant(
 #[derive(Deserialize)]
 struct WorstQuery {
     worst: Option<usize>,
+    limited: Option<usize>,
 }
 
+/// `GET /admin/tenants`: the worst tenants of the window (`?worst=N`), or
+/// the most-limited since start (`?limited=N`).
 async fn worst_tenants(
     State(gateway): State<Arc<Gateway>>,
     Query(query): Query<WorstQuery>,
 ) -> Json<serde_json::Value> {
+    if let Some(count) = query.limited {
+        return limited_tenants(&gateway, count);
+    }
     let count = query.worst.unwrap_or(10).min(10_000);
     Json(
         json!({ "window_seconds": gateway.tenant_windows.length().as_secs(), "tenants": worst(&gateway, count) }),
     )
+}
+
+/// `GET /admin/tenants?limited=N`: the `N` tenants most often refused by
+/// their limits since start, on this replica.
+fn limited_tenants(gateway: &Gateway, count: usize) -> Json<serde_json::Value> {
+    let snapshot = gateway.snapshot();
+    Json(json!({ "tenants": limited(&snapshot, count.min(10_000)) }))
 }
 
 async fn blast(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {

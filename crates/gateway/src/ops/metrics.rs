@@ -97,6 +97,27 @@ pub(crate) struct ThresholdLabels {
     pub(crate) threshold: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LimitLabels {
+    pub(crate) cell: String,
+    /// `rate` or `in_flight`.
+    pub(crate) limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct FallbackLabels {
+    /// `unreachable`, `timeout` or `bad_reply`.
+    pub(crate) reason: &'static str,
+}
+
+/// The limits a tenant's request can be refused for, in the order of
+/// [`CellHandles`]' limited counters.
+pub(crate) const LIMIT_KINDS: [&str; 2] = ["rate", "in_flight"];
+
+/// Why the global limits store gave no answer, in the order of
+/// [`Metrics::store_fallback`]'s series.
+pub(crate) const FALLBACK_REASONS: [&str; 3] = ["unreachable", "timeout", "bad_reply"];
+
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Request outcomes, in the order of [`CellHandles`]' counters.
@@ -131,6 +152,7 @@ pub(crate) fn request_outcome(status: http::StatusCode) -> &'static str {
 pub(crate) struct CellHandles {
     requests: [Counter; 8],
     seconds: Histogram,
+    limited: [Counter; 2],
 }
 
 impl CellHandles {
@@ -142,6 +164,12 @@ impl CellHandles {
             .unwrap_or(0);
         self.requests[index].inc();
         self.seconds.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a request refused for one of [`LIMIT_KINDS`].
+    pub(crate) fn limited(&self, limit: &str) {
+        let index = LIMIT_KINDS.iter().position(|l| *l == limit).unwrap_or(0);
+        self.limited[index].inc();
     }
 }
 
@@ -200,6 +228,11 @@ pub struct Metrics {
     pub(crate) websockets: WebSocketMetrics,
     /// `shuffle_grpc_requests_total{cell,grpc_status}`.
     pub(crate) grpc_requests: Family<GrpcLabels, Counter>,
+    /// `shuffle_tenant_limited_total{cell,limit}`.
+    pub(crate) tenant_limited: Family<LimitLabels, Counter>,
+    /// `shuffle_tenant_limit_store_fallbacks_total{reason}`, by
+    /// [`FALLBACK_REASONS`].
+    store_fallbacks: [Counter; 3],
 }
 
 fn latency_histogram() -> Histogram {
@@ -344,7 +377,25 @@ impl Metrics {
             "gRPC calls by cell and the gRPC status their answer's head carried (the gateway's own errors and trailers-only answers), or unseen when it comes in trailers; each is also in shuffle_requests",
             grpc_requests.clone(),
         );
+        let tenant_limited = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "tenant_limited",
+            "Requests refused with 429 because their tenant was over a limit, by cell and limit (rate: limits.tenant.requests_per_second and burst; in_flight: limits.tenant.max_in_flight); no tenant label, see GET /admin/tenants?limited=N",
+            tenant_limited.clone(),
+        );
+        let fallbacks = Family::<FallbackLabels, Counter>::default();
+        registry.register(
+            "tenant_limit_store_fallbacks",
+            "Requests judged by this replica's own bucket because the global limits store (limits.tenant.store) gave no answer: unreachable (no connection), timeout (limits.tenant.store_timeout_ms), bad_reply (not the script's answer)",
+            fallbacks.clone(),
+        );
+        // Every series exists from the start (at 0), so a rate() over them
+        // works before the first fallback.
+        let store_fallbacks = FALLBACK_REASONS
+            .map(|reason| fallbacks.get_or_create(&FallbackLabels { reason }).clone());
         Self {
+            tenant_limited,
+            store_fallbacks,
             grpc_requests,
             tls_handshakes,
             registry,
@@ -387,7 +438,29 @@ impl Metrics {
                 cell: cell.to_owned(),
             })
             .clone();
-        CellHandles { requests, seconds }
+        let limited = LIMIT_KINDS.map(|limit| {
+            self.tenant_limited
+                .get_or_create(&LimitLabels {
+                    cell: cell.to_owned(),
+                    limit,
+                })
+                .clone()
+        });
+        CellHandles {
+            requests,
+            seconds,
+            limited,
+        }
+    }
+
+    /// Counts a request judged locally because the global limits store
+    /// gave no answer, for one of [`FALLBACK_REASONS`].
+    pub(crate) fn store_fallback(&self, reason: &str) {
+        let index = FALLBACK_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        self.store_fallbacks[index].inc();
     }
 
     /// Handles for one shard's attempt series, looked up once and kept with

@@ -1,6 +1,7 @@
 //! The status page: one self-contained HTML page (no scripts, no external
-//! assets) showing the shard grid by cell and zone, the live blast radius
-//! and the worst tenants. It refreshes itself every few seconds.
+//! assets) showing the shard grid by cell and zone, the live blast radius,
+//! the worst tenants and the most-limited ones. It refreshes itself every
+//! few seconds.
 
 use std::fmt::Write;
 
@@ -8,7 +9,7 @@ use report::escape;
 use tokio::time::Instant;
 
 use crate::health::Availability;
-use crate::ops::views::{live_blast, worst};
+use crate::ops::views::{limited, live_blast, worst};
 use crate::state::Gateway;
 
 /// Seconds between refreshes.
@@ -141,6 +142,33 @@ pub fn render(gateway: &Gateway) -> String {
             if ratio < 0.99 { " bad" } else { "" },
             ratio * 100.0,
             row.total
+        );
+    }
+    html.push_str("</table>");
+
+    html.push_str("<h2>Most-limited tenants</h2><table id=\"limited\"><tr><th>tenant</th><th class=\"num\">refused</th><th class=\"num\">over rate</th><th class=\"num\">over in-flight</th><th>limits</th></tr>");
+    let limited = limited(&snapshot, 10);
+    if limited.is_empty() {
+        html.push_str(
+            "<tr><td colspan=\"5\" class=\"note\">no tenant has been refused by its limits since start</td></tr>",
+        );
+    }
+    for row in limited {
+        let mut limits = Vec::new();
+        if let (Some(rate), Some(burst)) = (row.requests_per_second, row.burst) {
+            limits.push(format!("{rate}/s, burst {burst}"));
+        }
+        if let Some(max) = row.max_in_flight {
+            limits.push(format!("{max} in flight"));
+        }
+        let _ = write!(
+            html,
+            "<tr data-tenant=\"{tenant}\"><td>{tenant}</td><td class=\"num bad\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            row.limited,
+            row.rate_limited,
+            row.in_flight_limited,
+            limits.join(", "),
+            tenant = escape(&row.tenant),
         );
     }
     html.push_str("</table>");

@@ -57,3 +57,51 @@ pub fn live_blast(snapshot: &Snapshot, cell: usize) -> LiveBlast {
         .unzip();
     snapshot.blast[cell].evaluate(&snapshot.config.cells[cell].name, &indices, &ids)
 }
+
+/// One tenant's refusals by its limits since the gateway started.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitedTenant {
+    /// The tenant.
+    pub tenant: String,
+    /// Requests refused, all limits together.
+    pub limited: u64,
+    /// Refused for its request rate.
+    pub rate_limited: u64,
+    /// Refused for its in-flight limit.
+    pub in_flight_limited: u64,
+    /// Its requests in flight now (0 when that is not limited).
+    pub in_flight: u64,
+    /// Its limits: `requests_per_second` and `burst` when its rate is
+    /// limited, `max_in_flight` when its concurrency is.
+    pub requests_per_second: Option<f64>,
+    /// See `requests_per_second`.
+    pub burst: Option<u32>,
+    /// See `requests_per_second`.
+    pub max_in_flight: Option<u32>,
+}
+
+/// The `count` tenants most often refused by their limits (ties by name);
+/// only tenants refused at least once.
+pub fn limited(snapshot: &Snapshot, count: usize) -> Vec<LimitedTenant> {
+    let mut rows: Vec<LimitedTenant> = snapshot
+        .limits
+        .iter()
+        .filter_map(|(position, limit)| {
+            let (rate_limited, in_flight_limited) = limit.state.limited();
+            let tenant = snapshot.tenants.at(position)?;
+            (rate_limited + in_flight_limited > 0).then(|| LimitedTenant {
+                tenant: tenant.id.clone(),
+                limited: rate_limited + in_flight_limited,
+                rate_limited,
+                in_flight_limited,
+                in_flight: limit.state.in_flight(),
+                requests_per_second: limit.rate.map(|rate| rate.requests_per_second),
+                burst: limit.rate.map(|rate| rate.burst),
+                max_in_flight: limit.max_in_flight,
+            })
+        })
+        .collect();
+    rows.sort_by(|a, b| b.limited.cmp(&a.limited).then(a.tenant.cmp(&b.tenant)));
+    rows.truncate(count);
+    rows
+}

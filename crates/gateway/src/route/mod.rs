@@ -1,11 +1,12 @@
 //! The request path, one step per module: tenant → cell and subset
-//! ([`cell`]) → member ([`member`]) → attempt ([`attempt`]) → outcome
+//! ([`cell`]) → the tenant's limits ([`admission`]) → member ([`member`]) → attempt ([`attempt`]) → outcome
 //! ([`proxy`], which runs the steps in order, and [`response`], the body
 //! that streams back and reports how it ended; [`grpc`] for what differs
 //! for a gRPC call), or, for a WebSocket
 //! upgrade, a tunnel ([`tunnel`], over [`splice`]). It never imports the
 //! listeners or the operations side.
 
+pub(crate) mod admission;
 pub(crate) mod attempt;
 pub mod cell;
 pub mod grpc;

@@ -30,9 +30,11 @@ use tokio::time::Instant;
 
 use crate::config::GatewayConfig;
 use crate::config::tenants::TenantRecord;
+use crate::limit::Refusal;
 use crate::ops::metrics::Metrics;
 use crate::protocol::grpc::Code;
 use crate::protocol::wire::{Fields, RequestHead, Stated};
+use crate::route::admission;
 use crate::route::attempt::{self, Failure};
 use crate::route::cell::TenantRoute;
 use crate::route::grpc::{self, Kind};
@@ -286,6 +288,26 @@ async fn route(
     let cell = route.cell;
     let mut served = Served::new(&snapshot, cell, tenant.position);
 
+    // The tenant's limits (one branch for a tenant without any); the
+    // global bucket's call is boxed, so that requests without it do not
+    // carry its state.
+    let mut tenant_in_flight = None;
+    if let Some(limit) = snapshot.limits.of(tenant.position) {
+        let admitted = match snapshot.limits.store() {
+            Some(store) if limit.rate.is_some() => {
+                Box::pin(admission::admit_global(
+                    gateway, &snapshot, store, limit, &tenant.id, cell, started,
+                ))
+                .await
+            }
+            _ => admission::admit(gateway, &snapshot, limit, cell, started),
+        };
+        match admitted {
+            Ok(guard) => tenant_in_flight = guard,
+            Err(refusal) => return (limited(kind, &refusal), Some(served)),
+        }
+    }
+
     // The target check.
     if !target_allowed(&snapshot, cell, request.uri()) {
         return (target_refused(kind), Some(served));
@@ -461,7 +483,11 @@ async fn route(
                     return (response, Some(served));
                 }
                 // The common case returns the response where it is built.
-                return (stream_back(response, attempt.in_flight), Some(served));
+                let mut response = stream_back(response, attempt.in_flight);
+                if let Some(guard) = tenant_in_flight {
+                    response.body_mut().hold(guard);
+                }
+                return (response, Some(served));
             }
             (Some(failure), result) => {
                 drop(attempt);
@@ -470,7 +496,28 @@ async fn route(
             (None, Err(_)) => unreachable!("an error always has a failure"),
         }
     }
-    (attempts.unanswered(), Some(served))
+    let mut response = attempts.unanswered();
+    if let Some(guard) = tenant_in_flight {
+        response.body_mut().hold(guard);
+    }
+    (response, Some(served))
+}
+
+/// The answer to a request its tenant's limits refused: `429` with
+/// `Retry-After`, or a trailers-only `RESOURCE_EXHAUSTED`.
+#[inline(never)]
+fn limited(kind: Kind, refusal: &Refusal) -> Response<ResponseBody> {
+    let mut response = refuse(
+        kind,
+        StatusCode::TOO_MANY_REQUESTS,
+        Code::ResourceExhausted,
+        &refusal.message(),
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(refusal.retry_after_seconds()),
+    );
+    response
 }
 
 /// The answer to `CONNECT`: a tunnel is not a request a shard can serve,

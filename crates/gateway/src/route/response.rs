@@ -11,6 +11,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
+use crate::limit::TenantInFlight;
 use crate::protocol::fields::Fields;
 use crate::state::{Gateway, ShardRuntime};
 use crate::trust::headers;
@@ -37,6 +38,9 @@ pub struct BackendBody {
     body: UpstreamBody,
     /// Released when the body ends or is dropped.
     in_flight: Option<InFlight>,
+    /// The tenant's in-flight count, when its requests are limited:
+    /// released with the body, like the shard's.
+    tenant: Option<TenantInFlight>,
     /// Where the body's end is reported, once the request path has handed
     /// the response over ([`ResponseBody::settle_with`]).
     settle: Option<Arc<Gateway>>,
@@ -124,8 +128,17 @@ impl ResponseBody {
         ResponseBody::Backend(BackendBody {
             body,
             in_flight,
+            tenant: None,
             settle: None,
         })
+    }
+
+    /// Keeps the tenant's in-flight count until a backend's body ends; a
+    /// body of the gateway's own is sent at once, and releases it now.
+    pub fn hold(&mut self, tenant: TenantInFlight) {
+        if let ResponseBody::Backend(backend) = self {
+            backend.tenant = Some(tenant);
+        }
     }
 
     /// How a backend's body ends is reported to `gateway`; nothing for a
