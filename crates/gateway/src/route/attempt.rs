@@ -36,6 +36,13 @@ impl Failure {
         !matches!(self, Failure::Connect)
     }
 
+    /// Whether it looks like the request may have crashed the shard: the
+    /// connection broke before a complete answer, or no answer came in
+    /// the per-try timeout (poison containment counts these).
+    pub fn crash_like(self) -> bool {
+        matches!(self, Failure::Reset | Failure::Timeout)
+    }
+
     /// A short lowercase name for metrics.
     pub fn name(self) -> &'static str {
         match self {
