@@ -106,6 +106,9 @@ pub async fn send(
     let request = for_shard(shard, client, &target);
     let timeouts = timing.timeouts();
     let mut resends = 0;
+    // The request went out on a connection the backend then closed
+    // without answering, and is being resent.
+    let mut closed_on_it = false;
     loop {
         let result = tokio::select! {
             // The exchange first: polling in a fixed order spares drawing a
@@ -116,13 +119,22 @@ pub async fn send(
         };
         let error = match result {
             Ok(response) => return Ok(response),
+            // Refused right after closing a connection that carried the
+            // request: not a keep-alive race but a shard that went down
+            // with the request in it, which is what a crash looks like
+            // (and the request may have reached it).
+            Err(SendError::Connect) if closed_on_it => return Err(Failure::Reset),
             Err(SendError::Connect) => return Err(Failure::Connect),
             Err(SendError::NotSent) => {
                 // A brand-new connection that closed before taking the
                 // request: the backend accepts connections and drops them,
                 // which is as good as refusing them.
                 if resends >= MAX_STALE_RESENDS {
-                    return Err(Failure::Connect);
+                    return Err(if closed_on_it {
+                        Failure::Reset
+                    } else {
+                        Failure::Connect
+                    });
                 }
                 resends += 1;
                 continue;
@@ -135,6 +147,7 @@ pub async fn send(
             && body.replayable()
         {
             resends += 1;
+            closed_on_it = true;
             tracing::debug!(shard = %shard.id, resends, "backend closed the connection before answering; resending on another connection");
             continue;
         }
