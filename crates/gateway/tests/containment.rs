@@ -203,11 +203,12 @@ async fn a_shard_cap_is_reloadable_and_a_shards_own_cap_wins() {
 // ---------------------------------------------------------------------------
 // Poison containment.
 
-/// A fleet of eight crash-on-poison shards (down for a minute once
-/// crashed), k = 4, with `routing.poison_after = after`.
+/// A fleet of twelve crash-on-poison shards (down for a minute once
+/// crashed), k = 4, with `routing.poison_after = after`: enough shards
+/// that some tenants share no member with the poisoner.
 async fn poison_fleet(after: u32) -> Fixture {
     let fixture = Fixture::start(Options {
-        shards: 8,
+        shards: 12,
         tenants: 60,
         k: 4,
         routing: format!("poison_after = {after}\nquarantine_seconds = 600\n"),
@@ -351,13 +352,17 @@ async fn a_poison_tenant_crashes_at_most_poison_after_members_and_nobody_else_er
     let cleared = fixture
         .admin_json("POST", &format!("/admin/tenants/{poisoner}/clear"))
         .await;
-    assert_eq!(cleared["cleared"], true);
+    assert_eq!(cleared["was_suspect"], true);
     let listed = fixture
         .admin_json("GET", "/admin/tenants?suspects=1")
         .await;
     assert_eq!(listed["suspects"].as_array().unwrap().len(), 0);
+    let again = fixture
+        .admin_json("POST", &format!("/admin/tenants/{poisoner}/clear"))
+        .await;
+    assert_eq!(again["was_suspect"], false);
     let (status, _, body) = fixture
-        .admin("POST", &format!("/admin/tenants/{poisoner}/clear"), Some(TOKEN))
+        .admin("POST", "/admin/tenants/nobody/clear", Some(TOKEN))
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(String::from_utf8_lossy(&body).contains("suspects=1"));
@@ -372,7 +377,10 @@ async fn without_containment_a_poison_tenant_crashes_its_whole_subset_and_nobody
     let stop = Arc::new(AtomicBool::new(false));
     let load = background_load(&fixture, &others, &stop);
 
-    assert_eq!(poison(&fixture, &poisoner).await, StatusCode::BAD_GATEWAY);
+    // The last member's crash shows as a reset (502) or, when it took the
+    // request on a pooled connection, as a refused resend (503).
+    let status = poison(&fixture, &poisoner).await;
+    assert!(status.is_server_error(), "{status}");
     assert_eq!(crashed(&fixture), subset, "every member crashed");
 
     tokio::time::sleep(Duration::from_millis(500)).await;

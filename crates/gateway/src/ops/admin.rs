@@ -503,21 +503,26 @@ fn suspect_tenants(gateway: &Gateway) -> Json<serde_json::Value> {
 }
 
 /// `POST /admin/tenants/{id}/clear`: lifts a suspect tenant's quarantine
-/// (its requests fail over and use every member again at once).
+/// (its requests fail over and use every member again at once). Clearing
+/// a tenant that is not suspect changes nothing and says so
+/// (`was_suspect: false`), so a retried call is harmless.
 async fn clear_suspect(
     State(gateway): State<Arc<Gateway>>,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    if !gateway.suspects.clear(&id) {
+    let was_suspect = gateway.suspects.clear(&id);
+    if !was_suspect && gateway.snapshot().tenants.get(&id).is_none() {
         return Err(AdminError(
             StatusCode::NOT_FOUND,
             format!(
-                "tenant {id:?} is not suspect; GET /admin/tenants?suspects=1 lists the suspect tenants"
+                "no tenant {id:?}; GET /admin/tenants?suspects=1 lists the suspect tenants"
             ),
         ));
     }
-    tracing::warn!(tenant = %id, "operator lifted a tenant's quarantine");
-    Ok(Json(json!({ "tenant": id, "cleared": true })))
+    if was_suspect {
+        tracing::warn!(tenant = %id, "operator lifted a tenant's quarantine");
+    }
+    Ok(Json(json!({ "tenant": id, "was_suspect": was_suspect })))
 }
 
 async fn blast(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {

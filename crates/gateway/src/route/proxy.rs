@@ -897,6 +897,16 @@ impl<'a> Attempts<'a> {
             .last_failure
             .as_ref()
             .is_some_and(|(failure, _)| failure.maybe_sent());
+        // A suspect tenant's request that may have reached a shard stays
+        // there: the next member could be its next victim.
+        if let Some(containment) = &self.containment
+            && containment.suspect
+            && self.last_failure.as_ref().is_some_and(|(failure, _)| {
+                failure.maybe_sent() || failure.crash_like()
+            })
+        {
+            return None;
+        }
         if self.kind == Kind::Grpc {
             let answer = match &self.last_failure {
                 Some((Failure::GrpcStatus(status), _)) => Some(*status),
@@ -914,15 +924,6 @@ impl<'a> Attempts<'a> {
             }
         }
         if may_have_reached {
-            // A suspect tenant's request that may have reached a shard
-            // stays there: the next member could be its next victim.
-            if self
-                .containment
-                .as_ref()
-                .is_some_and(|containment| containment.suspect)
-            {
-                return None;
-            }
             if !(self.safe_to_repeat && self.body.replayable()) {
                 return None;
             }
@@ -1120,7 +1121,7 @@ impl<'a> Attempts<'a> {
             // A gRPC call's deadline (often its own, short `grpc-timeout`)
             // ran out before a member could be tried: that is what its
             // client asked to be told.
-            None | Some((Failure::Connect, None)) if kind == Kind::Grpc && self.out_of_time => {
+            None | Some((Failure::Connect | Failure::Vanished, None)) if kind == Kind::Grpc && self.out_of_time => {
                 refuse(
                     kind,
                     StatusCode::GATEWAY_TIMEOUT,
@@ -1130,7 +1131,7 @@ impl<'a> Attempts<'a> {
             }
             // Nothing was tried, or every member refused the connection:
             // the subset is out, and the client should come back later.
-            None | Some((Failure::Connect, None)) => {
+            None | Some((Failure::Connect | Failure::Vanished, None)) => {
                 let message = if self.shed {
                     Metrics::cell_event(&self.gateway.metrics.shed, self.cell_name());
                     "every shard serving this tenant is at its in-flight limit; retry after the time in Retry-After"
