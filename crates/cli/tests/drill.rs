@@ -407,7 +407,11 @@ async fn a_contained_poison_whale_crashes_at_most_two_of_its_shards_and_the_dril
     // two crashes, and the suspect whale reached no third member.
     let crashed: Vec<u64> = setup.backends.iter().map(Backend::crashes).collect();
     assert_eq!(crashed.iter().filter(|&&c| c > 0).count(), 2, "{crashed:?}");
-    assert_eq!(verdict["crashed"].as_array().unwrap().len(), 2, "{report:#}");
+    assert_eq!(
+        verdict["crashed"].as_array().unwrap().len(),
+        2,
+        "{report:#}"
+    );
     assert_eq!(verdict["unaffected_errors"], 0, "{report:#}");
     assert_eq!(verdict["fully_down_matches"], true, "{report:#}");
     assert_eq!(code, Some(0), "{stderr}\n{report:#}");

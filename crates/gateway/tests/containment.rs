@@ -55,10 +55,7 @@ impl HoldingShard {
 
 /// Three holding shards, every tenant on all three (k = 3), each shard
 /// capped at `cap` in flight by `[limits.shard]`.
-async fn capped_fleet(
-    cap: u64,
-    release: &watch::Receiver<bool>,
-) -> (Fixture, Vec<HoldingShard>) {
+async fn capped_fleet(cap: u64, release: &watch::Receiver<bool>) -> (Fixture, Vec<HoldingShard>) {
     let mut shards = Vec::new();
     for _ in 0..3 {
         shards.push(HoldingShard::start(release.clone()).await);
@@ -73,8 +70,9 @@ async fn capped_fleet(
             .map(|(i, shard)| (format!("c{i}"), format!("http://{}", shard.server.addr)))
             .collect(),
         // Held requests must outlive the test's staging.
-        routing: "per_try_timeout_ms = 30000\nrequest_timeout_ms = 60000\nretry_after_seconds = 7\n"
-            .into(),
+        routing:
+            "per_try_timeout_ms = 30000\nrequest_timeout_ms = 60000\nretry_after_seconds = 7\n"
+                .into(),
         extra: format!("[limits.shard]\nmax_in_flight = {cap}\n"),
         admin_token: Some(TOKEN.into()),
         ..Options::default()
@@ -103,7 +101,12 @@ async fn survivors_at_their_caps_shed_the_excess_of_a_failover_wave_with_503() {
             fixture.send(Some(&tenant), "GET", "/wave", &[], b"").await
         }));
     }
-    let held = || shards.iter().map(|s| s.held.load(Ordering::SeqCst)).sum::<usize>();
+    let held = || {
+        shards
+            .iter()
+            .map(|s| s.held.load(Ordering::SeqCst))
+            .sum::<usize>()
+    };
     assert!(
         eventually(DEADLINE, || held() == 4).await,
         "the survivors hold four requests, two each (held {})",
@@ -182,13 +185,25 @@ async fn a_shard_cap_is_reloadable_and_a_shards_own_cap_wins() {
             fixture.send(Some(&tenant), "GET", "/", &[], b"").await.0
         }));
     }
-    let held = || shards.iter().map(|s| s.held.load(Ordering::SeqCst)).sum::<usize>();
+    let held = || {
+        shards
+            .iter()
+            .map(|s| s.held.load(Ordering::SeqCst))
+            .sum::<usize>()
+    };
     assert!(
         eventually(DEADLINE, || held() == 8).await,
         "3 + 3 + 2 held (held {})",
         held()
     );
-    assert!(eventually(DEADLINE, || requests.iter().filter(|r| r.is_finished()).count() == 4).await);
+    assert!(
+        eventually(DEADLINE, || requests
+            .iter()
+            .filter(|r| r.is_finished())
+            .count()
+            == 4)
+        .await
+    );
     release.send(true).unwrap();
     let mut ok = 0;
     for request in requests {
@@ -320,9 +335,7 @@ async fn a_poison_tenant_crashes_at_most_poison_after_members_and_nobody_else_er
     assert!(errors.is_empty(), "other tenants saw errors: {errors:?}");
 
     // Listed as suspect, with the members it struck; counted; cleared.
-    let listed = fixture
-        .admin_json("GET", "/admin/tenants?suspects=1")
-        .await;
+    let listed = fixture.admin_json("GET", "/admin/tenants?suspects=1").await;
     let suspects = listed["suspects"].as_array().unwrap();
     assert_eq!(suspects.len(), 1, "{listed}");
     let suspect = &suspects[0];
@@ -353,9 +366,7 @@ async fn a_poison_tenant_crashes_at_most_poison_after_members_and_nobody_else_er
         .admin_json("POST", &format!("/admin/tenants/{poisoner}/clear"))
         .await;
     assert_eq!(cleared["was_suspect"], true);
-    let listed = fixture
-        .admin_json("GET", "/admin/tenants?suspects=1")
-        .await;
+    let listed = fixture.admin_json("GET", "/admin/tenants?suspects=1").await;
     assert_eq!(listed["suspects"].as_array().unwrap().len(), 0);
     let again = fixture
         .admin_json("POST", &format!("/admin/tenants/{poisoner}/clear"))
@@ -388,13 +399,8 @@ async fn without_containment_a_poison_tenant_crashes_its_whole_subset_and_nobody
     let (sent, errors) = load.await.unwrap();
     assert!(sent >= others.len(), "the load ran ({sent} requests)");
     assert!(errors.is_empty(), "other tenants saw errors: {errors:?}");
-    let listed = fixture
-        .admin_json("GET", "/admin/tenants?suspects=1")
-        .await;
+    let listed = fixture.admin_json("GET", "/admin/tenants?suspects=1").await;
     assert_eq!(listed["suspects"].as_array().unwrap().len(), 0);
     let metrics = fixture.scrape().await;
-    assert_eq!(
-        metrics.count("shuffle_poison_stops_total", &[]),
-        0.0
-    );
+    assert_eq!(metrics.count("shuffle_poison_stops_total", &[]), 0.0);
 }

@@ -514,9 +514,7 @@ async fn clear_suspect(
     if !was_suspect && gateway.snapshot().tenants.get(&id).is_none() {
         return Err(AdminError(
             StatusCode::NOT_FOUND,
-            format!(
-                "no tenant {id:?}; GET /admin/tenants?suspects=1 lists the suspect tenants"
-            ),
+            format!("no tenant {id:?}; GET /admin/tenants?suspects=1 lists the suspect tenants"),
         ));
     }
     if was_suspect {

@@ -151,7 +151,10 @@ fn pick_narrowed(
     for &index in subset {
         // A member the quarantine rules out is not steered around: it is
         // the tenant, not the shard, that is kept away.
-        if tried.contains(&index) || narrowed.pinned.is_some_and(|pinned| !pinned.contains(&index))
+        if tried.contains(&index)
+            || narrowed
+                .pinned
+                .is_some_and(|pinned| !pinned.contains(&index))
         {
             continue;
         }

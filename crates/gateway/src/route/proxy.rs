@@ -901,9 +901,10 @@ impl<'a> Attempts<'a> {
         // there: the next member could be its next victim.
         if let Some(containment) = &self.containment
             && containment.suspect
-            && self.last_failure.as_ref().is_some_and(|(failure, _)| {
-                failure.maybe_sent() || failure.crash_like()
-            })
+            && self
+                .last_failure
+                .as_ref()
+                .is_some_and(|(failure, _)| failure.maybe_sent() || failure.crash_like())
         {
             return None;
         }
@@ -1121,7 +1122,9 @@ impl<'a> Attempts<'a> {
             // A gRPC call's deadline (often its own, short `grpc-timeout`)
             // ran out before a member could be tried: that is what its
             // client asked to be told.
-            None | Some((Failure::Connect | Failure::Vanished, None)) if kind == Kind::Grpc && self.out_of_time => {
+            None | Some((Failure::Connect | Failure::Vanished, None))
+                if kind == Kind::Grpc && self.out_of_time =>
+            {
                 refuse(
                     kind,
                     StatusCode::GATEWAY_TIMEOUT,
