@@ -362,12 +362,22 @@ async fn a_poison_tenant_crashes_at_most_poison_after_members_and_nobody_else_er
     );
     assert_eq!(metrics.value("shuffle_suspect_tenants", &[]), 1.0);
 
+    let (status, _, page) = fixture.admin("GET", "/", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    let page = String::from_utf8_lossy(&page);
+    assert!(
+        page.contains(&format!("<tr data-tenant=\"{poisoner}\">")),
+        "the status page lists the suspect"
+    );
+
     let cleared = fixture
         .admin_json("POST", &format!("/admin/tenants/{poisoner}/clear"))
         .await;
     assert_eq!(cleared["was_suspect"], true);
     let listed = fixture.admin_json("GET", "/admin/tenants?suspects=1").await;
     assert_eq!(listed["suspects"].as_array().unwrap().len(), 0);
+    let (_, _, page) = fixture.admin("GET", "/", Some(TOKEN)).await;
+    assert!(!String::from_utf8_lossy(&page).contains("id=\"suspects\""));
     let again = fixture
         .admin_json("POST", &format!("/admin/tenants/{poisoner}/clear"))
         .await;
