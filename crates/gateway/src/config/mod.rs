@@ -1453,6 +1453,67 @@ mod tests {
         GatewayConfig::load(&path)
     }
 
+    /// A configuration of three shards written as `shards` (the inside of
+    /// the list) with `extra` tables.
+    fn load_shards(shards: &str, extra: &str) -> Result<GatewayConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("placement.key"), [7_u8; 32]).unwrap();
+        std::fs::write(dir.path().join("tenants.toml"), "").unwrap();
+        let path = dir.path().join("gateway.toml");
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\
+             [placement]\nalgorithm = \"rendezvous\"\nk = 1\nkey_file = \"placement.key\"\nkey_version = \"v1\"\n\
+             {extra}\n[[cells]]\nname = \"default\"\nshards = [{shards}]\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        GatewayConfig::load(&path)
+    }
+
+    #[test]
+    fn a_shards_own_cap_wins_over_the_default_and_zero_exempts_it() {
+        let shards = "{ id = \"a\", url = \"http://127.0.0.1:9\" }, \
+                      { id = \"b\", url = \"http://127.0.0.1:9\", max_in_flight = 5 }, \
+                      { id = \"c\", url = \"http://127.0.0.1:9\", max_in_flight = 0 }";
+        let caps = |config: GatewayConfig| -> Vec<Option<u64>> {
+            config.cells[0]
+                .shards
+                .iter()
+                .map(|shard| shard.max_in_flight)
+                .collect()
+        };
+        assert_eq!(
+            caps(load_shards(shards, "").unwrap()),
+            [None, Some(5), None]
+        );
+        assert_eq!(
+            caps(load_shards(shards, "[limits.shard]\nmax_in_flight = 9").unwrap()),
+            [Some(9), Some(5), None]
+        );
+        let error = load_shards(
+            "{ id = \"a\", url = \"http://127.0.0.1:9\", max_in_flight = 2000000 }",
+            "",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("cells[0].shards[0].max_in_flight"),
+            "{error}"
+        );
+        assert!(error.contains("0 for no cap"), "{error}");
+    }
+
+    #[test]
+    fn poison_containment_defaults_to_two_members_and_a_minute() {
+        let routing = load_with("").unwrap().routing;
+        assert_eq!(routing.poison_after, 2);
+        assert_eq!(routing.quarantine, Duration::from_secs(60));
+        let routing = load_with("[routing]\npoison_after = 0\nquarantine_seconds = 5")
+            .unwrap()
+            .routing;
+        assert_eq!(routing.poison_after, 0);
+        assert_eq!(routing.quarantine, Duration::from_secs(5));
+    }
+
     #[test]
     fn the_connection_cap_defaults_high_and_refuses_zero_by_name() {
         assert_eq!(load_with("").unwrap().limits.max_connections, 10_000);
