@@ -140,12 +140,12 @@ impl Suspects {
         Some(marked)
     }
 
-    /// Lifts the tenant's quarantine; whether it was suspect.
-    pub fn clear(&self, tenant: &str) -> bool {
+    /// Lifts the tenant's quarantine; whether it was suspect at `now`.
+    pub fn clear(&self, tenant: &str, now: Instant) -> bool {
         let mut tenants = self.lock();
-        let removed = tenants.remove(tenant).is_some();
+        let removed = tenants.remove(tenant);
         self.count.store(tenants.len(), Ordering::Relaxed);
-        removed
+        removed.is_some_and(|suspect| suspect.until > now)
     }
 
     /// Every tenant suspect at `now`, by tenant id (expired entries are
@@ -227,10 +227,12 @@ mod tests {
         let now = Instant::now();
         suspects.strike("main", "a", ["s1", "s2"], true, now, MINUTE);
         suspects.strike("main", "b", ["s3", "s4"], true, now, 2 * MINUTE);
-        assert!(suspects.clear("a"));
-        assert!(!suspects.clear("a"), "cleared already");
+        assert!(suspects.clear("a", now));
+        assert!(!suspects.clear("a", now), "cleared already");
         assert!(suspects.any());
         tokio::time::advance(2 * MINUTE).await;
+        assert!(!suspects.clear("b", Instant::now()), "expired already");
+        suspects.strike("main", "b", ["s3", "s4"], true, now, MINUTE);
         assert!(suspects.list(Instant::now()).is_empty());
         assert!(!suspects.any());
     }

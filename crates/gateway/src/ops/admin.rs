@@ -510,7 +510,7 @@ async fn clear_suspect(
     State(gateway): State<Arc<Gateway>>,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let was_suspect = gateway.suspects.clear(&id);
+    let was_suspect = gateway.suspects.clear(&id, Instant::now());
     if !was_suspect && gateway.snapshot().tenants.get(&id).is_none() {
         return Err(AdminError(
             StatusCode::NOT_FOUND,
