@@ -3,9 +3,11 @@
 //! with failover turned off the drill reports the violation (exit 1), and a
 //! shard the drill breaks itself through its control API is routed around
 //! and healed; and a poison whale against crash-on-poison shards crashes
-//! its whole subset (the gateway has no containment yet) and downs exactly
-//! the tenants `blast --poison` counts, while `--poison-after 2` reports the
-//! failed containment.
+//! its whole subset when the gateway's containment is off
+//! (`routing.poison_after = 0`) and downs exactly the tenants `blast
+//! --poison` counts, while `--poison-after 2` reports the failed
+//! containment; with containment on (the default, 2) it crashes at most two
+//! of its shards and `--poison-after 2` passes.
 
 use std::process::Command;
 
@@ -333,8 +335,9 @@ fn bad_arguments_exit_2() {
 }
 
 /// 8 shards in `crash-on-poison:6000`, each with a control API; k = 2 for
-/// 300 tenants and k = 6 for `whale`; the gateway has no containment.
-async fn poison_setup() -> Setup {
+/// 300 tenants and k = 6 for `whale`; `routing` is the gateway's
+/// `[routing]` table.
+async fn poison_setup(routing: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let mut backends = Vec::new();
     let mut controls = Vec::new();
@@ -366,6 +369,7 @@ async fn poison_setup() -> Setup {
     let toml = GatewayToml {
         admin_token: Some("drill-test-admin-token-0123456789".into()),
         cell: "main".into(),
+        tables: vec![("routing".into(), routing.to_owned())],
         shards: backends
             .iter()
             .map(|b| Shard::new(b.id(), b.url()))
@@ -378,7 +382,7 @@ async fn poison_setup() -> Setup {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontained_poison_whale_crashes_its_subset_and_downs_the_tenants_inside() {
-    let setup = poison_setup().await;
+    let setup = poison_setup("poison_after = 0\n").await;
     let controls = setup.controls.join(",");
     let (code, report, stderr) = drill_with(
         &setup,
@@ -426,4 +430,30 @@ async fn an_uncontained_poison_whale_crashes_its_subset_and_downs_the_tenants_in
     let violations = report["verdict"]["violations"].to_string();
     assert!(violations.contains("containment failed"), "{violations}");
     assert!(report["verdict"]["models"]["contained"]["others_fully_down"].is_u64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contained_poison_whale_crashes_at_most_two_of_its_shards_and_the_drill_passes() {
+    // The gateway's default containment: routing.poison_after = 2.
+    let setup = poison_setup("").await;
+    let controls = setup.controls.join(",");
+    let (code, report, stderr) = drill_with(
+        &setup,
+        &format!("--poison whale --poison-control {controls} --poison-after 2 --wait-seconds 20"),
+    )
+    .await;
+    let verdict = &report["verdict"];
+    assert_eq!(verdict["subset"].as_array().unwrap().len(), 6, "{report:#}");
+    // One poison request per member was sent; the first was stopped after
+    // two crashes, and the suspect whale reached no third member.
+    let crashed: Vec<u64> = setup.backends.iter().map(Backend::crashes).collect();
+    assert_eq!(crashed.iter().filter(|&&c| c > 0).count(), 2, "{crashed:?}");
+    assert_eq!(
+        verdict["crashed"].as_array().unwrap().len(),
+        2,
+        "{report:#}"
+    );
+    assert_eq!(verdict["unaffected_errors"], 0, "{report:#}");
+    assert_eq!(verdict["fully_down_matches"], true, "{report:#}");
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
 }

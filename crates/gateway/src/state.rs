@@ -172,6 +172,10 @@ pub struct Snapshot {
     /// Per tenant (by position in the tenants file): its route, computed on
     /// first use. Boxed so that tenants never seen cost one pointer each.
     routes: Vec<std::sync::OnceLock<Box<TenantRoute>>>,
+    /// Per cell, when any of its shards has an in-flight cap: each shard's
+    /// cap by index (`u64::MAX` for none). `None` for a cell without caps,
+    /// whose requests take the member step's uncapped path.
+    pub(crate) caps: Vec<Option<Box<[u64]>>>,
 }
 
 impl Snapshot {
@@ -226,6 +230,21 @@ impl Snapshot {
             .map(|cell| cell.iter().any(|shard| !shard.path_prefix.is_empty()))
             .collect();
         let cell_count = config.cells.len();
+        let caps = config
+            .cells
+            .iter()
+            .map(|cell| {
+                cell.shards
+                    .iter()
+                    .any(|shard| shard.max_in_flight.is_some())
+                    .then(|| {
+                        cell.shards
+                            .iter()
+                            .map(|shard| shard.max_in_flight.unwrap_or(u64::MAX))
+                            .collect()
+                    })
+            })
+            .collect();
         let routes = (0..tenants.len())
             .map(|_| std::sync::OnceLock::new())
             .collect();
@@ -255,6 +274,7 @@ impl Snapshot {
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
             routes,
+            caps,
         })
     }
 
@@ -371,6 +391,8 @@ pub struct Gateway {
     pub tenant_windows: crate::ops::window::Windows,
     /// Per-shard attempts over the availability window (for utilization).
     pub shard_windows: crate::ops::window::Windows,
+    /// Tenants quarantined by poison containment; they survive reloads.
+    pub suspects: crate::health::quarantine::Suspects,
     /// Bumped by every reload that took effect, so that what schedules
     /// itself by the configuration (the health checkers) looks again at
     /// once instead of after its old interval.
@@ -388,6 +410,7 @@ impl Gateway {
             metrics: crate::ops::metrics::Metrics::new(),
             tenant_windows: crate::ops::window::Windows::new(window, Instant::now()),
             shard_windows: crate::ops::window::Windows::new(window, Instant::now()),
+            suspects: crate::health::quarantine::Suspects::new(),
             reloads: tokio::sync::watch::Sender::new(0),
         })
     }

@@ -651,6 +651,11 @@ fn out_of_range_settings_are_refused_naming_the_key() {
         ("limits", "backend_idle_timeout_ms", "0"),
         ("limits", "client_write_timeout_ms", "0"),
         ("limits", "backend_idle_timeout_ms", "99999999999"),
+        ("routing", "poison_after", "65"),
+        ("routing", "quarantine_seconds", "0"),
+        ("routing", "quarantine_seconds", "86401"),
+        ("limits.shard", "max_in_flight", "0"),
+        ("limits.shard", "max_in_flight", "1000001"),
     ] {
         let error = load(&format!("[{table}]\n{key} = {value}\n"))
             .expect_err(&format!("{table}.{key} = {value} was accepted"));

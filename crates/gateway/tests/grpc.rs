@@ -769,3 +769,45 @@ async fn nothing_sent_over_http_2_becomes_a_second_request_on_the_shard_connecti
         assert!(hosts[0].starts_with("127.0.0.1:"), "{:?}", seen.headers);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_shards_are_at_their_caps_is_shed_as_unavailable() {
+    // The only shard, capped at one request in flight, holds one.
+    let shard = silent_shard(Arc::new(Mutex::new(Vec::new()))).await;
+    let fixture = Arc::new(
+        Fixture::start(Options {
+            extra: "[limits.shard]\nmax_in_flight = 1\n".into(),
+            routing: "per_try_timeout_ms = 60000\nrequest_timeout_ms = 60000\n".into(),
+            admin_token: Some("t".repeat(32)),
+            ..shard.options()
+        })
+        .await,
+    );
+    let held = {
+        let fixture = Arc::clone(&fixture);
+        tokio::spawn(async move { fixture.get("tenant-0", "/held").await })
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || fixture.shard("c0").in_flight()
+            == 1)
+        .await
+    );
+    let status = status_of(
+        &fixture,
+        check(&fixture, Some("tenant-1"), String::new(), None),
+    )
+    .await;
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("in-flight limit"), "{status:?}");
+    assert_eq!(
+        fixture.shard("c0").in_flight(),
+        1,
+        "the call reached no shard"
+    );
+    let metrics = fixture.scrape().await;
+    assert_eq!(
+        metrics.count("shuffle_shed_total", &[("cell", "default")]),
+        1.0
+    );
+    held.abort();
+}

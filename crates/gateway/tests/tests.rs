@@ -8,6 +8,7 @@ mod admin;
 mod adversarial;
 mod boundary;
 mod connection;
+mod containment;
 mod deploy;
 mod grpc;
 mod h2_shards;

@@ -113,6 +113,9 @@ pub struct ShardSettings {
     pub weight: f64,
     /// What the gateway speaks to it (`protocol`).
     pub protocol: ShardProtocol,
+    /// Requests it may have in flight at once (`max_in_flight` on the
+    /// shard, else `limits.shard.max_in_flight`); `None`: no cap.
+    pub max_in_flight: Option<u64>,
 }
 
 /// What the gateway speaks to a shard: `protocol = "http1" | "h2c" | "h2"`.
@@ -199,6 +202,12 @@ pub struct RoutingSettings {
     /// The `grpc-status` values, seen in a trailers-only answer, on which
     /// such a call goes to another member (`routing.retry_on_grpc_status`).
     pub retry_on_grpc_status: CodeSet,
+    /// Crash-like failures (reset, closed before a complete answer, or a
+    /// per-try timeout) on this many distinct members stop a request and
+    /// make its tenant suspect (`routing.poison_after`); 0: never.
+    pub poison_after: u32,
+    /// How long a tenant stays suspect (`routing.quarantine_seconds`).
+    pub quarantine: Duration,
 }
 
 /// The retry budget (tower's `TpsBudget` semantics).
@@ -278,6 +287,9 @@ pub struct LimitSettings {
     /// How long a WebSocket (an upgraded connection) may carry no byte in
     /// either direction before both sides are closed.
     pub websocket_idle_timeout: Duration,
+    /// The in-flight cap of shards that set none of their own
+    /// (`limits.shard.max_in_flight`); `None`: no cap.
+    pub shard_max_in_flight: Option<u64>,
     /// `[limits.tenant]`: every tenant's limits unless the tenants file
     /// says otherwise, and where global limits are kept.
     pub tenant: TenantLimitSettings,
@@ -574,6 +586,7 @@ struct RawShard {
     weight: Option<f64>,
     server_name: Option<String>,
     protocol: Option<ShardProtocol>,
+    max_in_flight: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -607,6 +620,8 @@ struct RawRouting {
     failover: Option<bool>,
     grpc_idempotent_methods: Option<Vec<String>>,
     retry_on_grpc_status: Option<Vec<GrpcStatusSetting>>,
+    poison_after: Option<u32>,
+    quarantine_seconds: Option<u64>,
 }
 
 /// A gRPC status as the configuration names it: by number or by name.
@@ -659,6 +674,7 @@ struct RawLimits {
     websocket_idle_timeout_ms: Option<u64>,
     #[serde(default)]
     tenant: RawTenantLimits,
+    shard: RawShardLimits,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -681,6 +697,12 @@ impl std::fmt::Debug for Redacted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("<redacted>")
     }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawShardLimits {
+    max_in_flight: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -813,6 +835,8 @@ impl GatewayConfig {
         let health = health_settings(raw.health).map_err(err)?;
         let outlier = outlier_settings(raw.outlier).map_err(err)?;
         let limits = limit_settings(raw.limits).map_err(err)?;
+        let mut cells = cells;
+        shard_caps(&mut cells, limits.shard_max_in_flight);
         let http2 = http2_settings(raw.http2).map_err(err)?;
         let admin = admin_settings(raw.admin, &resolve).map_err(err)?;
 
@@ -1088,7 +1112,18 @@ fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettin
             _ => {}
         }
         let weight = shard.weight.unwrap_or(1.0);
+        if let Some(cap) = shard.max_in_flight
+            && cap > MAX_SHARD_IN_FLIGHT
+        {
+            return Err((
+                format!("{key}.max_in_flight"),
+                format!(
+                    "{cap} is out of range; use a value from 1 to {MAX_SHARD_IN_FLIGHT}, or 0 for no cap"
+                ),
+            ));
+        }
         shards.push(ShardSettings {
+            max_in_flight: shard.max_in_flight,
             id: shard.id,
             url,
             server_name,
@@ -1195,6 +1230,14 @@ fn routing_settings(r: RawRouting) -> Result<RoutingSettings, KeyProblem> {
         failover: r.failover.unwrap_or(true),
         grpc_idempotent_methods: grpc_methods(r.grpc_idempotent_methods.unwrap_or_default())?,
         retry_on_grpc_status: grpc_statuses(r.retry_on_grpc_status)?,
+        // Two: one crash may be the shard's own bad luck; a second member
+        // failing the same request the same way points at the request.
+        poison_after: within("routing.poison_after", r.poison_after.unwrap_or(2), 0..=64)?,
+        quarantine: Duration::from_secs(within(
+            "routing.quarantine_seconds",
+            r.quarantine_seconds.unwrap_or(60),
+            1..=86_400,
+        )?),
     })
 }
 
@@ -1452,7 +1495,28 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
             300_000,
             1..=24 * MAX_MS,
         )?,
+        shard_max_in_flight: l
+            .shard
+            .max_in_flight
+            .map(|cap| within("limits.shard.max_in_flight", cap, 1..=MAX_SHARD_IN_FLIGHT))
+            .transpose()?,
     })
+}
+
+/// The largest in-flight cap a shard may be given: beyond it a cap is a
+/// typo, not a limit.
+const MAX_SHARD_IN_FLIGHT: u64 = 1_000_000;
+
+/// Each shard's in-flight cap: its own `max_in_flight` (0 for none, to
+/// exempt it from the default), else `limits.shard.max_in_flight`.
+fn shard_caps(cells: &mut [CellSettings], default: Option<u64>) {
+    for shard in cells.iter_mut().flat_map(|cell| cell.shards.iter_mut()) {
+        shard.max_in_flight = match shard.max_in_flight {
+            Some(0) => None,
+            Some(cap) => Some(cap),
+            None => default,
+        };
+    }
 }
 
 /// The largest flow-control window HTTP/2 allows (RFC 9113 §6.9.1).
@@ -1605,6 +1669,67 @@ mod tests {
         );
         std::fs::write(&path, text).unwrap();
         GatewayConfig::load(&path)
+    }
+
+    /// A configuration of three shards written as `shards` (the inside of
+    /// the list) with `extra` tables.
+    fn load_shards(shards: &str, extra: &str) -> Result<GatewayConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("placement.key"), [7_u8; 32]).unwrap();
+        std::fs::write(dir.path().join("tenants.toml"), "").unwrap();
+        let path = dir.path().join("gateway.toml");
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\
+             [placement]\nalgorithm = \"rendezvous\"\nk = 1\nkey_file = \"placement.key\"\nkey_version = \"v1\"\n\
+             {extra}\n[[cells]]\nname = \"default\"\nshards = [{shards}]\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        GatewayConfig::load(&path)
+    }
+
+    #[test]
+    fn a_shards_own_cap_wins_over_the_default_and_zero_exempts_it() {
+        let shards = "{ id = \"a\", url = \"http://127.0.0.1:9\" }, \
+                      { id = \"b\", url = \"http://127.0.0.1:9\", max_in_flight = 5 }, \
+                      { id = \"c\", url = \"http://127.0.0.1:9\", max_in_flight = 0 }";
+        let caps = |config: GatewayConfig| -> Vec<Option<u64>> {
+            config.cells[0]
+                .shards
+                .iter()
+                .map(|shard| shard.max_in_flight)
+                .collect()
+        };
+        assert_eq!(
+            caps(load_shards(shards, "").unwrap()),
+            [None, Some(5), None]
+        );
+        assert_eq!(
+            caps(load_shards(shards, "[limits.shard]\nmax_in_flight = 9").unwrap()),
+            [Some(9), Some(5), None]
+        );
+        let error = load_shards(
+            "{ id = \"a\", url = \"http://127.0.0.1:9\", max_in_flight = 2000000 }",
+            "",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("cells[0].shards[0].max_in_flight"),
+            "{error}"
+        );
+        assert!(error.contains("0 for no cap"), "{error}");
+    }
+
+    #[test]
+    fn poison_containment_defaults_to_two_members_and_a_minute() {
+        let routing = load_with("").unwrap().routing;
+        assert_eq!(routing.poison_after, 2);
+        assert_eq!(routing.quarantine, Duration::from_secs(60));
+        let routing = load_with("[routing]\npoison_after = 0\nquarantine_seconds = 5")
+            .unwrap()
+            .routing;
+        assert_eq!(routing.poison_after, 0);
+        assert_eq!(routing.quarantine, Duration::from_secs(5));
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub struct Shard {
     pub server_name: Option<String>,
     /// Its `protocol` (`"http1"`, `"h2c"` or `"h2"`), when not the default.
     pub protocol: Option<String>,
+    /// Its `max_in_flight`, when it sets one.
+    pub max_in_flight: Option<u64>,
 }
 
 impl Shard {
@@ -81,6 +83,7 @@ impl Shard {
             zone: None,
             server_name: None,
             protocol: None,
+            max_in_flight: None,
         }
     }
 
@@ -104,6 +107,14 @@ impl Shard {
     #[must_use]
     pub fn speaking(mut self, protocol: impl Into<String>) -> Self {
         self.protocol = Some(protocol.into());
+        self
+    }
+
+    /// The same shard, with at most `cap` requests in flight (0: none,
+    /// whatever `limits.shard.max_in_flight` says).
+    #[must_use]
+    pub fn with_max_in_flight(mut self, cap: u64) -> Self {
+        self.max_in_flight = Some(cap);
         self
     }
 }
@@ -218,6 +229,9 @@ impl GatewayToml {
             }
             if let Some(protocol) = &shard.protocol {
                 let _ = write!(text, ", protocol = \"{protocol}\"");
+            }
+            if let Some(cap) = shard.max_in_flight {
+                let _ = write!(text, ", max_in_flight = {cap}");
             }
             text.push_str(" },\n");
         }

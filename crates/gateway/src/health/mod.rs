@@ -22,6 +22,7 @@
 // The active checks that drive this state machine, and the retry budget.
 pub(crate) mod check;
 pub(crate) mod grpc;
+pub mod quarantine;
 pub mod retry_budget;
 
 use std::time::Duration;

@@ -88,6 +88,7 @@ pub const ROUTES: &[Route] = &[
     Route::new(Method::POST, "/admin/shards/{id}/{action}", Access::Token,                     |m| on(m, shard_action)),
     Route::new(Method::GET,  "/admin/tenants",              Access::Token,                     |m| on(m, worst_tenants)),
     Route::new(Method::GET,  "/admin/tenants/{id}",         Access::Token,                     |m| on(m, tenant)),
+    Route::new(Method::POST, "/admin/tenants/{id}/clear",   Access::Token,                     |m| on(m, clear_suspect)),
     Route::new(Method::GET,  "/admin/blast",                Access::Token,                     |m| on(m, blast)),
     Route::new(Method::POST, "/admin/reload",               Access::Token,                     |m| on(m, reload)),
 ];
@@ -253,6 +254,9 @@ pub fn refresh_gauges(gateway: &Gateway) {
             })
             .set(live.degraded as i64);
     }
+    metrics
+        .suspect_tenants
+        .set(gateway.suspects.list(now).len() as i64);
     let ratios: Vec<f64> = gateway
         .tenant_windows
         .all(now)
@@ -437,16 +441,22 @@ async fn tenant(
 struct WorstQuery {
     worst: Option<usize>,
     limited: Option<usize>,
+    /// `suspects=1`: the suspect tenants instead ([`suspect_tenants`]).
+    suspects: Option<u8>,
 }
 
-/// `GET /admin/tenants`: the worst tenants of the window (`?worst=N`), or
-/// the most-limited since start (`?limited=N`).
+/// `GET /admin/tenants`: the worst tenants of the window (`?worst=N`), the
+/// most-limited since start (`?limited=N`), or the suspect ones
+/// (`?suspects=1`).
 async fn worst_tenants(
     State(gateway): State<Arc<Gateway>>,
     Query(query): Query<WorstQuery>,
 ) -> Json<serde_json::Value> {
     if let Some(count) = query.limited {
         return limited_tenants(&gateway, count);
+    }
+    if query.suspects.is_some_and(|asked| asked != 0) {
+        return suspect_tenants(&gateway);
     }
     let count = query.worst.unwrap_or(10).min(10_000);
     Json(
@@ -459,6 +469,72 @@ async fn worst_tenants(
 fn limited_tenants(gateway: &Gateway, count: usize) -> Json<serde_json::Value> {
     let snapshot = gateway.snapshot();
     Json(json!({ "tenants": limited(&snapshot, count.min(10_000)) }))
+}
+
+/// One suspect tenant as `GET /admin/tenants?suspects=1` shows it.
+#[derive(Serialize)]
+struct SuspectView {
+    tenant: String,
+    cell: String,
+    /// The members its requests failed crash-like on: the only ones that
+    /// serve it while it is suspect.
+    shards: Vec<String>,
+    /// Requests stopped by containment.
+    stops: u64,
+    /// Crash-like failures counted against it.
+    strikes: u64,
+    /// When it was first marked and last struck, in Unix seconds.
+    since_unix: u64,
+    last_unix: u64,
+    /// Seconds until its quarantine ends (unless struck again).
+    expires_in_seconds: u64,
+}
+
+/// `GET /admin/tenants?suspects=1`: the tenants poison containment has
+/// quarantined, with counts and times.
+fn suspect_tenants(gateway: &Gateway) -> Json<serde_json::Value> {
+    let now = Instant::now();
+    let unix = |time: std::time::SystemTime| {
+        time.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs())
+    };
+    let suspects: Vec<SuspectView> = gateway
+        .suspects
+        .list(now)
+        .into_iter()
+        .map(|(tenant, suspect)| SuspectView {
+            tenant,
+            cell: suspect.cell,
+            shards: suspect.shards,
+            stops: suspect.stops,
+            strikes: suspect.strikes,
+            since_unix: unix(suspect.since),
+            last_unix: unix(suspect.last),
+            expires_in_seconds: suspect.until.saturating_duration_since(now).as_secs(),
+        })
+        .collect();
+    Json(json!({ "suspects": suspects }))
+}
+
+/// `POST /admin/tenants/{id}/clear`: lifts a suspect tenant's quarantine
+/// (its requests fail over and use every member again at once). Clearing
+/// a tenant that is not suspect changes nothing and says so
+/// (`was_suspect: false`), so a retried call is harmless.
+async fn clear_suspect(
+    State(gateway): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let was_suspect = gateway.suspects.clear(&id, Instant::now());
+    if !was_suspect && gateway.snapshot().tenants.get(&id).is_none() {
+        return Err(AdminError(
+            StatusCode::NOT_FOUND,
+            format!("no tenant {id:?}; GET /admin/tenants?suspects=1 lists the suspect tenants"),
+        ));
+    }
+    if was_suspect {
+        tracing::warn!(tenant = %id, "operator lifted a tenant's quarantine");
+    }
+    Ok(Json(json!({ "tenant": id, "was_suspect": was_suspect })))
 }
 
 async fn blast(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {

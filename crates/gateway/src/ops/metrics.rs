@@ -207,6 +207,15 @@ pub struct Metrics {
     pub(crate) failovers: Family<FailoverLabels, Counter>,
     pub(crate) spills: Family<CellLabels, Counter>,
     pub(crate) budget_exhausted: Family<CellLabels, Counter>,
+    /// `shuffle_shed_total{cell}`: requests shed because every member
+    /// left was at its in-flight cap.
+    pub(crate) shed: Family<CellLabels, Counter>,
+    /// `shuffle_poison_stops_total{cell}`.
+    pub(crate) poison_stops: Family<CellLabels, Counter>,
+    /// `shuffle_tenants_suspected_total{cell}`.
+    pub(crate) suspects_marked: Family<CellLabels, Counter>,
+    /// `shuffle_suspect_tenants`, set when scraped.
+    pub(crate) suspect_tenants: Gauge,
     pub(crate) ejections: Family<EjectionLabels, Counter>,
     pub(crate) request_seconds: Family<CellLabels, Histogram>,
     pub(crate) attempt_seconds: Family<ShardLabels, Histogram>,
@@ -279,6 +288,30 @@ impl Metrics {
             "retry_budget_exhausted",
             "Retries refused because the retry budget was spent",
             budget_exhausted.clone(),
+        );
+        let shed = Family::<CellLabels, Counter>::default();
+        registry.register(
+            "shed",
+            "Requests answered 503 because every member left was at its in-flight cap (max_in_flight); not counted as shard failures",
+            shed.clone(),
+        );
+        let poison_stops = Family::<CellLabels, Counter>::default();
+        registry.register(
+            "poison_stops",
+            "Requests stopped (502) after failing crash-like on routing.poison_after members",
+            poison_stops.clone(),
+        );
+        let suspects_marked = Family::<CellLabels, Counter>::default();
+        registry.register(
+            "tenants_suspected",
+            "Tenants made suspect by poison containment",
+            suspects_marked.clone(),
+        );
+        let suspect_tenants = Gauge::default();
+        registry.register(
+            "suspect_tenants",
+            "Tenants suspect now (quarantined by poison containment)",
+            suspect_tenants.clone(),
         );
         let ejections = Family::<EjectionLabels, Counter>::default();
         registry.register(
@@ -408,6 +441,10 @@ impl Metrics {
             failovers,
             spills,
             budget_exhausted,
+            shed,
+            poison_stops,
+            suspects_marked,
+            suspect_tenants,
             ejections,
             request_seconds,
             attempt_seconds,

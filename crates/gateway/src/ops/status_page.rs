@@ -1,6 +1,7 @@
 //! The status page: one self-contained HTML page (no scripts, no external
 //! assets) showing the shard grid by cell and zone, the live blast radius,
-//! the worst tenants and the most-limited ones. It refreshes itself every
+//! the worst tenants, the most-limited ones and, when there are any, the
+//! tenants poison containment has made suspect. It refreshes itself every
 //! few seconds.
 
 use std::fmt::Write;
@@ -172,6 +173,7 @@ pub fn render(gateway: &Gateway) -> String {
         );
     }
     html.push_str("</table>");
+    suspects(gateway, now, &mut html);
     let up = snapshot
         .all_shards()
         .filter(|s| s.availability(&snapshot.config) == Availability::Up)
@@ -182,4 +184,27 @@ pub fn render(gateway: &Gateway) -> String {
         snapshot.all_shards().count()
     );
     html
+}
+
+/// The suspect tenants, when there are any (see `routing.poison_after`):
+/// who, in which cell, the members each struck, and how long its
+/// quarantine has left.
+fn suspects(gateway: &Gateway, now: Instant, html: &mut String) {
+    let suspects = gateway.suspects.list(now);
+    if suspects.is_empty() {
+        return;
+    }
+    html.push_str("<h2>Suspect tenants</h2><p class=\"note\">Their requests crashed shards (poison containment): each is served only by the shards it struck until its quarantine ends or an operator clears it.</p><table id=\"suspects\"><tr><th>tenant</th><th>cell</th><th>struck shards</th><th class=\"num\">stops</th><th class=\"num\">quarantine left</th></tr>");
+    for (tenant, suspect) in suspects {
+        let _ = write!(
+            html,
+            "<tr data-tenant=\"{tenant}\"><td class=\"bad\">{tenant}</td><td>{cell}</td><td>{shards}</td><td class=\"num\">{stops}</td><td class=\"num\">{left} s</td></tr>",
+            tenant = escape(&tenant),
+            cell = escape(&suspect.cell),
+            shards = escape(&suspect.shards.join(", ")),
+            stops = suspect.stops,
+            left = suspect.until.saturating_duration_since(now).as_secs(),
+        );
+    }
+    html.push_str("</table>");
 }

@@ -23,6 +23,13 @@ pub enum Failure {
     Timeout,
     /// The connection broke after the request started.
     Reset,
+    /// The connection carrying the request closed without an answer and
+    /// the shard then refused the resend's connection: it went down with
+    /// the request in it. Failover treats it as a refused connection (it
+    /// was resent already, so the request is safe to repeat, and a shard
+    /// killed as a pooled connection is reused costs no retry budget);
+    /// poison containment as a crash.
+    Vanished,
     /// The backend answered with a status configured as retryable.
     Status(u16),
     /// A gRPC call's shard answered with a `grpc-status` configured as
@@ -33,13 +40,20 @@ pub enum Failure {
 impl Failure {
     /// Whether the backend may have received the request.
     pub fn maybe_sent(self) -> bool {
-        !matches!(self, Failure::Connect)
+        !matches!(self, Failure::Connect | Failure::Vanished)
+    }
+
+    /// Whether it looks like the request may have crashed the shard: the
+    /// connection broke before a complete answer, or no answer came in
+    /// the per-try timeout (poison containment counts these).
+    pub fn crash_like(self) -> bool {
+        matches!(self, Failure::Reset | Failure::Timeout | Failure::Vanished)
     }
 
     /// A short lowercase name for metrics.
     pub fn name(self) -> &'static str {
         match self {
-            Failure::Connect => "connect",
+            Failure::Connect | Failure::Vanished => "connect",
             Failure::Timeout => "timeout",
             Failure::Reset => "reset",
             Failure::Status(_) | Failure::GrpcStatus(_) => "status",
@@ -99,6 +113,9 @@ pub async fn send(
     let request = for_shard(shard, client, &target);
     let timeouts = timing.timeouts();
     let mut resends = 0;
+    // The request went out on a connection the backend then closed
+    // without answering, and is being resent.
+    let mut closed_on_it = false;
     loop {
         let result = tokio::select! {
             // The exchange first: polling in a fixed order spares drawing a
@@ -109,13 +126,22 @@ pub async fn send(
         };
         let error = match result {
             Ok(response) => return Ok(response),
+            // Refused right after closing a connection that carried the
+            // request: not a keep-alive race but a shard that went down
+            // with the request in it, which is what a crash looks like
+            // (and the request may have reached it).
+            Err(SendError::Connect) if closed_on_it => return Err(Failure::Vanished),
             Err(SendError::Connect) => return Err(Failure::Connect),
             Err(SendError::NotSent) => {
                 // A brand-new connection that closed before taking the
                 // request: the backend accepts connections and drops them,
                 // which is as good as refusing them.
                 if resends >= MAX_STALE_RESENDS {
-                    return Err(Failure::Connect);
+                    return Err(if closed_on_it {
+                        Failure::Vanished
+                    } else {
+                        Failure::Connect
+                    });
                 }
                 resends += 1;
                 continue;
@@ -128,6 +154,7 @@ pub async fn send(
             && body.replayable()
         {
             resends += 1;
+            closed_on_it = true;
             tracing::debug!(shard = %shard.id, resends, "backend closed the connection before answering; resending on another connection");
             continue;
         }

@@ -6,6 +6,13 @@
 //! well as scanning every member, without herding every request onto the
 //! single least-loaded shard. A request never leaves its tenant's subset
 //! unless the operator opted into spilling.
+//!
+//! Two things narrow the choice, and cost nothing when neither is set
+//! (one branch): a shard's in-flight cap (survivor protection: a member at
+//! its cap is skipped, and the place is taken as it is chosen, so racing
+//! requests never take a shard past its cap), and a suspect tenant's
+//! quarantine (poison containment: it is served only by the members it
+//! has already struck).
 
 use std::sync::Arc;
 
@@ -15,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::config::{Exhausted, GatewayConfig};
 use crate::health::Availability;
+use crate::route::response::InFlight;
 use crate::state::ShardRuntime;
 
 /// The chosen shard for the next attempt.
@@ -29,13 +37,29 @@ pub enum Pick {
 }
 
 /// A pick and what it saw.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Choice {
     /// The shard chosen, if any.
     pub pick: Pick,
     /// Whether some member of the subset not yet tried was out of rotation
     /// (so the request was steered around it).
     pub steered: bool,
+    /// Whether some shard that could have been chosen was at its in-flight
+    /// cap.
+    pub full: bool,
+    /// The chosen shard's in-flight place, taken already when the shard
+    /// has a cap.
+    pub reserved: Option<InFlight>,
+}
+
+/// What narrows the choice beyond health; both `None` for most requests.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Narrowed<'a> {
+    /// Each shard's in-flight cap by index (`u64::MAX` for none), when the
+    /// cell has any.
+    pub caps: Option<&'a [u64]>,
+    /// The members a suspect tenant may use.
+    pub pinned: Option<&'a [ShardIndex]>,
 }
 
 /// Candidates held on the stack: subsets are small.
@@ -49,7 +73,11 @@ pub fn pick(
     shards: &[Arc<ShardRuntime>],
     config: &GatewayConfig,
     now: Instant,
+    narrowed: Narrowed<'_>,
 ) -> Choice {
+    if narrowed.caps.is_some() || narrowed.pinned.is_some() {
+        return pick_narrowed(subset, tried, shards, config, now, narrowed);
+    }
     // Without failover (a drill's control experiment) every member is a
     // candidate, whatever its health: exactly the router the design chapter
     // warns about, which cannot leave a bad shard.
@@ -74,6 +102,8 @@ pub fn pick(
         return Choice {
             pick: Pick::Member(index),
             steered,
+            full: false,
+            reserved: None,
         };
     }
     if config.routing.exhausted == Exhausted::Spill {
@@ -85,12 +115,124 @@ pub fn pick(
             return Choice {
                 pick: Pick::Spill(index),
                 steered,
+                full: false,
+                reserved: None,
             };
         }
     }
     Choice {
         pick: Pick::Exhausted,
         steered,
+        full: false,
+        reserved: None,
+    }
+}
+
+/// [`pick`] when shards have caps or the tenant is pinned: the same rules,
+/// skipping members at their caps and members the tenant may not use, and
+/// taking the chosen shard's place under its cap.
+#[inline(never)]
+fn pick_narrowed(
+    subset: &[ShardIndex],
+    tried: &[ShardIndex],
+    shards: &[Arc<ShardRuntime>],
+    config: &GatewayConfig,
+    now: Instant,
+    narrowed: Narrowed<'_>,
+) -> Choice {
+    let failover = config.routing.failover;
+    let up = |index: ShardIndex| {
+        !failover || shards[index as usize].availability_at(config, now) == Availability::Up
+    };
+    let cap = |index: ShardIndex| narrowed.caps.map_or(u64::MAX, |caps| caps[index as usize]);
+    let mut full = false;
+    let mut members = Candidates::new();
+    let mut steered = false;
+    for &index in subset {
+        // A member the quarantine rules out is not steered around: it is
+        // the tenant, not the shard, that is kept away.
+        if tried.contains(&index)
+            || narrowed
+                .pinned
+                .is_some_and(|pinned| !pinned.contains(&index))
+        {
+            continue;
+        }
+        if !up(index) {
+            steered = true;
+        } else if shards[index as usize].in_flight() >= cap(index) {
+            full = true;
+        } else {
+            members.push(index);
+        }
+    }
+    let (index, reserved) = match take_place(&mut members, shards, narrowed.caps, &mut full) {
+        Some(taken) => taken,
+        // A suspect tenant never spills: its quarantine is its members.
+        None if config.routing.exhausted == Exhausted::Spill && narrowed.pinned.is_none() => {
+            let mut outside: Candidates = (0..shards.len() as ShardIndex)
+                .filter(|index| !subset.contains(index) && !tried.contains(index))
+                .filter(|&index| up(index))
+                .filter(|&index| shards[index as usize].in_flight() < cap(index))
+                .collect();
+            match take_place(&mut outside, shards, narrowed.caps, &mut full) {
+                Some((index, reserved)) => {
+                    return Choice {
+                        pick: Pick::Spill(index),
+                        steered,
+                        full,
+                        reserved,
+                    };
+                }
+                None => {
+                    return Choice {
+                        pick: Pick::Exhausted,
+                        steered,
+                        full,
+                        reserved: None,
+                    };
+                }
+            }
+        }
+        None => {
+            return Choice {
+                pick: Pick::Exhausted,
+                steered,
+                full,
+                reserved: None,
+            };
+        }
+    };
+    Choice {
+        pick: Pick::Member(index),
+        steered,
+        full,
+        reserved,
+    }
+}
+
+/// Power of two choices over `candidates`, taking the chosen shard's place
+/// under its cap when there are caps; a shard filled by another request
+/// since it was looked at is dropped (and `full` set) and the choice made
+/// again.
+fn take_place(
+    candidates: &mut Candidates,
+    shards: &[Arc<ShardRuntime>],
+    caps: Option<&[u64]>,
+    full: &mut bool,
+) -> Option<(ShardIndex, Option<InFlight>)> {
+    loop {
+        let index = power_of_two(candidates, shards)?;
+        let Some(caps) = caps else {
+            return Some((index, None));
+        };
+        match InFlight::try_start(&shards[index as usize], caps[index as usize]) {
+            Some(place) => return Some((index, Some(place))),
+            None => {
+                *full = true;
+                candidates.retain(|candidate| *candidate != index);
+            }
+        }
     }
 }
 

@@ -13,6 +13,14 @@
 //! request may have reached a backend draw on the shared retry budget and
 //! are spaced by a short jittered backoff; and everything happens inside the
 //! overall request deadline.
+//!
+//! Survivor protection: a member at its in-flight cap is skipped, and a
+//! request whose every remaining member is at its cap is shed (`503`),
+//! which is no shard's failure. Poison containment: a request whose
+//! attempts failed crash-like (reset, or the per-try timeout) on
+//! `routing.poison_after` members is stopped (`502`) and its tenant made
+//! suspect; a suspect tenant is served only by the members it struck, and
+//! fails over only when nothing was sent.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -30,6 +38,7 @@ use tokio::time::Instant;
 
 use crate::config::GatewayConfig;
 use crate::config::tenants::TenantRecord;
+use crate::health::quarantine::Marked;
 use crate::limit::Refusal;
 use crate::ops::metrics::Metrics;
 use crate::protocol::grpc::Code;
@@ -38,7 +47,7 @@ use crate::route::admission;
 use crate::route::attempt::{self, Failure};
 use crate::route::cell::TenantRoute;
 use crate::route::grpc::{self, Kind};
-use crate::route::member::{self, Pick};
+use crate::route::member::{self, Narrowed, Pick};
 use crate::route::response::{InFlight, ResponseBody, full};
 use crate::route::tunnel;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
@@ -287,6 +296,12 @@ async fn route(
     };
     let cell = route.cell;
     let mut served = Served::new(&snapshot, cell, tenant.position);
+    // One load when nobody is suspect (almost always).
+    let containment = if gateway.suspects.any() {
+        quarantined(gateway, &snapshot, cell, &route.subset, &tenant.id)
+    } else {
+        None
+    };
 
     // The tenant's limits (one branch for a tenant without any); the
     // global bucket's call is boxed, so that requests without it do not
@@ -427,6 +442,9 @@ async fn route(
         last_failure: None,
         kind,
         out_of_time: false,
+        caps: snapshot.caps[cell].as_deref(),
+        containment,
+        shed: false,
     };
     while let Some(member) = attempts.member() {
         if let Some(backoff) = member.backoff {
@@ -490,6 +508,9 @@ async fn route(
                 return (response, Some(served));
             }
             (Some(failure), result) => {
+                if failure.crash_like() {
+                    attempts.crashed(attempt.shard_index, &tenant.id);
+                }
                 drop(attempt);
                 attempts.last_failure = Some((failure, result.ok()));
             }
@@ -738,10 +759,56 @@ struct Attempts<'a> {
     kind: Kind,
     /// The deadline passed before another attempt could start.
     out_of_time: bool,
+    /// Each shard's in-flight cap by index, when the cell has any.
+    caps: Option<&'a [u64]>,
+    /// Poison containment's state for this request, once it has any (a
+    /// crash-like failure, or a suspect tenant): boxed, so that the
+    /// request's future does not grow by what it rarely needs.
+    containment: Option<Box<Containment>>,
+    /// Every member left was at its in-flight cap.
+    shed: bool,
+}
+
+/// What poison containment knows about one request.
+#[derive(Debug, Default)]
+struct Containment {
+    /// The tenant is suspect.
+    suspect: bool,
+    /// The members a suspect tenant may use (those it struck, in its
+    /// subset); empty: no narrowing (none of them is in the subset now).
+    pinned: SmallVec<[ShardIndex; 8]>,
+    /// The members this request failed crash-like on.
+    crashed: SmallVec<[ShardIndex; 8]>,
+    /// The request was stopped: no member more is tried.
+    stopped: bool,
+}
+
+/// A suspect tenant's containment, when the tenant is suspect: the members
+/// of `subset` it struck. Looked up only while some tenant is suspect.
+#[cold]
+#[inline(never)]
+fn quarantined(
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    cell: usize,
+    subset: &[ShardIndex],
+    tenant: &str,
+) -> Option<Box<Containment>> {
+    let suspect = gateway.suspects.get(tenant, Instant::now())?;
+    let shards = &snapshot.shards[cell];
+    let pinned = subset
+        .iter()
+        .copied()
+        .filter(|&index| suspect.shards.contains(&shards[index as usize].id))
+        .collect();
+    Some(Box::new(Containment {
+        suspect: true,
+        pinned,
+        ..Containment::default()
+    }))
 }
 
 /// The member the next attempt goes to.
-#[derive(Clone, Copy)]
 struct Member {
     index: ShardIndex,
     /// It is outside the subset.
@@ -750,11 +817,15 @@ struct Member {
     steered: bool,
     /// How long to wait before the attempt (after a failed one).
     backoff: Option<Duration>,
+    /// Its in-flight place, taken already under its cap.
+    reserved: Option<InFlight>,
 }
 
 /// One attempt under way.
 struct Attempt<'a> {
     shard: &'a Arc<ShardRuntime>,
+    /// The shard's index in its cell.
+    shard_index: usize,
     started: Instant,
     /// Counted until the response has been sent, or until this request is
     /// dropped (a client that hangs up cancels it mid-attempt).
@@ -770,12 +841,34 @@ impl<'a> Attempts<'a> {
     /// The member step: the shard the next attempt goes to, if another
     /// attempt may be made.
     #[inline]
-    fn member(&self) -> Option<Member> {
-        let choice = member::pick(self.subset, &self.tried, self.shards, self.config, self.now);
+    fn member(&mut self) -> Option<Member> {
+        let mut narrowed = Narrowed {
+            caps: self.caps,
+            pinned: None,
+        };
+        if let Some(containment) = &self.containment {
+            if containment.stopped {
+                return None;
+            }
+            if !containment.pinned.is_empty() {
+                narrowed.pinned = Some(&containment.pinned);
+            }
+        }
+        let choice = member::pick(
+            self.subset,
+            &self.tried,
+            self.shards,
+            self.config,
+            self.now,
+            narrowed,
+        );
         let (index, spill) = match choice.pick {
             Pick::Member(index) => (index, false),
             Pick::Spill(index) => (index, true),
-            Pick::Exhausted => return None,
+            Pick::Exhausted => {
+                self.shed |= choice.full;
+                return None;
+            }
         };
         let backoff = if self.tried.is_empty() {
             None
@@ -787,7 +880,62 @@ impl<'a> Attempts<'a> {
             spill,
             steered: choice.steered,
             backoff,
+            reserved: choice.reserved,
         })
+    }
+
+    /// Poison containment after a crash-like failure on the shard at
+    /// `index`: counts it, stops the request at `routing.poison_after`
+    /// members and makes `tenant` suspect (or extends a suspect's
+    /// quarantine).
+    #[cold]
+    #[inline(never)]
+    fn crashed(&mut self, index: usize, tenant: &str) {
+        let (gateway, routing) = (self.gateway, &self.config.routing);
+        if routing.poison_after == 0 {
+            return;
+        }
+        let containment = self.containment.get_or_insert_with(Box::default);
+        containment.crashed.push(index as ShardIndex);
+        let stopped = containment.crashed.len() >= routing.poison_after as usize;
+        if !stopped && !containment.suspect {
+            return;
+        }
+        containment.stopped |= stopped;
+        let struck: &[ShardIndex] = if stopped {
+            &containment.crashed
+        } else {
+            &containment.crashed[containment.crashed.len() - 1..]
+        };
+        let cell = &self.config.cells[self.cell].name;
+        let marked = gateway.suspects.strike(
+            cell,
+            tenant,
+            struck
+                .iter()
+                .map(|&index| self.shards[index as usize].id.as_str()),
+            stopped,
+            Instant::now(),
+            routing.quarantine,
+        );
+        if stopped {
+            Metrics::cell_event(&gateway.metrics.poison_stops, cell);
+            tracing::warn!(
+                cell = %cell,
+                tenant = %tenant,
+                members = containment.crashed.len(),
+                "a request failed crash-like on routing.poison_after members; no further member is tried"
+            );
+        }
+        if marked == Some(Marked::New) {
+            Metrics::cell_event(&gateway.metrics.suspects_marked, cell);
+            tracing::warn!(
+                cell = %cell,
+                tenant = %tenant,
+                quarantine_seconds = routing.quarantine.as_secs(),
+                "tenant is suspect of poisoning its shards: it is served only by the members it struck, without failover after a request was sent"
+            );
+        }
     }
 
     /// Whether the request may fail over after a failed attempt, and the
@@ -803,6 +951,17 @@ impl<'a> Attempts<'a> {
             .last_failure
             .as_ref()
             .is_some_and(|(failure, _)| failure.maybe_sent());
+        // A suspect tenant's request that may have reached a shard stays
+        // there: the next member could be its next victim.
+        if let Some(containment) = &self.containment
+            && containment.suspect
+            && self
+                .last_failure
+                .as_ref()
+                .is_some_and(|(failure, _)| failure.maybe_sent() || failure.crash_like())
+        {
+            return None;
+        }
         if self.kind == Kind::Grpc {
             // What a gRPC client would have seen: a connection that broke
             // is `UNAVAILABLE` to it, a per-try timeout `DEADLINE_EXCEEDED`
@@ -868,10 +1027,14 @@ impl<'a> Attempts<'a> {
         }
         let shard = &self.shards[member.index as usize];
         shard.attempts.fetch_add(1, Ordering::Relaxed);
-        let in_flight = InFlight::start(Arc::clone(shard));
+        let in_flight = match member.reserved {
+            Some(place) => place,
+            None => InFlight::start(Arc::clone(shard)),
+        };
         served.attempts += 1;
         Some(Attempt {
             shard,
+            shard_index: member.index as usize,
             started,
             in_flight,
         })
@@ -988,6 +1151,16 @@ impl<'a> Attempts<'a> {
     /// response if there was one, else why there is none.
     fn unanswered(self) -> Response<ResponseBody> {
         let kind = self.kind;
+        if self.containment.as_ref().is_some_and(|c| c.stopped) {
+            return refuse(
+                kind,
+                StatusCode::BAD_GATEWAY,
+                Code::Unavailable,
+                "the request failed as if it crashed the shards it reached (routing.poison_after); \
+                 no further shard is tried and the tenant is quarantined for a while; \
+                 do not resend this request, and ask the operator if it is a valid one",
+            );
+        }
         match self.last_failure {
             Some((_, Some(response))) => {
                 let (head, body) = response.into_parts();
@@ -1008,7 +1181,9 @@ impl<'a> Attempts<'a> {
             // A gRPC call's deadline (often its own, short `grpc-timeout`)
             // ran out before a member could be tried: that is what its
             // client asked to be told.
-            None | Some((Failure::Connect, None)) if kind == Kind::Grpc && self.out_of_time => {
+            None | Some((Failure::Connect | Failure::Vanished, None))
+                if kind == Kind::Grpc && self.out_of_time =>
+            {
                 refuse(
                     kind,
                     StatusCode::GATEWAY_TIMEOUT,
@@ -1018,12 +1193,24 @@ impl<'a> Attempts<'a> {
             }
             // Nothing was tried, or every member refused the connection:
             // the subset is out, and the client should come back later.
-            None | Some((Failure::Connect, None)) => {
+            None | Some((Failure::Connect | Failure::Vanished, None)) => {
+                let message = if self.shed {
+                    Metrics::cell_event(&self.gateway.metrics.shed, self.cell_name());
+                    "every shard serving this tenant is at its in-flight limit; retry after the time in Retry-After"
+                } else if self
+                    .containment
+                    .as_ref()
+                    .is_some_and(|containment| containment.suspect)
+                {
+                    "this tenant is quarantined after its requests crashed shards, and the shards it may use now are unavailable; retry later"
+                } else {
+                    "no healthy shard is available for this tenant"
+                };
                 let mut response = refuse(
                     kind,
                     StatusCode::SERVICE_UNAVAILABLE,
                     Code::Unavailable,
-                    "no healthy shard is available for this tenant",
+                    message,
                 );
                 response.headers_mut().insert(
                     header::RETRY_AFTER,

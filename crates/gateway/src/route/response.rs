@@ -105,6 +105,19 @@ impl InFlight {
         shard.in_flight.fetch_add(1, Ordering::Relaxed);
         Self(shard)
     }
+
+    /// Counts one more request in flight on `shard` if fewer than `cap`
+    /// are: compared and incremented as one step, so requests racing for
+    /// the last place never take the shard past its cap.
+    pub fn try_start(shard: &Arc<ShardRuntime>, cap: u64) -> Option<Self> {
+        shard
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |count| {
+                (count < cap).then_some(count + 1)
+            })
+            .ok()?;
+        Some(Self(Arc::clone(shard)))
+    }
 }
 
 impl Drop for InFlight {
