@@ -30,7 +30,6 @@ use std::fmt;
 use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -264,10 +263,7 @@ where
     }
     match shared.mode() {
         Mode::CrashOnPoison(_) if !is_health && request.headers().contains_key(POISON_HEADER) => {
-            shared.crashes.fetch_add(1, Ordering::Relaxed);
-            shared.crash.notify_one();
-            // The supervisor drops this connection with the others.
-            std::future::pending::<()>().await;
+            shared.crash().await;
         }
         Mode::Blackhole => std::future::pending::<()>().await,
         Mode::Slow(delay) => tokio::time::sleep(delay).await,

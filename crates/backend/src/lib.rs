@@ -117,6 +117,15 @@ impl Shared {
         self.mode.borrow().clone()
     }
 
+    /// The poison marker arrived: the crash is counted and left to the
+    /// supervisor, which drops this connection with the others; a crashed
+    /// process answers nothing, so this never completes.
+    async fn crash(&self) {
+        self.crashes.fetch_add(1, Ordering::Relaxed);
+        self.crash.notify_one();
+        std::future::pending::<()>().await;
+    }
+
     /// Counts a data-path request and keeps what `seen` says of it when
     /// recording; `seen` is only called then, as copying headers costs.
     fn note(&self, seen: impl FnOnce() -> Seen) {
@@ -512,11 +521,7 @@ async fn handle(
     }
     match mode {
         Mode::CrashOnPoison(_) if !is_health && parts.headers.contains_key(POISON_HEADER) => {
-            shared.crashes.fetch_add(1, Ordering::Relaxed);
-            shared.crash.notify_one();
-            // The supervisor drops this connection with the others; a
-            // crashed process answers nothing.
-            std::future::pending::<()>().await;
+            shared.crash().await;
         }
         Mode::Blackhole => std::future::pending::<()>().await,
         Mode::Slow(delay) => tokio::time::sleep(delay).await,

@@ -39,12 +39,7 @@ pub struct GrpcCallArgs {
     #[arg(long, value_name = "KEY")]
     api_key: Option<String>,
     /// The text of the unary call
-    #[arg(
-        long,
-        value_name = "TEXT",
-        default_value = "hello",
-        conflicts_with = "count"
-    )]
+    #[arg(long, default_value = "hello", conflicts_with = "count")]
     text: String,
     /// Call the server-streaming method for this many answers instead
     #[arg(long, value_name = "N")]

@@ -25,6 +25,14 @@ const DEADLINE: Duration = Duration::from_secs(10);
 // ---------------------------------------------------------------------------
 // Survivor protection.
 
+/// How many requests `shards` hold between them now.
+fn held_by(shards: &[HoldingShard]) -> usize {
+    shards
+        .iter()
+        .map(|shard| shard.held.load(Ordering::SeqCst))
+        .sum()
+}
+
 /// A shard that holds every request until released, counting how many it
 /// holds at once and the most it ever held.
 struct HoldingShard {
@@ -101,12 +109,7 @@ async fn survivors_at_their_caps_shed_the_excess_of_a_failover_wave_with_503() {
             fixture.send(Some(&tenant), "GET", "/wave", &[], b"").await
         }));
     }
-    let held = || {
-        shards
-            .iter()
-            .map(|s| s.held.load(Ordering::SeqCst))
-            .sum::<usize>()
-    };
+    let held = || held_by(&shards);
     assert!(
         eventually(DEADLINE, || held() == 4).await,
         "the survivors hold four requests, two each (held {})",
@@ -148,18 +151,12 @@ async fn survivors_at_their_caps_shed_the_excess_of_a_failover_wave_with_503() {
         assert_eq!(fixture.shard(id).failures.load(Ordering::SeqCst), 0, "{id}");
     }
     let metrics = fixture.scrape().await;
-    assert_eq!(
-        metrics.count("shuffle_shed_total", &[("cell", "default")]),
-        6.0
-    );
-    assert_eq!(
-        metrics.count("shuffle_failovers_total", &[("kind", "retry")]),
-        0.0
-    );
-    assert_eq!(
-        metrics.count("shuffle_retry_budget_exhausted_total", &[]),
-        0.0
-    );
+    let shed = metrics.count("shuffle_shed_total", &[("cell", "default")]);
+    assert_eq!(shed, 6.0);
+    let retries = metrics.count("shuffle_failovers_total", &[("kind", "retry")]);
+    assert_eq!(retries, 0.0, "a shed request is not retried");
+    let exhausted = metrics.count("shuffle_retry_budget_exhausted_total", &[]);
+    assert_eq!(exhausted, 0.0, "nor drawn on the retry budget");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,12 +182,7 @@ async fn a_shard_cap_is_reloadable_and_a_shards_own_cap_wins() {
             fixture.send(Some(&tenant), "GET", "/", &[], b"").await.0
         }));
     }
-    let held = || {
-        shards
-            .iter()
-            .map(|s| s.held.load(Ordering::SeqCst))
-            .sum::<usize>()
-    };
+    let held = || held_by(&shards);
     assert!(
         eventually(DEADLINE, || held() == 8).await,
         "3 + 3 + 2 held (held {})",
@@ -258,6 +250,20 @@ fn poisoner_and_others(fixture: &Fixture) -> (String, BTreeSet<String>, Vec<Stri
         "some tenant shares no member with the poisoner"
     );
     (poisoner, subset, others)
+}
+
+/// Lets the background load run on a little, stops it, and checks that
+/// it ran for each of its `tenants` and that none of them saw an error.
+async fn no_other_tenant_erred(
+    stop: &AtomicBool,
+    load: tokio::task::JoinHandle<(usize, Vec<String>)>,
+    tenants: usize,
+) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (sent, errors) = load.await.unwrap();
+    assert!(sent >= tenants, "the load ran ({sent} requests)");
+    assert!(errors.is_empty(), "other tenants saw errors: {errors:?}");
 }
 
 /// Every other tenant's GETs, in a loop until stopped: (requests, errors).
@@ -328,11 +334,7 @@ async fn a_poison_tenant_crashes_at_most_poison_after_members_and_nobody_else_er
         StatusCode::SERVICE_UNAVAILABLE
     );
 
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::SeqCst);
-    let (sent, errors) = load.await.unwrap();
-    assert!(sent >= others.len(), "the load ran ({sent} requests)");
-    assert!(errors.is_empty(), "other tenants saw errors: {errors:?}");
+    no_other_tenant_erred(&stop, load, others.len()).await;
 
     // Listed as suspect, with the members it struck; counted; cleared.
     let listed = fixture.admin_json("GET", "/admin/tenants?suspects=1").await;
@@ -352,14 +354,12 @@ async fn a_poison_tenant_crashes_at_most_poison_after_members_and_nobody_else_er
     assert!(suspect["expires_in_seconds"].as_u64().unwrap() > 500);
     assert!(suspect["since_unix"].as_u64().unwrap() > 0);
     let metrics = fixture.scrape().await;
-    assert_eq!(
-        metrics.count("shuffle_poison_stops_total", &[("cell", "default")]),
-        1.0
-    );
-    assert_eq!(
-        metrics.count("shuffle_tenants_suspected_total", &[("cell", "default")]),
-        1.0
-    );
+    for name in [
+        "shuffle_poison_stops_total",
+        "shuffle_tenants_suspected_total",
+    ] {
+        assert_eq!(metrics.count(name, &[("cell", "default")]), 1.0, "{name}");
+    }
     assert_eq!(metrics.value("shuffle_suspect_tenants", &[]), 1.0);
 
     let (status, _, page) = fixture.admin("GET", "/", Some(TOKEN)).await;
@@ -404,11 +404,7 @@ async fn without_containment_a_poison_tenant_crashes_its_whole_subset_and_nobody
     assert!(status.is_server_error(), "{status}");
     assert_eq!(crashed(&fixture), subset, "every member crashed");
 
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::SeqCst);
-    let (sent, errors) = load.await.unwrap();
-    assert!(sent >= others.len(), "the load ran ({sent} requests)");
-    assert!(errors.is_empty(), "other tenants saw errors: {errors:?}");
+    no_other_tenant_erred(&stop, load, others.len()).await;
     let listed = fixture.admin_json("GET", "/admin/tenants?suspects=1").await;
     assert_eq!(listed["suspects"].as_array().unwrap().len(), 0);
     let metrics = fixture.scrape().await;

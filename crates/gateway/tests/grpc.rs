@@ -288,6 +288,26 @@ async fn gateway_errors_over_http_1_1_are_grpc_shaped_in_the_head_and_others_are
     }
 }
 
+/// Two tenants over the two shards at `one` and `two` (k = 2, so each
+/// tenant has both), with `routing` as the `[routing]` keys.
+fn two_shards(
+    one: std::net::SocketAddr,
+    two: std::net::SocketAddr,
+    routing: impl Into<String>,
+) -> Options {
+    Options {
+        shards: 0,
+        tenants: 2,
+        k: 2,
+        custom_shards: vec![
+            ("c0".into(), format!("http://{one}")),
+            ("c1".into(), format!("http://{two}")),
+        ],
+        routing: routing.into(),
+        ..Options::default()
+    }
+}
+
 /// A shard that answers every call with a trailers-only `UNAVAILABLE`,
 /// and the paths it was asked for.
 async fn unavailable_shard() -> CustomShard {
@@ -305,17 +325,11 @@ async fn unavailable_shard() -> CustomShard {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unavailable_answer_fails_over_only_for_a_repeat_safe_method() {
     let (one, two) = (unavailable_shard().await, unavailable_shard().await);
-    let fixture = Fixture::start(Options {
-        shards: 0,
-        tenants: 2,
-        k: 2,
-        custom_shards: vec![
-            ("c0".into(), format!("http://{}", one.addr)),
-            ("c1".into(), format!("http://{}", two.addr)),
-        ],
-        routing: "grpc_idempotent_methods = [\"/pkg.Svc/Get*\"]\n".into(),
-        ..Options::default()
-    })
+    let fixture = Fixture::start(two_shards(
+        one.addr,
+        two.addr,
+        "grpc_idempotent_methods = [\"/pkg.Svc/Get*\"]\n",
+    ))
     .await;
     let seen = || one.seen().len() + two.seen().len();
     let mut sender = h2c(&fixture).await;
@@ -343,17 +357,11 @@ async fn an_unavailable_answer_fails_over_only_for_a_repeat_safe_method() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_without_a_length_fails_over_when_its_method_is_repeat_safe() {
     let (one, two) = (unavailable_shard().await, unavailable_shard().await);
-    let fixture = Fixture::start(Options {
-        shards: 0,
-        tenants: 2,
-        k: 2,
-        custom_shards: vec![
-            ("c0".into(), format!("http://{}", one.addr)),
-            ("c1".into(), format!("http://{}", two.addr)),
-        ],
-        routing: format!("grpc_idempotent_methods = [\"{CHECK}\"]\n"),
-        ..Options::default()
-    })
+    let fixture = Fixture::start(two_shards(
+        one.addr,
+        two.addr,
+        format!("grpc_idempotent_methods = [\"{CHECK}\"]\n"),
+    ))
     .await;
     let seen = || one.seen().len() + two.seen().len();
     // tonic states no length: the body streams to the first member and is
@@ -474,16 +482,8 @@ async fn a_connection_that_breaks_is_unavailable_to_the_failover_rules() {
     let (one, one_heads) = closing_shard().await;
     let (two, two_heads) = closing_shard().await;
     let fixture = Fixture::start(Options {
-        shards: 0,
-        tenants: 2,
-        k: 2,
-        custom_shards: vec![
-            ("c0".into(), format!("http://{one}")),
-            ("c1".into(), format!("http://{two}")),
-        ],
-        routing: "grpc_idempotent_methods = [\"/pkg.Svc/Get*\"]\n".into(),
         health: "interval_ms = 600000".into(),
-        ..Options::default()
+        ..two_shards(one, two, "grpc_idempotent_methods = [\"/pkg.Svc/Get*\"]\n")
     })
     .await;
     let heads = || {

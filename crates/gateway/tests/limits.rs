@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::admin::{TOKEN, options};
-use crate::util::{CustomShard, Fixture, Options, eventually, request_to, text};
+use crate::util::{CustomShard, Fixture, Options, eventually, get_with_key, request_to, text};
 
 /// A rate no bucket refills at during a test.
 const SLOW: &str = "requests_per_second = 0.001";
@@ -43,15 +43,8 @@ async fn get_via(
     addr: SocketAddr,
     tenant: &str,
 ) -> (StatusCode, http::HeaderMap, Value) {
-    let bearer = format!("Bearer {}", fixture.api_key(tenant));
-    let (status, headers, body) = request_to(
-        &fixture.client,
-        addr,
-        "GET",
-        "/",
-        &[("authorization", &bearer)],
-    )
-    .await;
+    let (status, headers, body) =
+        get_with_key(&fixture.client, addr, fixture.api_key(tenant)).await;
     let json = if status == StatusCode::OK {
         Value::Null
     } else {

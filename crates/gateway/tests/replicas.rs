@@ -12,7 +12,7 @@ use http::StatusCode;
 use serde_json::Value;
 
 use crate::admin::{TOKEN, options};
-use crate::util::{Fixture, request_to};
+use crate::util::{Fixture, get_with_key, request_to};
 
 /// The subset one gateway's admin API reports for a tenant.
 async fn admin_subset(fixture: &Fixture, admin: std::net::SocketAddr, tenant: &str) -> Vec<String> {
@@ -46,16 +46,8 @@ async fn served_through(
         backend.clear_seen();
     }
     for (tenant, key) in &fixture.tenants {
-        let bearer = format!("Bearer {key}");
         for _ in 0..count {
-            let (status, _, _) = request_to(
-                &fixture.client,
-                addr,
-                "GET",
-                "/",
-                &[("authorization", &bearer)],
-            )
-            .await;
+            let (status, _, _) = get_with_key(&fixture.client, addr, key).await;
             assert_eq!(status, StatusCode::OK, "{tenant} through {addr}");
         }
     }

@@ -287,6 +287,16 @@ pub async fn request_to(
     send_to(client, addr, method, path, None, headers, b"").await
 }
 
+/// A GET of `/` to `addr` (a gateway's listener) with `key` as the bearer
+/// token: the status, headers and whole body of the answer.
+pub async fn get_with_key(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    addr: SocketAddr,
+    key: &str,
+) -> (StatusCode, http::HeaderMap, Bytes) {
+    send_to(client, addr, "GET", "/", Some(key), &[], b"").await
+}
+
 /// Sends `method` `path` with `headers` and `body` to `addr`, with `bearer`
 /// as the bearer token when given; the status, headers and whole body of
 /// the answer.

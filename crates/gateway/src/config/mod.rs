@@ -674,6 +674,7 @@ struct RawLimits {
     websocket_idle_timeout_ms: Option<u64>,
     #[serde(default)]
     tenant: RawTenantLimits,
+    #[serde(default)]
     shard: RawShardLimits,
 }
 
@@ -1654,24 +1655,18 @@ fn load_key(path: &Path) -> Result<PlacementKey, String> {
 mod tests {
     use super::*;
 
+    /// The error a configuration with `extra` is refused with.
+    fn refused(extra: &str) -> String {
+        load_with(extra).unwrap_err().to_string()
+    }
+
     /// A minimal valid configuration with `extra` appended, in a fresh
     /// directory with its key and tenants files.
     fn load_with(extra: &str) -> Result<GatewayConfig, ConfigError> {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("placement.key"), [7_u8; 32]).unwrap();
-        std::fs::write(dir.path().join("tenants.toml"), "").unwrap();
-        let path = dir.path().join("gateway.toml");
-        let text = format!(
-            "listen = \"127.0.0.1:0\"\ntenants_file = \"tenants.toml\"\n\
-             [placement]\nalgorithm = \"rendezvous\"\nk = 1\nkey_file = \"placement.key\"\nkey_version = \"v1\"\n\
-             {extra}\n\
-             [[cells]]\nname = \"default\"\nshards = [{{ id = \"s0\", url = \"http://127.0.0.1:9\" }}]\n"
-        );
-        std::fs::write(&path, text).unwrap();
-        GatewayConfig::load(&path)
+        load_shards("{ id = \"s0\", url = \"http://127.0.0.1:9\" }", extra)
     }
 
-    /// A configuration of three shards written as `shards` (the inside of
+    /// A configuration of the shards written as `shards` (the inside of
     /// the list) with `extra` tables.
     fn load_shards(shards: &str, extra: &str) -> Result<GatewayConfig, ConfigError> {
         let dir = tempfile::tempdir().unwrap();
@@ -1742,18 +1737,14 @@ mod tests {
                 .max_connections,
             2
         );
-        let error = load_with("[limits]\nmax_connections = 0")
-            .unwrap_err()
-            .to_string();
+        let error = refused("[limits]\nmax_connections = 0");
         assert!(error.contains("gateway.toml"), "{error}");
         assert!(error.contains("limits.max_connections"), "{error}");
     }
 
     #[test]
     fn staleness_must_outlast_a_whole_check_cycle() {
-        let error = load_with("[health]\ninterval_ms = 100\ntimeout_ms = 500\nstaleness_ms = 600")
-            .unwrap_err()
-            .to_string();
+        let error = refused("[health]\ninterval_ms = 100\ntimeout_ms = 500\nstaleness_ms = 600");
         assert!(error.contains("health.staleness_ms"), "{error}");
         assert!(error.contains("600 ms"), "{error}");
         // The default allows for three intervals and a slow check.
@@ -1765,18 +1756,14 @@ mod tests {
 
     #[test]
     fn a_health_path_that_is_not_a_path_is_refused() {
-        let error = load_with("[health]\npath = \"/a b\"")
-            .unwrap_err()
-            .to_string();
+        let error = refused("[health]\npath = \"/a b\"");
         assert!(error.contains("health.path"), "{error}");
     }
 
     #[test]
     fn tokenless_pages_are_refused_on_mapped_addresses_too() {
         let error =
-            load_with("[admin]\nlisten = \"[::ffff:10.0.0.1]:9901\"\nmetrics_without_token = true")
-                .unwrap_err()
-                .to_string();
+            refused("[admin]\nlisten = \"[::ffff:10.0.0.1]:9901\"\nmetrics_without_token = true");
         assert!(error.contains("admin.metrics_without_token"), "{error}");
         load_with("[admin]\nlisten = \"[::ffff:127.0.0.1]:9901\"\nmetrics_without_token = true")
             .unwrap();
@@ -1834,9 +1821,7 @@ mod tests {
                 "never retried",
             ),
         ] {
-            let error = load_with(&format!("[routing]\n{lines}"))
-                .unwrap_err()
-                .to_string();
+            let error = refused(&format!("[routing]\n{lines}"));
             assert!(
                 error.contains(key) && error.contains(says),
                 "{lines}: {error}"
@@ -1894,14 +1879,10 @@ mod tests {
             ("store = \"http://127.0.0.1:6379\"", "limits.tenant.store"),
             ("store_timeout_ms = 0", "limits.tenant.store_timeout_ms"),
         ] {
-            let error = load_with(&format!("[limits.tenant]\n{line}"))
-                .unwrap_err()
-                .to_string();
+            let error = refused(&format!("[limits.tenant]\n{line}"));
             assert!(error.contains(key), "{line}: {error}");
         }
-        let error = load_with("[limits.tenant]\nrate = 5")
-            .unwrap_err()
-            .to_string();
+        let error = refused("[limits.tenant]\nrate = 5");
         assert!(error.contains("rate"), "{error}");
     }
 

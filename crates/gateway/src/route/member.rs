@@ -75,9 +75,6 @@ pub fn pick(
     now: Instant,
     narrowed: Narrowed<'_>,
 ) -> Choice {
-    if narrowed.caps.is_some() || narrowed.pinned.is_some() {
-        return pick_narrowed(subset, tried, shards, config, now, narrowed);
-    }
     // Without failover (a drill's control experiment) every member is a
     // candidate, whatever its health: exactly the router the design chapter
     // warns about, which cannot leave a bad shard.
@@ -85,6 +82,10 @@ pub fn pick(
     let up = |index: &ShardIndex| {
         !failover || shards[*index as usize].availability_at(config, now) == Availability::Up
     };
+    if narrowed.caps.is_some() || narrowed.pinned.is_some() {
+        let spill = config.routing.exhausted == Exhausted::Spill;
+        return pick_narrowed(subset, tried, shards, &up, spill, narrowed);
+    }
     // One pass, pushing: this runs for every request.
     let mut members = Candidates::new();
     let mut steered = false;
@@ -136,14 +137,10 @@ fn pick_narrowed(
     subset: &[ShardIndex],
     tried: &[ShardIndex],
     shards: &[Arc<ShardRuntime>],
-    config: &GatewayConfig,
-    now: Instant,
+    up: &dyn Fn(&ShardIndex) -> bool,
+    spill: bool,
     narrowed: Narrowed<'_>,
 ) -> Choice {
-    let failover = config.routing.failover;
-    let up = |index: ShardIndex| {
-        !failover || shards[index as usize].availability_at(config, now) == Availability::Up
-    };
     let cap = |index: ShardIndex| narrowed.caps.map_or(u64::MAX, |caps| caps[index as usize]);
     let mut full = false;
     let mut members = Candidates::new();
@@ -158,7 +155,7 @@ fn pick_narrowed(
         {
             continue;
         }
-        if !up(index) {
+        if !up(&index) {
             steered = true;
         } else if shards[index as usize].in_flight() >= cap(index) {
             full = true;
@@ -166,48 +163,35 @@ fn pick_narrowed(
             members.push(index);
         }
     }
-    let (index, reserved) = match take_place(&mut members, shards, narrowed.caps, &mut full) {
-        Some(taken) => taken,
-        // A suspect tenant never spills: its quarantine is its members.
-        None if config.routing.exhausted == Exhausted::Spill && narrowed.pinned.is_none() => {
-            let mut outside: Candidates = (0..shards.len() as ShardIndex)
-                .filter(|index| !subset.contains(index) && !tried.contains(index))
-                .filter(|&index| up(index))
-                .filter(|&index| shards[index as usize].in_flight() < cap(index))
-                .collect();
-            match take_place(&mut outside, shards, narrowed.caps, &mut full) {
-                Some((index, reserved)) => {
-                    return Choice {
-                        pick: Pick::Spill(index),
-                        steered,
-                        full,
-                        reserved,
-                    };
-                }
-                None => {
-                    return Choice {
-                        pick: Pick::Exhausted,
-                        steered,
-                        full,
-                        reserved: None,
-                    };
-                }
-            }
-        }
-        None => {
+    if let Some((index, reserved)) = take_place(&mut members, shards, narrowed.caps, &mut full) {
+        return Choice {
+            pick: Pick::Member(index),
+            steered,
+            full,
+            reserved,
+        };
+    }
+    // A suspect tenant never spills: its quarantine is its members.
+    if spill && narrowed.pinned.is_none() {
+        let mut outside: Candidates = (0..shards.len() as ShardIndex)
+            .filter(|index| !subset.contains(index) && !tried.contains(index) && up(index))
+            .filter(|&index| shards[index as usize].in_flight() < cap(index))
+            .collect();
+        if let Some((index, reserved)) = take_place(&mut outside, shards, narrowed.caps, &mut full)
+        {
             return Choice {
-                pick: Pick::Exhausted,
+                pick: Pick::Spill(index),
                 steered,
                 full,
-                reserved: None,
+                reserved,
             };
         }
-    };
+    }
     Choice {
-        pick: Pick::Member(index),
+        pick: Pick::Exhausted,
         steered,
         full,
-        reserved,
+        reserved: None,
     }
 }
 

@@ -918,22 +918,32 @@ impl<'a> Attempts<'a> {
             Instant::now(),
             routing.quarantine,
         );
+        let new_suspect = marked == Some(Marked::New);
         if stopped {
             Metrics::cell_event(&gateway.metrics.poison_stops, cell);
+        }
+        if new_suspect {
+            Metrics::cell_event(&gateway.metrics.suspects_marked, cell);
+        }
+        if stopped || new_suspect {
+            // One line for both: they are usually the same moment.
+            let what = match (stopped, new_suspect) {
+                (true, true) => {
+                    "a request failed crash-like on routing.poison_after members: no further member is tried, and its tenant is suspect (served only by the members it struck, without failover after a request was sent)"
+                }
+                (true, false) => {
+                    "a request failed crash-like on routing.poison_after members: no further member is tried"
+                }
+                _ => {
+                    "tenant is suspect of poisoning its shards: it is served only by the members it struck, without failover after a request was sent"
+                }
+            };
             tracing::warn!(
                 cell = %cell,
                 tenant = %tenant,
                 members = containment.crashed.len(),
-                "a request failed crash-like on routing.poison_after members; no further member is tried"
-            );
-        }
-        if marked == Some(Marked::New) {
-            Metrics::cell_event(&gateway.metrics.suspects_marked, cell);
-            tracing::warn!(
-                cell = %cell,
-                tenant = %tenant,
                 quarantine_seconds = routing.quarantine.as_secs(),
-                "tenant is suspect of poisoning its shards: it is served only by the members it struck, without failover after a request was sent"
+                "{what}"
             );
         }
     }
