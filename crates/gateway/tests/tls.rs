@@ -569,3 +569,88 @@ async fn sessions_resume_and_keep_resuming_across_a_reload() {
         );
     }
 }
+
+/// Connects tonic to the gateway's TLS listener with `config` (ALPN `h2`),
+/// whatever URI it is given: a client certificate without tonic's own TLS.
+#[derive(Clone)]
+struct TlsConnector {
+    addr: std::net::SocketAddr,
+    config: std::sync::Arc<rustls::ClientConfig>,
+}
+
+impl tonic::codegen::Service<http::Uri> for TlsConnector {
+    type Response = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
+    type Error = std::io::Error;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: http::Uri) -> Self::Future {
+        let (addr, config) = (self.addr, std::sync::Arc::clone(&self.config));
+        Box::pin(async move {
+            let stream = connect(addr, "localhost", config).await?;
+            Ok(hyper_util::rt::TokioIo::new(stream))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_call_over_h2_takes_its_tenant_from_the_client_certificate() {
+    let certs = tempfile::tempdir().unwrap();
+    let clients = Ca::new("client CA");
+    let mtls = mtls_table(certs.path(), &clients, "required");
+    let gateway = TlsGateway::start("", &mtls, Options::default()).await;
+    let tenant = "tenant-3";
+    let mut config = (*gateway.client(Some(&clients.spiffe_client(tenant)))).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = TlsConnector {
+        addr: gateway.addr(),
+        config: std::sync::Arc::new(config),
+    };
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(connector)
+        .await
+        .unwrap();
+    let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
+    let call = |metadata: Option<(&'static str, String)>| {
+        let mut request = tonic::Request::new(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        });
+        if let Some((name, value)) = metadata {
+            request.metadata_mut().insert(name, value.parse().unwrap());
+        }
+        request
+    };
+    // The test shards speak HTTP/1.1 JSON, not gRPC: what matters is who
+    // the call reached them as, not the answer.
+    let _ = client.check(call(None)).await;
+    let reached: Vec<_> = gateway
+        .fixture
+        .backends
+        .iter()
+        .flat_map(|backend| backend.seen())
+        .filter(|seen| seen.path == "/grpc.health.v1.Health/Check")
+        .collect();
+    assert_eq!(reached.len(), 1, "the call reached one shard");
+    assert_eq!(reached[0].header("x-shuffle-tenant"), vec![tenant]);
+    // A credential in metadata naming another tenant: refused as a gRPC
+    // client reads it, and routed nowhere.
+    let other = gateway.fixture.api_key("tenant-4").to_owned();
+    let status = client
+        .check(call(Some(("x-api-key", other))))
+        .await
+        .expect_err("a certificate and a credential naming different tenants");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    let reached = gateway
+        .fixture
+        .backends
+        .iter()
+        .map(|backend| backend.seen().len())
+        .sum::<usize>();
+    assert_eq!(reached, 1, "the refused call reached no shard");
+}
