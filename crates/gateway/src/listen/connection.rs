@@ -416,14 +416,19 @@ pub(crate) async fn serve_with_hyper<Io>(
 }
 
 /// hyper's HTTP/2 server with the configured limits. A header list over
-/// `limits.max_header_bytes` is refused (hyper answers 431 on that
-/// stream); more streams than allowed are refused with `REFUSED_STREAM`.
+/// `limits.max_header_bytes` is refused by the request path, in the shape
+/// the request needs (a gRPC call's `RESOURCE_EXHAUSTED`); hyper itself
+/// answers 431 on that stream only past twice the limit, so no client can
+/// make the gateway hold an unbounded list. More streams than allowed are
+/// refused with `REFUSED_STREAM`.
 fn http2_builder(limits: &LimitSettings, http2: &Http2Settings) -> http2::Builder<TokioExecutor> {
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(http2.max_concurrent_streams)
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        .max_header_list_size(
+            u32::try_from(limits.max_header_bytes.saturating_mul(2)).unwrap_or(u32::MAX),
+        )
         .initial_stream_window_size(http2.initial_stream_window)
         .initial_connection_window_size(http2.initial_connection_window)
         .keep_alive_interval(http2.keep_alive_interval)

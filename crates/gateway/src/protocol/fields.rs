@@ -97,6 +97,14 @@ impl Fields {
         Self::new(Bytes::from(head), spans)
     }
 
+    /// The size of these fields as an HTTP/2 header list counts them
+    /// (RFC 9113 §6.5.2: each field's name and value and 32 bytes).
+    pub fn list_size(&self) -> usize {
+        self.iter()
+            .map(|(name, value)| name.len() + value.len() + 32)
+            .sum()
+    }
+
     /// Every field's name and value, in order, as sent.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.spans

@@ -260,19 +260,13 @@ async fn route(
     if request.method() == Method::CONNECT {
         return (connect_refused(), None);
     }
-    if request.version() == http::Version::HTTP_2 && !authority_agrees(request.uri(), fields) {
-        return (
-            refuse(
-                kind,
-                StatusCode::BAD_REQUEST,
-                Code::Internal,
-                "the host field and :authority name different hosts",
-            ),
-            None,
-        );
-    }
     let snapshot = gateway.snapshot();
     let config = &snapshot.config;
+    if request.version() == http::Version::HTTP_2
+        && let Some(refused) = http2_refusal(&request, fields, config, kind)
+    {
+        return (refused, None);
+    }
     let mut deadline = started + config.routing.request_timeout;
 
     // Credential → tenant.
@@ -539,6 +533,37 @@ fn limited(kind: Kind, refusal: &Refusal) -> Response<ResponseBody> {
         HeaderValue::from(refusal.retry_after_seconds()),
     );
     response
+}
+
+/// What HTTP/2 alone can get wrong before a request is routed: a `host`
+/// field that names another host than `:authority`, or a header list over
+/// `limits.max_header_bytes` (hyper lets through up to twice that, so that
+/// the answer is the gateway's own: a gRPC call gets `RESOURCE_EXHAUSTED`
+/// it can read rather than a bare 431).
+#[inline(never)]
+fn http2_refusal(
+    request: &Request<ClientBody>,
+    fields: &Fields,
+    config: &GatewayConfig,
+    kind: Kind,
+) -> Option<Response<ResponseBody>> {
+    if !authority_agrees(request.uri(), fields) {
+        return Some(refuse(
+            kind,
+            StatusCode::BAD_REQUEST,
+            Code::Internal,
+            "the host field and :authority name different hosts",
+        ));
+    }
+    if fields.list_size() > config.limits.max_header_bytes {
+        return Some(refuse(
+            kind,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Code::ResourceExhausted,
+            "request header fields too large (limits.max_header_bytes)",
+        ));
+    }
+    None
 }
 
 /// The answer to `CONNECT`: a tunnel is not a request a shard can serve,
