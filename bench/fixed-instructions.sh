@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Instructions per proxied GET under callgrind, binaries side by side, with a
+# fixed request count: repeatable to about ±15 instructions (bench/README.md).
+# usage: bench/fixed-instructions.sh REPEATS CONNS ROUNDS LABEL=BINARY...
+#   e.g. bench/fixed-instructions.sh 2 32 200 old=/tmp/old-shuffle-shard new=target/release/shuffle-shard
+#   each repeat runs every binary once, in order; the client sends CONNS x ROUNDS
+#   keep-alive GETs in lock-step after WARM rounds of warm-up; HEALTH_MS sets
+#   [health] interval_ms (600000 keeps health checks out of the count).
+#   Prints "label repeat instructions/request instructions-less-software-SHA-256";
+#   callgrind dumps are kept in OUT (default: a temporary directory).
+set -euo pipefail
+REPEATS=$1 CONNS=$2 ROUNDS=$3
+shift 3
+OUT=${OUT:-$(mktemp -d)}
+HERE=$(cd "$(dirname "$0")" && pwd)
+WARM=${WARM:-100}
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+# The shard behind every gateway: the first binary given, unless BACKEND_BIN says.
+first=$1
+BACKEND_BIN=${BACKEND_BIN:-${first#*=}}
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+BPORT=$(port)
+API_KEY="bench-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+AUTH="Authorization: Bearer $API_KEY"
+head -c 32 /dev/urandom >"$WORK/placement.key"
+printf '[[tenants]]\nid = "bench"\napi_key_sha256 = "%s"\n' "$(printf %s "$API_KEY" | sha256sum | cut -d' ' -f1)" >"$WORK/tenants.toml"
+taskset -c 1 "$BACKEND_BIN" backend --listen "127.0.0.1:$BPORT" --id s0 --workers 1 >"$WORK/backend.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do curl -fsS -o /dev/null "http://127.0.0.1:$BPORT/x" 2>/dev/null && break; sleep 0.1; done
+for rep in $(seq "$REPEATS"); do
+  for spec in "$@"; do
+    label=${spec%%=*} bin=${spec#*=}
+    GPORT=$(port) APORT=$(port)
+    d="$WORK/$label"; rm -rf "$d"; mkdir -p "$d"; cp "$WORK/placement.key" "$WORK/tenants.toml" "$d/"
+    {
+      printf 'listen = "127.0.0.1:%s"\ntenants_file = "tenants.toml"\n\n[placement]\nalgorithm = "rendezvous"\nk = 2\nkey_file = "placement.key"\nkey_version = "bench"\n\n[admin]\nlisten = "127.0.0.1:%s"\n' "$GPORT" "$APORT"
+      printf '\n[forwarding]\nx_forwarded_for = "off"\nx_forwarded_host = false\n'
+      [[ -n ${HEALTH_MS:-} ]] && printf '\n[health]\ninterval_ms = %s\n' "$HEALTH_MS"
+      printf '\n[[cells]]\nname = "default"\nshards = [\n  { id = "s0", url = "http://127.0.0.1:%s" },\n  { id = "s1", url = "http://127.0.0.1:%s" },\n]\n' "$BPORT" "$BPORT"
+    } >"$d/gateway.toml"
+    prof="$OUT/$label.r$rep.c$CONNS.callgrind"
+    rm -f "$prof"*
+    (cd "$d" && exec taskset -c 0 valgrind --tool=callgrind "--callgrind-out-file=$prof" "$bin" serve --workers 1 --config gateway.toml) >"$d/log" 2>&1 &
+    gpid=$!
+    PIDS+=("$gpid")
+    ok=
+    for _ in $(seq 600); do curl -fsS --max-time 2 -o /dev/null -H "$AUTH" "http://127.0.0.1:$GPORT/x" 2>/dev/null && { ok=1; break; }; sleep 0.1; done
+    [[ -n $ok ]] || { echo "gateway $label did not start" >&2; cat "$d/log" >&2; exit 1; }
+    # The connections open and warm up before the counters are zeroed, and
+    # close after the dump: only requests are counted.
+    taskset -c 1 python3 "$HERE/lib/lockstep_client.py" 127.0.0.1 "$GPORT" "$CONNS" "$WARM" "$ROUNDS" "$AUTH" \
+        "callgrind_control -z $gpid" "callgrind_control -d $gpid"
+    dump=$(ls -t "$prof".* | head -1)
+    total=$(awk '/^totals:/ { print $2 }' "$dump")
+    n=$((CONNS * ROUNDS))
+    sha=$(callgrind_annotate --inclusive=no --threshold=100 --auto=no "$dump" 2>/dev/null | awk '/sha2::sha256::soft/ { gsub(",", "", $1); t += $1 } END { print t+0 }')
+    awk -v l="$label" -v r="$rep" -v t="$total" -v n="$n" -v s="$sha" 'BEGIN { printf "%s %d %.1f %.1f\n", l, r, t / n, (t - s) / n }'
+    mv "$dump" "$prof.dump"
+    kill -TERM "$gpid"; wait "$gpid" 2>/dev/null || true
+    rm -f "$prof" "$prof".[0-9]*
+  done
+done
