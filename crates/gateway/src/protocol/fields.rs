@@ -21,29 +21,40 @@ pub struct InvalidField;
 /// with the request or response and are moved with it.
 pub(crate) type Spans = SmallVec<[FieldSpan; 12]>;
 
-/// One field's name and value, as offsets into the head.
+/// One field's name and value, as offsets into the head: 12 bytes, so
+/// that a head's twelve inline spans keep [`Fields`] (carried by every
+/// request and response, and moved with them) at 192 bytes.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct FieldSpan {
-    name: (u32, u32),
-    value: (u32, u32),
+    name_start: u32,
+    value_end: u32,
+    name_len: u16,
+    /// From the name's end to the value's start (the colon and any
+    /// whitespace).
+    gap: u16,
 }
 
 impl FieldSpan {
-    /// `None` for offsets past 4 GiB, which no head reaches.
+    /// `None` for offsets past 4 GiB, a name over 64 KiB (more than `http`
+    /// allows a name) or 64 KiB of whitespace before a value, which no head
+    /// the gateway accepts has.
     pub(crate) fn new(name: Range<usize>, value: Range<usize>) -> Option<Self> {
-        let narrow = |at: usize| u32::try_from(at).ok();
         Some(Self {
-            name: (narrow(name.start)?, narrow(name.end)?),
-            value: (narrow(value.start)?, narrow(value.end)?),
+            name_start: u32::try_from(name.start).ok()?,
+            value_end: u32::try_from(value.end).ok()?,
+            name_len: u16::try_from(name.len()).ok()?,
+            gap: u16::try_from(value.start.checked_sub(name.end)?).ok()?,
         })
     }
 
     fn name(self) -> Range<usize> {
-        self.name.0 as usize..self.name.1 as usize
+        let start = self.name_start as usize;
+        start..start + usize::from(self.name_len)
     }
 
     fn value(self) -> Range<usize> {
-        self.value.0 as usize..self.value.1 as usize
+        let start = self.name_start as usize + usize::from(self.name_len) + usize::from(self.gap);
+        start..self.value_end as usize
     }
 }
 
