@@ -54,6 +54,7 @@ QUIET_CONNS=${QUIET_CONNS:-4}   # closed-loop connections per quiet tenant
 RATE=${RATE:-200}               # the noisy tenant's requests_per_second (and burst)
 FACTOR=${FACTOR:-10}            # the noisy tenant sends FACTOR × RATE requests/s
 NOISY_CONNS=${NOISY_CONNS:-10}  # the noisy tenant's connections, each at FACTOR × RATE ÷ NOISY_CONNS requests/s
+NOISY_CPU=${NOISY_CPU:-}        # the CPU the flood's h2load runs on (default: the quiet clients'); 0 puts it beside the gateway
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -91,7 +92,15 @@ H2LOAD=$(find_tool h2load)
 START=$EPOCHREALTIME
 build_cli
 pin_cpus
-PINNING="gateway on CPU $PROXY_CPU, backends on CPU $BACKEND_CPU, h2load (quiet and noisy) on CPU $WRK_CPU"
+if [[ -z $NOISY_CPU ]]; then
+    NOISY_CPU=$WRK_CPU
+    PINNING="gateway on CPU $PROXY_CPU, backends on CPU $BACKEND_CPU, h2load (quiet and noisy) on CPU $WRK_CPU"
+else
+    if ! [[ $NOISY_CPU =~ ^[0-9]+$ ]] || ! allowed_cpus | grep -qx "$NOISY_CPU"; then
+        die "NOISY_CPU=$NOISY_CPU is not a CPU this process may run on; pick one of: $(allowed_cpus | tr '\n' ' ')"
+    fi
+    PINNING="gateway on CPU $PROXY_CPU, backends on CPU $BACKEND_CPU, the quiet h2loads on CPU $WRK_CPU, the noisy h2load on CPU $NOISY_CPU"
+fi
 if ((CPU_COUNT == 1)); then
     PINNING="$PINNING (1 CPU available: everything shares it)"
 elif ((CPU_COUNT == 2)); then
@@ -103,9 +112,9 @@ pick_port GATEWAY_PORT
 pick_port GATEWAY_ADMIN_PORT
 declare -a BACKEND_PORTS SHARD_ARGS
 for i in $(seq 0 $((SHARDS - 1))); do
-    pick_port port
-    BACKEND_PORTS+=("$port")
-    SHARD_ARGS+=("s$i=$port")
+    pick_port SHARD_PORT # not "port": pick_port's own local would shadow it
+    BACKEND_PORTS+=("$SHARD_PORT")
+    SHARD_ARGS+=("s$i=$SHARD_PORT")
 done
 
 # --- tenants, backends, the gateway ------------------------------------------------------
@@ -158,12 +167,13 @@ subset() {
     done
     tr ' ' '\n' <<<"$seen" | sed '/^$/d' | sort | tr '\n' ' ' | sed 's/ $//'
 }
-# The noisy tenant's limit really refuses: a burst of more than RATE
-# requests at once must meet 429 (asked before the subsets, so its bucket
-# is full).
-refused=$(seq $((RATE + 50)) | xargs -P 16 -I{} curl -s -o /dev/null -w '%{http_code}\n' --max-time 5 \
-    -H "Authorization: Bearer $NOISY_KEY" "$URL" | grep -c '^429$' || true)
-((refused > 0)) || die "the noisy tenant sent $((RATE + 50)) requests at once and none got 429: the limit is not in force; see $WORK/gateway/tenants.toml"
+# The noisy tenant's limit really refuses: 5 × RATE requests as fast as
+# h2load sends them must meet 429 (asked before the subsets, so its bucket
+# is full; curl processes are too slow to outrun the refill).
+out=$("$H2LOAD" --h1 -t1 -c8 -m1 -n $((RATE * 5)) -H "Authorization: Bearer $NOISY_KEY" "$URL" 2>&1) ||
+    die "h2load failed against the gateway as the noisy tenant: $out"
+refused=$(awk '/^status codes:/ { print $7 }' <<<"$out")
+((${refused:-0} > 0)) || die "the noisy tenant sent $((RATE * 5)) requests at once and none got 429: the limit is not in force; see $WORK/gateway/tenants.toml and $WORK/gateway.log ($out)"
 SUBSETS="noisy: $(subset "$NOISY_KEY")"
 for i in "${!QUIET_KEYS[@]}"; do
     SUBSETS="$SUBSETS; quiet-$((i + 1)): $(subset "${QUIET_KEYS[$i]}")"
@@ -218,19 +228,30 @@ phase() {
     local round=$1 name=$2 noisy_pid="" out t0 t1 ticks0 ticks1 bticks0 bticks1
     local sent=null ok=null limited=null other=null noisy_rps=null
     if [[ $name == B ]]; then
-        taskset -c "$WRK_CPU" "$H2LOAD" --h1 -t1 "-c$NOISY_CONNS" -m1 --rps "$PER_CONN_RPS" -D "$NOISY_SECONDS" \
+        taskset -c "$NOISY_CPU" "$H2LOAD" --h1 -t1 "-c$NOISY_CONNS" -m1 --rps "$PER_CONN_RPS" -D "$NOISY_SECONDS" \
             -H "Authorization: Bearer $NOISY_KEY" "$URL" >"$WORK/noisy.out" 2>&1 &
         noisy_pid=$!
         sleep 1
     fi
     t0=$EPOCHREALTIME
     ticks0=$(cpu_ticks "$GATEWAY_PID")
+    # The flood's client runs from before t0 to after t1, so its CPU over
+    # the quiet load is the difference (0 in A).
+    local nticks0=0 nticks1=0
+    [[ -z $noisy_pid ]] || nticks0=$(cpu_ticks "$noisy_pid")
     # shellcheck disable=SC2086 # a list of pids
     bticks0=$(cpu_ticks $BACKEND_PIDS)
+    local proxy_cpu0 backend_cpu0 client_cpu0
+    proxy_cpu0=$(cpu_stat "$PROXY_CPU") backend_cpu0=$(cpu_stat "$BACKEND_CPU") client_cpu0=$(cpu_stat "$WRK_CPU")
     quiet_load "$DURATION" log
     ticks1=$(cpu_ticks "$GATEWAY_PID")
+    [[ -z $noisy_pid ]] || nticks1=$(cpu_ticks "$noisy_pid")
     # shellcheck disable=SC2086
     bticks1=$(cpu_ticks $BACKEND_PIDS)
+    local proxy_busy backend_busy client_busy
+    proxy_busy=$(busy_percent "$proxy_cpu0" "$(cpu_stat "$PROXY_CPU")")
+    backend_busy=$(busy_percent "$backend_cpu0" "$(cpu_stat "$BACKEND_CPU")")
+    client_busy=$(busy_percent "$client_cpu0" "$(cpu_stat "$WRK_CPU")")
     t1=$EPOCHREALTIME
     if [[ -n $noisy_pid ]]; then
         wait "$noisy_pid" || die "the noisy tenant's h2load failed: $(cat "$WORK/noisy.out")"
@@ -244,14 +265,20 @@ phase() {
     fi
     local tck
     tck=$(getconf CLK_TCK)
-    printf '{"round": %d, "phase": "%s", "quiet_rps": %s, "quiet_requests": %d, "p50_us": %s, "p99_us": %s, "seconds": %s, "gateway_cpu_s": %s, "backends_cpu_s": %s, "noisy_requests": %s, "noisy_2xx": %s, "noisy_4xx": %s, "noisy_rps": %s}\n' \
+    printf '{"round": %d, "phase": "%s", "quiet_rps": %s, "quiet_requests": %d, "p50_us": %s, "p99_us": %s, "seconds": %s, "gateway_cpu_s": %s, "backends_cpu_s": %s, "noisy_client_cpu_s": %s, "gateway_cpu_busy_percent": %s, "backend_cpu_busy_percent": %s, "client_cpu_busy_percent": %s, "noisy_requests": %s, "noisy_2xx": %s, "noisy_4xx": %s, "noisy_rps": %s}\n' \
         "$round" "$name" "$QUIET_RPS" "$QUIET_REQUESTS" "$P50_US" "$P99_US" "$(elapsed_s "$t0" "$t1")" \
         "$(awk -v t=$((ticks1 - ticks0)) -v hz="$tck" 'BEGIN { printf "%.2f", t / hz }')" \
         "$(awk -v t=$((bticks1 - bticks0)) -v hz="$tck" 'BEGIN { printf "%.2f", t / hz }')" \
-        "$sent" "$ok" "$limited" "$noisy_rps" >>"$RUNS"
+        "$(awk -v t=$((nticks1 - nticks0)) -v hz="$tck" 'BEGIN { printf "%.2f", t / hz }')" \
+        "$proxy_busy" "$backend_busy" "$client_busy" "$sent" "$ok" "$limited" "$noisy_rps" >>"$RUNS"
     say "  round $round  phase $name  quiet $(printf '%8.0f' "$QUIET_RPS") req/s  p50 $(printf '%7.0f' "$P50_US") us  p99 $(printf '%7.0f' "$P99_US") us$(
         [[ $name == A ]] || printf '  noisy %s of %s refused' "$limited" "$sent")"
 }
+# cpu_stat CPU: "BUSY TOTAL" clock ticks of one CPU so far, from /proc/stat
+# (busy: user, nice, system, irq, softirq, steal; total adds idle and iowait).
+cpu_stat() { awk -v cpu="cpu$1" '$1 == cpu { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
+# busy_percent "BUSY0 TOTAL0" "BUSY1 TOTAL1"
+busy_percent() { awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); t = y[2] - x[2]; printf "%.1f", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }'; }
 elapsed_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -270,6 +297,21 @@ for round in $(seq "$ROUNDS"); do
         phase "$round" A
     fi
 done
+# The flood alone, three times: the gateway's CPU per flood request with no
+# quiet load beside it, the cleanest measure of what a refusal costs (the
+# B-minus-A estimate drifts with the machine).
+say "the flood alone: 3 runs of ${DURATION}s"
+for run in 1 2 3; do
+    ticks0=$(cpu_ticks "$GATEWAY_PID")
+    out=$(taskset -c "$NOISY_CPU" "$H2LOAD" --h1 -t1 "-c$NOISY_CONNS" -m1 --rps "$PER_CONN_RPS" -D "$DURATION" \
+        -H "Authorization: Bearer $NOISY_KEY" "$URL" 2>&1) || die "the noisy tenant's h2load failed: $out"
+    ticks1=$(cpu_ticks "$GATEWAY_PID")
+    read -r ok limited other < <(awk '/^status codes:/ { print $3, $7, $5 + $9 }' <<<"$out")
+    [[ -n ${ok:-} && -n ${limited:-} ]] || die "cannot read the noisy tenant's h2load output: $out"
+    printf '{"round": %d, "phase": "F", "gateway_cpu_s": %s, "noisy_requests": %d, "noisy_2xx": %d, "noisy_4xx": %d}\n' \
+        "$run" "$(awk -v t=$((ticks1 - ticks0)) -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }')" \
+        $((ok + limited)) "$ok" "$limited" >>"$RUNS"
+done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- the report ----------------------------------------------------------------------------
@@ -278,7 +320,7 @@ GIT_REV=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]]; then
     GIT_REV="$GIT_REV (with uncommitted changes)"
 fi
-COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS WARMUP=$WARMUP SHARDS=$SHARDS QUIET=$QUIET QUIET_CONNS=$QUIET_CONNS RATE=$RATE FACTOR=$FACTOR NOISY_CONNS=$NOISY_CONNS bench/noisy.sh"
+COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS WARMUP=$WARMUP SHARDS=$SHARDS QUIET=$QUIET QUIET_CONNS=$QUIET_CONNS RATE=$RATE FACTOR=$FACTOR NOISY_CONNS=$NOISY_CONNS$([[ $NOISY_CPU == "$WRK_CPU" ]] || echo " NOISY_CPU=$NOISY_CPU") bench/noisy.sh"
 mkdir -p "$RESULTS"
 meta=(
     "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -303,6 +345,8 @@ meta=(
     "settings.factor=$FACTOR"
     "settings.noisy_connections=$NOISY_CONNS"
     "settings.noisy_seconds=$NOISY_SECONDS"
+    "settings.noisy_cpu=$NOISY_CPU"
+    "settings.quiet_cpu=$WRK_CPU"
     "settings.forwarding=$FORWARDING"
     "settings.pinning=$PINNING"
     "subsets=$SUBSETS"
