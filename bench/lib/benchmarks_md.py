@@ -5,7 +5,7 @@
 
 `bench/run.sh` runs this after every run (and `bench/run.sh report` runs only
 this). It reads `placement.json`, `analysis.json` and `gateway.json` from
-bench/results/ (and `tls.json`, `h2.json`, and `soak.json` or `soak.md`, when present) and writes the
+bench/results/ (and `tls.json`, `h2.json`, `noisy.json`, and `soak.json` or `soak.md`, when present) and writes the
 page at the repository root: one section per suite with its headline tables
 (median and [min–max] over the rounds, ratios), the targets from the issues
 with their verdicts, and the machine, command, date and git revision of the
@@ -854,6 +854,107 @@ def paired_suite(results: Path, out_dir: Path, name: str, title: str, descriptio
     return md + lines, f"| {name} | {date(doc.get('date'))} | {revision(doc)} | `{doc.get('command', '?')}` | {took} |", None
 
 
+# --- noisy ---------------------------------------------------------------------------------------
+
+
+def noisy(results: Path, out_dir: Path) -> tuple[list[str], str, str | None]:
+    """The noisy-neighbour section (issue 20's speed point), its row in the runs table, and a problem when
+    noisy.json cannot be used. Whether the quiet tenants lost throughput is read from the paired interval."""
+    name = "noisy"
+    js, mdfile = results / "noisy.json", results / "noisy.md"
+    md = ["## Noisy neighbour (`bench/noisy.sh`, not part of `bench/run.sh all`)", "",
+          "Issue 20 asks that a rate-limited tenant sending at 10× its rate not reduce the other tenants' throughput."
+          " One gateway (one worker) over several shards, several quiet tenants under a fixed closed-loop load"
+          " (h2load over HTTP/1.1, one process per tenant with its own API key), and one noisy tenant limited in the"
+          " tenants file (`requests_per_second` and `burst`). Each round runs phase A (the quiet load alone) and phase B"
+          " (the same quiet load while the noisy tenant sends 10× its rate at a fixed rate, h2load `--rps`), in"
+          " alternating order; the quiet tenants' requests/s, p50 and p99 in B ÷ A as the median of the per-round"
+          " ratios with a bootstrap 95 % interval, and the share of the flood refused with 429. On 2 CPUs the flood's"
+          " client shares a CPU with the quiet clients and the backends unless `NOISY_CPU` moves it; bench/README.md,"
+          " \"noisy.sh\", gives a run with it beside the gateway instead, and the details.",
+          "",
+          "```sh",
+          "bench/noisy.sh                       # or bench/run.sh noisy; about a minute after the build",
+          "DURATION=5 ROUNDS=12 bench/noisy.sh  # longer runs, more rounds: narrower intervals",
+          "```",
+          ""]
+    if not js.exists():
+        md += [f"results: run bench/{name}.sh", ""]
+        return md, f"| {name} | — | — | no results: `bench/{name}.sh` | — |", None
+    try:
+        doc = json.loads(js.read_text(encoding="utf-8"))
+        lines = run_lines(doc, name, rel(mdfile if mdfile.exists() else js, out_dir), [f"h2load {doc['versions'].get('h2load', '?')}"])
+        lines += [
+            "| measure | A: quiet alone | B: with the flood | B/A (paired) | 95 % interval | rounds B was worse |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        by_id = {}
+        for m in doc["measures"]:
+            by_id[m["id"]] = m
+            unit = f" {m['unit']}" if m.get("unit") else ""
+            fmt = lambda x: f"{sig(x)}{unit}"  # noqa: E731
+            p = m["paired"]
+            low, high = p["interval95"]
+            worse = f"{p['rounds_B_worse']} of {p['rounds']}" if "rounds_B_worse" in p else "—"
+            lines.append(f"| {m['what']} | {spread(m['A'], fmt)} | {spread(m['B'], fmt)} |"
+                         f" **{p['ratio_median']:.2f}×** | {low:.2f}–{high:.2f}× | {worse} |")
+        f = doc["flood"]
+        s = doc["settings"]
+        lines += ["", f"The noisy tenant (limited to {plain(s['rate'])} requests/s, burst {plain(s['burst'])}) sent"
+                  f" {f['requests']:,} requests at {sig(f['offered_rps']['median'])} a second: {f['refused_429']:,}"
+                  f" ({f['refused_share'] * 100:.1f} %) refused with 429, where the limit alone accounts for"
+                  f" {f['refused_share_expected'] * 100:.1f} %.", ""]
+        rps = by_id["quiet_rps"]["paired"]
+        low, high = rps["interval95"]
+        busy = by_id["gateway_busy_percent"]["A"]["median"]
+        alone = f.get("gateway_cpu_per_refusal_alone_us")
+        cost_text = (f" A refused request cost the gateway {alone['median']:.1f} µs of CPU (read, parse, the key's SHA-256,"
+                     f" the limit check, the 429; measured with the flood alone) against"
+                     f" {f['gateway_cpu_per_proxied_request_us']:.1f} µs for a proxied request"
+                     + (": cheaper, not free." if alone["median"] < 0.8 * f["gateway_cpu_per_proxied_request_us"] else
+                        ": about as costly, since alone each refusal wakes the gateway for itself, where the closed-loop"
+                        " quiet load shares its wake-ups and system calls.")
+                     if alone else "")
+        backend_busy = by_id["backend_cpu_busy_percent"]["A"]["median"]
+        bound = (f" The CPU that ran out first was the backends' ({backend_busy:.0f} % busy in A, shared with the load"
+                 f" generators on {doc['machine']['nproc']} CPUs), not the gateway's ({busy:.0f} %); the requests the"
+                 f" limit lets through ({sig(f['admitted_rps']['median'])} a second) are"
+                 f" {100 * f['admitted_share_of_quiet']['median']:.1f} % more work for the backends, by design"
+                 + (f", and the flood's own client used {f['client_cpu_percent']['median']:.0f} % of that CPU in B."
+                    if doc["machine"]["nproc"] <= 2 and "client_cpu_percent" in f else ".")
+                 if backend_busy >= 90 and busy < 90 else
+                 f" The gateway's core was {busy:.0f} % busy with the quiet load alone, so the refusals' CPU comes out of"
+                 " the quiet tenants' share." if busy >= 90 else
+                 f" The gateway's own core was {busy:.0f} % busy with the quiet load alone: it was not the bound.")
+        verdict = doc.get("quiet_throughput_verdict", "lost" if doc["quiet_lost_throughput"] else "kept")
+        if verdict == "lost":
+            text = (f"**Where we lose:** the quiet tenants served {rps['ratio_median']:.2f}× their requests/s with the"
+                    f" flood (interval {low:.2f}–{high:.2f}×), about {100 * (1 - rps['ratio_median']):.0f} % less: issue 20's"
+                    " speed point is **missed** on this machine.")
+        elif verdict == "not shown":
+            text = (f"**Not shown either way:** the quiet tenants served {rps['ratio_median']:.2f}× their requests/s with"
+                    f" the flood (interval {low:.2f}–{high:.2f}×, fewer in {rps['rounds_B_worse']} of {rps['rounds']}"
+                    f" rounds): the interval spans 1.00, so no loss is shown, but a loss of up to"
+                    f" {100 * (1 - low):.0f} % is not ruled out either; issue 20's speed point is **not yet shown** on"
+                    " this machine. Rerun with more rounds on a quieter machine.")
+        else:
+            text = (f"**Where we stand:** the quiet tenants served {rps['ratio_median']:.2f}× their requests/s with the"
+                    f" flood (interval {low:.2f}–{high:.2f}×): "
+                    + (f"no loss of more than {100 * (1 - low):.0f} % within the interval" if low < 1 else "no loss within the interval")
+                    + ", so issue 20's speed point is met here.")
+        text += cost_text + bound
+        if doc["machine"]["nproc"] <= 2 and not bound.startswith(" The CPU that ran out first was the backends'"):
+            text += (" On 2 CPUs the flood's client also shares a CPU with the quiet clients and the backends, so part"
+                     " of any loss is the load generator's.")
+        lines += [text, ""]
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as error:
+        problem = f"{rel(js, out_dir)} could not be used ({type(error).__name__}: {error})"
+        md += [f"`{rel(js, out_dir)}` could not be used ({type(error).__name__}: {error}); rerun `bench/{name}.sh`.", ""]
+        return md, f"| {name} | — | — | unreadable: rerun `bench/{name}.sh` | — |", problem
+    took = f"{doc['runtime_s']:.0f} s" if doc.get("runtime_s") is not None else "not recorded"
+    return md + lines, f"| {name} | {date(doc.get('date'))} | {revision(doc)} | `{doc.get('command', '?')}` | {took} |", None
+
+
 # --- soak ------------------------------------------------------------------------------------
 
 
@@ -948,6 +1049,10 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
     runs.append(h2_run)
     if h2_problem:
         problems.append(h2_problem)
+    noisy_md, noisy_run, noisy_problem = noisy(results, out_dir)
+    runs.append(noisy_run)
+    if noisy_problem:
+        problems.append(noisy_problem)
 
     page = [
         "# Benchmarks",
@@ -955,7 +1060,7 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
         "<!-- Generated by bench/run.sh (bench/lib/benchmarks_md.py) from bench/results/*.json. Do not edit by hand. -->",
         "",
         "**This page is generated by `bench/run.sh` from `bench/results/*.json`; do not edit it by hand.** Rerun a suite"
-        " (`bench/run.sh placement`, `analysis`, `gateway`, `tls`, `h2` or `all`) or only regenerate the page (`bench/run.sh report`);"
+        " (`bench/run.sh placement`, `analysis`, `gateway`, `tls`, `h2`, `noisy` or `all`) or only regenerate the page (`bench/run.sh report`);"
         " the wording lives in `bench/lib/benchmarks_md.py`.",
         "",
         "Every number here was measured side by side, in one run, against what a user would pick instead: on shared,"
@@ -990,6 +1095,7 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
     page += sections
     page += tls_md
     page += h2_md
+    page += noisy_md
     page += soak(results, out_dir)
     while page and page[-1] == "":
         page.pop()
