@@ -736,7 +736,7 @@ async fn receive_body(
             0
         };
         Ok((
-            RequestBody::once_keeping(incoming, config.limits.max_body_bytes, keep),
+            RequestBody::once(incoming, config.limits.max_body_bytes, keep),
             started,
         ))
     }

@@ -212,15 +212,11 @@ impl Upload {
 
 impl RequestBody {
     /// A body that streams the client's body to the first attempt that reads
-    /// it, cut off (and the request failed) once it exceeds `limit` bytes.
-    pub fn once(incoming: ClientBody, limit: u64) -> Self {
-        Self::once_keeping(incoming, limit, 0)
-    }
-
-    /// [`RequestBody::once`], keeping up to `keep` bytes of the body as it
-    /// passes: if the whole body fit and had ended when an attempt failed,
-    /// later attempts send the copy.
-    pub fn once_keeping(incoming: ClientBody, limit: u64, keep: usize) -> Self {
+    /// it, cut off (and the request failed) once it exceeds `limit` bytes,
+    /// keeping up to `keep` bytes of it as it passes (0: nothing): if the
+    /// whole body fit and had ended when an attempt failed, later attempts
+    /// send the copy.
+    pub fn once(incoming: ClientBody, limit: u64, keep: usize) -> Self {
         let kept = if keep > 0 {
             Kept::Passing(BytesMut::new())
         } else {
