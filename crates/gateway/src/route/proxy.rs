@@ -39,8 +39,9 @@ use tokio::time::Instant;
 use crate::config::GatewayConfig;
 use crate::config::tenants::TenantRecord;
 use crate::health::quarantine::Marked;
-use crate::limit::Refusal;
+use crate::limit::{Refusal, TenantLimit};
 use crate::ops::metrics::Metrics;
+use crate::protocol::client_wire::json_error_body;
 use crate::protocol::grpc::Code;
 use crate::protocol::wire::{Fields, RequestHead, Stated};
 use crate::route::admission;
@@ -313,7 +314,7 @@ async fn route(
         };
         match admitted {
             Ok(guard) => tenant_in_flight = guard,
-            Err(refusal) => return (limited(kind, &refusal), Some(served)),
+            Err(refusal) => return (limited(kind, limit, &refusal), Some(served)),
         }
     }
 
@@ -521,13 +522,14 @@ async fn route(
 /// The answer to a request its tenant's limits refused: `429` with
 /// `Retry-After`, or a trailers-only `RESOURCE_EXHAUSTED`.
 #[inline(never)]
-fn limited(kind: Kind, refusal: &Refusal) -> Response<ResponseBody> {
-    let mut response = refuse(
-        kind,
-        StatusCode::TOO_MANY_REQUESTS,
-        Code::ResourceExhausted,
-        &refusal.message(),
-    );
+fn limited(kind: Kind, limit: &TenantLimit, refusal: &Refusal) -> Response<ResponseBody> {
+    let status = StatusCode::TOO_MANY_REQUESTS;
+    let mut response = match kind {
+        // A flood is mostly refusals: its body was written with the
+        // snapshot, so a refusal formats nothing.
+        Kind::Http => json_error(status, limit.refusal_body(refusal)),
+        Kind::Grpc => grpc::error(Code::ResourceExhausted, &refusal.message(), status),
+    };
     response.headers_mut().insert(
         header::RETRY_AFTER,
         HeaderValue::from(refusal.retry_after_seconds()),
@@ -1332,7 +1334,11 @@ pub fn refuse(kind: Kind, status: StatusCode, code: Code, message: &str) -> Resp
 
 /// A JSON error response.
 pub fn error_response(status: StatusCode, message: &str) -> Response<ResponseBody> {
-    let body = serde_json::json!({ "error": message, "status": status.as_u16() }).to_string();
+    json_error(status, json_error_body(status, message))
+}
+
+/// A JSON error response whose body is already written.
+fn json_error(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
     let mut response = Response::new(full(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
