@@ -2,6 +2,7 @@
 //! running gateway, injects a fault, and checks the three properties a
 //! shuffle-sharded service must have under failure.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,8 +10,11 @@ use anyhow::{Context, Result, anyhow, bail};
 use backend::Mode;
 use clap::{ArgGroup, Args, ValueEnum};
 use drill::poison::{PoisonPlan, PoisonReport};
+use drill::properties::fully_down_sentence;
 use drill::run::{DrillReport, Fault, PhaseSummary};
-use drill::{AdminClient, LoadShape, Session, ShardControl, Thresholds};
+use drill::{
+    AdminClient, LoadShape, Properties, Session, SetCheck, ShardControl, Status, Thresholds,
+};
 
 use crate::output::print_answer;
 use crate::table::{Align, Table};
@@ -211,18 +215,18 @@ pub fn run(args: DrillArgs) -> Result<()> {
         (Some(fault), _) => {
             let report = runtime.block_on(async {
                 let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
-                drill::run::run(&session, &fault, thresholds).await
+                drill::run::run(&session, &fault, thresholds, &say).await
             })?;
             let _flow = print_answer(args.json, &report, render)?;
-            (report.passed, report.verdict.violations)
+            (report.passed, report.violations)
         }
         (None, Some(plan)) => {
             let report = runtime.block_on(async {
                 let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
-                drill::poison::run(&session, &plan, thresholds).await
+                drill::poison::run(&session, &plan, thresholds, &say).await
             })?;
             let _flow = print_answer(args.json, &report, render_poison)?;
-            (report.passed, report.verdict.violations)
+            (report.passed, report.violations)
         }
         (None, None) => bail!("give a fault: --fail, --kill, --break or --poison"),
     };
@@ -231,6 +235,13 @@ pub fn run(args: DrillArgs) -> Result<()> {
     } else {
         Err(PropertiesViolated(violations.join("; ")).into())
     }
+}
+
+/// Tells the operator, on stderr, what the drill does and what to do (the
+/// report itself goes to stdout, so `--json` stays clean). A closed stderr
+/// leaves nobody to tell.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// The poison drill the arguments ask for, if any.
@@ -289,7 +300,10 @@ fn fault(args: &DrillArgs) -> Result<Fault> {
             timeout,
         });
     }
-    Ok(Fault::Admin(args.fail.clone()))
+    Ok(Fault::Admin {
+        shards: args.fail.clone(),
+        timeout,
+    })
 }
 
 /// Parses `--break` values, `ID=CONTROL_URL` each, with one shard once.
@@ -325,47 +339,42 @@ fn parse_controls(flag: &str, values: &[String]) -> Result<Vec<ShardControl>> {
 }
 
 fn render(report: &DrillReport) -> String {
-    let verdict = &report.verdict;
-    let phases = phase_table(&report.phases);
+    let fault = &report.fault;
     let mut out = format!(
-        "Drill: {} tenants, failed {}\n\n{}\n",
+        "Drill: {} tenants, failing {} ({})\n{}\n",
         report.tenants,
-        verdict.failed.join(", "),
-        phases.render(2)
+        fault.shards.join(", "),
+        fault.injected,
+        report.baseline.describe()
     );
-    let mut model = Table::new(&[
-        ("", Align::Left),
-        ("measured", Align::Right),
-        ("modeled", Align::Right),
-        ("same tenants", Align::Left),
-    ]);
-    model.row(vec![
-        "fully down".into(),
-        verdict.fully_down.to_string(),
-        verdict.modeled_fully_down.to_string(),
-        yes(verdict.fully_down_matches),
-    ]);
-    model.row(vec![
-        "degraded".into(),
-        verdict.degraded.to_string(),
-        verdict.modeled_degraded.to_string(),
-        yes(verdict.degraded_matches),
-    ]);
-    model.row(vec![
-        "unaffected".into(),
-        verdict.unaffected.to_string(),
-        String::new(),
-        String::new(),
-    ]);
-    out.push_str(&model.render(2));
-    out.push_str(&format!(
-        "\n  unaffected errors: {}; unaffected p99 {:.2} ms (baseline {:.2} ms); failovers during the fault: {}\n\n",
-        verdict.unaffected_errors, verdict.p99_ms, verdict.baseline_p99_ms, verdict.failovers
-    ));
+    out.push_str(&match (fault.out_after_s, fault.back_after_s) {
+        (None, _) => "The gateway never reported the fault: nothing was tested.\n".to_owned(),
+        (Some(out), Some(back)) => format!(
+            "The gateway reported the fault after {out:.1} s, and the recovery {back:.1} s after the restore.\n"
+        ),
+        (Some(out), None) => format!(
+            "The gateway reported the fault after {out:.1} s; it did not report the recovery.\n"
+        ),
+    });
+    out.push_str(&format!("\n{}\n", phase_table(&report.phases).render(2)));
+    if let Some(verdict) = &report.verdict {
+        out.push_str(&sets_table(
+            "tenants",
+            [&verdict.fully_down, &verdict.degraded, &verdict.unaffected],
+        ));
+        out.push_str(&format!(
+            "\n  {} {} of the fault phase's {} errors are theirs.\n",
+            fully_down_sentence(&verdict.fully_down, "every member of their subsets failed"),
+            verdict.fully_down_errors,
+            verdict.errors
+        ));
+        out.push_str(&properties_block(&verdict.properties));
+    }
+    out.push('\n');
     out.push_str(&verdict_lines(
         report.passed,
-        "affected tenants degraded without going down, unaffected tenants felt nothing, and the gateway failed over",
-        &verdict.violations,
+        report.verdict.as_ref().map(|v| &v.properties),
+        &report.violations,
     ));
     out
 }
@@ -379,12 +388,13 @@ fn render_poison(report: &PoisonReport) -> String {
         .map(|status| status.map_or("no answer".to_owned(), |s| s.to_string()))
         .collect();
     let mut out = format!(
-        "Poison drill: {} tenants; {} (subset {}) sent {} poison requests, answered {}\n\n{}\n",
+        "Poison drill: {} tenants; {} (subset {}) sent {} poison requests, answered {}\n{}\n\n{}\n",
         report.tenants,
         verdict.tenant,
         verdict.subset.join(", "),
         verdict.poison_requests,
         statuses.join(", "),
+        report.baseline.describe(),
         phases.render(2)
     );
     let list = |shards: &[String]| {
@@ -412,7 +422,7 @@ fn render_poison(report: &PoisonReport) -> String {
         ("measured", Align::Right),
         (&label, Align::Right),
         ("for the shards that crashed", Align::Right),
-        ("same", Align::Left),
+        ("same tenants", Align::Left),
     ]);
     model.row(vec![
         "shards down".into(),
@@ -425,41 +435,81 @@ fn render_poison(report: &PoisonReport) -> String {
         String::new(),
         yes(verdict.crashed_matches),
     ]);
-    model.row(vec![
-        "other tenants fully down".into(),
-        verdict.fully_down.to_string(),
-        compared.others_fully_down.to_string(),
-        verdict.models.for_crashed.others_fully_down.to_string(),
-        yes(verdict.fully_down_matches),
-    ]);
-    model.row(vec![
-        "degraded".into(),
-        verdict.degraded.to_string(),
-        compared.degraded.to_string(),
-        verdict.models.for_crashed.degraded.to_string(),
-        String::new(),
-    ]);
-    model.row(vec![
-        "unaffected".into(),
-        verdict.unaffected.to_string(),
-        String::new(),
-        String::new(),
-        String::new(),
-    ]);
+    for (name, check, modeled) in [
+        (
+            "other tenants fully down",
+            &verdict.fully_down,
+            compared.others_fully_down.to_string(),
+        ),
+        ("degraded", &verdict.degraded, compared.degraded.to_string()),
+        ("unaffected", &verdict.unaffected, String::new()),
+    ] {
+        model.row(vec![
+            name.into(),
+            check.measured.to_string(),
+            modeled,
+            check.modeled.to_string(),
+            yes(check.matches),
+        ]);
+    }
     out.push_str(&model.render(2));
     out.push_str(&format!(
-        "\n  unaffected errors: {}; lowest success of a degraded tenant: {}\n\n",
-        verdict.unaffected_errors,
-        verdict
-            .degraded_min_success
-            .map_or("-".to_owned(), |ratio| format!("{:.2}%", ratio * 100.0))
+        "\n  {}\n",
+        fully_down_sentence(&verdict.fully_down, "every member of their subsets crashed")
     ));
+    out.push_str(&properties_block(&verdict.properties));
+    out.push('\n');
     out.push_str(&verdict_lines(
         report.passed,
-        "the poison took down what the model says, and nobody else felt it",
-        &verdict.violations,
+        Some(&verdict.properties),
+        &report.violations,
     ));
     out
+}
+
+/// The measured sets beside the model's, one row each.
+fn sets_table(what: &str, [down, degraded, unaffected]: [&SetCheck; 3]) -> String {
+    let mut table = Table::new(&[
+        (what, Align::Left),
+        ("measured", Align::Right),
+        ("modeled", Align::Right),
+        ("same tenants", Align::Left),
+    ]);
+    for (name, check) in [
+        ("fully down", down),
+        ("degraded", degraded),
+        ("unaffected", unaffected),
+    ] {
+        table.row(vec![
+            name.into(),
+            check.measured.to_string(),
+            check.modeled.to_string(),
+            yes(check.matches),
+        ]);
+    }
+    table.render(2)
+}
+
+/// The three properties, numbered, each held, violated or not exercised.
+fn properties_block(properties: &Properties) -> String {
+    let mut out = "\nProperties:\n".to_owned();
+    for (number, (name, property)) in properties.named().iter().enumerate() {
+        out.push_str(&format!(
+            "  {}. {name}: {}. {}.\n",
+            number + 1,
+            status_word(property.status),
+            property.detail
+        ));
+    }
+    out
+}
+
+fn status_word(status: Status) -> &'static str {
+    match status {
+        Status::Held => "held",
+        Status::Violated => "VIOLATED",
+        Status::NotExercised => "not exercised",
+    }
 }
 
 /// Each phase's requests, errors and latency, as both drills print them.
@@ -483,17 +533,40 @@ fn phase_table(phases: &[PhaseSummary]) -> Table {
     table
 }
 
-/// `PASS: what held.`, or `FAIL:` and each violation on a line.
-fn verdict_lines(passed: bool, held: &str, violations: &[String]) -> String {
-    if passed {
-        return format!("PASS: {held}.\n");
+/// `PASS:` and which properties held (and which the fault did not
+/// exercise), or `FAIL:` and each violation on a line.
+fn verdict_lines(passed: bool, properties: Option<&Properties>, violations: &[String]) -> String {
+    if !passed {
+        return violations
+            .iter()
+            .fold("FAIL:\n".to_owned(), |mut out, violation| {
+                out.push_str(&format!("  - {violation}\n"));
+                out
+            });
     }
-    violations
-        .iter()
-        .fold("FAIL:\n".to_owned(), |mut out, violation| {
-            out.push_str(&format!("  - {violation}\n"));
-            out
-        })
+    let numbers = |wanted: Status| -> Vec<String> {
+        properties
+            .map(|p| p.named())
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, (_, property))| property.status == wanted)
+            .map(|(number, _)| (number + 1).to_string())
+            .collect()
+    };
+    let (held, idle) = (numbers(Status::Held), numbers(Status::NotExercised));
+    if idle.is_empty() {
+        return "PASS: every property held, and the measured tenants are the model's.\n".to_owned();
+    }
+    let held = if held.is_empty() {
+        "no property was exercised".to_owned()
+    } else {
+        format!("{} held", held.join(" and "))
+    };
+    format!(
+        "PASS, partly: {held}, and the measured tenants are the model's; {} not exercised by this fault.\n",
+        idle.join(" and ")
+    )
 }
 
 fn yes(value: bool) -> String {
