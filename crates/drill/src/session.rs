@@ -601,6 +601,12 @@ mod tests {
         );
         assert_eq!(statuses(&v), [Status::Violated, Status::Held, Status::Held]);
 
+        // An unaffected tenant saw an error, and nothing else went wrong.
+        let during = phase(&[(10, 10, 1000), (9, 10, 1000), (10, 10, 1000)]);
+        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
+        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert_eq!(statuses(&v), [Status::Held, Status::Violated, Status::Held]);
+
         // An unaffected tenant saw an error, and its p99 rose past the bound.
         let during = phase(&[(10, 10, 1000), (9, 10, 30_000), (10, 10, 1000)]);
         let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
