@@ -21,15 +21,31 @@ use crate::table::{Align, Table};
 
 const AFTER_HELP: &str = "\
 Phases: before (baseline load), during (with the fault), after (restored). \
-Properties checked during the fault, against the baseline:
-  1. degraded, not down: tenants with some failed members keep a success ratio of at least --min-success;
-  2. unaffected feel nothing: tenants with no failed member see no errors and their p99 latency stays within --latency-bound-ms of the baseline;
-  3. failover happened: the gateway's shuffle_failovers_total rose.
-Tenant by tenant, the measured fully-down set and the gateway's degraded set \
-must equal the analyser's prediction for the declared failure set.
+Preconditions, checked before any fault: every shard of the drill's cells is \
+up per the admin API, the baseline load has no error, and the failure set \
+serves some tenant of --tenants-file; else exit 2 saying what to fix.
 
-Exit status: 0 when every property holds, 1 when one is violated (the output \
-says which), 2 for bad arguments or when the drill cannot run.
+The fault must be seen: the drill waits up to --wait-seconds for the admin \
+API to report the shards out (with --kill it first says, on stderr, which \
+shards to break and when), and after the fault phase for them to come back \
+(with --kill it says when to restore them). A fault never seen or a recovery \
+never seen fails the drill.
+
+Properties checked during the fault, against the baseline, each reported as \
+held, violated or not exercised (a fault that leaves no tenant a surviving \
+member cannot test 1 or 3):
+  1. affected tenants degrade rather than drop: tenants with some but not all members failed keep a success ratio of at least --min-success;
+  2. unaffected tenants see nothing: tenants with no failed member see no errors and their p99 latency stays within --latency-bound-ms of the baseline;
+  3. failover really happened: the gateway's shuffle_failovers_total rose while tenants with a surviving member were served.
+Tenant by tenant, the measured sets (fully down: success under 50 %; \
+degraded: a member out per the gateway; unaffected: the rest) must equal the \
+analyser's for the declared failure set. Tenants the model has fully down \
+(every member failed) are expected and reported as predicted.
+
+Exit status: 0 when the fault and the recovery were seen, every exercised \
+property held and the sets equal the model's; 1 otherwise (the output says \
+why); 2 for bad arguments, a failed precondition, or when the drill cannot \
+run.
 
 The tenants file has one TENANT<TAB>API_KEY per line.
 
@@ -117,7 +133,7 @@ pub struct DrillArgs {
     /// With --poison: check the gateway's containment (routing.poison_after = A) instead of the uncontained model
     #[arg(long, value_name = "A", requires = "poison")]
     poison_after: Option<usize>,
-    /// With --kill, --break or --poison: how long to wait for the gateway to see the fault, and the recovery
+    /// How long to wait for the gateway to report the fault, and the recovery
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     wait_seconds: u64,
     /// Requests per tenant in each phase
@@ -363,14 +379,19 @@ fn render(report: &DrillReport) -> String {
             [&verdict.fully_down, &verdict.degraded, &verdict.unaffected],
         ));
         out.push_str(&format!(
-            "\n  {} {} of the fault phase's {} errors are theirs.\n",
-            fully_down_sentence(&verdict.fully_down, "every member of their subsets failed"),
-            verdict.fully_down_errors,
-            verdict.errors
+            "\n  {}",
+            fully_down_sentence(&verdict.fully_down, "every member of their subsets failed")
         ));
+        if verdict.fully_down.modeled > 0 {
+            out.push_str(&format!(
+                " {} of the fault phase's {} errors are theirs.",
+                verdict.fully_down_errors, verdict.errors
+            ));
+        }
+        out.push('\n');
         out.push_str(&properties_block(&verdict.properties));
+        out.push('\n');
     }
-    out.push('\n');
     out.push_str(&verdict_lines(
         report.passed,
         report.verdict.as_ref().map(|v| &v.properties),
@@ -495,7 +516,7 @@ fn properties_block(properties: &Properties) -> String {
     let mut out = "\nProperties:\n".to_owned();
     for (number, (name, property)) in properties.named().iter().enumerate() {
         out.push_str(&format!(
-            "  {}. {name}: {}. {}.\n",
+            "  {}. {name}: {} ({}).\n",
             number + 1,
             status_word(property.status),
             property.detail

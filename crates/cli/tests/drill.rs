@@ -335,6 +335,30 @@ async fn a_baseline_with_errors_is_refused_before_any_fault() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_set_that_serves_no_drilled_tenant_is_refused() {
+    let setup = setup("").await;
+    // Drill one tenant, and fail a shard outside its subset.
+    let path = setup.dir.path().join("drill.tsv");
+    let tenants = std::fs::read_to_string(&path).unwrap();
+    let first = tenants.lines().next().unwrap();
+    std::fs::write(&path, format!("{first}\n")).unwrap();
+    let (tenant, _) = first.split_once('\t').unwrap();
+    let (_, subset) = admin(&setup).subset(tenant).await.unwrap();
+    let outside = (0..8)
+        .map(|i| format!("s{i}"))
+        .find(|id| !subset.contains(id))
+        .unwrap();
+    let (code, report, stderr) = drill_with(&setup, &format!("--fail {outside}")).await;
+    assert_eq!(code, Some(2), "{stderr}\n{report:#}");
+    assert!(
+        stderr.contains(&format!(
+            "no tenant in --tenants-file has main/{outside} in its subset, so the drill would test nothing"
+        )),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_never_carried_out_fails_after_the_wait() {
     let setup = setup_with("", QUICK_HEALTH).await;
     let (code, report, stderr) = drill_with(&setup, "--kill s3 --wait-seconds 2").await;

@@ -538,7 +538,7 @@ pub fn evaluate(
         Some(lowest) => Property::tested(
             dropped.is_empty(),
             format!(
-                "{} tenants sharing a crashed shard; lowest success {:.2}% (at least {:.2}% required)",
+                "{} tenants sharing a crashed shard; lowest success {:.2}%, at least {:.2}% required",
                 affected.len(),
                 lowest * 100.0,
                 thresholds.min_success * 100.0
@@ -579,7 +579,7 @@ pub fn evaluate(
         Property::tested(
             unaffected_errors == 0 && !slower,
             format!(
-                "{} tenants sharing no crashed shard; {unaffected_errors} errors; p99 {p99_ms:.2} ms against {baseline_p99_ms:.2} ms before (bound +{:.1} ms)",
+                "{} tenants sharing no crashed shard; {unaffected_errors} errors; p99 {p99_ms:.2} ms against {baseline_p99_ms:.2} ms before, bound +{:.1} ms",
                 quiet.len(),
                 thresholds.latency_bound_ms
             ),

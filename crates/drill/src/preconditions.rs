@@ -54,7 +54,7 @@ pub(crate) async fn check(
         .map(|(cell, _)| cell.clone())
         .chain(failed.iter().map(|(cell, _)| cell.clone()))
         .collect();
-    let shards_up = all_up(session, &cells, "before the drill").await?;
+    let shards_up = all_up(session, &cells, "before any fault was injected").await?;
     let phase = match skip {
         Some(tenant) => session.measure_without(tenant).await,
         None => session.measure().await,
@@ -84,7 +84,12 @@ pub(crate) async fn check(
             first.join("; ")
         )));
     }
-    all_up(session, &cells, "during the baseline load").await?;
+    all_up(
+        session,
+        &cells,
+        "during the baseline load, before any fault was injected",
+    )
+    .await?;
     Ok((
         phase,
         Baseline {
@@ -119,7 +124,7 @@ async fn all_up(
         return Ok(shards.len());
     }
     Err(DrillError::Precondition(format!(
-        "the baseline is not healthy: the gateway's admin API reports {} {when}, before any fault was injected; \
+        "the baseline is not healthy: the gateway's admin API reports {} {when}; \
          a drill against a shard that is already out tests nothing. Bring it back (restart it, or \
          POST /admin/shards/ID/restore if it was failed or drained by hand), wait until GET /admin/shards \
          shows it up, and run the drill again",

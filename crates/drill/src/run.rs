@@ -349,7 +349,7 @@ pub async fn run(
             "the gateway never reported {names} out of rotation within {timeout} s, so no fault was tested: {}",
             fault.unseen_hint()
         );
-        say(&format!("Fault not seen: {unseen}."));
+        say(&format!("Fault not seen within {timeout} s."));
         return Ok(DrillReport {
             tenants: session.tenants(),
             baseline,
@@ -398,7 +398,7 @@ pub async fn run(
                 "{names} did not come back in rotation within {timeout} s of the restore, so the after phase ran without {them}; \
                  check the shard and its health checks"
             );
-            say(&format!("Recovery not seen: {still}."));
+            say(&format!("Recovery not seen within {timeout} s."));
             late.push(still);
         }
     }

@@ -399,7 +399,7 @@ impl Session {
             Some(lowest) => Property::tested(
                 dropped.is_empty(),
                 format!(
-                    "{} tenants with some members failed; lowest success {:.2}% (at least {:.2}% required)",
+                    "{} tenants with some members failed; lowest success {:.2}%, at least {:.2}% required",
                     affected.len(),
                     lowest * 100.0,
                     thresholds.min_success * 100.0
@@ -433,7 +433,7 @@ impl Session {
             Property::tested(
                 unaffected_errors == 0 && !slower,
                 format!(
-                    "{} tenants with no failed member; {unaffected_errors} errors; p99 {p99_ms:.2} ms against {baseline_p99_ms:.2} ms before (bound +{:.1} ms)",
+                    "{} tenants with no failed member; {unaffected_errors} errors; p99 {p99_ms:.2} ms against {baseline_p99_ms:.2} ms before, bound +{:.1} ms",
                     unaffected_served.len(),
                     thresholds.latency_bound_ms
                 ),
