@@ -163,6 +163,15 @@ async fn drill_acting(
     (status.code(), report, stderr)
 }
 
+/// Runs `drill --fail IDS`, which must pass with every measured set the
+/// model's: the report.
+async fn drill_passing(setup: &Setup, fail: &str) -> serde_json::Value {
+    let (code, report, stderr) = drill(setup, fail).await;
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    assert_sets_match(&report["verdict"]);
+    report
+}
+
 /// Every measured set (fully down, degraded, unaffected) is the model's,
 /// tenant by tenant and in number.
 fn assert_sets_match(verdict: &serde_json::Value) {
@@ -193,10 +202,8 @@ fn statuses(properties: &serde_json::Value) -> [String; 3] {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_failure_degrades_without_downing_anyone() {
     let setup = setup("").await;
-    let (code, report, stderr) = drill(&setup, "s1").await;
-    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    let report = drill_passing(&setup, "s1").await;
     let verdict = &report["verdict"];
-    assert_sets_match(verdict);
     assert_eq!(verdict["fully_down"]["measured"], 0);
     assert!(verdict["degraded"]["measured"].as_u64().unwrap() > 0);
     assert_eq!(verdict["unaffected_errors"], 0);
@@ -218,10 +225,8 @@ async fn a_double_failure_downs_exactly_the_modeled_tenants() {
     let setup = setup("").await;
     // One shard in each zone: with zone-aware k = 2, the tenants on exactly
     // this pair lose both members.
-    let (code, report, stderr) = drill(&setup, "s1,s6").await;
-    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    let report = drill_passing(&setup, "s1,s6").await;
     let verdict = &report["verdict"];
-    assert_sets_match(verdict);
     assert!(
         verdict["fully_down"]["measured"].as_u64().unwrap() > 0,
         "300 tenants over 16 pairs: someone is on s1+s6"
@@ -483,10 +488,8 @@ async fn three_failed_shards_down_exactly_the_modeled_tenants_and_say_so() {
     // down". Zone-aware k = 2 over zones {s0..s3} and {s4..s7}: the tenants
     // on s0+s4 and s1+s4 lose both members.
     let setup = setup("").await;
-    let (code, report, stderr) = drill(&setup, "s0,s1,s4").await;
-    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    let report = drill_passing(&setup, "s0,s1,s4").await;
     let verdict = &report["verdict"];
-    assert_sets_match(verdict);
     let down = verdict["fully_down"]["measured"].as_u64().unwrap();
     assert!(
         down > 0,

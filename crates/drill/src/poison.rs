@@ -28,9 +28,9 @@ use crate::control::ShardControl;
 use crate::error::DrillError;
 use crate::load;
 use crate::preconditions::{self, Baseline};
-use crate::properties::{Properties, Property, SetCheck, Status};
+use crate::properties::{Properties, SetCheck};
 use crate::run::{PhaseSummary, seconds, summaries, wait_for};
-use crate::session::{Phase, Session, ShardRef, Thresholds};
+use crate::session::{Phase, Session, ShardRef, Thresholds, judge};
 
 /// A success ratio under which a tenant counts as fully down in a phase
 /// (as in the other drills).
@@ -471,7 +471,6 @@ pub fn evaluate(
             .count()
     };
     let others: Vec<usize> = (0..session.tenants()).filter(|&t| t != poison).collect();
-    let served = |t: usize| during.samples[t].total > 0;
     let predicted_down: BTreeSet<usize> = others
         .iter()
         .copied()
@@ -520,103 +519,14 @@ pub fn evaluate(
         tenant,
     );
 
-    // 1. Tenants sharing some crashed shards keep being served.
-    let affected: Vec<usize> = predicted_degraded
-        .iter()
-        .copied()
-        .filter(|&t| served(t))
-        .collect();
-    let ratios = affected.iter().map(|&t| (t, during.samples[t].ratio()));
-    let degraded_min = ratios.clone().map(|(_, r)| r).reduce(f64::min);
-    let dropped: Vec<(usize, f64)> = ratios
-        .filter(|&(_, r)| r < thresholds.min_success)
-        .collect();
-    let degrade_not_drop = match degraded_min {
-        None => Property::not_exercised(
-            "no other tenant shared some but not all of its members with the crashed shards",
-        ),
-        Some(lowest) => Property::tested(
-            dropped.is_empty(),
-            format!(
-                "{} tenants sharing a crashed shard; lowest success {:.2}%, at least {:.2}% required",
-                affected.len(),
-                lowest * 100.0,
-                thresholds.min_success * 100.0
-            ),
-        ),
-    };
-    if let Some(&(worst, ratio)) = dropped.iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
-        violations.push(format!(
-            "{} of {} degraded tenants were served under {:.2}% of their requests (worst: {} at {:.2}%): they dropped rather than degraded",
-            dropped.len(),
-            affected.len(),
-            thresholds.min_success * 100.0,
-            tenant(worst),
-            ratio * 100.0
-        ));
-    }
-
-    // 2. Tenants sharing no crashed shard feel nothing.
-    let quiet: Vec<usize> = predicted_unaffected
-        .iter()
-        .copied()
-        .filter(|&t| served(t))
-        .collect();
-    let unaffected_errors: u64 = quiet.iter().map(|&t| during.samples[t].errors()).sum();
-    let p99 = |phase: &Phase| {
-        let mut all: Vec<u32> = quiet
-            .iter()
-            .filter_map(|&t| phase.samples.get(t))
-            .flat_map(|sample| sample.latencies_us.iter().copied())
-            .collect();
-        load::quantile_ms(&mut all, 0.99)
-    };
-    let (baseline_p99_ms, p99_ms) = (p99(baseline), p99(during));
-    let slower = p99_ms > baseline_p99_ms + thresholds.latency_bound_ms;
-    let unaffected_see_nothing = if quiet.is_empty() {
-        Property::not_exercised("every other tenant shared a crashed shard")
-    } else {
-        Property::tested(
-            unaffected_errors == 0 && !slower,
-            format!(
-                "{} tenants sharing no crashed shard; {unaffected_errors} errors; p99 {p99_ms:.2} ms against {baseline_p99_ms:.2} ms before, bound +{:.1} ms",
-                quiet.len(),
-                thresholds.latency_bound_ms
-            ),
-        )
-    };
-    if unaffected_errors > 0 {
-        violations.push(format!(
-            "tenants sharing no crashed shard saw {unaffected_errors} errors; they should see none"
-        ));
-    }
-    if slower {
-        violations.push(format!(
-            "unaffected tenants' p99 latency rose from {baseline_p99_ms:.1} ms to {p99_ms:.1} ms, more than the {:.1} ms bound",
-            thresholds.latency_bound_ms
-        ));
-    }
-
-    // 3. Wherever a tenant kept a member, the gateway failed over to it.
-    let failover_happened = if affected.is_empty() {
-        Property::not_exercised("no other tenant kept a member beside a crashed one")
-    } else {
-        Property::tested(
-            witness.failovers > 0.0,
-            format!(
-                "the failover counter rose by {} while {} tenants with a surviving member were served",
-                witness.failovers,
-                affected.len()
-            ),
-        )
-    };
-    if failover_happened.status == Status::Violated {
-        violations.push(format!(
-            "the gateway's failover counter did not rise although {} tenants had a surviving member: it did not fail over inside the subset",
-            affected.len()
-        ));
-    }
-
+    let judgement = judge(
+        tenant,
+        (baseline, during),
+        (&predicted_degraded, &predicted_unaffected),
+        witness.failovers,
+        thresholds,
+    );
+    violations.extend(judgement.violations);
     violations.extend(fully_down.violation("measured fully down"));
     if let Some(bound) = &contained_model
         && measured_down.len() as u64 > bound.others_fully_down
@@ -643,13 +553,9 @@ pub fn evaluate(
         fully_down,
         degraded,
         unaffected,
-        properties: Properties {
-            degrade_not_drop,
-            unaffected_see_nothing,
-            failover_happened,
-        },
-        unaffected_errors,
-        degraded_min_success: degraded_min,
+        properties: judgement.properties,
+        unaffected_errors: judgement.unaffected_errors,
+        degraded_min_success: judgement.affected_min,
         failovers: witness.failovers,
         poison_after,
         models: PoisonModels {
@@ -666,6 +572,7 @@ pub fn evaluate(
 mod tests {
     use super::*;
     use crate::load::TenantSample;
+    use crate::properties::Status;
 
     fn session(subsets: &[&[&str]]) -> Session {
         Session::over_subsets(subsets, 8)
@@ -689,10 +596,38 @@ mod tests {
         latency_bound_ms: 10.0,
     };
 
-    fn crashed(ids: &[&str]) -> BTreeSet<ShardRef> {
-        ids.iter()
+    /// Judges tenant 0 as the poison tenant on `subset`, with the shards
+    /// `crashed` seen down, `failovers` counted and `poison_after` checked.
+    fn judge(
+        session: &Session,
+        subset: &[&str],
+        (baseline, during): (&Phase, &Phase),
+        crashed: &[&str],
+        failovers: f64,
+        poison_after: Option<usize>,
+    ) -> PoisonVerdict {
+        let subset: Vec<String> = subset.iter().map(|id| (*id).to_owned()).collect();
+        let down: BTreeSet<ShardRef> = crashed
+            .iter()
             .map(|id| ("c".to_owned(), (*id).to_owned()))
-            .collect()
+            .collect();
+        let witness = Witness {
+            crashed: &down,
+            source: "control API",
+            gateway_saw_out: &down,
+            statuses: vec![None],
+            failovers,
+        };
+        evaluate(
+            session,
+            0,
+            ("c", &subset),
+            baseline,
+            during,
+            witness,
+            poison_after,
+            THRESHOLDS,
+        )
     }
 
     #[test]
@@ -705,30 +640,21 @@ mod tests {
             &["s3", "s4"],
             &["s5", "s6"],
         ]);
-        let whale: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
-        let down = crashed(&["s0", "s1", "s2", "s3"]);
+        let whale = ["s0", "s1", "s2", "s3"];
         let during = phase(&[(0, 0), (0, 10), (10, 10), (10, 10)]);
         let baseline = phase(&[(0, 0), (10, 10), (10, 10), (10, 10)]);
         // The same measurements, judged without and with containment.
-        let judge = |poison_after| {
-            evaluate(
+        let verdict_with = |poison_after| {
+            judge(
                 &session,
-                0,
-                ("c", &whale),
-                &baseline,
-                &during,
-                Witness {
-                    crashed: &down,
-                    source: "control API",
-                    gateway_saw_out: &down,
-                    statuses: vec![Some(502)],
-                    failovers: 3.0,
-                },
+                &whale,
+                (&baseline, &during),
+                &whale,
+                3.0,
                 poison_after,
-                THRESHOLDS,
             )
         };
-        let verdict = judge(None);
+        let verdict = verdict_with(None);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
         assert_eq!(verdict.models.uncontained.others_fully_down, 1);
         assert_eq!(verdict.models.uncontained.degraded, 1);
@@ -744,7 +670,7 @@ mod tests {
         );
 
         // Checked against containment to 2, the same crash failed it.
-        let verdict = judge(Some(2));
+        let verdict = verdict_with(Some(2));
         assert!(!verdict.crashed_matches);
         assert!(
             verdict
@@ -763,24 +689,14 @@ mod tests {
     #[test]
     fn errors_outside_the_crash_and_unexpected_outages_are_violations() {
         let session = session(&[&["s0", "s1"], &["s0", "s2"], &["s5", "s6"]]);
-        let subset = vec!["s0".to_owned(), "s1".to_owned()];
-        let down = crashed(&["s0", "s1", "s7"]);
         let during = phase(&[(0, 0), (0, 10), (9, 10)]);
-        let verdict = evaluate(
+        let verdict = judge(
             &session,
-            0,
-            ("c", &subset),
-            &during,
-            &during,
-            Witness {
-                crashed: &down,
-                source: "gateway admin API",
-                gateway_saw_out: &down,
-                statuses: vec![None],
-                failovers: 0.0,
-            },
+            &["s0", "s1"],
+            (&during, &during),
+            &["s0", "s1", "s7"],
+            0.0,
             None,
-            THRESHOLDS,
         );
         let all = verdict.violations.join("\n");
         assert!(
@@ -801,26 +717,16 @@ mod tests {
     #[test]
     fn a_poison_that_crashed_nothing_tested_nothing() {
         let session = session(&[&["s0", "s1"], &["s0", "s2"], &["s5", "s6"]]);
-        let subset = vec!["s0".to_owned(), "s1".to_owned()];
-        let nothing = crashed(&[]);
         let during = phase(&[(0, 0), (10, 10), (10, 10)]);
         // Even checked against containment, where "at most 2 crashed" holds
         // for none, a poison that crashed nothing is no pass.
-        let verdict = evaluate(
+        let verdict = judge(
             &session,
-            0,
-            ("c", &subset),
-            &during,
-            &during,
-            Witness {
-                crashed: &nothing,
-                source: "control API",
-                gateway_saw_out: &nothing,
-                statuses: vec![Some(200)],
-                failovers: 0.0,
-            },
+            &["s0", "s1"],
+            (&during, &during),
+            &[],
+            0.0,
             Some(2),
-            THRESHOLDS,
         );
         assert!(verdict.crashed_matches);
         let all = verdict.violations.join("\n");

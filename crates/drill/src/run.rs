@@ -77,34 +77,31 @@ impl Fault {
         }
     }
 
-    /// What the operator is told as the fault starts.
-    fn announce(&self, names: &str, them: &str) -> String {
+    /// What the operator is told as the fault starts (`restoring`: as it
+    /// ends).
+    fn announce(&self, names: &str, them: &str, restoring: bool) -> String {
         let wait = format!(
-            "waiting up to {} s for the gateway to report {them} out of rotation",
-            self.timeout().as_secs()
-        );
-        match self {
-            Self::Admin { .. } => format!("Failing {names} through the admin API: {wait}."),
-            Self::Wait { .. } => {
-                format!("Break {names} now (stop the process, blackhole it): {wait}.")
+            "waiting up to {} s for the gateway to report {them} {}",
+            self.timeout().as_secs(),
+            if restoring {
+                "back in rotation"
+            } else {
+                "out of rotation"
             }
-            Self::Break { mode, .. } => {
-                format!("Breaking {names} through the control API (mode {mode}): {wait}.")
-            }
-        }
-    }
-
-    /// What the operator is told as the fault ends.
-    fn announce_restore(&self, names: &str, them: &str) -> String {
-        let wait = format!(
-            "waiting up to {} s for the gateway to report {them} back in rotation",
-            self.timeout().as_secs()
         );
-        match self {
-            Self::Admin { .. } => format!("Restoring {names} through the admin API: {wait}."),
-            Self::Wait { .. } => format!("Restore {names} now: {wait}."),
-            Self::Break { .. } => format!("Healing {names} through the control API: {wait}."),
-        }
+        let doing = match (self, restoring) {
+            (Self::Admin { .. }, false) => format!("Failing {names} through the admin API"),
+            (Self::Admin { .. }, true) => format!("Restoring {names} through the admin API"),
+            (Self::Wait { .. }, false) => {
+                format!("Break {names} now (stop the process, blackhole it)")
+            }
+            (Self::Wait { .. }, true) => format!("Restore {names} now"),
+            (Self::Break { mode, .. }, false) => {
+                format!("Breaking {names} through the control API (mode {mode})")
+            }
+            (Self::Break { .. }, true) => format!("Healing {names} through the control API"),
+        };
+        format!("{doing}: {wait}.")
     }
 
     /// Why the gateway may not have seen the fault, and what to do.
@@ -343,7 +340,7 @@ pub async fn run(
         out_after_s: None,
         back_after_s: None,
     };
-    say(&fault.announce(&names, them));
+    say(&fault.announce(&names, them, false));
     let Some(out_after) = inject(session, fault, &failed).await? else {
         let unseen = format!(
             "the gateway never reported {names} out of rotation within {timeout} s, so no fault was tested: {}",
@@ -382,7 +379,7 @@ pub async fn run(
         }
     };
 
-    say(&fault.announce_restore(&names, them));
+    say(&fault.announce(&names, them, true));
     undo(session, fault).await?;
     let none_out = |out: &[ShardRef]| !failed.iter().any(|f| out.contains(f));
     let back = wait_for(session, fault.timeout(), none_out).await?;

@@ -344,7 +344,6 @@ impl Session {
         let (predicted, modeled_fully_down, modeled_out) = self.predict(failed);
         let all = 0..self.tenants.len();
         let tenant = |t: usize| self.tenants[t].tenant.clone();
-        let served = |t: usize| during.samples[t].total > 0;
 
         // Three disjoint sets each way: fully down, degraded (some members
         // out, served by the rest), unaffected.
@@ -381,116 +380,14 @@ impl Session {
             tenant,
         );
 
-        // 1. Tenants the model has degraded keep being served.
-        let affected: Vec<usize> = predicted_degraded
-            .iter()
-            .copied()
-            .filter(|&t| served(t))
-            .collect();
-        let ratios = affected.iter().map(|&t| (t, during.samples[t].ratio()));
-        let affected_min = ratios.clone().map(|(_, r)| r).reduce(f64::min);
-        let dropped: Vec<(usize, f64)> = ratios
-            .filter(|&(_, r)| r < thresholds.min_success)
-            .collect();
-        let degrade_not_drop = match affected_min {
-            None => Property::not_exercised(
-                "no tenant had some but not all of its members failed, so none could degrade",
-            ),
-            Some(lowest) => Property::tested(
-                dropped.is_empty(),
-                format!(
-                    "{} tenants with some members failed; lowest success {:.2}%, at least {:.2}% required",
-                    affected.len(),
-                    lowest * 100.0,
-                    thresholds.min_success * 100.0
-                ),
-            ),
-        };
-
-        // 2. Tenants the model leaves alone feel nothing.
-        let unaffected_served: Vec<usize> = predicted_unaffected
-            .iter()
-            .copied()
-            .filter(|&t| served(t))
-            .collect();
-        let unaffected_errors: u64 = unaffected_served
-            .iter()
-            .map(|&t| during.samples[t].errors())
-            .sum();
-        let p99 = |phase: &Phase| {
-            let mut all: Vec<u32> = unaffected_served
-                .iter()
-                .filter_map(|&t| phase.samples.get(t))
-                .flat_map(|sample| sample.latencies_us.iter().copied())
-                .collect();
-            load::quantile_ms(&mut all, 0.99)
-        };
-        let (baseline_p99_ms, p99_ms) = (p99(baseline), p99(during));
-        let slower = p99_ms > baseline_p99_ms + thresholds.latency_bound_ms;
-        let unaffected_see_nothing = if unaffected_served.is_empty() {
-            Property::not_exercised("every tenant had a failed member, so none was unaffected")
-        } else {
-            Property::tested(
-                unaffected_errors == 0 && !slower,
-                format!(
-                    "{} tenants with no failed member; {unaffected_errors} errors; p99 {p99_ms:.2} ms against {baseline_p99_ms:.2} ms before, bound +{:.1} ms",
-                    unaffected_served.len(),
-                    thresholds.latency_bound_ms
-                ),
-            )
-        };
-
-        // 3. Wherever the model leaves a tenant a member, the gateway must
-        // have failed over to it.
-        let failover_happened = if affected.is_empty() {
-            Property::not_exercised(
-                "no tenant kept a member in rotation, so there was nothing to fail over to",
-            )
-        } else {
-            Property::tested(
-                failovers > 0.0,
-                format!(
-                    "the failover counter rose by {failovers} while {} tenants with a surviving member were served",
-                    affected.len()
-                ),
-            )
-        };
-
-        let mut violations = Vec::new();
-        if let Some(&(worst, ratio)) = dropped.iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
-            violations.push(format!(
-                "{} of {} degraded tenants were served under {:.2}% of their requests (worst: {} at {:.2}%): they dropped rather than degraded",
-                dropped.len(),
-                affected.len(),
-                thresholds.min_success * 100.0,
-                self.tenants[worst].tenant,
-                ratio * 100.0
-            ));
-        }
-        if unaffected_errors > 0 {
-            let first: Vec<String> = unaffected_served
-                .iter()
-                .filter(|&&t| during.samples[t].errors() > 0)
-                .take(5)
-                .map(|&t| tenant(t))
-                .collect();
-            violations.push(format!(
-                "unaffected tenants saw {unaffected_errors} errors; they should see none (first: {})",
-                first.join(", ")
-            ));
-        }
-        if slower {
-            violations.push(format!(
-                "unaffected tenants' p99 latency rose from {baseline_p99_ms:.1} ms to {p99_ms:.1} ms, more than the {:.1} ms bound",
-                thresholds.latency_bound_ms
-            ));
-        }
-        if failover_happened.status == Status::Violated {
-            violations.push(format!(
-                "the gateway's failover counter did not rise although {} tenants had a surviving member: it did not fail over inside the subset",
-                affected.len()
-            ));
-        }
+        let judgement = judge(
+            tenant,
+            (baseline, during),
+            (&predicted_degraded, &predicted_unaffected),
+            failovers,
+            thresholds,
+        );
+        let mut violations = judgement.violations;
         violations.extend(fully_down.violation("measured fully down"));
         violations.extend(
             degraded.violation("degraded (the gateway reported a member out and they were served)"),
@@ -503,21 +400,160 @@ impl Session {
                 .iter()
                 .map(|&t| during.samples[t].errors())
                 .sum(),
-            unaffected_errors,
-            affected_min_success: affected_min,
-            baseline_p99_ms,
-            p99_ms,
+            unaffected_errors: judgement.unaffected_errors,
+            affected_min_success: judgement.affected_min,
+            baseline_p99_ms: judgement.p99_ms.0,
+            p99_ms: judgement.p99_ms.1,
             failovers,
             fully_down,
             degraded,
             unaffected,
-            properties: Properties {
-                degrade_not_drop,
-                unaffected_see_nothing,
-                failover_happened,
-            },
+            properties: judgement.properties,
             violations,
         }
+    }
+}
+
+/// The properties of one fault phase and the figures behind them: what
+/// both drills judge the same way.
+pub(crate) struct Judgement {
+    /// The three properties.
+    pub properties: Properties,
+    /// The lowest success ratio among the degraded tenants served.
+    pub affected_min: Option<f64>,
+    /// Failed requests of the unaffected tenants.
+    pub unaffected_errors: u64,
+    /// p99 latency of the unaffected tenants before and during, ms.
+    pub p99_ms: (f64, f64),
+    /// The violated properties, in words.
+    pub violations: Vec<String>,
+}
+
+/// Judges the three properties on the tenants the model has degraded
+/// (some but not all members out) and unaffected (none out), named by
+/// `name`, from the phase's load against the baseline's and the rise of
+/// the failover counter.
+pub(crate) fn judge(
+    name: impl Fn(usize) -> String,
+    (baseline, during): (&Phase, &Phase),
+    (degraded, unaffected): (&BTreeSet<usize>, &BTreeSet<usize>),
+    failovers: f64,
+    thresholds: Thresholds,
+) -> Judgement {
+    let served = |set: &BTreeSet<usize>| -> Vec<usize> {
+        set.iter()
+            .copied()
+            .filter(|&t| during.samples[t].total > 0)
+            .collect()
+    };
+    let (affected, quiet) = (served(degraded), served(unaffected));
+    let mut violations = Vec::new();
+
+    // 1. Tenants the model has degraded keep being served.
+    let ratios = affected.iter().map(|&t| (t, during.samples[t].ratio()));
+    let affected_min = ratios.clone().map(|(_, r)| r).reduce(f64::min);
+    let dropped: Vec<(usize, f64)> = ratios
+        .filter(|&(_, r)| r < thresholds.min_success)
+        .collect();
+    let degrade_not_drop = match affected_min {
+        None => Property::not_exercised(
+            "no tenant had some but not all of its members out, so none could degrade",
+        ),
+        Some(lowest) => Property::tested(
+            dropped.is_empty(),
+            format!(
+                "{} tenants with some members out; lowest success {:.2}%, at least {:.2}% required",
+                affected.len(),
+                lowest * 100.0,
+                thresholds.min_success * 100.0
+            ),
+        ),
+    };
+    if let Some(&(worst, ratio)) = dropped.iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
+        violations.push(format!(
+            "{} of {} degraded tenants were served under {:.2}% of their requests (worst: {} at {:.2}%): they dropped rather than degraded",
+            dropped.len(),
+            affected.len(),
+            thresholds.min_success * 100.0,
+            name(worst),
+            ratio * 100.0
+        ));
+    }
+
+    // 2. Tenants the model leaves alone feel nothing.
+    let unaffected_errors: u64 = quiet.iter().map(|&t| during.samples[t].errors()).sum();
+    let p99 = |phase: &Phase| {
+        let mut all: Vec<u32> = quiet
+            .iter()
+            .filter_map(|&t| phase.samples.get(t))
+            .flat_map(|sample| sample.latencies_us.iter().copied())
+            .collect();
+        load::quantile_ms(&mut all, 0.99)
+    };
+    let (before, now) = (p99(baseline), p99(during));
+    let slower = now > before + thresholds.latency_bound_ms;
+    let unaffected_see_nothing = if quiet.is_empty() {
+        Property::not_exercised("every tenant had a member out, so none was unaffected")
+    } else {
+        Property::tested(
+            unaffected_errors == 0 && !slower,
+            format!(
+                "{} tenants with no member out; {unaffected_errors} errors; p99 {now:.2} ms against {before:.2} ms before, bound +{:.1} ms",
+                quiet.len(),
+                thresholds.latency_bound_ms
+            ),
+        )
+    };
+    if unaffected_errors > 0 {
+        let first: Vec<String> = quiet
+            .iter()
+            .filter(|&&t| during.samples[t].errors() > 0)
+            .take(5)
+            .map(|&t| name(t))
+            .collect();
+        violations.push(format!(
+            "unaffected tenants saw {unaffected_errors} errors; they should see none (first: {})",
+            first.join(", ")
+        ));
+    }
+    if slower {
+        violations.push(format!(
+            "unaffected tenants' p99 latency rose from {before:.1} ms to {now:.1} ms, more than the {:.1} ms bound",
+            thresholds.latency_bound_ms
+        ));
+    }
+
+    // 3. Wherever the model leaves a tenant a member, the gateway must have
+    // failed over to it.
+    let failover_happened = if affected.is_empty() {
+        Property::not_exercised(
+            "no tenant kept a member in rotation, so there was nothing to fail over to",
+        )
+    } else {
+        Property::tested(
+            failovers > 0.0,
+            format!(
+                "the failover counter rose by {failovers} while {} tenants with a surviving member were served",
+                affected.len()
+            ),
+        )
+    };
+    if failover_happened.status == Status::Violated {
+        violations.push(format!(
+            "the gateway's failover counter did not rise although {} tenants had a surviving member: it did not fail over inside the subset",
+            affected.len()
+        ));
+    }
+    Judgement {
+        properties: Properties {
+            degrade_not_drop,
+            unaffected_see_nothing,
+            failover_happened,
+        },
+        affected_min,
+        unaffected_errors,
+        p99_ms: (before, now),
+        violations,
     }
 }
 
@@ -558,19 +594,31 @@ mod tests {
         latency_bound_ms: 10.0,
     };
 
+    /// The verdict on `during` against `baseline`, for the shards `failed`
+    /// with the tenants `out` reported with a member out.
+    fn judged(
+        session: &Session,
+        baseline: &Phase,
+        during: &Phase,
+        failed: &[ShardRef],
+        out: &BTreeSet<usize>,
+        failovers: f64,
+    ) -> Verdict {
+        session.evaluate("d", baseline, during, failed, out, failovers, THRESHOLDS)
+    }
+
     #[test]
     fn a_clean_single_failure_passes() {
         let session = session(&[&["s0", "s1"], &["s2", "s3"]]);
         let baseline = phase(&[(10, 10, 1000), (10, 10, 1000)]);
         let during = phase(&[(10, 10, 1500), (10, 10, 1200)]);
-        let verdict = session.evaluate(
-            "d",
+        let verdict = judged(
+            &session,
             &baseline,
             &during,
             &shards(&["s0"]),
             &[0].into(),
             10.0,
-            THRESHOLDS,
         );
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
         let sets = [&verdict.fully_down, &verdict.degraded, &verdict.unaffected];
@@ -591,7 +639,7 @@ mod tests {
 
         // A degraded tenant lost requests.
         let during = phase(&[(9, 10, 1000), (10, 10, 1000), (10, 10, 1000)]);
-        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
+        let v = judged(&session, &baseline, &during, &failed, &degraded, 5.0);
         assert!(
             v.violations
                 .iter()
@@ -603,13 +651,13 @@ mod tests {
 
         // An unaffected tenant saw an error, and nothing else went wrong.
         let during = phase(&[(10, 10, 1000), (9, 10, 1000), (10, 10, 1000)]);
-        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
+        let v = judged(&session, &baseline, &during, &failed, &degraded, 5.0);
         assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
         assert_eq!(statuses(&v), [Status::Held, Status::Violated, Status::Held]);
 
         // An unaffected tenant saw an error, and its p99 rose past the bound.
         let during = phase(&[(10, 10, 1000), (9, 10, 30_000), (10, 10, 1000)]);
-        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
+        let v = judged(&session, &baseline, &during, &failed, &degraded, 5.0);
         assert!(
             v.violations
                 .iter()
@@ -619,25 +667,17 @@ mod tests {
         assert_eq!(statuses(&v), [Status::Held, Status::Violated, Status::Held]);
         // Only slower, no errors: still violated.
         let during = phase(&[(10, 10, 1000), (10, 10, 30_000), (10, 10, 1000)]);
-        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
+        let v = judged(&session, &baseline, &during, &failed, &degraded, 5.0);
         assert_eq!(v.properties.unaffected_see_nothing.status, Status::Violated);
 
         // No failover counted although degraded tenants were served.
         let during = phase(&[(10, 10, 1000), (10, 10, 1000), (10, 10, 1000)]);
-        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 0.0, THRESHOLDS);
+        let v = judged(&session, &baseline, &during, &failed, &degraded, 0.0);
         assert!(v.violations.iter().any(|v| v.contains("failover counter")));
         assert_eq!(statuses(&v), [Status::Held, Status::Held, Status::Violated]);
 
         // The gateway's view of who is degraded differs from the model's.
-        let v = session.evaluate(
-            "d",
-            &baseline,
-            &during,
-            &failed,
-            &[0].into(),
-            5.0,
-            THRESHOLDS,
-        );
+        let v = judged(&session, &baseline, &during, &failed, &[0].into(), 5.0);
         assert!(!v.degraded.matches);
         assert_eq!(v.degraded.missing, ["t2"]);
         assert!(!v.unaffected.matches);
@@ -645,7 +685,7 @@ mod tests {
 
         // A tenant down that the model says should be up.
         let during = phase(&[(10, 10, 1000), (0, 10, 1000), (10, 10, 1000)]);
-        let v = session.evaluate("d", &baseline, &during, &failed, &degraded, 5.0, THRESHOLDS);
+        let v = judged(&session, &baseline, &during, &failed, &degraded, 5.0);
         assert!(!v.fully_down.matches);
         assert_eq!(v.fully_down.unexpected, ["t1"]);
     }
@@ -683,15 +723,7 @@ mod tests {
                 .collect();
             phase(&samples)
         };
-        let v = session.evaluate(
-            "d",
-            &baseline,
-            &during_with(&down),
-            &failed,
-            &out,
-            9.0,
-            THRESHOLDS,
-        );
+        let v = judged(&session, &baseline, &during_with(&down), &failed, &out, 9.0);
         assert!(v.violations.is_empty(), "{:?}", v.violations);
         assert_eq!((v.fully_down.measured, v.fully_down.modeled), (3, 3));
         assert_eq!((v.degraded.measured, v.degraded.modeled), (9, 9));
@@ -706,15 +738,7 @@ mod tests {
             vec![*out.iter().find(|t| !down.contains(t)).unwrap()],
         ]
         .concat();
-        let v = session.evaluate(
-            "d",
-            &baseline,
-            &during_with(&more),
-            &failed,
-            &out,
-            9.0,
-            THRESHOLDS,
-        );
+        let v = judged(&session, &baseline, &during_with(&more), &failed, &out, 9.0);
         assert!(
             v.violations
                 .iter()
@@ -725,14 +749,13 @@ mod tests {
         assert_eq!(v.properties.degrade_not_drop.status, Status::Violated);
 
         // One fewer: a tenant the model has fully down was served.
-        let v = session.evaluate(
-            "d",
+        let v = judged(
+            &session,
             &baseline,
             &during_with(&down[1..]),
             &failed,
             &out,
             9.0,
-            THRESHOLDS,
         );
         assert!(!v.fully_down.matches);
         assert_eq!(v.fully_down.missing.len(), 1);
@@ -745,14 +768,13 @@ mod tests {
         let session = session(&[&["s0", "s1"], &["s2", "s3"]]);
         let baseline = phase(&[(10, 10, 1000), (10, 10, 1000)]);
         let during = phase(&[(0, 10, 1000), (10, 10, 1000)]);
-        let v = session.evaluate(
-            "d",
+        let v = judged(
+            &session,
             &baseline,
             &during,
             &shards(&["s0", "s1"]),
             &[0].into(),
             0.0,
-            THRESHOLDS,
         );
         assert!(v.violations.is_empty(), "{:?}", v.violations);
         assert_eq!(
@@ -761,14 +783,13 @@ mod tests {
         );
         // Every tenant touched: nobody was unaffected.
         let during = phase(&[(0, 10, 1000), (0, 10, 1000)]);
-        let v = session.evaluate(
-            "d",
+        let v = judged(
+            &session,
             &baseline,
             &during,
             &shards(&["s0", "s2"]),
             &[0, 1].into(),
             3.0,
-            THRESHOLDS,
         );
         assert_eq!(
             v.properties.unaffected_see_nothing.status,
