@@ -597,6 +597,7 @@ fn yes(value: bool) -> String {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
+    use drill::Property;
 
     use super::*;
 
@@ -694,6 +695,33 @@ mod tests {
         assert!(error.starts_with("--poison-control \"s0\""), "{error}");
         let none = parse(&["--poison", "whale", "--poison-requests", "0"]).unwrap();
         assert!(poison_plan(&none).is_err());
+    }
+
+    #[test]
+    fn the_verdict_line_names_what_held_and_what_was_not_exercised() {
+        let held = || Property::tested(true, "figures");
+        let mut properties = Properties {
+            degrade_not_drop: held(),
+            unaffected_see_nothing: held(),
+            failover_happened: held(),
+        };
+        assert_eq!(
+            verdict_lines(true, Some(&properties), &[]),
+            "PASS: every property held, and the measured tenants are the model's.\n"
+        );
+        properties.degrade_not_drop = Property::not_exercised("nobody kept a member");
+        properties.failover_happened = Property::not_exercised("nobody kept a member");
+        assert_eq!(
+            verdict_lines(true, Some(&properties), &[]),
+            "PASS, partly: 2 held, and the measured tenants are the model's; 1 and 3 not exercised by this fault.\n"
+        );
+        let block = properties_block(&properties);
+        assert!(
+            block.contains("  1. affected tenants degrade rather than drop: not exercised (nobody kept a member).\n"),
+            "{block}"
+        );
+        let failed = verdict_lines(false, None, &["one".into(), "two".into()]);
+        assert_eq!(failed, "FAIL:\n  - one\n  - two\n");
     }
 
     #[test]
