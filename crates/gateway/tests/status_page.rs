@@ -34,27 +34,40 @@ fn element<'a>(dom: &'a str, start: &str, end: &str) -> Option<&'a str> {
     Some(&dom[from..from + to + end.len()])
 }
 
+/// A gateway of `shards` shards and `tenants` tenants whose status page
+/// needs no token (and `admin` lines more), with every member of
+/// `victim`'s subset failed by the operator; and those members.
+async fn fail_subset_of(
+    victim: &str,
+    shards: usize,
+    tenants: usize,
+    admin: &str,
+) -> (Fixture, Vec<String>) {
+    let fixture = Fixture::start(Options {
+        shards,
+        tenants,
+        admin: format!("status_page_without_token = true\n{admin}"),
+        ..options()
+    })
+    .await;
+    let subset = fixture.subset_ids(victim);
+    for shard in &subset {
+        fixture
+            .admin_json("POST", &format!("/admin/shards/{shard}/fail"))
+            .await;
+    }
+    (fixture, subset)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() {
     let Some(browser) = browser::find_or_skip() else {
         return;
     };
 
-    let fixture = Fixture::start(Options {
-        shards: 12,
-        tenants: 200,
-        admin: "status_page_without_token = true\n".into(),
-        ..options()
-    })
-    .await;
     // Fail one tenant's whole subset: it is fully down, others degraded.
     let victim = "tenant-0";
-    let failed = fixture.subset_ids(victim);
-    for shard in &failed {
-        fixture
-            .admin_json("POST", &format!("/admin/shards/{shard}/fail"))
-            .await;
-    }
+    let (fixture, failed) = fail_subset_of(victim, 12, 200, "").await;
     let failed_refs: Vec<&str> = failed.iter().map(String::as_str).collect();
     let (fully_down, degraded, down_list) = analyser(&fixture, &failed_refs);
     assert!(down_list.contains(&victim.to_owned()));
@@ -246,20 +259,9 @@ async fn chromium_marks_a_recovered_tenant_and_ranks_nobody_at_100_percent() {
         return;
     };
     // A short window: the tenant's buckets are 2.5 s long.
-    let fixture = Fixture::start(Options {
-        shards: 8,
-        tenants: 40,
-        admin: "status_page_without_token = true\navailability_window_seconds = 30\n".into(),
-        ..options()
-    })
-    .await;
     let victim = "tenant-0";
-    let subset = fixture.subset_ids(victim);
-    for shard in &subset {
-        fixture
-            .admin_json("POST", &format!("/admin/shards/{shard}/fail"))
-            .await;
-    }
+    let (fixture, subset) =
+        fail_subset_of(victim, 8, 40, "availability_window_seconds = 30\n").await;
     for _ in 0..3 {
         assert_eq!(
             fixture.get(victim, "/").await.0,

@@ -16,7 +16,7 @@ use report::escape;
 use tokio::time::Instant;
 
 use crate::health::Availability;
-use crate::ops::views::{TenantAvailability, limited, live_blast, worst};
+use crate::ops::views::{TenantAvailability, limited, live_blast, tenant_ratios, worst};
 use crate::ops::window::{Bucket, SHARD_BUCKETS, Timed};
 use crate::state::{Gateway, ShardRuntime, Snapshot};
 
@@ -227,12 +227,7 @@ pub fn render(gateway: &Gateway) -> String {
     let blasts: Vec<_> = (0..snapshot.config.cells.len())
         .map(|cell| live_blast(&snapshot, cell))
         .collect();
-    let ratios: Vec<f64> = gateway
-        .tenant_windows
-        .all(now)
-        .into_iter()
-        .filter_map(|(_, tally)| tally.ratio())
-        .collect();
+    let ratios = tenant_ratios(gateway, now);
     let state = State {
         shards: cells.iter().map(Vec::len).sum(),
         out: cells
