@@ -69,27 +69,38 @@ impl Bucket for Tally {
     }
 }
 
-/// Latency classes: class 0 is under [`LATENCY_FLOOR`], class `i` reaches
+/// Latency classes: class 0 is up to [`LATENCY_FLOOR`], class `i` reaches
 /// up to `LATENCY_FLOOR × 2^(i/4)` (about 19 % wide), the last one is open.
 const LATENCY_CLASSES: usize = 80;
 /// The upper bound of latency class 0.
 const LATENCY_FLOOR: Duration = Duration::from_micros(100);
 
-/// The latency class of `elapsed`.
+/// 2^(1/4), 2^(2/4), 2^(3/4): where each quarter-octave class ends.
+const QUARTERS: [f64; 3] = [
+    1.189_207_115_002_721,
+    std::f64::consts::SQRT_2,
+    1.681_792_830_507_429,
+];
+
+/// The latency class of `elapsed`: the smallest `i` with
+/// `elapsed ≤ LATENCY_FLOOR × 2^(i/4)`. It runs on every attempt, so it
+/// reads the octave from the float's exponent and the quarter from three
+/// comparisons of its mantissa, with no logarithm.
 fn latency_class(elapsed: Duration) -> usize {
-    if elapsed < LATENCY_FLOOR {
+    if elapsed <= LATENCY_FLOOR {
         return 0;
     }
     let ratio = elapsed.as_secs_f64() / LATENCY_FLOOR.as_secs_f64();
-    // The smallest i ≥ 1 with ratio ≤ 2^(i/4), by the log and a correction
-    // step either way for its rounding.
-    let mut class = ((ratio.log2() * 4.0).ceil() as usize).max(1);
-    if class > 1 && ratio <= class_bound_ratio(class - 1) {
-        class -= 1;
-    } else if ratio > class_bound_ratio(class) {
-        class += 1;
-    }
-    class.min(LATENCY_CLASSES - 1)
+    let bits = ratio.to_bits();
+    // ratio = mantissa × 2^octave, mantissa in [1, 2), octave ≥ 0 here.
+    let octave = ((bits >> 52) & 0x7ff) as usize - 1023;
+    let mantissa = f64::from_bits((bits & ((1 << 52) - 1)) | (1023 << 52));
+    let quarter = if mantissa == 1.0 {
+        0
+    } else {
+        1 + QUARTERS.iter().filter(|&&q| mantissa > q).count()
+    };
+    (octave * 4 + quarter).min(LATENCY_CLASSES - 1)
 }
 
 fn class_bound_ratio(class: usize) -> f64 {
@@ -444,6 +455,23 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The class is the smallest whose bound is at least the latency,
+        /// against the definition computed with logarithms.
+        #[test]
+        fn latency_classes_are_the_smallest_that_hold(nanos in 0u64..200_000_000_000) {
+            let elapsed = Duration::from_nanos(nanos);
+            let class = latency_class(elapsed);
+            let bound = |i: usize| LATENCY_FLOOR.as_secs_f64() * class_bound_ratio(i);
+            let seconds = elapsed.as_secs_f64();
+            if class < LATENCY_CLASSES - 1 {
+                proptest::prop_assert!(seconds <= bound(class) * (1.0 + 1e-12), "{elapsed:?} above class {class}");
+            }
+            if class > 0 {
+                proptest::prop_assert!(seconds > bound(class - 1) * (1.0 - 1e-12), "{elapsed:?} fits class {}", class - 1);
+            }
+        }
+
+
         /// The class bound is the nearest-rank quantile rounded up by at
         /// most one class (about 19 %), against sorting every sample.
         #[test]
