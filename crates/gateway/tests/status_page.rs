@@ -27,6 +27,15 @@ async fn blocking<T: Send + 'static>(chromium: impl FnOnce() -> T + Send + 'stat
     tokio::task::spawn_blocking(chromium).await.unwrap()
 }
 
+/// Rows of the tenants-below-100 % table, padded or not: the same on
+/// every refresh, so the page below it never moves.
+const WORST_ROWS: usize = 10;
+
+/// The table's rows, data and padding, without its header.
+fn worst_rows(worst: &str) -> usize {
+    worst.matches("<tr data-tenant=").count() + worst.matches("<tr class=\"pad\">").count()
+}
+
 /// The serialised element that starts with `start`, up to `end`.
 fn element<'a>(dom: &'a str, start: &str, end: &str) -> Option<&'a str> {
     let from = dom.find(start)?;
@@ -220,6 +229,14 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
     let ranked = worst.matches("<tr data-tenant=").count();
     assert!(ranked >= 1 && ranked <= down_list.len(), "{worst}");
     assert!(!worst.contains("100.000%"), "{worst}");
+    assert_eq!(worst_rows(worst), WORST_ROWS, "{worst}");
+    // Every sparkline has the same fixed size, traffic or not.
+    assert_eq!(
+        dom.matches("<svg class=\"spark\"").count(),
+        dom.matches("width=\"180\" height=\"28\" viewBox=\"0 0 180 28\"")
+            .count(),
+        "{dom}"
+    );
     // The distribution: the victim among the fully down, the rest at 100 %.
     let class = |index: usize| {
         let start = format!("data-class=\"{index}\" data-count=\"");
@@ -311,6 +328,7 @@ async fn chromium_marks_a_recovered_tenant_and_ranks_nobody_at_100_percent() {
         .unwrap_or_else(|| panic!("no worst-tenants table\n{dom}"));
     // One row: the victim, marked recovered; the ten at 100 % unranked.
     assert_eq!(worst.matches("<tr data-tenant=").count(), 1, "{worst}");
+    assert_eq!(worst_rows(worst), WORST_ROWS, "{worst}");
     let victim_row = element(worst, &format!("<tr data-tenant=\"{victim}\">"), "</tr>")
         .unwrap_or_else(|| panic!("{victim} not ranked: {worst}"));
     assert!(
