@@ -89,10 +89,12 @@ fn promtool(promtool: &Path, dir: &Path, args: &[&str]) -> String {
 }
 
 /// The metric name(s) a family of `kind` named `name` is sampled as: a
-/// counter as `_total`, a histogram as `_bucket`, `_sum` and `_count`.
+/// counter as `_total`, an info metric as `_info`, a histogram as
+/// `_bucket`, `_sum` and `_count`.
 fn sampled_as(name: &str, kind: &str) -> Vec<String> {
     match kind {
         "counter" => vec![format!("{name}_total")],
+        "info" => vec![format!("{name}_info")],
         "histogram" => ["_bucket", "_sum", "_count"]
             .iter()
             .map(|suffix| format!("{name}{suffix}"))
@@ -128,22 +130,25 @@ fn registered_names() -> BTreeSet<String> {
         let (name, rest) = literal(call).expect("a metric name literal");
         let (_help, rest) =
             literal(rest.trim_start().trim_start_matches(',')).expect("a help literal");
-        let variable = rest
-            .trim_start()
-            .trim_start_matches(',')
-            .trim_start()
+        // The metric: a variable made earlier (`name.clone()`), or made
+        // right there.
+        let argument = rest.trim_start().trim_start_matches(',').trim_start();
+        let argument = &argument[..argument.find(");").unwrap_or(argument.len())];
+        let variable = argument
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .next()
             .unwrap();
         let binding = format!("let {variable} = ");
-        let made = source
-            .find(&binding)
-            .map(|at| &source[at..at + source[at..].find(';').unwrap()])
-            .unwrap_or_else(|| panic!("no `{binding}` for the family {name}"));
+        let made = match source.find(&binding) {
+            Some(at) => &source[at..at + source[at..].find(';').unwrap()],
+            None => argument,
+        };
         let kind = if made.contains("Histogram") {
             "histogram"
         } else if made.contains("Counter") {
             "counter"
+        } else if made.contains("Info") {
+            "info"
         } else {
             "gauge"
         };
