@@ -257,7 +257,12 @@ pub fn refresh_gauges(gateway: &Gateway) {
     metrics
         .suspect_tenants
         .set(gateway.suspects.list(now).len() as i64);
-    let ratios = crate::ops::views::tenant_ratios(gateway, now);
+    let ratios: Vec<f64> = gateway
+        .tenant_windows
+        .all(now)
+        .into_iter()
+        .filter_map(|(_, tally)| tally.ratio())
+        .collect();
     for bound in AVAILABILITY_BOUNDS {
         metrics
             .tenants_at_most

@@ -16,7 +16,7 @@ use report::escape;
 use tokio::time::Instant;
 
 use crate::health::Availability;
-use crate::ops::views::{TenantAvailability, limited, live_blast, tenant_ratios, worst};
+use crate::ops::views::{TenantAvailability, limited, live_blast, worst};
 use crate::ops::window::{Bucket, SHARD_BUCKETS, Timed};
 use crate::state::{Gateway, ShardRuntime, Snapshot};
 
@@ -227,7 +227,9 @@ pub fn render(gateway: &Gateway) -> String {
     let blasts: Vec<_> = (0..snapshot.config.cells.len())
         .map(|cell| live_blast(&snapshot, cell))
         .collect();
-    let ratios = tenant_ratios(gateway, now);
+    // Every tenant with requests in the window, worst first.
+    let tenants = worst(gateway, usize::MAX);
+    let ratios: Vec<f64> = tenants.iter().filter_map(|row| row.availability).collect();
     let state = State {
         shards: cells.iter().map(Vec::len).sum(),
         out: cells
@@ -273,7 +275,7 @@ pub fn render(gateway: &Gateway) -> String {
     shard_grid(&snapshot, &cells, gateway, now, wall, &mut html);
     blast_table(&blasts, &mut html);
     distribution(&ratios, window_seconds, &mut html);
-    below_full(&worst(gateway, usize::MAX), &mut html);
+    below_full(&tenants, &mut html);
     limited_table(&snapshot, &mut html);
     suspects(gateway, now, &mut html);
     html.push_str("</body></html>");

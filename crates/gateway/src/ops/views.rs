@@ -76,17 +76,6 @@ fn recovered(windows: &Windows, tenant: &str, now: Instant) -> Option<Duration> 
     Some(windows.into_bucket(now) + windows.bucket_length() * between)
 }
 
-/// Every tenant's success ratio over the window, for those with requests
-/// in it (in no particular order).
-pub fn tenant_ratios(gateway: &Gateway, now: Instant) -> Vec<f64> {
-    gateway
-        .tenant_windows
-        .all(now)
-        .into_iter()
-        .filter_map(|(_, tally)| tally.ratio())
-        .collect()
-}
-
 /// The live blast radius of one cell: who is fully down or degraded by the
 /// shards out of rotation now.
 pub fn live_blast(snapshot: &Snapshot, cell: usize) -> LiveBlast {
