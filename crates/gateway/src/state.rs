@@ -389,8 +389,9 @@ pub struct Gateway {
     pub metrics: crate::ops::metrics::Metrics,
     /// Per-tenant success over the availability window.
     pub tenant_windows: crate::ops::window::Windows,
-    /// Per-shard attempts over the availability window (for utilization).
-    pub shard_windows: crate::ops::window::Windows,
+    /// Per-shard attempts over the availability window (for utilization,
+    /// and the status page's sparklines, errors and latency).
+    pub shard_windows: crate::ops::window::ShardWindows,
     /// Tenants quarantined by poison containment; they survive reloads.
     pub suspects: crate::health::quarantine::Suspects,
     /// Bumped by every reload that took effect, so that what schedules
@@ -409,7 +410,7 @@ impl Gateway {
             budget,
             metrics: crate::ops::metrics::Metrics::new(),
             tenant_windows: crate::ops::window::Windows::new(window, Instant::now()),
-            shard_windows: crate::ops::window::Windows::new(window, Instant::now()),
+            shard_windows: crate::ops::window::ShardWindows::new(window, Instant::now()),
             suspects: crate::health::quarantine::Suspects::new(),
             reloads: tokio::sync::watch::Sender::new(0),
         })

@@ -386,13 +386,10 @@ async fn shard_action(
     Query(query): Query<CellQuery>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let snapshot = gateway.snapshot();
-    let change: fn(&mut crate::health::HealthState) = match action.as_str() {
-        "fail" => |health| health.failed = true,
-        "drain" => |health| health.drained = true,
-        "restore" => |health| {
-            health.failed = false;
-            health.drained = false;
-        },
+    let change: fn(&mut crate::health::HealthState, Instant) = match action.as_str() {
+        "fail" => |health, now| health.mark(true, health.drained, now),
+        "drain" => |health, now| health.mark(health.failed, true, now),
+        "restore" => |health, now| health.mark(false, false, now),
         _ => {
             return Err(AdminError(
                 StatusCode::NOT_FOUND,
@@ -401,7 +398,10 @@ async fn shard_action(
         }
     };
     let shard = find(&snapshot, &id, query.cell.as_deref())?;
-    change(&mut shard.health.lock().expect("health lock"));
+    change(
+        &mut shard.health.lock().expect("health lock"),
+        Instant::now(),
+    );
     tracing::warn!(cell = %shard.cell, shard = %shard.id, action = %action, "operator changed shard state");
     Ok(Json(
         json!({ "shard": shard_view(&gateway, &snapshot, shard) }),

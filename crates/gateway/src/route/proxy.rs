@@ -1168,13 +1168,13 @@ impl<'a> Attempts<'a> {
         };
         let now = Instant::now();
         self.now = now;
-        shard.metrics(&gateway.metrics).attempt(
-            failure.map_or("ok", Failure::name),
-            now.saturating_duration_since(attempt.started),
-        );
+        let elapsed = now.saturating_duration_since(attempt.started);
+        shard
+            .metrics(&gateway.metrics)
+            .attempt(failure.map_or("ok", Failure::name), elapsed);
         gateway
             .shard_windows
-            .record(shard.window_key(), failure.is_none(), now);
+            .record(shard.window_key(), (failure.is_none(), elapsed), now);
         // A failure counts now; a success only once its body has ended
         // cleanly (see `body::BackendBody`): a shard that answers heads and
         // then stalls must not have each head forgive its last stall.
