@@ -78,28 +78,30 @@ fn failure_set(fleet: &Fleet, item: &Bound<'_, PyAny>) -> PyResult<Scenario> {
         }
         parts
     };
-    let name = parts.join(",");
+    // A str is named as written, like `--fail`; a list by its ids.
+    let name = if item.is_instance_of::<PyString>() {
+        item.extract::<String>()?
+    } else {
+        parts.join(",")
+    };
     let mut shards = Vec::with_capacity(parts.len());
     for id in &parts {
         if id.is_empty() {
             return Err(PyValueError::new_err(format!(
-                "fail {name:?} has an empty entry; list shard ids, e.g. fail=[\"3,17\"] or fail=[[3, 17]]"
+                "fail {name:?} has an empty entry; list shard ids separated by commas, e.g. fail=[\"3,17\"] or fail=[[3, 17]]"
             )));
         }
         let index = fleet.index_of(id).ok_or_else(|| {
-            value_error(AnalysisError::UnknownShard {
-                shard: id.clone(),
-                n: fleet.len(),
-            })
+            PyValueError::new_err(format!(
+                "fail {name}: there is no shard {id:?} in this fleet of {} shards (ids 0 to {}); name shards that exist",
+                fleet.len(),
+                fleet.len() - 1
+            ))
         })?;
         shards.push(index);
     }
     Ok(Scenario {
-        name: if item.is_instance_of::<PyString>() {
-            item.extract()?
-        } else {
-            name
-        },
+        name,
         zone: None,
         shards,
     })
@@ -490,15 +492,47 @@ fn version_key(
             keys,
         )
     })?;
-    if dict.contains(RECIPE_VERSION)? {
-        return Err(PyValueError::new_err(format!(
-            "keys: the version name {RECIPE_VERSION:?} means the public recipe key; give your key another name"
-        )));
-    }
     match dict.get_item(version)? {
         Some(key) => args::secret_key(&format!("keys[{version:?}]"), &key),
         None => Err(missing()),
     }
+}
+
+/// Checks every key given, used or not, as the command line loads every
+/// `--key` before it builds a placer.
+fn check_keys(keys: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    let Some(keys) = keys.filter(|obj| !obj.is_none()) else {
+        return Ok(());
+    };
+    let recipe_named = || {
+        PyValueError::new_err(format!(
+            "keys: the version name {RECIPE_VERSION:?} means the public recipe key; give your key another name"
+        ))
+    };
+    if let Ok(ring) = keys.cast::<KeyRing>() {
+        if ring.borrow().inner.get(RECIPE_VERSION).is_some() {
+            return Err(recipe_named());
+        }
+        return Ok(());
+    }
+    let dict = keys.cast::<PyDict>().map_err(|_| {
+        args::wrong_type(
+            "keys",
+            "a KeyRing or a dict from version to key bytes",
+            keys,
+        )
+    })?;
+    for (version, key) in dict.iter() {
+        let version = args::text("a key version", &version)?;
+        if version.is_empty() {
+            return Err(value_error(placement::KeyError::EmptyVersion));
+        }
+        if version == RECIPE_VERSION {
+            return Err(recipe_named());
+        }
+        args::secret_key(&format!("keys[{version:?}]"), &key)?;
+    }
+    Ok(())
 }
 
 /// The placer a spec describes.
@@ -544,6 +578,7 @@ pub fn migrate<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let (from, from_shards) = spec("before", before)?;
     let (to, to_shards) = spec("after", after)?;
+    check_keys(keys)?;
     let before = spec_placer(py, "before", &from, from_shards.as_ref(), keys)?;
     let after = spec_placer(py, "after", &to, to_shards.as_ref(), keys)?;
     let population: Population = args::population(tenants, weights)?;
