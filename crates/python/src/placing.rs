@@ -1,6 +1,8 @@
 //! Placement from Python: Recipe 12.1 as the chapter's function, the
 //! `Placer`, the versioned `KeyRing` and the migration diff.
 
+use std::sync::Mutex;
+
 use placement::{
     Algorithm, HmacModulo, KeyRing as RingInner, PlacementConfig, PlacementError, PlacementKey,
     Placer as PlacerInner, ShardIndex, TenantOverride, migration,
@@ -35,8 +37,8 @@ pub fn shuffle_shards(
         None => 3,
     };
     let key = match key {
-        Some(key) => PlacementKey::from_bytes(args::key_bytes("key", key)?),
-        None => PlacementKey::recipe_default(),
+        Some(key) => args::key_bytes("key", key)?,
+        None => placement::RECIPE_DEFAULT_KEY.to_vec(),
     };
     if n < 1 {
         return Err(value_error(PlacementError::EmptyFleet));
@@ -52,9 +54,26 @@ pub fn shuffle_shards(
             "k = {k} is out of range for {n} shards: choose k between 1 and {n}"
         )));
     }
-    let recipe = HmacModulo::new(&key, n as u32).map_err(value_error)?;
+    // Keying HMAC costs four SHA-256 compressions, more than placing a
+    // short tenant; callers loop over tenants with one key and `n`, so the
+    // last keyed recipe is kept.
+    let mut last = LAST_RECIPE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let reusable = matches!(&*last, Some((bytes, size, _)) if *size == n as u32 && *bytes == key);
+    if !reusable {
+        let recipe = HmacModulo::new(&PlacementKey::from_bytes(key.clone()), n as u32)
+            .map_err(value_error)?;
+        *last = Some((key, n as u32, recipe));
+    }
+    let (_, _, recipe) = last.as_ref().expect("set above");
     recipe.place(&tenant, k as u32).map_err(value_error)
 }
+
+/// The recipe keyed by the last `shuffle_shards` call: key bytes, `n`, and
+/// the keyed state. Key bytes stay in this process's memory as they do in
+/// the caller's; they are never printed.
+static LAST_RECIPE: Mutex<Option<(Vec<u8>, u32, HmacModulo)>> = Mutex::new(None);
 
 /// Named placement key versions, one of them active. Rotating the key is a
 /// migration, so old versions stay addressable. Keys never appear in
@@ -269,7 +288,20 @@ impl Placer {
                 .map(|tenant| self.inner.subset(tenant))
                 .collect()
         });
-        PyList::new(py, subsets)
+        // A million new lists would set off the cyclic collector every 700
+        // allocations, each pass walking the young lists: that doubled the
+        // time of a batch. Lists of ints hold no cycles, so it is paused
+        // while they are built (the GIL is held, so no other thread runs).
+        let gc = py.import("gc")?;
+        let enabled = gc.call_method0("isenabled")?.is_truthy()?;
+        if enabled {
+            gc.call_method0("disable")?;
+        }
+        let built = PyList::new(py, subsets);
+        if enabled {
+            gc.call_method0("enable")?;
+        }
+        built
     }
 
     /// Every tenant's subset, row after row, as native-endian `uint32`s in
