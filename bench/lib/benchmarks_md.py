@@ -993,7 +993,7 @@ def python_package(results: Path, out_dir: Path) -> list[str]:
         f"Per call from Python (median ns): `shuffle_shard.shuffle_shards(t, 64, 3, key=KEY)` {calls['shuffle_shards']:.0f},"
         f" `placer.subset(t)` {calls['placer_subset']:.0f}, the chapter's `shuffle_shards` {calls['recipe']:.0f},"
         f" an empty Python function with the same arguments {calls['empty_function']:.0f}.",
-        f" The package and the recipe gave the same subsets for every tenant: {'yes' if doc.get('agree') else '**no**'}.",
+        f"The package and the recipe gave the same subsets for every tenant: {'yes' if doc.get('agree') else '**no**'}.",
         "",
     ]
     return md
