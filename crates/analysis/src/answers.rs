@@ -747,13 +747,7 @@ pub fn other_algorithm(algorithm: Algorithm) -> Algorithm {
 }
 
 /// One side of a migration answer: a spec and the placer it describes.
-#[derive(Debug, Clone, Copy)]
-pub struct Side<'a> {
-    /// The spec as given.
-    pub spec: &'a MigrationSpec,
-    /// The placer built from it.
-    pub placer: &'a Placer,
-}
+pub type Side<'a> = (&'a MigrationSpec, &'a Placer);
 
 /// The whole `migrate` answer.
 #[derive(Debug, Serialize)]
@@ -825,27 +819,28 @@ pub fn migration(
     progress: &impl Progress,
 ) -> MigrateReport {
     let message = format!("comparing {} tenants", population.len());
+    let ((from_spec, before), (to_spec, after)) = (from, to);
     let change = progress.step(&message, |_| {
-        migrate(from.placer, to.placer, population, MIGRATION_SAMPLE)
+        migrate(before, after, population, MIGRATION_SAMPLE)
     });
     let comparison = flipped.map(|(before, after)| {
         let report = progress.step(&message, |_| {
             migrate(before, after, population, MIGRATION_SAMPLE)
         });
         Comparison {
-            algorithm: other_algorithm(from.spec.algorithm).name(),
+            algorithm: other_algorithm(from_spec.algorithm).name(),
             change: ChangeJson::new(report, population),
         }
     });
     MigrateReport {
         tenants: change.tenants,
         from: MigrationSpec {
-            shards: Some(from.placer.fleet().len() as u32),
-            ..from.spec.clone()
+            shards: Some(before.fleet().len() as u32),
+            ..from_spec.clone()
         },
         to: MigrationSpec {
-            shards: Some(to.placer.fleet().len() as u32),
-            ..to.spec.clone()
+            shards: Some(after.fleet().len() as u32),
+            ..to_spec.clone()
         },
         change: ChangeJson::new(change, population),
         comparison,

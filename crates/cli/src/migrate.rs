@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use analysis::answers::{self, MigrateReport, MigrationSpec, Side, other_algorithm};
+use analysis::answers::{self, MigrateReport, MigrationSpec, other_algorithm};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use placement::{Algorithm, PlacementConfig, PlacementKey, Placer};
@@ -190,14 +190,8 @@ pub fn run(args: MigrateArgs) -> Result<()> {
     };
 
     let report = answers::migration(
-        Side {
-            spec: &from,
-            placer: &before,
-        },
-        Side {
-            spec: &to,
-            placer: &after,
-        },
+        (&from, &before),
+        (&to, &after),
         flipped.as_ref().map(|(before, after)| (before, after)),
         &population,
         &Bars,

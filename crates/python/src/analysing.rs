@@ -7,7 +7,7 @@
 //! here is only the input, with messages that name the Python argument
 //! where the command line names its flag.
 
-use analysis::answers::{self, BlastQuery, MigrationSpec, Quiet, Scenario, Side, other_algorithm};
+use analysis::answers::{self, BlastQuery, MigrationSpec, Quiet, Scenario, other_algorithm};
 use analysis::plan::{Budget, PlanPlacement};
 use analysis::waves::Waves;
 use analysis::{AnalysisError, Population};
@@ -30,25 +30,102 @@ fn to_python<'py>(py: Python<'py>, answer: &impl Serialize) -> PyResult<Bound<'p
     py.import("json")?.call_method1("loads", (json,))
 }
 
-/// The analysers' key: the recipe's public key when none is given (as on
-/// the command line, fine for analysis and never for serving traffic).
-fn analysis_key(
-    key: Option<&Bound<'_, PyAny>>,
-    key_version: Option<&str>,
-) -> PyResult<PlacementKey> {
-    match key {
-        Some(key) if !key.is_none() => placing::key_of(key, key_version),
-        _ if key_version.is_some() => Err(PyTypeError::new_err(
-            "key_version needs key to be a KeyRing",
-        )),
-        _ => Ok(PlacementKey::recipe_default()),
-    }
+/// The placement options `blast` and `plan` share, as on the command line,
+/// passed by the Python layer as one dict (absent or `None`: the default).
+pub struct PlacementOptions<'py> {
+    /// A shard count or a list of ids (or `(id, weight)` pairs).
+    shards: Option<Bound<'py, PyAny>>,
+    /// A zone spec such as `"a:8,b:8"`, or a dict from shard id to zone.
+    zones: Option<Bound<'py, PyAny>>,
+    /// `"hmac-modulo"` (the default, as on the command line) or `"rendezvous"`.
+    algorithm: Option<Bound<'py, PyAny>>,
+    /// Key bytes or a `KeyRing`; the recipe's public key when absent.
+    key: Option<Bound<'py, PyAny>>,
+    /// The `KeyRing` version to use instead of the active one.
+    key_version: Option<String>,
+    /// `{tenant: k}`.
+    tenant_k: Option<Bound<'py, PyAny>>,
 }
 
-fn algorithm_or_default(algorithm: Option<&Bound<'_, PyAny>>) -> PyResult<Algorithm> {
-    match algorithm {
-        Some(name) => placing::algorithm(name),
-        None => Ok(Algorithm::HmacModulo),
+impl<'py> PlacementOptions<'py> {
+    /// Reads the options from the dict the Python layer built.
+    fn from_dict(dict: &Bound<'py, PyDict>) -> PyResult<Self> {
+        let item = |name: &str| -> PyResult<Option<Bound<'py, PyAny>>> {
+            Ok(dict.get_item(name)?.filter(|value| !value.is_none()))
+        };
+        Ok(Self {
+            shards: item("shards")?,
+            zones: item("zones")?,
+            algorithm: item("algorithm")?,
+            key: item("key")?,
+            key_version: match item("key_version")? {
+                Some(version) => Some(args::text("key_version", &version)?),
+                None => None,
+            },
+            tenant_k: item("tenant_k")?,
+        })
+    }
+
+    /// The key (the recipe's public key when none is given, as on the
+    /// command line: fine for analysis, never for serving traffic).
+    fn key(&self) -> PyResult<PlacementKey> {
+        match &self.key {
+            Some(key) => placing::key_of(key, self.key_version.as_deref()),
+            None if self.key_version.is_some() => Err(PyTypeError::new_err(
+                "key_version needs key to be a KeyRing",
+            )),
+            None => Ok(PlacementKey::recipe_default()),
+        }
+    }
+
+    fn algorithm(&self) -> PyResult<Algorithm> {
+        match &self.algorithm {
+            Some(name) => placing::algorithm(name),
+            None => Ok(Algorithm::HmacModulo),
+        }
+    }
+
+    /// `tenant_k={tenant: k}` as overrides.
+    fn tenant_k(&self) -> PyResult<Vec<(String, u32)>> {
+        let Some(tenant_k) = &self.tenant_k else {
+            return Ok(Vec::new());
+        };
+        let dict = tenant_k
+            .cast::<PyDict>()
+            .map_err(|_| args::wrong_type("tenant_k", "a dict from tenant to k", tenant_k))?;
+        let mut overrides = Vec::with_capacity(dict.len());
+        for (tenant, k) in dict.iter() {
+            let tenant = args::text("a tenant_k tenant", &tenant)?;
+            let k = args::int_in(
+                &format!("tenant_k[{tenant:?}]"),
+                &k,
+                1,
+                i128::from(u32::MAX),
+            )?;
+            overrides.push((tenant, k as u32));
+        }
+        Ok(overrides)
+    }
+
+    /// The placer for `blast`, `tenant_k` overrides included.
+    fn placer(&self, k: &Bound<'_, PyAny>) -> PyResult<PlacerInner> {
+        let key = self.key()?;
+        let algorithm = self.algorithm()?;
+        let overrides = self.tenant_k()?;
+        let (mut placer, _) = placing::build(
+            self.shards.as_ref(),
+            self.zones.as_ref(),
+            k,
+            &key,
+            algorithm,
+            None,
+        )?;
+        for (tenant, k) in overrides {
+            placer
+                .set_override(tenant.clone(), placement::TenantOverride::K(k))
+                .map_err(|error| PyValueError::new_err(format!("tenant_k[{tenant:?}]: {error}")))?;
+        }
+        Ok(placer)
     }
 }
 
@@ -152,33 +229,10 @@ fn optional_int(
     }
 }
 
-/// `tenant_k={tenant: k}` as overrides.
-fn tenant_k(tenant_k: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, u32)>> {
-    let Some(tenant_k) = tenant_k.filter(|obj| !obj.is_none()) else {
-        return Ok(Vec::new());
-    };
-    let dict = tenant_k
-        .cast::<PyDict>()
-        .map_err(|_| args::wrong_type("tenant_k", "a dict from tenant to k", tenant_k))?;
-    let mut overrides = Vec::with_capacity(dict.len());
-    for (tenant, k) in dict.iter() {
-        let tenant = args::text("a tenant_k tenant", &tenant)?;
-        let k = args::int_in(
-            &format!("tenant_k[{tenant:?}]"),
-            &k,
-            1,
-            i128::from(u32::MAX),
-        )?;
-        overrides.push((tenant, k as u32));
-    }
-    Ok(overrides)
-}
-
 /// The blast radius of failures, poison tenants and deploy waves for a
 /// placed population: the dict `shuffle-shard blast --json` prints.
 #[pyfunction]
-#[pyo3(signature = (*, tenants, weights = None, k, shards = None, zones = None, algorithm = None,
-    key = None, key_version = None, tenant_k = None, fail = None, sweep = None, max_sets = None,
+#[pyo3(signature = (*, tenants, weights = None, k, placement, fail = None, sweep = None, max_sets = None,
     seed = None, zone_outage = false, capacity = None, waves = None, poison = None,
     poison_sweep = false, poison_top = None, poison_after = None))]
 #[allow(clippy::too_many_arguments)]
@@ -187,12 +241,7 @@ pub fn blast<'py>(
     tenants: &Bound<'py, PyAny>,
     weights: Option<&Bound<'py, PyAny>>,
     k: &Bound<'py, PyAny>,
-    shards: Option<&Bound<'py, PyAny>>,
-    zones: Option<&Bound<'py, PyAny>>,
-    algorithm: Option<&Bound<'py, PyAny>>,
-    key: Option<&Bound<'py, PyAny>>,
-    key_version: Option<&str>,
-    tenant_k: Option<&Bound<'py, PyAny>>,
+    placement: &Bound<'py, PyDict>,
     fail: Option<&Bound<'py, PyAny>>,
     sweep: Option<&Bound<'py, PyAny>>,
     max_sets: Option<&Bound<'py, PyAny>>,
@@ -207,10 +256,7 @@ pub fn blast<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     // The command line's order: placement, population, then the questions,
     // all before any work.
-    let key = analysis_key(key, key_version)?;
-    let algorithm = algorithm_or_default(algorithm)?;
-    let overrides = self::tenant_k(tenant_k)?;
-    let placer = placer_with(shards, zones, k, &key, algorithm, &overrides)?;
+    let placer = PlacementOptions::from_dict(placement)?.placer(k)?;
     let population = args::population(tenants, weights)?;
     let fleet = placer.fleet();
     let mut scenarios = Vec::new();
@@ -311,24 +357,6 @@ pub fn blast<'py>(
     to_python(py, &report)
 }
 
-/// The placer the analysers build, `tenant_k` overrides included.
-fn placer_with(
-    shards: Option<&Bound<'_, PyAny>>,
-    zones: Option<&Bound<'_, PyAny>>,
-    k: &Bound<'_, PyAny>,
-    key: &PlacementKey,
-    algorithm: Algorithm,
-    overrides: &[(String, u32)],
-) -> PyResult<PlacerInner> {
-    let (mut placer, _) = placing::build(shards, zones, k, key, algorithm, None)?;
-    for (tenant, k) in overrides {
-        placer
-            .set_override(tenant.clone(), placement::TenantOverride::K(*k))
-            .map_err(|error| PyValueError::new_err(format!("tenant_k[{tenant:?}]: {error}")))?;
-    }
-    Ok(placer)
-}
-
 /// A budget fraction in `[0, 1]`.
 fn fraction(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
     let value: f64 = obj
@@ -346,8 +374,7 @@ fn fraction(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
 /// Measures every candidate `k` against a budget and recommends the
 /// smallest that meets it: the dict `shuffle-shard plan --json` prints.
 #[pyfunction]
-#[pyo3(signature = (*, tenants, max_degraded, max_fully_down, concurrent_failures, weights = None,
-    shards = None, zones = None, algorithm = None, key = None, key_version = None, tenant_k = None))]
+#[pyo3(signature = (*, tenants, max_degraded, max_fully_down, concurrent_failures, placement, weights = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn plan<'py>(
     py: Python<'py>,
@@ -355,13 +382,8 @@ pub fn plan<'py>(
     max_degraded: &Bound<'py, PyAny>,
     max_fully_down: &Bound<'py, PyAny>,
     concurrent_failures: &Bound<'py, PyAny>,
+    placement: &Bound<'py, PyDict>,
     weights: Option<&Bound<'py, PyAny>>,
-    shards: Option<&Bound<'py, PyAny>>,
-    zones: Option<&Bound<'py, PyAny>>,
-    algorithm: Option<&Bound<'py, PyAny>>,
-    key: Option<&Bound<'py, PyAny>>,
-    key_version: Option<&str>,
-    tenant_k: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let failures = args::int("concurrent_failures", concurrent_failures)?;
     if failures < 1 {
@@ -374,10 +396,11 @@ pub fn plan<'py>(
         max_fully_down: fraction("max_fully_down", max_fully_down)?,
         concurrent_failures: failures.min(i128::from(u32::MAX)) as usize,
     };
-    let overrides = self::tenant_k(tenant_k)?;
-    let algorithm = algorithm_or_default(algorithm)?;
-    let fleet = args::fleet(shards, zones)?;
-    let key = analysis_key(key, key_version)?;
+    let placement = PlacementOptions::from_dict(placement)?;
+    let overrides = placement.tenant_k()?;
+    let algorithm = placement.algorithm()?;
+    let fleet = args::fleet(placement.shards.as_ref(), placement.zones.as_ref())?;
+    let key = placement.key()?;
     let population = args::population(tenants, weights)?;
     let n = fleet.len();
     if budget.concurrent_failures > n {
@@ -386,15 +409,15 @@ pub fn plan<'py>(
             budget.concurrent_failures
         )));
     }
-    let placement = PlanPlacement {
+    let plan_placement = PlanPlacement {
         fleet: &fleet,
         key: &key,
         algorithm,
-        zone_aware: zones.is_some_and(|zones| !zones.is_none()),
+        zone_aware: placement.zones.is_some(),
         overrides: &overrides,
     };
     let report = py
-        .detach(|| answers::plan(&placement, &population, budget, &Quiet))
+        .detach(|| answers::plan(&plan_placement, &population, budget, &Quiet))
         .map_err(value_error)?;
     to_python(py, &report)
 }
@@ -485,17 +508,22 @@ fn version_key(
         let ring = ring.borrow();
         return ring.inner.get(version).cloned().ok_or_else(missing);
     }
-    let dict = keys.cast::<PyDict>().map_err(|_| {
+    let dict = key_dict(keys)?;
+    match dict.get_item(version)? {
+        Some(key) => args::secret_key(&format!("keys[{version:?}]"), &key),
+        None => Err(missing()),
+    }
+}
+
+/// `keys` when it is not a `KeyRing`: a dict from version to key bytes.
+fn key_dict<'a, 'py>(keys: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyDict>> {
+    keys.cast::<PyDict>().map_err(|_| {
         args::wrong_type(
             "keys",
             "a KeyRing or a dict from version to key bytes",
             keys,
         )
-    })?;
-    match dict.get_item(version)? {
-        Some(key) => args::secret_key(&format!("keys[{version:?}]"), &key),
-        None => Err(missing()),
-    }
+    })
 }
 
 /// Checks every key given, used or not, as the command line loads every
@@ -515,13 +543,7 @@ fn check_keys(keys: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         }
         return Ok(());
     }
-    let dict = keys.cast::<PyDict>().map_err(|_| {
-        args::wrong_type(
-            "keys",
-            "a KeyRing or a dict from version to key bytes",
-            keys,
-        )
-    })?;
+    let dict = key_dict(keys)?;
     for (version, key) in dict.iter() {
         let version = args::text("a key version", &version)?;
         if version.is_empty() {
@@ -596,14 +618,8 @@ pub fn migrate<'py>(
     };
     let report = py.detach(|| {
         answers::migration(
-            Side {
-                spec: &from,
-                placer: &before,
-            },
-            Side {
-                spec: &to,
-                placer: &after,
-            },
+            (&from, &before),
+            (&to, &after),
             flipped.as_ref().map(|(before, after)| (before, after)),
             &population,
             &Quiet,

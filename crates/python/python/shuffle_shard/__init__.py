@@ -136,7 +136,18 @@ class Placer(_native.Placer):
         return out
 
 
-def blast(*, tenants: Tenants, k: int, shards: Any = None, **options: Any) -> dict:
+PLACEMENT_OPTIONS = ("shards", "zones", "algorithm", "key", "key_version", "tenant_k")
+
+
+def _split(options: dict) -> Tuple[dict, dict]:
+    """The placement options (as one dict, for the native module) and the rest."""
+    placement = {name: options.pop(name) for name in PLACEMENT_OPTIONS if options.get(name) is not None}
+    for name in PLACEMENT_OPTIONS:
+        options.pop(name, None)
+    return placement, options
+
+
+def blast(*, tenants: Tenants, k: int, **options: Any) -> dict:
     """The blast radius of failures for a placed population: the dict ``shuffle-shard blast --json`` prints.
 
     Placement options as on the command line: ``shards`` (a count or ids),
@@ -151,7 +162,8 @@ def blast(*, tenants: Tenants, k: int, shards: Any = None, **options: Any) -> di
     ``poison_sweep``, ``poison_top``, ``poison_after``.
     """
     ids, weights = _population(tenants)
-    return _native.blast(tenants=ids, weights=weights, k=k, shards=shards, **options)
+    placement, questions = _split(options)
+    return _native.blast(tenants=ids, weights=weights, k=k, placement=placement, **questions)
 
 
 def plan(
@@ -168,13 +180,15 @@ def plan(
     as for :func:`blast`, without ``k``.
     """
     ids, weights = _population(tenants)
+    placement, rest = _split(options)
     return _native.plan(
         tenants=ids,
         weights=weights,
         max_degraded=max_degraded,
         max_fully_down=max_fully_down,
         concurrent_failures=concurrent_failures,
-        **options,
+        placement=placement,
+        **rest,
     )
 
 

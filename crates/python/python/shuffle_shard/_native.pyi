@@ -65,15 +65,17 @@ class Placer:
     def shard_ids(self) -> List[str]: ...
 
 def migration_diff(before: Placer, after: Placer, tenants: Iterable[str]) -> Dict[str, Any]: ...
-def blast(*, tenants: Any, weights: Optional[Sequence[float]] = None, k: int, **options: Any) -> Dict[str, Any]: ...
+def blast(
+    *, tenants: Any, weights: Optional[Sequence[float]] = None, k: int, placement: Mapping[str, Any], **questions: Any
+) -> Dict[str, Any]: ...
 def plan(
     *,
     tenants: Any,
     max_degraded: float,
     max_fully_down: float,
     concurrent_failures: int,
+    placement: Mapping[str, Any],
     weights: Optional[Sequence[float]] = None,
-    **options: Any,
 ) -> Dict[str, Any]: ...
 def migrate(
     before: Mapping[str, Any],
