@@ -127,12 +127,13 @@ impl KeyRing {
         self.inner.versions().count()
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "KeyRing(versions={:?}, active={:?})",
-            self.versions(),
-            self.inner.active_version()
-        )
+    /// The versions and the active one; never a key.
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "KeyRing(versions={}, active={})",
+            PyList::new(py, self.versions())?.repr()?,
+            PyString::new(py, self.inner.active_version()).repr()?
+        ))
     }
 }
 
@@ -374,9 +375,10 @@ impl Placer {
             .collect()
     }
 
+    /// The placement's shape; the key is never shown.
     fn __repr__(&self) -> String {
         format!(
-            "Placer(n={}, k={}, algorithm={:?}, zone_aware={}, overrides={}, key=<redacted>)",
+            "Placer(n={}, k={}, algorithm='{}', zone_aware={}, overrides={}, key=<redacted>)",
             self.n(),
             self.k(),
             self.algorithm(),
