@@ -20,7 +20,10 @@ use crate::args::{self, value_error};
 /// The recipe accepts any key, the empty one included, and so does this;
 /// a `Placer` refuses keys that are no secret.
 #[pyfunction]
-#[pyo3(signature = (tenant_id, n = None, k = None, *, key = None))]
+#[pyo3(
+    signature = (tenant_id, n = None, k = None, *, key = None),
+    text_signature = "(tenant_id, n=64, k=3, *, key=b'shuffle-shard-v1')"
+)]
 pub fn shuffle_shards(
     tenant_id: &Bound<'_, PyAny>,
     n: Option<&Bound<'_, PyAny>>,
@@ -236,7 +239,10 @@ impl Placer {
     /// Binds an algorithm, a fleet, a key, a default `k` and per-tenant
     /// overrides (`{tenant: k}` or `{tenant: [shard ids]}`), validated once.
     #[new]
-    #[pyo3(signature = (shards, k, key, algorithm = None, zones = None, overrides = None, *, key_version = None))]
+    #[pyo3(
+        signature = (shards, k, key, algorithm = None, zones = None, overrides = None, *, key_version = None),
+        text_signature = "(shards, k, key, algorithm='rendezvous', zones=None, overrides=None, *, key_version=None)"
+    )]
     fn new(
         shards: Option<&Bound<'_, PyAny>>,
         k: &Bound<'_, PyAny>,
