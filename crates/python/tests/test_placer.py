@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -204,3 +206,37 @@ def test_bad_tenants_raise():
         placer.subset(5)
     with pytest.raises(TypeError):
         migration.diff(placer, "not a placer", ["a"])
+
+
+def test_batch_placement_releases_the_gil():
+    # With a switch interval far longer than the test, a second thread can
+    # only run while the main thread has released the GIL itself: if it
+    # counted during place(), place() released it.
+    import sys
+    import threading
+
+    placer = Placer(64, 3, KEY)
+    tenants = [f"tenant-{i}" for i in range(200_000)]
+    count = [0]
+    running, stop = threading.Event(), threading.Event()
+
+    def heartbeat():
+        running.set()
+        while not stop.is_set():
+            count[0] += 1
+            time.sleep(0)  # releases and retakes the GIL each beat
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000.0)
+    worker = threading.Thread(target=heartbeat)
+    try:
+        worker.start()
+        running.wait()
+        before = count[0]
+        placer.place(tenants)
+        during = count[0] - before
+    finally:
+        stop.set()
+        worker.join()
+        sys.setswitchinterval(interval)
+    assert during > 0
