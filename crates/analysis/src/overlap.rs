@@ -115,6 +115,20 @@ pub fn expected_shared_counts(zone_sizes: &[usize], k: usize) -> Option<Vec<f64>
     Some(expected)
 }
 
+/// The zone sizes the closed-form expectation takes: one per zone when
+/// placement is zone-aware, else the whole fleet as one.
+pub fn zone_sizes(fleet: &placement::Fleet, zone_aware: bool) -> Vec<usize> {
+    if zone_aware {
+        fleet
+            .zones()
+            .iter()
+            .map(|zone| zone.members.len())
+            .collect()
+    } else {
+        vec![fleet.len()]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use placement::Placer;
 
-use crate::progress::with_progress;
+use crate::progress::Bars;
 
 /// The most tenants a command analyses.
 ///
@@ -82,9 +82,7 @@ impl PopulationArgs {
 /// Places every tenant of `population`, with progress: the first step of
 /// each command that analyses a placed population, labelled the same in all.
 pub fn place_all(placer: &Placer, population: &Population) -> Placements {
-    with_progress(&format!("placing {} tenants", population.len()), |_| {
-        Placements::compute(placer, population)
-    })
+    analysis::answers::place_all(placer, population, &Bars)
 }
 
 #[cfg(test)]
