@@ -634,3 +634,76 @@ fn the_readme_grpc_quick_start_calls_through_the_gateway() {
         terminate(child, name);
     }
 }
+
+/// `serve --check` validates without binding: a configuration whose
+/// listeners' ports are taken still checks out (exit 0, one summary line);
+/// a bad key and a missing certificate exit 2 with the error start-up
+/// would give.
+#[test]
+fn serve_check_validates_everything_and_binds_nothing() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backends: Vec<Backend> = (0..4)
+        .map(|i| runtime.block_on(Backend::start(&format!("s{i}"))).unwrap())
+        .collect();
+    let check = |config: &std::path::Path| {
+        Command::new(binary())
+            .args(["serve", "--check", "--config"])
+            .arg(config)
+            .output()
+            .unwrap()
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let (listen, _) = write_config(dir.path(), &backends, &random_bytes(32));
+    let config = dir.path().join("gateway.toml");
+    // Someone else holds the data port: a check does not care.
+    let _taken = std::net::TcpListener::bind(&listen).unwrap();
+    let output = check(&config);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    for part in [
+        "configuration OK",
+        "1 cell,",
+        "4 shards",
+        "13 tenants",
+        "algorithm rendezvous",
+        "key version v1",
+    ] {
+        assert!(stdout.contains(part), "{part:?} not in {stdout}");
+    }
+
+    // A short key: the usual error, exit 2.
+    let short = tempfile::tempdir().unwrap();
+    write_config(short.path(), &backends, b"short");
+    let output = check(&short.path().join("gateway.toml"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("placement.key_file") && stderr.contains("5-byte key"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+
+    // A [tls] section whose certificate file does not exist.
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[tls]\nlisten = \"127.0.0.1:{}\"\ncert_file = \"missing.pem\"\nkey_file = \"missing.key\"\n",
+        free_port()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let output = check(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("tls.cert_file") && stderr.contains("missing.pem"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!stderr.contains("panicked"));
+}

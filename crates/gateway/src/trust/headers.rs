@@ -27,6 +27,34 @@ pub const TENANT: HeaderName = HeaderName::from_static("x-shuffle-tenant");
 /// The shard chosen for this attempt, added for the backend.
 pub const SHARD: HeaderName = HeaderName::from_static("x-shuffle-shard");
 
+/// `x-request-id`: the request's id, sent to the shard when the access log
+/// is on (the id the log shows).
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The longest client `x-request-id` taken as the request's id.
+pub const MAX_REQUEST_ID: usize = 128;
+
+/// The request's id: the client's `x-request-id` when it has exactly one
+/// and it is valid (1 to [`MAX_REQUEST_ID`] bytes of printable ASCII
+/// without spaces, so it can go into a log line and a header as it is),
+/// else a new one (128 random bits in hex).
+pub fn request_id(fields: &Fields) -> HeaderValue {
+    let mut given = fields
+        .iter()
+        .filter(|(name, _)| spelled_like(name, b"x-request-id"))
+        .map(|(_, value)| value);
+    if let (Some(id), None) = (given.next(), given.next())
+        && !id.is_empty()
+        && id.len() <= MAX_REQUEST_ID
+        && id.iter().all(|byte| (0x21..=0x7e).contains(byte))
+        && let Ok(value) = HeaderValue::from_bytes(id)
+    {
+        return value;
+    }
+    let generated = format!("{:032x}", fastrand::u128(..));
+    HeaderValue::from_str(&generated).expect("hex digits are a valid header value")
+}
+
 /// `Idempotency-Key`: the client says the request may be repeated.
 const IDEMPOTENCY_KEY: &[u8] = b"idempotency-key";
 
@@ -230,6 +258,9 @@ pub struct Added<'a> {
     /// `grpc-timeout`: for a gRPC call, the time left when this attempt
     /// was sent, in place of the client's own (set per attempt).
     pub grpc_timeout: Option<EncodedTimeout>,
+    /// `x-request-id`: the request's id ([`request_id`]), when the access
+    /// log is on; the client's own then never passes beside it.
+    pub request_id: Option<&'a HeaderValue>,
 }
 
 impl<'a> Added<'a> {
@@ -254,6 +285,7 @@ impl<'a> Added<'a> {
             },
             tenant,
             grpc_timeout: None,
+            request_id: None,
         }
     }
 }
@@ -303,6 +335,9 @@ pub struct Inbound {
     /// The request goes under a shard's path prefix: nothing may override
     /// its path.
     prefixed: bool,
+    /// The gateway sends its own `x-request-id` ([`Added::request_id`]):
+    /// the client's, in any spelling, does not pass.
+    replaces_request_id: bool,
 }
 
 impl Inbound {
@@ -338,7 +373,14 @@ impl Inbound {
             idempotency_key,
             drops_forwarded_for: forwarded_for != ForwardedFor::Append,
             prefixed,
+            replaces_request_id: false,
         }
+    }
+
+    /// The gateway sends its own `x-request-id`: the client's, in every
+    /// spelling a CGI-style backend reads alike, stays behind.
+    pub fn replace_request_id(&mut self) {
+        self.replaces_request_id = true;
     }
 
     /// Whether the request carries an `Idempotency-Key` that reaches the
@@ -369,6 +411,7 @@ impl Inbound {
                 || spelled_like(name, b"x-forwarded-host")
                 || (self.drops_forwarded_for && describes_client_origin(name))
                 || (self.prefixed && overrides_path(name))
+                || (self.replaces_request_id && spelled_like(name, b"x-request-id"))
                 || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
     }
 }
