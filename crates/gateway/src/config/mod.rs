@@ -1803,6 +1803,46 @@ mod tests {
     }
 
     #[test]
+    fn the_access_log_takes_a_format_or_the_old_switch_and_a_file_only_for_json() {
+        for (written, format) in [
+            ("", AccessLog::Off),
+            ("access_log = false", AccessLog::Off),
+            ("access_log = \"off\"", AccessLog::Off),
+            ("access_log = true", AccessLog::Text),
+            ("access_log = \"text\"", AccessLog::Text),
+            ("access_log = \"json\"", AccessLog::Json),
+        ] {
+            let config = load_with(&format!("[logging]\n{written}")).unwrap();
+            assert_eq!(config.access_log, format, "{written}");
+            assert_eq!(config.access_log_file, None);
+        }
+        let config =
+            load_with("[logging]\naccess_log = \"json\"\naccess_log_file = \"access.log\"").unwrap();
+        assert!(config.access_log_file.unwrap().ends_with("access.log"));
+        let error = refused("[logging]\naccess_log = \"xml\"");
+        assert!(error.contains("logging.access_log"), "{error}");
+        assert!(error.contains("\"json\", \"text\" or false"), "{error}");
+        let error = refused("[logging]\naccess_log = \"text\"\naccess_log_file = \"a.log\"");
+        assert!(error.contains("logging.access_log_file"), "{error}");
+        assert!(error.contains("access_log = \"json\""), "{error}");
+        let error = refused(
+            "[logging]\naccess_log = \"json\"\naccess_log_file = \"no/such/dir/access.log\"",
+        );
+        assert!(error.contains("logging.access_log_file"), "{error}");
+        assert!(error.contains("cannot open"), "{error}");
+    }
+
+    #[test]
+    fn reload_growth_is_off_unless_asked_for() {
+        assert!(!load_with("").unwrap().reload_allow_growth);
+        assert!(
+            load_with("[reload]\nallow_growth = true")
+                .unwrap()
+                .reload_allow_growth
+        );
+    }
+
+    #[test]
     fn the_connection_cap_defaults_high_and_refuses_zero_by_name() {
         assert_eq!(load_with("").unwrap().limits.max_connections, 10_000);
         assert_eq!(

@@ -1016,3 +1016,78 @@ impl WebSocketMetrics {
             .inc();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accept_header_chooses_the_exposition() {
+        for (accept, format) in [
+            (None, Format::OpenMetrics),
+            (Some("*/*"), Format::OpenMetrics),
+            (Some("text/plain"), Format::Classic),
+            (Some("text/plain;version=0.0.4"), Format::Classic),
+            (Some("TEXT/PLAIN; q=0.3, */*;q=0.1"), Format::Classic),
+            (Some("application/openmetrics-text"), Format::OpenMetrics),
+            // Prometheus's own header: OpenMetrics first.
+            (
+                Some("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
+                Format::OpenMetrics,
+            ),
+            (
+                Some("application/openmetrics-text;q=0.2, text/plain;q=0.9"),
+                Format::Classic,
+            ),
+            // A tie, and text/plain refused outright.
+            (Some("application/openmetrics-text, text/plain"), Format::OpenMetrics),
+            (Some("text/plain;q=0"), Format::OpenMetrics),
+            (Some("text/html"), Format::OpenMetrics),
+        ] {
+            assert_eq!(Format::negotiate(accept), format, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn classic_text_names_counters_by_their_samples_and_drops_openmetrics_only_lines() {
+        let openmetrics = "# HELP a_requests Requests.\n# TYPE a_requests counter\n\
+                           a_requests_total{cell=\"x\\\"y\"} 3\n\
+                           # HELP a_seconds Time.\n# TYPE a_seconds histogram\n# UNIT a_seconds seconds\n\
+                           a_seconds_sum 1.5\na_seconds_count 2\na_seconds_bucket{le=\"+Inf\"} 2\n\
+                           # HELP a_build Build.\n# TYPE a_build info\na_build_info{version=\"1\"} 1\n\
+                           # HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n# EOF\n";
+        assert_eq!(
+            classic_text(openmetrics),
+            "# HELP a_requests_total Requests.\n# TYPE a_requests_total counter\n\
+             a_requests_total{cell=\"x\\\"y\"} 3\n\
+             # HELP a_seconds Time.\n# TYPE a_seconds histogram\n\
+             a_seconds_sum 1.5\na_seconds_count 2\na_seconds_bucket{le=\"+Inf\"} 2\n\
+             # HELP a_build Build.\n# TYPE a_build gauge\na_build_info{version=\"1\"} 1\n\
+             # HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n"
+        );
+    }
+
+    #[test]
+    fn the_whole_registry_reads_the_same_in_both_expositions() {
+        let metrics = Metrics::new();
+        metrics.know("c", &["s0", "s1"], &["consecutive_failures"]);
+        let openmetrics = metrics.encode();
+        let classic = classic_text(&openmetrics);
+        let samples = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|line| !line.starts_with('#'))
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(samples(&openmetrics), samples(&classic));
+        // Each classic # TYPE names the samples that follow it.
+        let mut family = String::new();
+        for line in classic.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                family = rest.split(' ').next().unwrap().to_owned();
+            } else if !line.starts_with('#') {
+                assert!(line.starts_with(&family), "{line} outside {family}");
+            }
+        }
+    }
+}

@@ -862,6 +862,43 @@ mod tests {
     }
 
     #[test]
+    fn a_clients_request_id_is_kept_only_when_valid() {
+        let fields_with = |values: &[&[u8]]| {
+            let values: Vec<(&str, &str)> = values
+                .iter()
+                .map(|value| ("X-Request-Id", std::str::from_utf8(value).unwrap()))
+                .collect();
+            backend_fields(&values)
+        };
+        let generated = |id: &HeaderValue| {
+            id.len() == 32 && id.as_bytes().iter().all(u8::is_ascii_hexdigit)
+        };
+        let longest = vec![b'a'; MAX_REQUEST_ID];
+        for kept in [&b"abc-123"[..], b"~!#$%&'*+.^_`|", &longest] {
+            assert_eq!(request_id(&fields_with(&[kept])).as_bytes(), kept);
+        }
+        let too_long = vec![b'a'; MAX_REQUEST_ID + 1];
+        for refused in [&[&b"has space"[..]][..], &[b"tab\there"], &[&too_long], &[b"a", b"b"], &[]] {
+            let id = request_id(&fields_with(refused));
+            assert!(generated(&id), "{refused:?} gave {id:?}");
+        }
+        // Fresh ids differ.
+        assert_ne!(request_id(&fields_with(&[])), request_id(&fields_with(&[])));
+    }
+
+    #[test]
+    fn the_gateways_request_id_replaces_the_clients_in_every_spelling() {
+        let fields = backend_fields(&[("x-request-id", "theirs"), ("X_Request_Id", "also")]);
+        let mut inbound = Inbound::new(&fields, ForwardedFor::Append, false);
+        assert!(inbound.forwards(b"x-request-id"));
+        inbound.replace_request_id();
+        for name in [&b"x-request-id"[..], b"X-REQUEST-ID", b"x_request_id"] {
+            assert!(!inbound.forwards(name), "{name:?}");
+        }
+        assert!(inbound.forwards(b"x-request-ids"));
+    }
+
+    #[test]
     fn trailers_cross_the_same_boundary_as_headers() {
         let mut trailers = HeaderMap::new();
         for (name, value) in [
