@@ -1817,7 +1817,8 @@ mod tests {
             assert_eq!(config.access_log_file, None);
         }
         let config =
-            load_with("[logging]\naccess_log = \"json\"\naccess_log_file = \"access.log\"").unwrap();
+            load_with("[logging]\naccess_log = \"json\"\naccess_log_file = \"access.log\"")
+                .unwrap();
         assert!(config.access_log_file.unwrap().ends_with("access.log"));
         let error = refused("[logging]\naccess_log = \"xml\"");
         assert!(error.contains("logging.access_log"), "{error}");

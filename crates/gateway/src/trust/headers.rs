@@ -870,15 +870,20 @@ mod tests {
                 .collect();
             backend_fields(&values)
         };
-        let generated = |id: &HeaderValue| {
-            id.len() == 32 && id.as_bytes().iter().all(u8::is_ascii_hexdigit)
-        };
+        let generated =
+            |id: &HeaderValue| id.len() == 32 && id.as_bytes().iter().all(u8::is_ascii_hexdigit);
         let longest = vec![b'a'; MAX_REQUEST_ID];
         for kept in [&b"abc-123"[..], b"~!#$%&'*+.^_`|", &longest] {
             assert_eq!(request_id(&fields_with(&[kept])).as_bytes(), kept);
         }
         let too_long = vec![b'a'; MAX_REQUEST_ID + 1];
-        for refused in [&[&b"has space"[..]][..], &[b"tab\there"], &[&too_long], &[b"a", b"b"], &[]] {
+        for refused in [
+            &[&b"has space"[..]][..],
+            &[b"tab\there"],
+            &[&too_long],
+            &[b"a", b"b"],
+            &[],
+        ] {
             let id = request_id(&fields_with(refused));
             assert!(generated(&id), "{refused:?} gave {id:?}");
         }
