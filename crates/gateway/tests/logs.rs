@@ -330,6 +330,33 @@ async fn the_json_access_log_has_every_field_and_no_credential() {
         );
     }
 
+    // A failover: the shards tried are listed in order, the dead first.
+    let (dead, alive) = (&subset[0], &subset[1]);
+    fixture.backend(dead).set_mode(backend::Mode::Killed);
+    let mut failed_over = None;
+    for sent in 0.. {
+        assert!(sent < 50, "no request tried {dead} first");
+        assert_eq!(fixture.get(tenant, "/failover").await.0, StatusCode::OK);
+        let mut lines = Vec::new();
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                lines = json_lines(&log);
+                lines.len() == 6 + sent
+            })
+            .await
+        );
+        let last = lines.last().unwrap().clone();
+        if last["attempts"] == 2 {
+            failed_over = Some(last);
+            break;
+        }
+    }
+    let line = failed_over.unwrap();
+    assert_eq!(line["shards"], serde_json::json!([dead, alive]), "{line}");
+    assert_eq!(line["status"], 200);
+    fixture.backend(dead).set_mode(backend::Mode::Healthy);
+    let logged = json_lines(&log).len();
+
     // logrotate: the file is renamed, the gateway told to reopen it.
     let rotated = fixture.dir.path().join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
@@ -340,5 +367,5 @@ async fn the_json_access_log_has_every_field_and_no_credential() {
         "nothing in the new file"
     );
     assert_eq!(json_lines(&log)[0]["path"], "/after");
-    assert_eq!(json_lines(&rotated).len(), 5);
+    assert_eq!(json_lines(&rotated).len(), logged);
 }
