@@ -636,7 +636,7 @@ struct ByteCounts {
 impl ByteCounts {
     const FLUSH_AT: u64 = 64 * 1024;
 
-    #[inline]
+    #[inline(always)]
     fn read(&mut self, bytes: usize) {
         self.read += bytes as u64;
         if self.read >= Self::FLUSH_AT {
@@ -644,7 +644,7 @@ impl ByteCounts {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn written(&mut self, bytes: usize) {
         self.written += bytes as u64;
         if self.written >= Self::FLUSH_AT {
@@ -691,7 +691,7 @@ impl Lingering {
 
     /// What a write to the client that made `progress` (or is still
     /// waiting) comes to under the write timeout.
-    #[inline]
+    #[inline(always)]
     fn timed<T>(
         &mut self,
         cx: &mut Context<'_>,

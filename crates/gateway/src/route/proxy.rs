@@ -67,8 +67,6 @@ struct Served {
     /// The tenant's position in the snapshot's tenants file.
     tenant: usize,
     attempts: usize,
-    /// What the access log needs, only when it is on.
-    log: Option<Box<Logged>>,
     /// When a backend's answer was taken, if one was: the clock read that
     /// ended the attempt also ends the request (what is left is
     /// bookkeeping), saving a read per request.
@@ -84,7 +82,6 @@ impl Served {
             cell,
             tenant,
             attempts: 0,
-            log: None,
             answered_at: None,
         }
     }
@@ -168,7 +165,7 @@ pub async fn handle(
     let websocket = tunnel::requested(&mut request, fields);
     let upgrading = websocket.is_some();
     let mut log = None;
-    let (mut response, mut served) = route(
+    let (mut response, served) = route(
         &gateway, request, fields, peer, started, &mut body, websocket, kind, &mut log,
     )
     .await;
@@ -201,7 +198,7 @@ pub async fn handle(
         Kind::Http => None,
         Kind::Grpc => Some(grpc::status_in_head(&response)),
     };
-    if let Some(logged) = served.as_mut().and_then(|served| served.log.take()).or(log) {
+    if let Some(logged) = log {
         log_request(
             &gateway,
             *logged,
@@ -386,7 +383,6 @@ async fn route(
     };
     let cell = route.cell;
     let mut served = Served::new(&snapshot, cell, tenant.position);
-    served.log = log.take();
     // One load when nobody is suspect (almost always).
     let containment = if gateway.suspects.any() {
         quarantined(gateway, &snapshot, cell, &route.subset, &tenant.id)
@@ -461,7 +457,14 @@ async fn route(
             Some(served),
         );
     }
-    let request_id = served.log.as_ref().map(|log| log.request_id.clone());
+    // With the access log on: the request id every attempt sends, and
+    // where the shards tried are noted (the log stays the caller's).
+    let (request_id, logged_tried) = match log.as_deref_mut() {
+        Some(Logged {
+            request_id, tried, ..
+        }) => (Some(&*request_id), Some(tried)),
+        None => (None, None),
+    };
     let mut outgoing = Outgoing::new(
         config,
         snapshot.prefixed[cell],
@@ -470,7 +473,7 @@ async fn route(
         peer,
         &parts.method,
     );
-    if let Some(request_id) = &request_id {
+    if let Some(request_id) = request_id {
         // The gateway's id goes to the shard in place of the client's.
         outgoing.added.request_id = Some(request_id);
         outgoing.inbound.replace_request_id();
@@ -539,6 +542,7 @@ async fn route(
         caps: snapshot.caps[cell].as_deref(),
         containment,
         shed: false,
+        logged_tried,
     };
     while let Some(member) = attempts.member() {
         if let Some(backoff) = member.backoff {
@@ -892,6 +896,8 @@ struct Attempts<'a> {
     containment: Option<Box<Containment>>,
     /// Every member left was at its in-flight cap.
     shed: bool,
+    /// Where the access log notes the shards tried, when it is on.
+    logged_tried: Option<&'a mut SmallVec<[ShardIndex; 8]>>,
 }
 
 /// What poison containment knows about one request.
@@ -1152,8 +1158,8 @@ impl<'a> Attempts<'a> {
             Metrics::cell_event(&gateway.metrics.spills, self.cell_name());
         }
         self.tried.push(member.index);
-        if let Some(log) = &mut served.log {
-            log.tried.push(member.index);
+        if let Some(tried) = &mut self.logged_tried {
+            tried.push(member.index);
         }
         let started = if served.attempts == 0 {
             self.now

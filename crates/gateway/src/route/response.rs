@@ -62,8 +62,8 @@ impl BackendBody {
         let Some(gateway) = self.settle.take() else {
             return;
         };
-        if let Some(record) = self.log.take() {
-            gateway.access_log.write(&record, Instant::now());
+        if self.log.is_some() {
+            self.write_log(&gateway);
         }
         if let Err(error) = ended {
             if matches!(error, ExchangeError::Stalled | ExchangeError::TooSlow) {
@@ -97,7 +97,20 @@ impl Drop for BackendBody {
             self.settle(Ok(()));
         }
         // A body its client abandoned is logged with what was sent.
-        if let (Some(record), Some(gateway)) = (self.log.take(), &self.settle) {
+        if self.log.is_some()
+            && let Some(gateway) = self.settle.take()
+        {
+            self.write_log(&gateway);
+        }
+    }
+}
+
+impl BackendBody {
+    /// Writes the access log's record, the body having ended now.
+    #[cold]
+    #[inline(never)]
+    fn write_log(&mut self, gateway: &Gateway) {
+        if let Some(record) = self.log.take() {
             gateway.access_log.write(&record, Instant::now());
         }
     }
