@@ -803,6 +803,12 @@ async fn metrics_speak_classic_text_and_openmetrics_and_start_at_zero() {
             0.0
         );
     }
+    for outcome in ["ok", "failed", "timeout"] {
+        assert_eq!(
+            fresh.value("shuffle_tls_handshakes_total", &[("outcome", outcome)]),
+            0.0
+        );
+    }
     let build = fresh.series("shuffle_build_info");
     assert_eq!(build.len(), 1);
     assert_eq!(build[0].value, 1.0);

@@ -570,6 +570,10 @@ impl Metrics {
             "TLS handshakes on the TLS listener by outcome: ok, failed (refused by either side, or not TLS), timeout (not finished within tls.handshake_timeout_ms)",
             tls_handshakes.clone(),
         );
+        // Every outcome exists from the start (at 0).
+        for outcome in ["ok", "failed", "timeout"] {
+            drop(tls_handshakes.get_or_create(&OutcomeLabels { outcome }));
+        }
         let websockets = WebSocketMetrics::register(&mut registry);
         let grpc_requests = Family::<GrpcLabels, Counter>::default();
         registry.register(
