@@ -133,6 +133,18 @@ async fn the_access_log_has_one_event_per_request_and_no_secret_anywhere() {
             "{line}"
         );
         assert!(line.contains("method=GET"), "{line}");
+        // Milliseconds to the microsecond, written as such (never
+        // 3.0224599999999997).
+        let elapsed = line
+            .split(" elapsed_ms=")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap();
+        let decimals = elapsed.split('.').nth(1).map_or(0, str::len);
+        assert!(decimals <= 3, "{line}");
+        // The request id the shard was sent, and where the request came from.
+        assert!(line.contains(" request_id="), "{line}");
+        assert!(line.contains(" client=127.0.0.1:"), "{line}");
         // The path, never the query (which can carry secrets).
         assert!(line.contains("path=/"), "{line}");
         assert!(!line.contains("x=1"), "{line}");
