@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::health::Availability;
 use crate::ops::metrics::{
-    AVAILABILITY_BOUNDS, BoundLabels, CellLabels, ShardLabels, ThresholdLabels,
+    AVAILABILITY_BOUNDS, BoundLabels, CellLabels, Format, ShardLabels, ThresholdLabels,
 };
 use crate::ops::views::{limited, live_blast, worst};
 use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
@@ -291,16 +291,13 @@ fn coefficient_of_variation(values: &[f64]) -> f64 {
     variance.sqrt() / mean
 }
 
-async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
-    let text = gateway.metrics.scrape(|| refresh_gauges(&gateway));
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
+async fn metrics(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    let format = Format::negotiate(accept);
+    let text = gateway.metrics.scrape(|| refresh_gauges(&gateway), format);
+    ([(header::CONTENT_TYPE, format.content_type())], text).into_response()
 }
 
 #[derive(Serialize)]
@@ -558,11 +555,17 @@ async fn reload(
         Ok(reloaded) => {
             tracing::info!(
                 changed = reloaded.changed,
+                members_gained = reloaded.members_gained,
+                members_lost = reloaded.members_lost,
                 "configuration reloaded through the admin API"
             );
-            Ok(Json(
-                json!({ "reloaded": true, "changed": reloaded.changed, "tenants": reloaded.tenants }),
-            ))
+            Ok(Json(json!({
+                "reloaded": true,
+                "changed": reloaded.changed,
+                "tenants": reloaded.tenants,
+                "members_gained": reloaded.members_gained,
+                "members_lost": reloaded.members_lost,
+            })))
         }
         Err(error) => {
             // Logged as SIGHUP's failures are: whoever watches the logs
