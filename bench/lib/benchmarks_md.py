@@ -857,12 +857,27 @@ def paired_suite(results: Path, out_dir: Path, name: str, title: str, descriptio
 # --- noisy ---------------------------------------------------------------------------------------
 
 
-def noisy(results: Path, out_dir: Path) -> tuple[list[str], str, str | None]:
+NOISY_OPEN_INTRO = (
+    "The same question with the quiet tenants' load as a service's tenants offer it: each quiet tenant sends a fixed"
+    " rate, open loop (h2load `--rps`), below what the machine can serve, so the question is whether the gateway kept"
+    " serving all of it, and how fast, while the flood was refused. Same gateway, shards, flood, rounds and"
+    " intervals as above.")
+
+
+def noisy(results: Path, out_dir: Path, name: str = "noisy") -> tuple[list[str], str, str | None]:
     """The noisy-neighbour section (issue 20's speed point), its row in the runs table, and a problem when
-    noisy.json cannot be used. Whether the quiet tenants lost throughput is read from the paired interval."""
-    name = "noisy"
-    js, mdfile = results / "noisy.json", results / "noisy.md"
-    md = ["## Noisy neighbour (`bench/noisy.sh`, not part of `bench/run.sh all`)", "",
+    noisy.json cannot be used. Whether the quiet tenants lost throughput is read from the paired interval.
+    `name` "noisy-open" is the run with the quiet load open loop (`QUIET_RATE`)."""
+    js, mdfile = results / f"{name}.json", results / f"{name}.md"
+    if name == "noisy-open":
+        md = ["## Noisy neighbour, open loop (`QUIET_RATE=1000 bench/noisy.sh`)", "", NOISY_OPEN_INTRO, "",
+              "```sh", "QUIET_RATE=1000 DURATION=3 ROUNDS=10 bench/noisy.sh  # writes bench/results/noisy-open.*", "```", ""]
+        if not js.exists():
+            md += ["results: run `QUIET_RATE=1000 bench/noisy.sh`", ""]
+            return md, f"| {name} | — | — | no results: `QUIET_RATE=1000 bench/noisy.sh` | — |", None
+    else:
+        md = []
+    md = md or ["## Noisy neighbour (`bench/noisy.sh`, not part of `bench/run.sh all`)", "",
           "Issue 20 asks that a rate-limited tenant sending at 10× its rate not reduce the other tenants' throughput."
           " One gateway (one worker) over several shards, several quiet tenants under a fixed closed-loop load"
           " (h2load over HTTP/1.1, one process per tenant with its own API key), and one noisy tenant limited in the"
@@ -1097,6 +1112,11 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
     runs.append(noisy_run)
     if noisy_problem:
         problems.append(noisy_problem)
+    open_md, open_run, open_problem = noisy(results, out_dir, "noisy-open")
+    runs.append(open_run)
+    if open_problem:
+        problems.append(open_problem)
+    noisy_md += open_md
 
     page = [
         "# Benchmarks",
