@@ -354,6 +354,17 @@ async fn an_unavailable_answer_fails_over_only_for_a_repeat_safe_method() {
     );
 }
 
+/// A gateway over shards `one` and `two` where the health check's method
+/// is safe to repeat.
+async fn check_is_repeat_safe(one: &CustomShard, two: &CustomShard) -> Fixture {
+    Fixture::start(two_shards(
+        one.addr,
+        two.addr,
+        format!("grpc_idempotent_methods = [\"{CHECK}\"]\n"),
+    ))
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_without_a_length_fails_over_when_its_method_is_repeat_safe() {
     // Shards that read a call's message before they answer, as a gRPC
@@ -371,12 +382,7 @@ async fn a_call_without_a_length_fails_over_when_its_method_is_repeat_safe() {
         })
     };
     let (one, two) = (unary_unavailable().await, unary_unavailable().await);
-    let fixture = Fixture::start(two_shards(
-        one.addr,
-        two.addr,
-        format!("grpc_idempotent_methods = [\"{CHECK}\"]\n"),
-    ))
-    .await;
+    let fixture = check_is_repeat_safe(&one, &two).await;
     let seen = || one.seen().len() + two.seen().len();
     // tonic states no length: the body streams to the first member and is
     // kept as it passes, so once it has ended the call can go to the
@@ -397,12 +403,7 @@ async fn a_call_without_a_length_fails_over_when_its_method_is_repeat_safe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_still_streaming_when_the_shard_answers_goes_to_one_member_only() {
     let (one, two) = (unavailable_shard().await, unavailable_shard().await);
-    let fixture = Fixture::start(two_shards(
-        one.addr,
-        two.addr,
-        format!("grpc_idempotent_methods = [\"{CHECK}\"]\n"),
-    ))
-    .await;
+    let fixture = check_is_repeat_safe(&one, &two).await;
     let seen = || one.seen().len() + two.seen().len();
     // A call whose body has not ended when the shard answers (a streaming
     // call): once its first message went out, it is not sent again, safe
