@@ -6,9 +6,16 @@
 //! and *degraded* when at least one of its members is. Both are answered
 //! from [`SubsetTables`] rather than by looping over tenants: fully down is a
 //! sum of exact-subset counts over the subsets of `F`, degraded an
-//! inclusion–exclusion over containment counts. A failure set too large for
-//! that (a zone outage) is answered by one scan over the distinct subsets.
+//! inclusion–exclusion over containment counts. A large failure set is
+//! answered the same way from its complement, the survivors (a tenant is
+//! fully down when its subset avoids every survivor, degraded when its
+//! subset is not inside the survivors), and a set for which both are dear
+//! by one scan over the distinct subsets. Which of the three ([`Strategy`])
+//! is cheapest depends only on the set's size, so a sweep decides once and
+//! its cost per set is bounded by the population's distinct subsets, never
+//! by C(|F|, k).
 
+use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use placement::ShardIndex;
@@ -22,8 +29,37 @@ use crate::placements::Placements;
 use crate::sample::SplitMix64;
 use crate::tables::{SubsetTables, Table};
 
-/// Failure sets evaluated per parallel batch in a sweep.
+/// The most failure sets evaluated per parallel batch in a sweep.
 const SWEEP_BATCH: usize = 16_384;
+
+/// Work (lookups or subsets scanned) per sweep batch, so that a batch of
+/// dear sets still reports progress every fraction of a second.
+const BATCH_WORK: u128 = 1 << 25;
+
+/// How one failure set is answered. All three give the same counts; they
+/// differ only in cost, which depends on the set's size alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Table lookups over the subsets of the failed set: C(|F|, 1) + … +
+    /// C(|F|, k) of them.
+    Lookup,
+    /// The same lookups over the subsets of the survivors: fully down is
+    /// everyone minus those degraded by the survivors failing, degraded is
+    /// everyone minus those the survivors would fully down.
+    Complement,
+    /// One pass over the distinct subsets: fully down when the subset is
+    /// inside the failed set, degraded when it meets it.
+    Scan,
+}
+
+/// Buffers one thread reuses across failure sets.
+#[derive(Debug, Default)]
+struct Scratch {
+    survivors: Vec<ShardIndex>,
+    is_failed: Vec<bool>,
+    members: Vec<ShardIndex>,
+}
 
 /// What one failure set does.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -148,8 +184,9 @@ impl BlastModel {
     /// Only sets that contain some tenant's whole subset can down anyone, so
     /// the search extends each distinct subset to a set of the right size
     /// instead of visiting all C(n, failures) sets, whichever is fewer. The
-    /// answer is exact; `budget` bounds the sets visited, and `None` is
-    /// returned when both searches exceed it.
+    /// answer is exact; `budget` bounds the work (sets visited times the
+    /// lookups or subsets each costs), and `None` is returned when both
+    /// searches exceed it.
     pub fn worst_fully_down(
         &self,
         failures: usize,
@@ -164,40 +201,57 @@ impl BlastModel {
                 rows.saturating_mul(binomial(n - size as u64, (failures - size) as u64))
             })
             .fold(0u128, u128::saturating_add);
-        if all_sets.min(by_extension) > budget {
+        let strategy = self.strategy(failures);
+        let per_set = self.set_cost(strategy, failures);
+        if all_sets.min(by_extension).saturating_mul(per_set) > budget {
             return Ok(None);
         }
-        let first_sets: Vec<ShardIndex> = (0..failures as ShardIndex).collect();
         if all_sets <= by_extension {
-            let sweep = self.sweep(failures, u64::MAX, 0, &|_, _| {})?;
-            return Ok(Some((
-                sweep.fully_down.worst,
-                sweep.fully_down.worst_failed,
-            )));
+            let mut best: (u64, Vec<ShardIndex>) = (0, Vec::new());
+            let source = SetSource::new(self.n, failures, false, 0);
+            self.for_each_set(
+                failures,
+                all_sets as u64,
+                source,
+                &|_, _| {},
+                |set, (down, _)| {
+                    if down > best.0 || best.1.is_empty() {
+                        best = (down, set.to_vec());
+                    }
+                },
+            );
+            return Ok(Some(best));
         }
+        self.prepare(strategy, failures);
         let packer = self.tables.packer;
-        let mut best: (u64, Vec<ShardIndex>) = (0, first_sets);
+        let mut best: (u64, Vec<ShardIndex>) = (0, (0..failures as ShardIndex).collect());
         for size in 1..=failures.min(self.max_k) {
             let candidate = self.tables.exact[size]
                 .rows()
                 .par_iter()
-                .map_init(Vec::new, |members, row| {
-                    packer.unpack(row.key(), size, members);
-                    let rest: Vec<ShardIndex> = (0..self.n as ShardIndex)
-                        .filter(|index| !members.contains(index))
-                        .collect();
-                    let mut best: (u64, Vec<ShardIndex>) = (0, Vec::new());
-                    for_each_combination(&rest, failures - size, |extra| {
-                        let mut set: Vec<ShardIndex> =
-                            members.iter().chain(extra).copied().collect();
-                        set.sort_unstable();
-                        let down = self.fully_down_by_lookup(&set);
-                        if down > best.0 {
-                            best = (down, set);
-                        }
-                    });
-                    best
-                })
+                .map_init(
+                    || (Vec::new(), Scratch::default()),
+                    |(members, scratch), row| {
+                        packer.unpack(row.key(), size, members);
+                        let rest: Vec<ShardIndex> = (0..self.n as ShardIndex)
+                            .filter(|index| !members.contains(index))
+                            .collect();
+                        let mut best: (u64, Vec<ShardIndex>) = (0, Vec::new());
+                        for_each_combination(&rest, failures - size, |extra| {
+                            let mut set: Vec<ShardIndex> =
+                                members.iter().chain(extra).copied().collect();
+                            set.sort_unstable();
+                            let down = match strategy {
+                                Strategy::Lookup => self.fully_down_by_lookup(&set),
+                                _ => self.counts_with(strategy, &set, scratch).0,
+                            };
+                            if down > best.0 {
+                                best = (down, set);
+                            }
+                        });
+                        best
+                    },
+                )
                 .reduce(
                     || (0, Vec::new()),
                     |a, b| {
@@ -215,6 +269,7 @@ impl BlastModel {
         Ok(Some(best))
     }
 
+    /// Fully down alone by lookups: no containment tables needed.
     fn fully_down_by_lookup(&self, failed: &[ShardIndex]) -> u64 {
         let packer = self.tables.packer;
         let mut fully_down = 0;
@@ -304,12 +359,93 @@ impl BlastModel {
     }
 
     /// Fully down and degraded (the fully down included) for a validated,
-    /// sorted failure set, by lookups or by one scan, whichever is cheaper.
+    /// sorted failure set, by the cheapest [`Strategy`].
     pub(crate) fn counts(&self, failed: &[ShardIndex]) -> (u64, u64) {
-        if self.lookup_cost(failed.len()) <= self.distinct_subsets() as u128 {
-            self.counts_by_lookup(failed)
+        self.counts_with(self.strategy(failed.len()), failed, &mut Scratch::default())
+    }
+
+    /// The cheapest way to answer a failure set of `failures` shards:
+    /// lookups cost C(f, 1) + … + C(f, k), lookups over the survivors the
+    /// same with `n - f`, a scan the number of distinct subsets.
+    pub fn strategy(&self, failures: usize) -> Strategy {
+        let lookup = self.lookup_cost(failures);
+        let complement = self.lookup_cost(self.n.saturating_sub(failures));
+        let scan = self.distinct_subsets() as u128;
+        if lookup <= complement && lookup <= scan {
+            Strategy::Lookup
+        } else if complement <= scan {
+            Strategy::Complement
         } else {
-            self.counts_by_scan(failed)
+            Strategy::Scan
+        }
+    }
+
+    /// What one set of `failures` shards costs by `strategy` (at least 1).
+    fn set_cost(&self, strategy: Strategy, failures: usize) -> u128 {
+        match strategy {
+            Strategy::Lookup => self.lookup_cost(failures),
+            Strategy::Complement => self.lookup_cost(self.n - failures),
+            Strategy::Scan => self.distinct_subsets() as u128,
+        }
+        .max(1)
+    }
+
+    /// Builds, in parallel and before any set is answered, the containment
+    /// tables `strategy` needs for sets of `failures` shards.
+    fn prepare(&self, strategy: Strategy, failures: usize) {
+        let largest = match strategy {
+            Strategy::Lookup => failures,
+            Strategy::Complement => self.n - failures,
+            Strategy::Scan => 0,
+        };
+        for m in 1..=largest.min(self.max_k) {
+            self.containment(m);
+        }
+    }
+
+    /// [`impact`](Self::impact) answered by a given strategy rather than the
+    /// cheapest: every strategy must give the same figures, and the property
+    /// tests check each against the naive reference.
+    pub fn impact_with(
+        &self,
+        failed: &[ShardIndex],
+        strategy: Strategy,
+    ) -> Result<Impact, AnalysisError> {
+        let failed = self.failure_set(failed)?;
+        let (fully_down, degraded) = self.counts_with(strategy, &failed, &mut Scratch::default());
+        Ok(Impact {
+            capacity_lost: self.capacity_lost(&failed, degraded),
+            failed,
+            fully_down,
+            degraded,
+        })
+    }
+
+    /// Fully down and degraded for a validated, sorted failure set.
+    fn counts_with(
+        &self,
+        strategy: Strategy,
+        failed: &[ShardIndex],
+        scratch: &mut Scratch,
+    ) -> (u64, u64) {
+        match strategy {
+            Strategy::Lookup => self.counts_by_lookup(failed),
+            Strategy::Complement => {
+                let survivors = &mut scratch.survivors;
+                survivors.clear();
+                let mut failed = failed.iter().peekable();
+                for index in 0..self.n as ShardIndex {
+                    if failed.next_if_eq(&&index).is_none() {
+                        survivors.push(index);
+                    }
+                }
+                let (inside_survivors, meeting_survivors) = self.counts_by_lookup(survivors);
+                (
+                    self.tenants - meeting_survivors,
+                    self.tenants - inside_survivors,
+                )
+            }
+            Strategy::Scan => self.counts_by_scan(failed, scratch),
         }
     }
 
@@ -348,8 +484,12 @@ impl BlastModel {
     }
 
     /// Fully down and degraded by one pass over the distinct subsets.
-    fn counts_by_scan(&self, failed: &[ShardIndex]) -> (u64, u64) {
-        let mut is_failed = vec![false; self.n];
+    fn counts_by_scan(&self, failed: &[ShardIndex], scratch: &mut Scratch) -> (u64, u64) {
+        let Scratch {
+            is_failed, members, ..
+        } = scratch;
+        is_failed.clear();
+        is_failed.resize(self.n, false);
         for &index in failed {
             is_failed[index as usize] = true;
         }
@@ -357,30 +497,24 @@ impl BlastModel {
         let mut fully_down = 0;
         let mut degraded = 0;
         for (size, table) in self.tables.exact.iter().enumerate().skip(1) {
-            let (down, hit) = table
-                .rows()
-                .par_iter()
-                .map_init(Vec::new, |members, row| {
-                    packer.unpack(row.key(), size, members);
-                    let failed_members = members.iter().filter(|&&m| is_failed[m as usize]).count();
-                    let down = if failed_members == size {
-                        row.tenants
-                    } else {
-                        0
-                    };
-                    let hit = if failed_members > 0 { row.tenants } else { 0 };
-                    (down, hit)
-                })
-                .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-            fully_down += down;
-            degraded += hit;
+            for row in table.rows() {
+                packer.unpack(row.key(), size, members);
+                let failed_members = members.iter().filter(|&&m| is_failed[m as usize]).count();
+                if failed_members == size {
+                    fully_down += row.tenants;
+                }
+                if failed_members > 0 {
+                    degraded += row.tenants;
+                }
+            }
         }
         (fully_down, degraded)
     }
 
     /// Every failure set of `failures` shards, or a seeded random sample of
-    /// `max_sets` of them when there are more. `progress` is called with the
-    /// number of sets finished so far.
+    /// `max_sets` distinct ones when there are more (then the worst is only a
+    /// lower bound on the true worst). `progress` is called with the number
+    /// of sets finished so far and the number to do.
     pub fn sweep(
         &self,
         failures: usize,
@@ -389,10 +523,6 @@ impl BlastModel {
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<Sweep, AnalysisError> {
         check_failures(failures, self.n)?;
-        // Build the tables up front, in parallel, not inside the first batch.
-        for m in 1..=failures.min(self.max_k) {
-            self.containment(m);
-        }
         let total = binomial(self.n as u64, failures as u64);
         let sampled = total > u128::from(max_sets.max(1));
         let sets = if sampled {
@@ -400,37 +530,21 @@ impl BlastModel {
         } else {
             total as u64
         };
-
-        let mut source = SetSource::new(self.n, failures, sampled, seed);
+        let source = SetSource::new(self.n, failures, sampled, seed);
         let mut fully_down = Vec::with_capacity(sets as usize);
         let mut degraded = Vec::with_capacity(sets as usize);
         let mut worst_down: (u64, Vec<ShardIndex>) = (0, Vec::new());
         let mut worst_degraded: (u64, Vec<ShardIndex>) = (0, Vec::new());
-        let mut done = 0u64;
-        let mut batch: Vec<ShardIndex> = Vec::with_capacity(SWEEP_BATCH * failures);
-        while done < sets {
-            batch.clear();
-            let in_batch = (sets - done).min(SWEEP_BATCH as u64) as usize;
-            for _ in 0..in_batch {
-                source.next_into(&mut batch);
+        self.for_each_set(failures, sets, source, progress, |set, (down, hit)| {
+            if down > worst_down.0 || worst_down.1.is_empty() {
+                worst_down = (down, set.to_vec());
             }
-            let results: Vec<(u64, u64)> = batch
-                .par_chunks_exact(failures)
-                .map(|set| self.counts_by_lookup(set))
-                .collect();
-            for (set, &(down, hit)) in batch.chunks_exact(failures).zip(&results) {
-                if down > worst_down.0 || worst_down.1.is_empty() {
-                    worst_down = (down, set.to_vec());
-                }
-                if hit > worst_degraded.0 || worst_degraded.1.is_empty() {
-                    worst_degraded = (hit, set.to_vec());
-                }
-                fully_down.push(down);
-                degraded.push(hit);
+            if hit > worst_degraded.0 || worst_degraded.1.is_empty() {
+                worst_degraded = (hit, set.to_vec());
             }
-            done += in_batch as u64;
-            progress(done, sets);
-        }
+            fully_down.push(down);
+            degraded.push(hit);
+        });
         Ok(Sweep {
             failures,
             sets,
@@ -438,6 +552,44 @@ impl BlastModel {
             fully_down: figure(fully_down, worst_down.1),
             degraded: figure(degraded, worst_degraded.1),
         })
+    }
+
+    /// Answers `sets` failure sets from `source` in parallel batches, by the
+    /// cheapest strategy for their size, and hands each set and its (fully
+    /// down, degraded) to `visit` in the order the source yields them.
+    fn for_each_set(
+        &self,
+        failures: usize,
+        sets: u64,
+        mut source: SetSource,
+        progress: &(dyn Fn(u64, u64) + Sync),
+        mut visit: impl FnMut(&[ShardIndex], (u64, u64)),
+    ) {
+        let strategy = self.strategy(failures);
+        self.prepare(strategy, failures);
+        let per_set = self.set_cost(strategy, failures);
+        let batch_sets = (BATCH_WORK / per_set).clamp(64, SWEEP_BATCH as u128) as usize;
+        let mut done = 0u64;
+        progress(0, sets);
+        let mut batch: Vec<ShardIndex> = Vec::with_capacity(batch_sets * failures);
+        while done < sets {
+            batch.clear();
+            let in_batch = (sets - done).min(batch_sets as u64) as usize;
+            for _ in 0..in_batch {
+                source.next_into(&mut batch);
+            }
+            let results: Vec<(u64, u64)> = batch
+                .par_chunks_exact(failures)
+                .map_init(Scratch::default, |scratch, set| {
+                    self.counts_with(strategy, set, scratch)
+                })
+                .collect();
+            for (set, &counts) in batch.chunks_exact(failures).zip(&results) {
+                visit(set, counts);
+            }
+            done += in_batch as u64;
+            progress(done, sets);
+        }
     }
 }
 
@@ -455,12 +607,15 @@ fn figure(mut counts: Vec<u64>, worst_failed: Vec<ShardIndex>) -> SweepFigure {
 }
 
 /// Yields failure sets: all of them in lexicographic order, or seeded
-/// uniform random ones.
+/// uniform random ones without repeats (a set drawn again is drawn anew, so
+/// a sample of `m` sets is `m` distinct sets, each equally likely).
 struct SetSource {
     n: usize,
     size: usize,
     next: Option<Vec<ShardIndex>>,
     random: Option<SplitMix64>,
+    /// The sets drawn so far, as bitmasks of `n` bits.
+    seen: HashSet<Box<[u64]>>,
 }
 
 impl SetSource {
@@ -470,15 +625,25 @@ impl SetSource {
             size,
             next: Some((0..size as ShardIndex).collect()),
             random: sampled.then(|| SplitMix64::new(seed)),
+            seen: HashSet::new(),
         }
     }
 
     fn next_into(&mut self, out: &mut Vec<ShardIndex>) {
         if let Some(random) = &mut self.random {
             let start = out.len();
-            random.sample_set(self.n, self.size, out);
-            out[start..].sort_unstable();
-            return;
+            loop {
+                random.sample_set(self.n, self.size, out);
+                let mut mask = vec![0u64; self.n.div_ceil(64)].into_boxed_slice();
+                for &index in &out[start..] {
+                    mask[index as usize / 64] |= 1 << (index % 64);
+                }
+                if self.seen.insert(mask) {
+                    out[start..].sort_unstable();
+                    return;
+                }
+                out.truncate(start);
+            }
         }
         let current = self
             .next
@@ -554,6 +719,35 @@ mod tests {
                 [51, 54, 70]
             ]
         );
+    }
+
+    #[test]
+    fn a_sample_never_repeats_a_set() {
+        // 19 of the 20 sets of 3 out of 6: drawn with replacement, a repeat
+        // is all but certain (the birthday bound); without, none can occur.
+        let sets = first_sets(SetSource::new(6, 3, true, 0), 19);
+        let mut unique = sets.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 19);
+        let subsets: Vec<Vec<ShardIndex>> = (0..6u32).map(|t| vec![t, (t + 1) % 6]).collect();
+        let model = BlastModel::new(&Placements::from_subsets(6, &subsets)).unwrap();
+        let sweep = model.sweep(3, 19, 0, &|_, _| {}).unwrap();
+        assert!(sweep.sampled);
+        assert_eq!(sweep.sets, 19);
+    }
+
+    #[test]
+    fn the_cheapest_strategy_follows_the_set_size() {
+        // 46 shards, 40 distinct pairs: two failed shards are 3 lookups,
+        // 43 failed are 6 lookups over the 3 survivors, and 20 failed would
+        // be C(20, 1) + C(20, 2) lookups either way, more than a scan.
+        let subsets: Vec<Vec<ShardIndex>> = (0..40u32).map(|t| vec![t, t + 1]).collect();
+        let model = BlastModel::new(&Placements::from_subsets(46, &subsets)).unwrap();
+        assert_eq!(model.strategy(2), Strategy::Lookup);
+        assert_eq!(model.strategy(43), Strategy::Complement);
+        assert_eq!(model.strategy(46), Strategy::Complement);
+        assert_eq!(model.strategy(20), Strategy::Scan);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use analysis::{BlastModel, Placements, overlap};
+use analysis::{BlastModel, Placements, Strategy as Answer, overlap};
 use proptest::prelude::*;
 
 use crate::reference;
@@ -33,6 +33,42 @@ proptest! {
         prop_assert_eq!(impact.fully_down, reference::fully_down(&subsets, &failed));
         prop_assert_eq!(impact.degraded, reference::degraded(&subsets, &failed));
         prop_assert!((impact.capacity_lost - reference::capacity_lost(&subsets, &failed)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn every_strategy_matches_reference((n, subsets) in population(), failed in proptest::collection::btree_set(0u32..12, 1..=12)) {
+        // Failure sets of every size, the whole fleet included, answered by
+        // lookups over the failed set, lookups over the survivors, and a
+        // scan: each must equal the naive loop, whichever is chosen.
+        let failed: BTreeSet<u32> = failed.into_iter().filter(|&s| s < n).collect();
+        prop_assume!(!failed.is_empty());
+        let model = BlastModel::new(&Placements::from_subsets(n as usize, &subsets)).unwrap();
+        let failed_list: Vec<u32> = failed.iter().copied().collect();
+        for strategy in [Answer::Lookup, Answer::Complement, Answer::Scan] {
+            let impact = model.impact_with(&failed_list, strategy).unwrap();
+            prop_assert_eq!(impact.fully_down, reference::fully_down(&subsets, &failed), "{:?}", strategy);
+            prop_assert_eq!(impact.degraded, reference::degraded(&subsets, &failed), "{:?}", strategy);
+        }
+    }
+
+    #[test]
+    fn sweeps_of_large_sets_match_reference((n, subsets) in population(), missing in 0usize..4) {
+        // A sweep of n - missing failures: the sizes where lookups over the
+        // failed set are dearest and the complement or a scan is chosen.
+        prop_assume!(missing < n as usize);
+        let size = n as usize - missing;
+        let model = BlastModel::new(&Placements::from_subsets(n as usize, &subsets)).unwrap();
+        let sweep = model.sweep(size, u64::MAX, 0, &|_, _| {}).unwrap();
+        let sets = reference::all_sets(n, size);
+        prop_assert_eq!(sweep.sets, sets.len() as u64);
+        let down: Vec<u64> = sets.iter().map(|f| reference::fully_down(&subsets, f)).collect();
+        let hit: Vec<u64> = sets.iter().map(|f| reference::degraded(&subsets, f)).collect();
+        prop_assert_eq!(sweep.fully_down.worst, *down.iter().max().unwrap());
+        prop_assert_eq!(sweep.degraded.worst, *hit.iter().max().unwrap());
+        let mean = down.iter().sum::<u64>() as f64 / down.len() as f64;
+        prop_assert!((sweep.fully_down.mean - mean).abs() < 1e-9);
+        let (worst, _) = model.worst_fully_down(size, u128::MAX).unwrap().unwrap();
+        prop_assert_eq!(worst, *down.iter().max().unwrap());
     }
 
     #[test]
