@@ -20,6 +20,33 @@ pub enum AnalysisError {
         /// The weight as written.
         text: String,
     },
+    /// A weight so small (subnormal) that loads and their spread lose all
+    /// precision.
+    #[error(
+        "tenants file line {line}: weight {text} is below {min:e}, too small to compute loads with; only ratios matter, so scale every weight up",
+        min = f64::MIN_POSITIVE
+    )]
+    WeightTooSmall {
+        /// One-based line number.
+        line: usize,
+        /// The weight as written.
+        text: String,
+    },
+    /// The weights add up to more than a float can hold.
+    #[error(
+        "the tenants file's weights add up to more than 1.8e308; only ratios matter, so scale every weight down"
+    )]
+    WeightsOverflow,
+    /// A line looked like `TENANT WEIGHT` with a space instead of a tab.
+    #[error(
+        "tenants file line {line}: {text:?} looks like a tenant and a weight separated by a space; separate them with a TAB (`TENANT<TAB>WEIGHT`)"
+    )]
+    WeightAfterSpace {
+        /// One-based line number.
+        line: usize,
+        /// The line as written.
+        text: String,
+    },
     /// A tenants-file line had more than two tab-separated fields.
     #[error(
         "tenants file line {line}: expected `TENANT` or `TENANT<TAB>WEIGHT`, found {fields} tab-separated fields"

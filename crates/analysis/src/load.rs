@@ -93,7 +93,17 @@ pub fn load(
     }
 
     let mean = per_shard.iter().sum::<f64>() / n as f64;
-    let variance = per_shard.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / n as f64;
+    // Relative to the mean, so that squaring cannot overflow for huge
+    // weights (only their ratios matter) and the CV is the same at any scale.
+    let relative_variance = if mean > 0.0 {
+        per_shard
+            .iter()
+            .map(|l| (l / mean - 1.0).powi(2))
+            .sum::<f64>()
+            / n as f64
+    } else {
+        0.0
+    };
     let (hottest, max) = argmax(&per_shard, None);
     let over = |load: f64| capacity.is_some_and(|c| load > c);
 
@@ -141,11 +151,7 @@ pub fn load(
         over_capacity: (0..n as ShardIndex)
             .filter(|&s| over(per_shard[s as usize]))
             .collect(),
-        cv: if mean > 0.0 {
-            variance.sqrt() / mean
-        } else {
-            0.0
-        },
+        cv: relative_variance.sqrt(),
         max_over_mean: if mean > 0.0 { max / mean } else { 0.0 },
         hottest,
         per_shard,

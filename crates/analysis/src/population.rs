@@ -60,7 +60,20 @@ impl Population {
             }
             let fields: Vec<&str> = line.split('\t').collect();
             let (id, weight) = match fields.as_slice() {
-                [id] => (*id, None),
+                [id] => {
+                    // `acme 2.5` is almost always a weight typed with a
+                    // space; taking it as the id "acme 2.5" would silently
+                    // drop the weight.
+                    if let Some((_, last)) = id.trim_end().rsplit_once([' ', '\t'])
+                        && last.parse::<f64>().is_ok()
+                    {
+                        return Err(AnalysisError::WeightAfterSpace {
+                            line: line_no,
+                            text: (*id).to_owned(),
+                        });
+                    }
+                    (*id, None)
+                }
                 [id, weight] => {
                     let text = weight.trim();
                     let value: f64 = text.parse().map_err(|_| AnalysisError::BadWeight {
@@ -69,6 +82,12 @@ impl Population {
                     })?;
                     if !(value.is_finite() && value > 0.0) {
                         return Err(AnalysisError::BadWeight {
+                            line: line_no,
+                            text: text.to_owned(),
+                        });
+                    }
+                    if value < f64::MIN_POSITIVE {
+                        return Err(AnalysisError::WeightTooSmall {
                             line: line_no,
                             text: text.to_owned(),
                         });
@@ -102,6 +121,9 @@ impl Population {
         }
         if ids.is_empty() {
             return Err(AnalysisError::NoTenants);
+        }
+        if !weights.iter().sum::<f64>().is_finite() {
+            return Err(AnalysisError::WeightsOverflow);
         }
         let weights = (weighted == Some(true)).then_some(weights);
         Ok(Self::listed(ids, weights))
@@ -186,6 +208,19 @@ mod tests {
                 "{bad}"
             );
         }
+        assert!(matches!(
+            Population::parse("a\t1\nb 2.5\n"),
+            Err(AnalysisError::WeightAfterSpace { line: 2, .. })
+        ));
+        assert!(Population::parse("a b\nc\n").is_ok(), "an id with a space");
+        assert!(matches!(
+            Population::parse("a\t1e308\nb\t1e308\n"),
+            Err(AnalysisError::WeightsOverflow)
+        ));
+        assert!(matches!(
+            Population::parse("a\t1e-320\nb\t1\n"),
+            Err(AnalysisError::WeightTooSmall { line: 1, .. })
+        ));
         assert!(matches!(
             Population::parse("a\t1\t2"),
             Err(AnalysisError::TooManyFields { line: 1, fields: 3 })

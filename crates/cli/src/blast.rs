@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::output::print_answer;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note, zone_sizes};
-use crate::population_args::{PopulationArgs, place_all};
+use crate::population_args::{PopulationArgs, check_overrides, place_all};
 use crate::progress::with_progress;
 use crate::table::{Align, Table, count_of, number, percent, shard_list};
 
@@ -160,6 +160,7 @@ pub fn run(args: BlastArgs) -> Result<()> {
     // mistake is reported at once rather than after minutes of placing.
     let PlacementSetup { placer, key_note } = args.placement.placer()?;
     let population = args.population.load()?;
+    check_overrides(&args.placement.overrides()?, &population)?;
     let fleet = placer.fleet();
     let mut planned = args
         .fail
@@ -292,6 +293,9 @@ fn failure_set(fleet: &Fleet, text: &str) -> Result<Planned> {
                 fleet.len() - 1
             )
         })?;
+        if shards.contains(&index) {
+            bail!("--fail {text}: shard {id:?} is listed twice; name each failed shard once");
+        }
         shards.push(index);
     }
     Ok(Planned {
@@ -1217,6 +1221,8 @@ mod tests {
             error.contains("\"16\"") && error.contains("16 shards"),
             "{error}"
         );
+        let error = failure_set(&fleet, "3,3").unwrap_err().to_string();
+        assert!(error.contains("listed twice"), "{error}");
         let error = failure_set(&fleet, "3,,4").unwrap_err().to_string();
         assert!(error.contains("empty entry"), "{error}");
     }

@@ -9,8 +9,8 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::output::print_answer;
-use crate::placement_args::{FleetArgs, FleetSetup, parse_tenant_k, print_note};
-use crate::population_args::PopulationArgs;
+use crate::placement_args::{FleetArgs, FleetSetup, parse_tenant_ks, print_note};
+use crate::population_args::{PopulationArgs, check_overrides};
 use crate::progress::with_progress;
 use crate::table::{Align, Table, percent, shard_list};
 
@@ -83,13 +83,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
         args.max_fully_down,
         args.concurrent_failures,
     )?;
-    let overrides = args
-        .tenant_k
-        .iter()
-        .map(|text| parse_tenant_k(text))
-        .collect::<Result<Vec<_>>>()?;
+    let overrides = parse_tenant_ks(&args.tenant_k)?;
     let setup = args.fleet.resolve()?;
     let population = args.population.load()?;
+    check_overrides(&overrides, &population)?;
     let n = setup.fleet.len();
     let plan = measure_with(&setup, &population, budget, &overrides)?;
     let placement = placement(&setup, &overrides);

@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::blast::{Count, PlacedJson, WaveJson, total_fully_exposed, wave_shards_cell};
 use crate::output::print_answer;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note};
-use crate::population_args::{PopulationArgs, place_all};
+use crate::population_args::{PopulationArgs, check_overrides, place_all};
 use crate::progress::with_progress;
 use crate::table::{Align, Table, count_of};
 
@@ -107,6 +107,7 @@ pub fn run(args: PlanWavesArgs) -> Result<()> {
     // mistake is reported at once rather than after placing.
     let PlacementSetup { placer, key_note } = args.placement.placer()?;
     let population = args.population.load()?;
+    check_overrides(&args.placement.overrides()?, &population)?;
     let fleet = placer.fleet();
     let n = fleet.len();
     let count = args.waves;

@@ -79,6 +79,20 @@ impl PopulationArgs {
     }
 }
 
+/// Refuses a `--tenant-k` for a tenant the population does not have: the
+/// override would change nothing analysed, and is almost always a typo.
+pub fn check_overrides(overrides: &[(String, u32)], population: &Population) -> Result<()> {
+    for (tenant, k) in overrides {
+        if population.position(tenant).is_none() {
+            bail!(
+                "--tenant-k {tenant}={k}: there is no tenant {tenant:?} among the {} tenants analysed; name a tenant of --tenants or --tenants-file",
+                population.len()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Places every tenant of `population`, with progress: the first step of
 /// each command that analyses a placed population, labelled the same in all.
 pub fn place_all(placer: &Placer, population: &Population) -> Placements {

@@ -17,7 +17,7 @@ use ::report::{ReportInput, render};
 
 use crate::output::print_text;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note, zone_sizes};
-use crate::population_args::{PopulationArgs, place_all};
+use crate::population_args::{PopulationArgs, check_overrides, place_all};
 use crate::progress::with_progress;
 
 /// The most failure sets the sweep evaluates before it samples, as `blast`.
@@ -82,6 +82,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
     let setup = args.placement.fleet.resolve()?;
     let PlacementSetup { placer, key_note } = args.placement.placer()?;
     let population = args.population.load()?;
+    check_overrides(&args.placement.overrides()?, &population)?;
     let n = setup.fleet.len();
     let plan = crate::plan::measure(&setup, &population, budget)?;
     let placements = place_all(&placer, &population);

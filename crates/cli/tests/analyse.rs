@@ -826,24 +826,24 @@ fn blast_poison_counts_a_whale_against_a_naive_count() {
 
 #[test]
 fn blast_poison_text_and_bad_options() {
+    // The poison tenant need not be in the population (nor have a
+    // --tenant-k, which only a tenant of the population may have).
     let (stdout, _) = run_ok(shuffle_shard().args([
         "blast",
         "--shards",
         "16",
         "--k",
         "2",
-        "--tenant-k",
-        "whale=8",
         "--tenants",
         "500",
         "--poison",
         "whale",
         "--poison-after",
-        "2",
+        "1",
     ]));
     assert!(stdout.contains("Poison tenants"), "{stdout}");
     assert!(stdout.contains("none: whole subset crashes"), "{stdout}");
-    assert!(stdout.contains("at most 2 crash (worst case)"), "{stdout}");
+    assert!(stdout.contains("at most 1 crash (worst case)"), "{stdout}");
     assert!(
         stdout.contains("whale is not in the population"),
         "{stdout}"
@@ -868,12 +868,16 @@ fn blast_poison_text_and_bad_options() {
 
 #[test]
 fn plan_warns_when_a_whale_override_breaks_the_fully_down_budget() {
+    let mut ids = vec!["whale".to_owned()];
+    ids.extend((0..999).map(|t| format!("tenant-{t}")));
+    let file = temp_file(ids.join("\n").as_bytes());
+    let path = file.path().to_str().unwrap();
     let base = [
         "plan",
         "--shards",
         "16",
-        "--tenants",
-        "1000",
+        "--tenants-file",
+        path,
         "--max-degraded",
         "0.3",
         "--concurrent-failures",
@@ -924,4 +928,103 @@ fn plan_warns_when_a_whale_override_breaks_the_fully_down_budget() {
         "whale",
     ]));
     assert!(error.contains("no '='"), "{error}");
+}
+
+#[test]
+fn issue_21_inputs_once_accepted_silently_are_refused() {
+    let space = temp_file(b"acme\t2\nglobex 1.5\n");
+    let huge = temp_file(b"acme\t1e308\nglobex\t1e308\n");
+    let tiny = temp_file(b"acme\t1e-320\nglobex\t1e-320\n");
+    let zero = temp_file(b"acme\t0\nglobex\t1\n");
+    let path = |file: &tempfile::NamedTempFile| file.path().to_str().unwrap().to_owned();
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec![
+                "--tenants".into(),
+                "10".into(),
+                "--fail".into(),
+                "3,3".into(),
+            ],
+            "listed twice".into(),
+        ),
+        (
+            vec![
+                "--tenants".into(),
+                "10".into(),
+                "--tenant-k".into(),
+                "ghost=4".into(),
+            ],
+            "no tenant \"ghost\"".into(),
+        ),
+        (
+            vec![
+                "--tenants".into(),
+                "10".into(),
+                "--tenant-k".into(),
+                "tenant-1=4".into(),
+                "--tenant-k".into(),
+                "tenant-1=5".into(),
+            ],
+            "already has --tenant-k tenant-1=4".into(),
+        ),
+        (
+            vec!["--tenants-file".into(), path(&space)],
+            "separate them with a TAB".into(),
+        ),
+        (
+            vec!["--tenants-file".into(), path(&huge)],
+            "add up to more than".into(),
+        ),
+        (
+            vec!["--tenants-file".into(), path(&tiny)],
+            "too small".into(),
+        ),
+        (
+            vec!["--tenants-file".into(), path(&zero)],
+            "not a positive number".into(),
+        ),
+    ];
+    for (extra, fragment) in &cases {
+        let stderr = assert_one_line_error(
+            shuffle_shard()
+                .args(["blast", "--shards", "16", "--k", "2"])
+                .args(extra),
+        );
+        assert!(stderr.contains(fragment.as_str()), "{extra:?}: {stderr}");
+    }
+    // The same checks guard plan and report, which share the options.
+    let stderr = assert_one_line_error(shuffle_shard().args([
+        "plan",
+        "--shards",
+        "8",
+        "--tenants",
+        "10",
+        "--max-degraded",
+        "0.5",
+        "--max-fully-down",
+        "0.5",
+        "--concurrent-failures",
+        "2",
+        "--tenant-k",
+        "ghost=3",
+    ]));
+    assert!(stderr.contains("no tenant \"ghost\""), "{stderr}");
+
+    // Huge weights whose sum still fits give a finite CV, the same as at
+    // any scale: never NaN with exit 0.
+    let big = temp_file(b"acme\t1e300\nglobex\t3e300\ninitech\t2e300\n");
+    let small = temp_file(b"acme\t1\nglobex\t3\ninitech\t2\n");
+    let cv = |file: &tempfile::NamedTempFile| {
+        let report = run_json(
+            shuffle_shard()
+                .args(["blast", "--shards", "8", "--k", "2", "--tenants-file"])
+                .arg(file.path()),
+        );
+        f64_of(&report["load"]["cv"])
+    };
+    let (big, small) = (cv(&big), cv(&small));
+    assert!(
+        big.is_finite() && (big - small).abs() < 1e-9,
+        "{big} {small}"
+    );
 }
