@@ -169,6 +169,19 @@ impl BlastModel {
         &self.per_shard
     }
 
+    /// Each subset size in the population with its number of tenants,
+    /// smallest first: what the overlap expectation of a population with
+    /// per-tenant `k` is weighed by.
+    pub fn subset_sizes(&self) -> Vec<(usize, u64)> {
+        self.tables
+            .exact
+            .iter()
+            .enumerate()
+            .map(|(size, table)| (size, table.rows().iter().map(|row| row.tenants).sum()))
+            .filter(|&(_, tenants)| tenants > 0)
+            .collect()
+    }
+
     /// Number of distinct subsets in the population.
     pub fn distinct_subsets(&self) -> usize {
         self.tables

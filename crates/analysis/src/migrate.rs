@@ -1,6 +1,6 @@
 //! What a change of placement costs across a whole population, in parallel:
-//! the share of tenants whose subset changes and how many members each
-//! gains.
+//! the share of tenants whose subset changes, how many members each gains
+//! and how many each drops (a shrinking `k` only drops).
 //!
 //! Comparison is by shard id, as sets, through the placement crate's
 //! [`tenant_move`](placement::migration::tenant_move), so "moved" means the
@@ -24,6 +24,9 @@ pub struct MigrationReport {
     pub changed_fraction: f64,
     /// Members gained over all tenants (shard-tenant assignments to create).
     pub members_moved: u64,
+    /// Members dropped over all tenants (shard-tenant assignments to
+    /// remove: where a tenant's state must be drained or deleted).
+    pub members_dropped: u64,
     /// `moved_per_tenant[m]`: tenants that gained exactly `m` members.
     pub moved_per_tenant: Vec<u64>,
     /// Up to `sample` changed tenants (population positions), first first.
@@ -38,23 +41,24 @@ pub fn migrate(
     sample: usize,
 ) -> MigrationReport {
     let tenants = population.len();
-    let moved: Vec<u32> = (0..tenants)
+    let moved: Vec<(u32, u32)> = (0..tenants)
         .into_par_iter()
         .map(|t| {
             let id = population.id(t);
             // Tenants that only lose members (k shrank) changed too; count
             // them with zero gains but keep them apart from the unchanged.
             match tenant_move(before, after, &id) {
-                None => u32::MAX,
-                Some(change) => change.added.len() as u32,
+                None => (u32::MAX, 0),
+                Some(change) => (change.added.len() as u32, change.removed.len() as u32),
             }
         })
         .collect();
+    let members_dropped = moved.iter().map(|&(_, dropped)| u64::from(dropped)).sum();
     let mut moved_per_tenant: Vec<u64> = Vec::new();
     let mut changed = 0u64;
     let mut members_moved = 0u64;
     let mut changed_sample = Vec::new();
-    for (t, &gained) in moved.iter().enumerate() {
+    for (t, &(gained, _)) in moved.iter().enumerate() {
         let gained = if gained == u32::MAX {
             0
         } else {
@@ -79,6 +83,7 @@ pub fn migrate(
             changed as f64 / tenants as f64
         },
         members_moved,
+        members_dropped,
         moved_per_tenant,
         changed_sample,
     }

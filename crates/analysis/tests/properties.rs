@@ -203,6 +203,7 @@ proptest! {
         let report = analysis::migrate::migrate(&before, &after, &population, usize::MAX);
         let mut changed = 0;
         let mut gained = 0;
+        let mut dropped = 0;
         for t in 0..tenants {
             let id = format!("tenant-{t}");
             let old: BTreeSet<String> = before.subset_ids(&id).into_iter().map(String::from).collect();
@@ -210,10 +211,12 @@ proptest! {
             if old != new {
                 changed += 1;
                 gained += new.difference(&old).count() as u64;
+                dropped += old.difference(&new).count() as u64;
             }
         }
         prop_assert_eq!(report.changed, changed);
         prop_assert_eq!(report.members_moved, gained);
+        prop_assert_eq!(report.members_dropped, dropped);
         prop_assert_eq!(report.moved_per_tenant.iter().sum::<u64>(), tenants as u64);
     }
 }

@@ -49,6 +49,14 @@ A tenant is fully down when every one of its shards failed, and degraded \
 when at least one did. Every run reports the exact share of tenant pairs \
 that share shards, next to what independent uniform placement would give.
 
+Capacity lost (per degraded tenant): the mean, over the degraded tenants, \
+of the share of their shards that failed; with failover inside the subset, \
+the share of its capacity a degraded tenant loses. A sweep's mean, p50 and \
+p99 are over its failure sets; p50 and p99 are nearest-rank percentiles \
+(the smallest count that at least 50% / 99% of the sets do not exceed). A \
+sampled sweep (more sets than --max-sets) draws distinct sets, and its \
+worst is a lower bound on the true worst.
+
 Examples:
   shuffle-shard blast --shards 16 --k 2 --tenants 2000 --fail 3,7 --fail 0,1
   shuffle-shard blast --shards 64 --k 3 --tenants 100000 --sweep 2
@@ -191,10 +199,9 @@ pub fn run(args: BlastArgs) -> Result<()> {
     let placements = place_all(&placer, &population);
     let model = BlastModel::new(&placements)?;
     let config = placer.config();
-    let k = config.k as usize;
     let zone_sizes = zone_sizes(fleet, config.zone_aware);
     let measured = overlap::exact(&model);
-    let expected = overlap::expected_shared_counts(&zone_sizes, k);
+    let expected = overlap::expected_shared_counts_mixed(&zone_sizes, &model.subset_sizes());
 
     let tenants = model.tenants();
     let fraction = |count: u64| count as f64 / tenants.max(1) as f64;
@@ -544,8 +551,8 @@ struct OverlapJson {
     fraction: f64,
     /// `shared_counts[j]`: fraction of pairs sharing exactly `j` shards.
     shared_counts: Vec<f64>,
-    /// The same under independent uniform placement, or `null` when there
-    /// are too many zones to compute it exactly.
+    /// The same under independent uniform placement, each tenant with its
+    /// own subset size (per-tenant k), over any number of zones.
     expected_shared_counts: Option<Vec<f64>>,
 }
 
@@ -702,8 +709,8 @@ impl SweepJson {
             total_sets,
             sampled: sweep.sampled,
             seed: sweep.sampled.then_some(seed),
-            fully_down: FigureJson::new(sweep.fully_down, fraction),
-            degraded: FigureJson::new(sweep.degraded, fraction),
+            fully_down: FigureJson::new(sweep.fully_down, sweep.sampled, fraction),
+            degraded: FigureJson::new(sweep.degraded, sweep.sampled, fraction),
         }
     }
 }
@@ -724,10 +731,13 @@ struct WorstJson {
     fraction: f64,
     /// The first failure set that caused the worst count.
     failed: Vec<ShardIndex>,
+    /// `"exact"` when every set was evaluated; `"lower bound"` for a
+    /// sample, whose worst is only the worst of the sets drawn.
+    bound: &'static str,
 }
 
 impl FigureJson {
-    fn new(figure: SweepFigure, fraction: &dyn Fn(u64) -> f64) -> Self {
+    fn new(figure: SweepFigure, sampled: bool, fraction: &dyn Fn(u64) -> f64) -> Self {
         // The mean is a count too, just not a whole one.
         let mean = fraction(1) * figure.mean;
         Self {
@@ -735,6 +745,7 @@ impl FigureJson {
                 count: figure.worst,
                 fraction: fraction(figure.worst),
                 failed: figure.worst_failed,
+                bound: if sampled { "lower bound" } else { "exact" },
             },
             mean,
             p50: fraction(figure.p50),
@@ -872,7 +883,7 @@ fn render_overlap(out: &mut String, overlap: &OverlapJson) {
     }
     out.push_str(&table.render(2));
     if overlap.expected_shared_counts.is_none() {
-        out.push_str("  (no expectation: too many zones to enumerate exactly)\n");
+        out.push_str("  (no expectation: a subset is larger than the fleet)\n");
     }
     out.push('\n');
 }
@@ -914,9 +925,16 @@ fn render_sweep(out: &mut String, sweep: &SweepJson) {
             sweep.sets, sweep.failures
         ));
     }
+    // The worst of a sample is only the worst of the sets drawn: a lower
+    // bound on the true worst, and labelled so.
+    let (worst_header, at_least) = if sweep.sampled {
+        ("worst seen (lower bound)", ">= ")
+    } else {
+        ("worst", "")
+    };
     let mut table = Table::new(&[
         ("", Align::Left),
-        ("worst", Align::Right),
+        (worst_header, Align::Right),
         ("worst failed shards", Align::Left),
         ("mean", Align::Right),
         ("p50", Align::Right),
@@ -928,7 +946,10 @@ fn render_sweep(out: &mut String, sweep: &SweepJson) {
     ] {
         table.row(vec![
             name.to_owned(),
-            count_of(figure.worst.count, figure.worst.fraction),
+            format!(
+                "{at_least}{}",
+                count_of(figure.worst.count, figure.worst.fraction)
+            ),
             // A worst of zero is no worst at all: the set that happened to
             // come first would only mislead.
             if figure.worst.count > 0 {
@@ -942,8 +963,18 @@ fn render_sweep(out: &mut String, sweep: &SweepJson) {
         ]);
     }
     out.push_str(&table.render(2));
+    if sweep.sampled {
+        out.push_str(&format!(
+            "  >= marks a lower bound: the worst of {} distinct sets drawn; the worst of all {} may be higher.\n",
+            sweep.sets, sweep.total_sets
+        ));
+    }
+    out.push_str(SWEEP_TERMS);
     out.push('\n');
 }
+
+/// What the sweep's columns mean, under every sweep table.
+const SWEEP_TERMS: &str = "  mean, p50, p99: over the failure sets, of the share of tenants; p50 and p99 are nearest-rank percentiles (the smallest value at least 50% / 99% of the sets do not exceed).\n";
 
 fn render_waves(out: &mut String, waves: &[WaveJson], tenants: u64, fleet: &Fleet) {
     out.push_str(

@@ -233,6 +233,8 @@ struct ChangeJson {
     changed_fraction: f64,
     /// Shard-tenant assignments to create.
     members_moved: u64,
+    /// Shard-tenant assignments to remove (a shrinking k only removes).
+    members_dropped: u64,
     /// `moved_per_tenant[m]`: tenants that gained exactly `m` members (the
     /// unchanged count at 0).
     moved_per_tenant: Vec<u64>,
@@ -246,6 +248,7 @@ impl ChangeJson {
             changed: report.changed,
             changed_fraction: report.changed_fraction,
             members_moved: report.members_moved,
+            members_dropped: report.members_dropped,
             moved_per_tenant: report.moved_per_tenant,
             changed_sample: report
                 .changed_sample
@@ -331,8 +334,8 @@ fn render(report: &Report) -> String {
         percent(change.changed_fraction)
     ));
     out.push_str(&format!(
-        "Shard assignments to create (members moved): {}.\n\n",
-        change.members_moved
+        "Shard assignments to create (members moved): {}; to remove (members dropped): {}.\n\n",
+        change.members_moved, change.members_dropped
     ));
     let mut table = Table::new(&[
         ("members moved", Align::Right),
@@ -357,12 +360,13 @@ fn render(report: &Report) -> String {
     out.push('\n');
     match &report.comparison {
         Some(comparison) => out.push_str(&format!(
-            "For comparison, the same change under {} would change {} of {} tenants ({}) and move {} members.\n",
+            "For comparison, the same change under {} would change {} of {} tenants ({}), move {} members and drop {}.\n",
             comparison.algorithm,
             comparison.change.changed,
             report.tenants,
             percent(comparison.change.changed_fraction),
-            comparison.change.members_moved
+            comparison.change.members_moved,
+            comparison.change.members_dropped
         )),
         None => out.push_str(
             "No comparison: this change switches the algorithm itself, so there is no other algorithm to run it under.\n",

@@ -21,6 +21,10 @@ worst share degraded by one failure, the capacity a degraded tenant loses on \
 one failure, and the share of tenant pairs that share a shard. The \
 recommendation is the smallest k that meets both budgets.
 
+Capacity lost: on one failure, the mean over the degraded tenants of the \
+share of their shards lost (1/k for a tenant with k shards); with failover \
+inside the subset, the share of its capacity a degraded tenant loses.
+
 --tenant-k TENANT=K fixes one tenant's k at every candidate (a whale with a \
 larger subset). A poison tenant crashes its own subset, so such a tenant \
 takes down every tenant whose subset sits inside its K shards: plan warns \

@@ -89,9 +89,9 @@ pub fn run(args: ReportArgs) -> Result<()> {
     let model = BlastModel::new(&placements)?;
     let config = placer.config();
     let measured = overlap::exact(&model);
-    let expected = overlap::expected_shared_counts(
+    let expected = overlap::expected_shared_counts_mixed(
         &zone_sizes(placer.fleet(), config.zone_aware),
-        config.k as usize,
+        &model.subset_sizes(),
     );
     let load = population
         .weights()

@@ -77,7 +77,7 @@ fn blast_json_has_exactly_the_issue_field_names() {
         );
         assert_eq!(
             keys(&sweep[figure]["worst"]),
-            set(&["count", "fraction", "failed"])
+            set(&["count", "fraction", "failed", "bound"])
         );
     }
 
@@ -222,6 +222,11 @@ fn sweeps_are_exact_up_to_max_sets_and_sampled_beyond() {
     );
     assert_eq!(sampled["sweep"]["sets"], 10);
     assert_eq!(sampled["sweep"]["sampled"], true);
+    assert_eq!(
+        sampled["sweep"]["fully_down"]["worst"]["bound"],
+        "lower bound"
+    );
+    assert_eq!(report["sweep"]["fully_down"]["worst"]["bound"], "exact");
 
     // The text says it sampled, and a different seed is still a sample.
     let (text, _) = run_ok(shuffle_shard().args(base).args([
@@ -237,8 +242,12 @@ fn sweeps_are_exact_up_to_max_sets_and_sampled_beyond() {
         "{text}"
     );
     assert!(text.contains("seed 7"), "{text}");
+    assert!(text.contains("worst seen (lower bound)"), "{text}");
+    assert!(text.contains(">= marks a lower bound"), "{text}");
     let (text, _) = run_ok(shuffle_shard().args(base).args(["--sweep", "2"]));
     assert!(text.contains("all 28 sets of 2 failed shards"), "{text}");
+    assert!(!text.contains("lower bound"), "{text}");
+    assert!(text.contains("nearest-rank"), "{text}");
 }
 
 #[test]
@@ -498,6 +507,31 @@ fn migrate_shows_rendezvous_moving_few_and_modulo_moving_most() {
     assert_eq!(report["from"]["shards"], 20);
     assert_eq!(report["to"]["algorithm"], "rendezvous");
 
+    // Shrinking k under rendezvous drops one member from every tenant and
+    // adds none: the cost is the drops, never "0 moved" alone.
+    let shrink = run_json(shuffle_shard().args([
+        "migrate",
+        "--from",
+        "shards=20 k=3 algorithm=rendezvous",
+        "--to",
+        "shards=20 k=2 algorithm=rendezvous",
+        "--tenants",
+        "500",
+    ]));
+    assert_eq!(shrink["changed"], 500, "{shrink}");
+    assert_eq!(shrink["members_moved"], 0, "{shrink}");
+    assert_eq!(shrink["members_dropped"], 500, "{shrink}");
+    let (text, _) = run_ok(shuffle_shard().args([
+        "migrate",
+        "--from",
+        "shards=20 k=3 algorithm=rendezvous",
+        "--to",
+        "shards=20 k=2 algorithm=rendezvous",
+        "--tenants",
+        "500",
+    ]));
+    assert!(text.contains("to remove (members dropped): 500"), "{text}");
+
     let comparison = &report["comparison"];
     assert_eq!(comparison["algorithm"], "hmac-modulo");
     assert!(
@@ -694,6 +728,9 @@ fn help_documents_each_analyser() {
                 "--tenants-file",
                 "--tenant-k",
                 "Examples:",
+                "Capacity lost",
+                "nearest-rank percentiles",
+                "lower bound",
             ][..],
         ),
         (
@@ -704,6 +741,7 @@ fn help_documents_each_analyser() {
                 "--concurrent-failures",
                 "--zones",
                 "--key-file",
+                "Capacity lost",
             ],
         ),
         (
@@ -1026,5 +1064,59 @@ fn issue_21_inputs_once_accepted_silently_are_refused() {
     assert!(
         big.is_finite() && (big - small).abs() < 1e-9,
         "{big} {small}"
+    );
+}
+
+#[test]
+fn the_overlap_expectation_counts_per_tenant_k_and_any_number_of_zones() {
+    // 300 of 1000 tenants with k = 4, the rest k = 2: the expectation must
+    // weigh pairs by their sizes and reach 4 shared shards, as measured.
+    let mut args: Vec<String> = ["blast", "--shards", "16", "--k", "2", "--tenants", "1000"]
+        .map(str::to_owned)
+        .to_vec();
+    for t in 0..300 {
+        args.extend(["--tenant-k".to_owned(), format!("tenant-{t}=4")]);
+    }
+    let report = run_json(shuffle_shard().args(&args));
+    let overlap = &report["pairwise_overlap"];
+    let measured: Vec<f64> = overlap["shared_counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f64_of)
+        .collect();
+    let expected: Vec<f64> = overlap["expected_shared_counts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{overlap}"))
+        .iter()
+        .map(f64_of)
+        .collect();
+    assert_eq!(expected.len(), 5, "{overlap}");
+    for (m, e) in measured.iter().zip(&expected) {
+        assert!(
+            (m - e).abs() < 0.01,
+            "measured {measured:?}, expected {expected:?}"
+        );
+    }
+
+    // Twelve zones, more than the eight the expectation once stopped at.
+    let zones: Vec<String> = (0..12).map(|z| format!("z{z}:3")).collect();
+    let report = run_json(shuffle_shard().args([
+        "blast",
+        "--zones",
+        &zones.join(","),
+        "--k",
+        "3",
+        "--tenants",
+        "3000",
+    ]));
+    let overlap = &report["pairwise_overlap"];
+    let expected = overlap["expected_shared_counts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no expectation for 12 zones: {overlap}"));
+    let fraction = f64_of(&overlap["fraction"]);
+    assert!(
+        (fraction - (1.0 - f64_of(&expected[0]))).abs() < 0.01,
+        "{overlap}"
     );
 }
