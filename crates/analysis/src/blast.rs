@@ -17,6 +17,7 @@
 
 use std::collections::HashSet;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use placement::ShardIndex;
 use rayon::prelude::*;
@@ -200,10 +201,13 @@ impl BlastModel {
     /// answer is exact; `budget` bounds the work (sets visited times the
     /// lookups or subsets each costs), and `None` is returned when both
     /// searches exceed it.
+    /// `progress` is called with the sets (or subsets extended) done so far
+    /// and the total.
     pub fn worst_fully_down(
         &self,
         failures: usize,
         budget: u128,
+        progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Result<Option<(u64, Vec<ShardIndex>)>, AnalysisError> {
         check_failures(failures, self.n)?;
         let n = self.n as u64;
@@ -226,7 +230,7 @@ impl BlastModel {
                 failures,
                 all_sets as u64,
                 source,
-                &|_, _| {},
+                progress,
                 |set, (down, _)| {
                     if down > best.0 || best.1.is_empty() {
                         best = (down, set.to_vec());
@@ -238,6 +242,11 @@ impl BlastModel {
         self.prepare(strategy, failures);
         let packer = self.tables.packer;
         let mut best: (u64, Vec<ShardIndex>) = (0, (0..failures as ShardIndex).collect());
+        let rows_total: u64 = (1..=failures.min(self.max_k))
+            .map(|size| self.tables.exact[size].rows().len() as u64)
+            .sum();
+        let extended = AtomicU64::new(0);
+        progress(0, rows_total);
         for size in 1..=failures.min(self.max_k) {
             let candidate = self.tables.exact[size]
                 .rows()
@@ -262,6 +271,8 @@ impl BlastModel {
                                 best = (down, set);
                             }
                         });
+                        let done = extended.fetch_add(1, Ordering::Relaxed) + 1;
+                        progress(done, rows_total);
                         best
                     },
                 )
@@ -696,14 +707,14 @@ mod tests {
         let model = BlastModel::new(&Placements::from_subsets(40, &subsets)).unwrap();
         for failures in 1..=4 {
             let (worst, set) = model
-                .worst_fully_down(failures, u128::MAX)
+                .worst_fully_down(failures, u128::MAX, &|_, _| {})
                 .unwrap()
                 .unwrap();
             let sweep = model.sweep(failures, u64::MAX, 0, &|_, _| {}).unwrap();
             assert_eq!(worst, sweep.fully_down.worst, "failures = {failures}");
             assert_eq!(model.impact(&set).unwrap().fully_down, worst);
         }
-        assert!(model.worst_fully_down(3, 10).unwrap().is_none());
+        assert!(model.worst_fully_down(3, 10, &|_, _| {}).unwrap().is_none());
     }
 
     /// The first `count` sets `source` hands out, one vector each.

@@ -6,6 +6,8 @@
 //! [`tenant_move`](placement::migration::tenant_move), so "moved" means the
 //! same here as everywhere else.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use placement::Placer;
 use placement::migration::tenant_move;
 use rayon::prelude::*;
@@ -40,10 +42,31 @@ pub fn migrate(
     population: &Population,
     sample: usize,
 ) -> MigrationReport {
+    migrate_with_progress(before, after, population, sample, &|_, _| {})
+}
+
+/// Tenants compared between two progress reports.
+const PROGRESS_EVERY: u64 = 1 << 14;
+
+/// [`migrate`], calling `progress` with the tenants compared so far and the
+/// total, every [`PROGRESS_EVERY`] tenants.
+pub fn migrate_with_progress(
+    before: &Placer,
+    after: &Placer,
+    population: &Population,
+    sample: usize,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> MigrationReport {
     let tenants = population.len();
+    let compared = AtomicU64::new(0);
+    progress(0, tenants as u64);
     let moved: Vec<(u32, u32)> = (0..tenants)
         .into_par_iter()
         .map(|t| {
+            let done = compared.fetch_add(1, Ordering::Relaxed) + 1;
+            if done.is_multiple_of(PROGRESS_EVERY) || done == tenants as u64 {
+                progress(done, tenants as u64);
+            }
             let id = population.id(t);
             // Tenants that only lose members (k shrank) changed too; count
             // them with zero gains but keep them apart from the unchanged.

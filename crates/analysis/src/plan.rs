@@ -66,8 +66,13 @@ pub struct Plan {
     pub verdict: String,
 }
 
-/// Sets the exact worst-case search may visit per `k` before giving up.
-const SEARCH_BUDGET: u128 = 200_000_000;
+/// Work (failure sets visited times the lookups or subsets each costs) the
+/// exact worst-case search may do per `k` before giving up.
+const SEARCH_BUDGET: u128 = 1_000_000_000;
+
+/// Progress units per candidate `k`: [`plan_with`] reports in thousandths
+/// of a candidate, so a bar moves while one `k`'s search runs.
+pub const PROGRESS_PER_K: u64 = 1000;
 
 /// Measures `k = 1 ..= min(n, 8)` and recommends one.
 pub fn plan(
@@ -77,7 +82,7 @@ pub fn plan(
     zone_aware: bool,
     population: &Population,
     budget: Budget,
-    progress: &(dyn Fn(u32, u32) + Sync),
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Plan, AnalysisError> {
     let placement = PlanPlacement {
         fleet,
@@ -139,22 +144,33 @@ pub struct PoisonWarning {
 }
 
 /// [`plan`] with per-tenant overrides applied to every candidate `k`.
+///
+/// `progress` is called with `(done, total)` in units of
+/// [`PROGRESS_PER_K`] per candidate: placing and the worst-case search each
+/// move it, so no candidate is a silent gap.
 pub fn plan_with(
     placement: &PlanPlacement<'_>,
     population: &Population,
     budget: Budget,
-    progress: &(dyn Fn(u32, u32) + Sync),
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Plan, AnalysisError> {
     let fleet = placement.fleet;
     check_failures(budget.concurrent_failures, fleet.len())?;
     let max_k = (fleet.len() as u32).min(MAX_PLAN_K);
     let tenants = population.len().max(1) as f64;
     let mut rows = Vec::new();
+    let total = u64::from(max_k) * PROGRESS_PER_K;
     for k in 1..=max_k {
+        let start = u64::from(k - 1) * PROGRESS_PER_K;
+        // Thousandths of this candidate: placing 0–200, the search 200–900.
+        let part = |from: u64, width: u64| {
+            move |done: u64, of: u64| progress(start + from + width * done / of.max(1), total)
+        };
         let placer = placement.placer(k)?;
-        let placements = Placements::compute(&placer, population);
+        let placements = Placements::compute_with_progress(&placer, population, &part(0, 200));
         let model = BlastModel::new(&placements)?;
-        let worst = model.worst_fully_down(budget.concurrent_failures, SEARCH_BUDGET)?;
+        let worst =
+            model.worst_fully_down(budget.concurrent_failures, SEARCH_BUDGET, &part(200, 700))?;
         let degraded =
             model.tenants_per_shard().iter().copied().max().unwrap_or(0) as f64 / tenants;
         let worst_fully_down = worst.as_ref().map(|(count, _)| *count as f64 / tenants);
@@ -169,7 +185,7 @@ pub fn plan_with(
             overlap: overlap::exact(&model).fraction,
             meets_budget,
         });
-        progress(k, max_k);
+        progress(u64::from(k) * PROGRESS_PER_K, total);
     }
     let recommended = rows.iter().find(|row| row.meets_budget).map(|row| row.k);
     let verdict = verdict(&rows, budget, recommended);
@@ -275,6 +291,45 @@ fn verdict(rows: &[PlanRow], budget: Budget, recommended: Option<u32>) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_moves_inside_every_candidate_and_ends_at_the_total() {
+        // The bar must not sit still for a whole candidate: placing and the
+        // worst-case search report as they go (from several threads, so two
+        // reports may arrive out of order; never past the total).
+        let seen = std::sync::Mutex::new(Vec::new());
+        let fleet = Fleet::uniform(12).unwrap();
+        let budget = Budget {
+            max_degraded: 1.0,
+            max_fully_down: 1.0,
+            concurrent_failures: 9,
+        };
+        plan(
+            &fleet,
+            &PlacementKey::recipe_default(),
+            Algorithm::HmacModulo,
+            false,
+            &Population::synthetic(20_000),
+            budget,
+            &|done, total| seen.lock().unwrap().push((done, total)),
+        )
+        .unwrap();
+        let seen = seen.into_inner().unwrap();
+        let total = 8 * PROGRESS_PER_K;
+        assert!(seen.iter().all(|&(done, t)| t == total && done <= total));
+        assert_eq!(seen.last(), Some(&(total, total)));
+        for k in 0..8 {
+            let inside = seen
+                .iter()
+                .filter(|&&(done, _)| done > k * PROGRESS_PER_K && done < (k + 1) * PROGRESS_PER_K)
+                .count();
+            assert!(
+                inside >= 2,
+                "candidate {} reported {inside} times inside",
+                k + 1
+            );
+        }
+    }
 
     #[test]
     fn a_whale_override_warns_when_its_poison_breaks_the_budget() {

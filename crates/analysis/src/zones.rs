@@ -37,11 +37,7 @@ pub(crate) fn split(zone_sizes: &[usize], k: usize) -> Option<Split> {
             .map(|(count, size)| count < size)
             .collect();
         let open_count = open.iter().filter(|&&o| o).count();
-        let share = if open_count == 0 {
-            0
-        } else {
-            remaining / open_count
-        };
+        let share = remaining.checked_div(open_count).unwrap_or(0);
         if share == 0 {
             return Some(Split {
                 base,

@@ -67,7 +67,7 @@ proptest! {
         prop_assert_eq!(sweep.degraded.worst, *hit.iter().max().unwrap());
         let mean = down.iter().sum::<u64>() as f64 / down.len() as f64;
         prop_assert!((sweep.fully_down.mean - mean).abs() < 1e-9);
-        let (worst, _) = model.worst_fully_down(size, u128::MAX).unwrap().unwrap();
+        let (worst, _) = model.worst_fully_down(size, u128::MAX, &|_, _| {}).unwrap().unwrap();
         prop_assert_eq!(worst, *down.iter().max().unwrap());
     }
 
@@ -104,7 +104,7 @@ proptest! {
         prop_assume!(size as u32 <= n);
         let placements = Placements::from_subsets(n as usize, &subsets);
         let model = BlastModel::new(&placements).unwrap();
-        let (worst, set) = model.worst_fully_down(size, u128::MAX).unwrap().unwrap();
+        let (worst, set) = model.worst_fully_down(size, u128::MAX, &|_, _| {}).unwrap().unwrap();
         let expected = reference::all_sets(n, size).iter().map(|f| reference::fully_down(&subsets, f)).max().unwrap();
         prop_assert_eq!(worst, expected);
         prop_assert_eq!(set.len(), size);

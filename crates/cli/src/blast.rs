@@ -197,10 +197,14 @@ pub fn run(args: BlastArgs) -> Result<()> {
         .transpose()?;
 
     let placements = place_all(&placer, &population);
-    let model = BlastModel::new(&placements)?;
+    let model = with_progress("collapsing tenants to distinct subsets", |_| {
+        BlastModel::new(&placements)
+    })?;
     let config = placer.config();
     let zone_sizes = zone_sizes(fleet, config.zone_aware);
-    let measured = overlap::exact(&model);
+    let measured = with_progress("counting shared shards over every pair", |_| {
+        overlap::exact(&model)
+    });
     let expected = overlap::expected_shared_counts_mixed(&zone_sizes, &model.subset_sizes());
 
     let tenants = model.tenants();

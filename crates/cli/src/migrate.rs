@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use analysis::Population;
-use analysis::migrate::{MigrationReport, migrate};
+use analysis::migrate::{MigrationReport, migrate_with_progress};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use placement::{Algorithm, PlacementConfig, PlacementKey, Placer};
@@ -290,9 +290,13 @@ pub fn run(args: MigrateArgs) -> Result<()> {
     };
 
     let message = format!("comparing {} tenants", population.len());
-    let change = with_progress(&message, |_| migrate(&before, &after, &population, SAMPLE));
+    let change = with_progress(&message, |report| {
+        migrate_with_progress(&before, &after, &population, SAMPLE, report)
+    });
     let comparison = flipped.map(|(before, after)| {
-        let report = with_progress(&message, |_| migrate(&before, &after, &population, SAMPLE));
+        let report = with_progress(&message, |report| {
+            migrate_with_progress(&before, &after, &population, SAMPLE, report)
+        });
         Comparison {
             algorithm: other(from.algorithm).name(),
             change: ChangeJson::new(report, &population),

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::output::print_answer;
 use crate::placement_args::{FleetArgs, FleetSetup, parse_tenant_ks, print_note};
 use crate::population_args::{PopulationArgs, check_overrides};
-use crate::progress::with_progress;
+use crate::progress::with_percent_progress;
 use crate::table::{Align, Table, percent, shard_list};
 
 const AFTER_HELP: &str = "\
@@ -163,10 +163,14 @@ fn measure_with(
         );
     }
     let placement = placement(setup, overrides);
-    Ok(with_progress("measuring k", |report| {
-        plan::plan_with(&placement, population, budget, &|done, total| {
-            report(u64::from(done), u64::from(total))
-        })
+    let message = format!(
+        "measuring k = 1 to {} ({} tenants, every set of {} failed shards)",
+        n.min(plan::MAX_PLAN_K as usize),
+        population.len(),
+        budget.concurrent_failures
+    );
+    Ok(with_percent_progress(&message, |report| {
+        plan::plan_with(&placement, population, budget, report)
     })?)
 }
 

@@ -96,8 +96,8 @@ pub fn check_overrides(overrides: &[(String, u32)], population: &Population) -> 
 /// Places every tenant of `population`, with progress: the first step of
 /// each command that analyses a placed population, labelled the same in all.
 pub fn place_all(placer: &Placer, population: &Population) -> Placements {
-    with_progress(&format!("placing {} tenants", population.len()), |_| {
-        Placements::compute(placer, population)
+    with_progress(&format!("placing {} tenants", population.len()), |report| {
+        Placements::compute_with_progress(placer, population, report)
     })
 }
 

@@ -86,9 +86,13 @@ pub fn run(args: ReportArgs) -> Result<()> {
     let n = setup.fleet.len();
     let plan = crate::plan::measure(&setup, &population, budget)?;
     let placements = place_all(&placer, &population);
-    let model = BlastModel::new(&placements)?;
+    let model = with_progress("collapsing tenants to distinct subsets", |_| {
+        BlastModel::new(&placements)
+    })?;
     let config = placer.config();
-    let measured = overlap::exact(&model);
+    let measured = with_progress("counting shared shards over every pair", |_| {
+        overlap::exact(&model)
+    });
     let expected = overlap::expected_shared_counts_mixed(
         &zone_sizes(placer.fleet(), config.zone_aware),
         &model.subset_sizes(),
