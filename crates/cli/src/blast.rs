@@ -371,9 +371,9 @@ fn check_poison(args: &BlastArgs) -> Result<()> {
     Ok(())
 }
 
-/// Checks `--capacity`: a positive number, and only with weights, since
+/// Checks `--capacity` (here and in `report`): a positive number, and only with weights, since
 /// without them there is no load to compare it with.
-fn check_capacity(capacity: Option<f64>, population: &Population) -> Result<Option<f64>> {
+pub fn check_capacity(capacity: Option<f64>, population: &Population) -> Result<Option<f64>> {
     let Some(capacity) = capacity else {
         return Ok(None);
     };

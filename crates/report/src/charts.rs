@@ -370,8 +370,10 @@ pub(crate) fn fully_down_and_degraded(
                 .y_desc("% of tenants (log scale)")
                 .x_label_formatter(&integer_label)
                 .y_label_formatter(&|value| {
+                    // A log axis has no zero; the bottom line stands for it
+                    // and says so, so it cannot be read as the floor's value.
                     if *value <= floor * (1.0 + 1e-6) {
-                        "0".to_owned()
+                        "0 (none)".to_owned()
                     } else {
                         tick_label(value)
                     }

@@ -79,6 +79,12 @@ fn realistic_report() -> String {
         expected_shared_counts: Some(&expected),
         load: Some(&load),
         sweep: Some(&sweep),
+        capacity: Some(400.0),
+        zones: &[],
+        generated: "2026-12-04 14:00:00 UTC",
+        key: "the public recipe key",
+        whales: &[],
+        zone_outages: &[],
     })
     .unwrap()
 }
