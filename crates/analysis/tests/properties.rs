@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use analysis::{BlastModel, Placements, Strategy as Answer, overlap};
+use analysis::{BlastModel, Placements, Population, Strategy as Answer, TrafficModel, overlap};
 use proptest::prelude::*;
 
 use crate::reference;
@@ -69,6 +69,38 @@ proptest! {
         prop_assert!((sweep.fully_down.mean - mean).abs() < 1e-9);
         let (worst, _) = model.worst_fully_down(size, u128::MAX, &|_, _| {}).unwrap().unwrap();
         prop_assert_eq!(worst, *down.iter().max().unwrap());
+    }
+
+    #[test]
+    fn traffic_figures_match_a_weighted_reference((n, subsets) in population(), size in 1usize..6, seed in 0u64..1000) {
+        // Weights from 0.5 to 50: the worst set by traffic need not be the
+        // worst by count, so each is searched on its own.
+        prop_assume!(size as u32 <= n);
+        let weights: Vec<f64> = (0..subsets.len() as u64)
+            .map(|t| 0.5 + ((t * 7919 + seed * 104_729) % 100) as f64 / 2.0)
+            .collect();
+        let population = Population::listed((0..subsets.len()).map(|t| format!("t{t}")).collect(), Some(weights.clone()));
+        let placements = Placements::from_subsets(n as usize, &subsets);
+        let model = BlastModel::new(&placements).unwrap();
+        let traffic = TrafficModel::new(&model, &placements, &population);
+        let total: f64 = weights.iter().sum();
+        let down = |failed: &BTreeSet<u32>| -> f64 {
+            subsets.iter().zip(&weights).filter(|(s, _)| s.iter().all(|m| failed.contains(m))).map(|(_, w)| w).sum::<f64>() / total
+        };
+        let sets = reference::all_sets(n, size);
+        let expected = sets.iter().map(down).fold(0.0, f64::max);
+        let (worst, set) = traffic.worst_fully_down(size, u128::MAX, &|_, _| {}).unwrap().unwrap();
+        prop_assert!((worst - expected).abs() < 1e-9, "{} vs {}", worst, expected);
+        let set: BTreeSet<u32> = set.into_iter().collect();
+        prop_assert!((down(&set) - worst).abs() < 1e-9);
+        for failed in &sets {
+            let list: Vec<u32> = failed.iter().copied().collect();
+            prop_assert!((traffic.fully_down_share(&list) - down(failed)).abs() < 1e-9);
+        }
+        let widest = (0..n).map(|s| {
+            subsets.iter().zip(&weights).filter(|(sub, _)| sub.contains(&s)).map(|(_, w)| w).sum::<f64>() / total
+        }).fold(0.0, f64::max);
+        prop_assert!((traffic.widest_degraded_one_failure() - widest).abs() < 1e-9);
     }
 
     #[test]
@@ -150,7 +182,7 @@ proptest! {
     fn real_placements_match_reference(placer in placer(), tenants in 2usize..80, weights in proptest::collection::vec(0.01f64..100.0, 80)) {
         let weights = &weights[..tenants];
         let ids: Vec<String> = (0..tenants).map(|t| format!("t{t}")).collect();
-        let population = analysis::Population::listed(ids.clone(), Some(weights.to_vec()));
+        let population = Population::listed(ids.clone(), Some(weights.to_vec()));
         let placements = Placements::compute(&placer, &population);
         let subsets: Vec<Vec<u32>> = ids.iter().map(|id| placer.subset(id)).collect();
         let n = placer.fleet().len();
@@ -199,7 +231,7 @@ proptest! {
 
     #[test]
     fn migration_matches_reference(before in placer(), after in placer(), tenants in 1usize..60) {
-        let population = analysis::Population::synthetic(tenants);
+        let population = Population::synthetic(tenants);
         let report = analysis::migrate::migrate(&before, &after, &population, usize::MAX);
         let mut changed = 0;
         let mut gained = 0;
@@ -250,7 +282,7 @@ fn measured_overlap_is_near_the_closed_form() {
         .unwrap();
         let model = BlastModel::new(&Placements::compute(
             &placer,
-            &analysis::Population::synthetic(2000),
+            &Population::synthetic(2000),
         ))
         .unwrap();
         let measured = overlap::exact(&model).shared_counts;

@@ -224,6 +224,13 @@ fn render(plan: &Plan, shards: usize, tenants: usize, algorithm: &str) -> String
     out.push('\n');
     out.push_str(&plan.verdict);
     out.push('\n');
+    if let Some(traffic) = &plan.traffic_verdict {
+        // With weights a whale fully down weighs what it carries: the same
+        // budgets read as shares of traffic may call for another k.
+        out.push_str(&format!(
+            "By share of traffic (tenant weights): {traffic}\n"
+        ));
+    }
     out
 }
 

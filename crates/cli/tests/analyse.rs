@@ -1120,3 +1120,40 @@ fn the_overlap_expectation_counts_per_tenant_k_and_any_number_of_zones() {
         "{overlap}"
     );
 }
+
+#[test]
+fn plan_with_weights_recommends_by_traffic_share_as_well() {
+    // One whale carrying most of the traffic: by tenant count one failure
+    // degrades few tenants, by traffic the whale's shards carry most of it.
+    let mut lines = vec!["whale\t1000".to_owned()];
+    lines.extend((0..400).map(|t| format!("tenant-{t}\t1")));
+    let file = temp_file(lines.join("\n").as_bytes());
+    let args = [
+        "plan",
+        "--shards",
+        "16",
+        "--max-degraded",
+        "0.3",
+        "--max-fully-down",
+        "0.01",
+        "--concurrent-failures",
+        "2",
+        "--tenants-file",
+    ];
+    let report = run_json(shuffle_shard().args(args).arg(file.path()));
+    let traffic = &report["rows"][0]["traffic"];
+    assert!(f64_of(&traffic["degraded_one_failure"]) > 0.7, "{traffic}");
+    assert!(report["traffic_verdict"].is_string(), "{report}");
+    assert_ne!(
+        report["recommended"], report["recommended_by_traffic"],
+        "{report}"
+    );
+    let (text, _) = run_ok(shuffle_shard().args(args).arg(file.path()));
+    assert!(
+        text.contains("By share of traffic (tenant weights): "),
+        "{text}"
+    );
+    // Unweighted: no traffic figures.
+    let plain = run_json(shuffle_shard().args(&args[..9]).args(["--tenants", "400"]));
+    assert!(plain["rows"][0]["traffic"].is_null() && plain["traffic_verdict"].is_null());
+}

@@ -11,7 +11,7 @@ fn shuffle_shard() -> Command {
 }
 
 #[test]
-fn report_writes_a_self_contained_page_with_three_charts() {
+fn report_writes_a_self_contained_page_with_its_charts() {
     let dir = tempfile::tempdir().unwrap();
     // Weighted, so the page has the per-shard load chart as well; one whale.
     let mut tenants = String::from("whale\t50\n");
@@ -34,8 +34,9 @@ fn report_writes_a_self_contained_page_with_three_charts() {
 
     let html = fs::read_to_string(&out).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"));
-    assert_eq!(html.matches("<figure").count(), 3);
-    for id in ["chart-k", "chart-overlap", "chart-load"] {
+    // Weighted: the k chart by tenant count and again by share of traffic.
+    assert_eq!(html.matches("<figure").count(), 4);
+    for id in ["chart-k", "chart-k-traffic", "chart-overlap", "chart-load"] {
         assert!(html.contains(&format!("<figure id=\"{id}\">")), "{id}");
     }
     assert!(html.contains("<h1>Blast radius: 16 shards, k = 3, hmac-modulo</h1>"));

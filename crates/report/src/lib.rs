@@ -24,9 +24,12 @@
 //!         capacity_lost: 1.0,
 //!         overlap: 0.0625,
 //!         meets_budget: false,
+//!         traffic: None,
 //!     }],
 //!     recommended: None,
 //!     verdict: "No k up to 1 meets the fully-down budget.".into(),
+//!     recommended_by_traffic: None,
+//!     traffic_verdict: None,
 //! };
 //! let overlap = Overlap {
 //!     pairs: 10,
@@ -220,9 +223,21 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
         },
     );
 
+    let by_traffic = match &plan.traffic_verdict {
+        Some(verdict) => format!(
+            "<p class=\"verdict\" id=\"verdict-traffic\">By share of traffic (tenant weights): {}</p>\n",
+            escape(verdict)
+        ),
+        None => String::new(),
+    };
     let _ = write!(
         page,
-        "<section id=\"recommendation\">\n<h2>Recommendation</h2>\n<p class=\"verdict\">{}</p>\n</section>\n",
+        "<section id=\"recommendation\">\n<h2>Recommendation</h2>\n<p class=\"verdict\">{}{}</p>\n{by_traffic}</section>\n",
+        if plan.traffic_verdict.is_some() {
+            "By tenant count: "
+        } else {
+            ""
+        },
         escape(&plan.verdict)
     );
 
@@ -232,6 +247,7 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
         budget.max_fully_down,
         budget.concurrent_failures,
         plan.recommended,
+        "tenants",
     )?;
     let _ = write!(
         page,
@@ -244,6 +260,28 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
          rarer and a one-shard blip wider.</figcaption>\n</figure>\n</section>\n",
         failures = budget.concurrent_failures,
     );
+
+    if let Some(rows) = traffic_rows(plan) {
+        let chart = charts::fully_down_and_degraded(
+            &rows,
+            budget.max_degraded,
+            budget.max_fully_down,
+            budget.concurrent_failures,
+            plan.recommended_by_traffic,
+            "traffic",
+        )?;
+        let _ = write!(
+            page,
+            "<section>\n<h2>Fully down and degraded against k, by share of traffic</h2>\n\
+             <figure id=\"chart-k-traffic\">\n{chart}<figcaption>The same, each tenant weighed by \
+             its traffic: the worst share of traffic fully down when any {failures} shards fail \
+             together (searched over every set on its own, so its worst set may differ from the \
+             count's), and the widest share of traffic degraded when one shard fails. Points on \
+             the bottom line, labelled \u{201c}0 (none)\u{201d}, are exactly zero.</figcaption>\n\
+             </figure>\n</section>\n",
+            failures = budget.concurrent_failures,
+        );
+    }
 
     let chart = charts::shared_counts(&input.overlap.shared_counts, input.expected_shared_counts)?;
     let _ = write!(
@@ -304,6 +342,25 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
 
     page.push_str("</body>\n</html>\n");
     Ok(page)
+}
+
+/// The plan's rows with their figures by share of traffic, when every row
+/// has them (a weighted population).
+fn traffic_rows(plan: &Plan) -> Option<Vec<analysis::plan::PlanRow>> {
+    plan.rows
+        .iter()
+        .map(|row| {
+            let traffic = row.traffic.as_ref()?;
+            Some(analysis::plan::PlanRow {
+                worst_fully_down: traffic.worst_fully_down,
+                worst_failed: traffic.worst_failed.clone(),
+                degraded_one_failure: traffic.degraded_one_failure,
+                meets_budget: traffic.meets_budget,
+                traffic: None,
+                ..row.clone()
+            })
+        })
+        .collect()
 }
 
 /// Rejects figures a chart cannot place, before drawing anything.

@@ -16,6 +16,7 @@ fn plan() -> Plan {
         capacity_lost: 1.0 / f64::from(k),
         overlap: degraded * 2.0,
         meets_budget: meets,
+        traffic: None,
     };
     Plan {
         budget: Budget {
@@ -31,6 +32,8 @@ fn plan() -> Plan {
         ],
         recommended: Some(3),
         verdict: "k = 3 is the smallest k that keeps <everything> in budget.".into(),
+        recommended_by_traffic: None,
+        traffic_verdict: None,
     }
 }
 
@@ -402,4 +405,31 @@ fn a_sampled_sweep_calls_its_worst_a_lower_bound() {
     assert!(html.contains("worst seen (lower bound)"));
     let exact = render_with("fleet", true, true).unwrap();
     assert!(!exact.contains("lower bound"));
+}
+
+#[test]
+fn with_weights_the_recommendation_and_chart_are_by_traffic_too() {
+    let mut plan = plan();
+    for row in &mut plan.rows {
+        row.traffic = Some(analysis::plan::TrafficRow {
+            worst_fully_down: Some(row.worst_fully_down.unwrap_or(0.0) * 3.0),
+            worst_failed: vec![2, 5],
+            degraded_one_failure: row.degraded_one_failure * 1.5,
+            meets_budget: row.k == 4,
+        });
+    }
+    plan.recommended_by_traffic = Some(4);
+    plan.traffic_verdict = Some("k = 4 is the smallest k by traffic.".into());
+    let overlap = overlap();
+    let html = render(&fleet_input(&plan, &overlap)).unwrap();
+    assert!(html.contains("By tenant count: k = 3 is the smallest k"));
+    assert!(html.contains(
+        "<p class=\"verdict\" id=\"verdict-traffic\">By share of traffic (tenant weights): k = 4 is the smallest k by traffic.</p>"
+    ));
+    let chart = figure(&html, "chart-k-traffic").unwrap();
+    assert!(chart.contains("% of traffic (log scale)"));
+    assert!(chart.contains("recommended k = 4"));
+    // Unweighted: neither appears.
+    let plain = render_with("fleet", false, false).unwrap();
+    assert!(!plain.contains("chart-k-traffic") && !plain.contains("By tenant count"));
 }
