@@ -4,6 +4,7 @@
 # Usage (from anywhere; paths are relative to the repository):
 #   bench/analysis.sh                   # or: bench/run.sh analysis
 #   ROUNDS=3 PY_TIMEOUT=40 PY_ONCE_OVER=5 bench/analysis.sh
+#   CLIFF_BEFORE_BIN=/path/to/old/shuffle-shard bench/analysis.sh   # also time the cliff with an older build, once
 #
 # Each round runs, for every side-by-side case, the chapter's Python (cut out
 # of ../shared/seed/ at run time into a temporary directory, stopped by
@@ -31,6 +32,9 @@ SCALE_TENANTS=${SCALE_TENANTS:-"1000000 10000000"}
 # failure-set size (C(43, 5) lookups per set: 458 s); now it is bounded by
 # the distinct subsets. A naive loop over `place` output is the yardstick.
 CLIFF=${CLIFF:-"46 5 1026 43"}
+CLIFF_BEFORE_BIN=${CLIFF_BEFORE_BIN:-}          # an older build to time the cliff with (round 1 only)
+CLIFF_BEFORE_TIMEOUT=${CLIFF_BEFORE_TIMEOUT:-1200} # seconds before that run is stopped
+[[ -z $CLIFF_BEFORE_BIN || -x $CLIFF_BEFORE_BIN ]] || die "CLIFF_BEFORE_BIN=$CLIFF_BEFORE_BIN is not an executable"
 [[ $PY_TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "PY_TIMEOUT must be a positive whole number, not '$PY_TIMEOUT'"
 [[ $PY_ONCE_OVER =~ ^[1-9][0-9]*$ ]] || die "PY_ONCE_OVER must be a positive whole number, not '$PY_ONCE_OVER'"
 
@@ -181,6 +185,19 @@ for round in $(seq "$ROUNDS"); do
         record round="$round" id="naive-cliff-$cn-$ck-$ct-$cf" elapsed_s="$(json_get "$WORK/naive.json" 'd["elapsed_s"]')" \
             cpu_s="$(json_get "$WORK/naive.json" 'd["cpu_s"]')"
         say "  round $round  naive  loop over $ct tenants, every set of $cf of $cn shards: $(json_get "$WORK/naive.json" 'round(d["elapsed_s"], 3)') s"
+        if [[ -n $CLIFF_BEFORE_BIN ]]; then
+            t0=$EPOCHREALTIME
+            rc=0
+            /usr/bin/time -v -o "$WORK/before.txt" timeout "$CLIFF_BEFORE_TIMEOUT" "$CLIFF_BEFORE_BIN" blast \
+                --shards "$cn" --k "$ck" --tenants "$ct" --sweep "$cf" --json >/dev/null 2>&1 || rc=$?
+            before_wall=$(elapsed "$t0" "$EPOCHREALTIME")
+            before_cpu=$(awk -F': ' '/User time/ { u = $2 } /System time/ { s = $2 } END { print u + s }' "$WORK/before.txt")
+            status=ok
+            ((rc == 0)) || status=timeout
+            record round="$round" id="before-cliff-$cn-$ck-$ct-$cf" status="$status" wall_s="$before_wall" cpu_s="$before_cpu" \
+                command="$CLIFF_BEFORE_BIN blast --shards $cn --k $ck --tenants $ct --sweep $cf --json"
+            say "  round $round  before $CLIFF_BEFORE_BIN: $before_wall s ($status)"
+        fi
         cp "$WORK/naive.json" "$WORK/python.json"
         check_against_python sweep "cliff sweep (all sets of $cf of $cn shards, $ct tenants) against the naive loop"
         CLIFF_CHECK=$CHECK_RESULT

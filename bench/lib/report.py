@@ -347,6 +347,10 @@ def analysis(raw: dict, settings: dict) -> tuple[list[str], dict]:
                      "ours_wall_s": summary([r["wall_s"] for r in ours]),
                      "naive_loop_s": summary([r["elapsed_s"] for r in naive]),
                      "check": settings.get("cliff_check", "not run")}
+            before = raw.get(f"before-cliff-{n}-{k}-{tenants}-{failures}", [])
+            if before:
+                cliff["before"] = {"command": before[0]["command"], "status": before[0]["status"],
+                                   "wall_s": before[0]["wall_s"], "cpu_s": before[0]["cpu_s"]}
             md += [
                 "",
                 f"The issue-21 cliff: a sweep of every set of {failures} failed shards out of {n} (k = {k}, {tenants:,} tenants),"
@@ -354,10 +358,12 @@ def analysis(raw: dict, settings: dict) -> tuple[list[str], dict]:
                 " the distinct subsets. The naive loop is `bench/lib/naive_sweep.py`: every tenant against every set, bitmasks,"
                 " placement done once outside its timing.",
                 "",
-                "| command | ours (whole process) | naive loop (Python) |",
-                "|---|---:|---:|",
+                "| command | ours (whole process) | naive loop (Python) | the older build (`CLIFF_BEFORE_BIN`) |",
+                "|---|---:|---:|---:|",
                 f"| `blast --shards {n} --k {k} --tenants {tenants} --sweep {failures}` | {spread(cliff['ours_wall_s'], seconds)} |"
-                f" {spread(cliff['naive_loop_s'], seconds) if naive else 'not run'} |",
+                f" {spread(cliff['naive_loop_s'], seconds) if naive else 'not run'} |"
+                + (f" {seconds(cliff['before']['wall_s'])} wall, {seconds(cliff['before']['cpu_s'])} CPU"
+                   f"{' (stopped by timeout)' if cliff['before']['status'] != 'ok' else ''} |" if "before" in cliff else " not run |"),
                 "",
                 f"Check (cliff): {cliff['check']}.",
             ]
