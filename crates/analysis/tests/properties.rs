@@ -280,11 +280,8 @@ fn measured_overlap_is_near_the_closed_form() {
             config,
         )
         .unwrap();
-        let model = BlastModel::new(&Placements::compute(
-            &placer,
-            &Population::synthetic(2000),
-        ))
-        .unwrap();
+        let model =
+            BlastModel::new(&Placements::compute(&placer, &Population::synthetic(2000))).unwrap();
         let measured = overlap::exact(&model).shared_counts;
         let expected = overlap::expected_shared_counts(&sizes, 3).unwrap();
         for (m, e) in measured.iter().zip(&expected) {
