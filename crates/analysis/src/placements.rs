@@ -167,3 +167,40 @@ impl Placements {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use placement::{Algorithm, Fleet, PlacementConfig, PlacementKey};
+
+    use super::*;
+
+    #[test]
+    fn placing_reports_progress_as_chunks_finish() {
+        // A progress bar that jumps from nothing to done is a silent gap:
+        // placing must report as it goes and end at the total.
+        let config = PlacementConfig {
+            algorithm: Algorithm::HmacModulo,
+            k: 3,
+            zone_aware: false,
+        };
+        let placer = Placer::new(
+            Fleet::uniform(16).unwrap(),
+            &PlacementKey::recipe_default(),
+            config,
+        )
+        .unwrap();
+        let population = Population::synthetic(CHUNK * 5 + 7);
+        let seen = Mutex::new(Vec::new());
+        let placements = Placements::compute_with_progress(&placer, &population, &|done, total| {
+            seen.lock().unwrap().push((done, total));
+        });
+        assert_eq!(placements.len(), population.len());
+        let seen = seen.into_inner().unwrap();
+        let total = population.len() as u64;
+        assert!(seen.len() >= 7, "{seen:?}");
+        assert!(seen.iter().all(|&(done, t)| t == total && done <= total));
+        assert_eq!(seen.iter().map(|&(done, _)| done).max(), Some(total));
+    }
+}
