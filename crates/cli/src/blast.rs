@@ -917,7 +917,7 @@ fn render_scenarios(out: &mut String, scenarios: &[ScenarioJson]) {
 fn render_sweep(out: &mut String, sweep: &SweepJson) {
     if sweep.sampled {
         out.push_str(&format!(
-            "Sweep: a random sample of {} of the {} sets of {} failed shards (seed {}; raise --max-sets to evaluate them all).\n",
+            "Sweep: a random sample of {} of the {} sets of {} failed shards, none drawn twice (seed {}; raise --max-sets to evaluate them all).\n",
             sweep.sets,
             sweep.total_sets,
             sweep.failures,

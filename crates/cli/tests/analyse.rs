@@ -242,6 +242,7 @@ fn sweeps_are_exact_up_to_max_sets_and_sampled_beyond() {
         "{text}"
     );
     assert!(text.contains("seed 7"), "{text}");
+    assert!(text.contains("none drawn twice"), "{text}");
     assert!(text.contains("worst seen (lower bound)"), "{text}");
     assert!(text.contains(">= marks a lower bound"), "{text}");
     let (text, _) = run_ok(shuffle_shard().args(base).args(["--sweep", "2"]));
