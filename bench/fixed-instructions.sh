@@ -6,6 +6,8 @@
 #   each repeat runs every binary once, in order; the client sends CONNS x ROUNDS
 #   keep-alive GETs in lock-step after WARM rounds of warm-up; HEALTH_MS sets
 #   [health] interval_ms (600000 keeps health checks out of the count).
+#   LIMITED=1 gives the tenant requests_per_second = 1 and burst = 1, so
+#   nearly every request is refused with 429: what a refusal costs.
 #   Prints "label repeat instructions/request instructions-less-software-SHA-256";
 #   callgrind dumps are kept in OUT (default: a temporary directory).
 set -euo pipefail
@@ -28,6 +30,10 @@ API_KEY="bench-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 AUTH="Authorization: Bearer $API_KEY"
 head -c 32 /dev/urandom >"$WORK/placement.key"
 printf '[[tenants]]\nid = "bench"\napi_key_sha256 = "%s"\n' "$(printf %s "$API_KEY" | sha256sum | cut -d' ' -f1)" >"$WORK/tenants.toml"
+if [[ -n ${LIMITED:-} ]]; then
+  printf 'requests_per_second = 1\nburst = 1\n' >>"$WORK/tenants.toml"
+  export EXPECT=429,200
+fi
 taskset -c 1 "$BACKEND_BIN" backend --listen "127.0.0.1:$BPORT" --id s0 --workers 1 >"$WORK/backend.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do curl -fsS -o /dev/null "http://127.0.0.1:$BPORT/x" 2>/dev/null && break; sleep 0.1; done
@@ -48,7 +54,8 @@ for rep in $(seq "$REPEATS"); do
     gpid=$!
     PIDS+=("$gpid")
     ok=
-    for _ in $(seq 600); do curl -fsS --max-time 2 -o /dev/null -H "$AUTH" "http://127.0.0.1:$GPORT/x" 2>/dev/null && { ok=1; break; }; sleep 0.1; done
+    # Ready when it answers the tenant (429 counts: LIMITED's bucket may be empty already).
+    for _ in $(seq 600); do curl -sS --max-time 2 -w '%{http_code}' -o /dev/null -H "$AUTH" "http://127.0.0.1:$GPORT/x" 2>/dev/null | grep -qE '^(200|429)$' && { ok=1; break; }; sleep 0.1; done
     [[ -n $ok ]] || { echo "gateway $label did not start" >&2; cat "$d/log" >&2; exit 1; }
     # The connections open and warm up before the counters are zeroed, and
     # close after the dump: only requests are counted.

@@ -50,7 +50,8 @@ ROUNDS=${ROUNDS:-8}             # rounds; each runs phase A and phase B once
 WARMUP=${WARMUP:-2}             # seconds of quiet load before the rounds
 SHARDS=${SHARDS:-4}             # shard ids, each its own backend process
 QUIET=${QUIET:-3}               # quiet tenants
-QUIET_CONNS=${QUIET_CONNS:-4}   # closed-loop connections per quiet tenant
+QUIET_CONNS=${QUIET_CONNS:-4}   # connections per quiet tenant
+QUIET_RATE=${QUIET_RATE:-}      # unset: each quiet connection is a closed loop (as fast as answers come); set: each quiet tenant sends QUIET_RATE requests/s open loop (split over its connections)
 RATE=${RATE:-200}               # the noisy tenant's requests_per_second (and burst)
 FACTOR=${FACTOR:-10}            # the noisy tenant sends FACTOR × RATE requests/s
 NOISY_CONNS=${NOISY_CONNS:-10}  # the noisy tenant's connections, each at FACTOR × RATE ÷ NOISY_CONNS requests/s
@@ -66,13 +67,21 @@ die() {
     exit 1
 }
 
-for value in DURATION ROUNDS WARMUP SHARDS QUIET QUIET_CONNS RATE FACTOR NOISY_CONNS; do
+for value in DURATION ROUNDS WARMUP SHARDS QUIET QUIET_CONNS RATE FACTOR NOISY_CONNS ${QUIET_RATE:+QUIET_RATE}; do
     [[ ${!value} =~ ^[1-9][0-9]*$ ]] || die "$value must be a positive whole number, not '${!value}'"
 done
 ((SHARDS >= 2)) || die "SHARDS must be at least 2 (the gateway places each tenant on k = 2 shards), not $SHARDS"
 ((RATE * FACTOR % NOISY_CONNS == 0)) ||
     die "FACTOR × RATE ($((RATE * FACTOR))) must divide evenly among NOISY_CONNS ($NOISY_CONNS) connections (h2load's --rps is per connection); pick another NOISY_CONNS"
 PER_CONN_RPS=$((RATE * FACTOR / NOISY_CONNS))
+QUIET_ARGS=() QUIET_LOOP="closed loop" RESULT_NAME=noisy
+if [[ -n $QUIET_RATE ]]; then
+    ((QUIET_RATE % QUIET_CONNS == 0)) ||
+        die "QUIET_RATE ($QUIET_RATE) must divide evenly among QUIET_CONNS ($QUIET_CONNS) connections (h2load's --rps is per connection); pick another QUIET_CONNS"
+    QUIET_ARGS=(--rps $((QUIET_RATE / QUIET_CONNS)))
+    QUIET_LOOP="open loop at $QUIET_RATE requests/s"
+    RESULT_NAME=noisy-open
+fi
 NOISY_SECONDS=$((DURATION + 2))
 
 # --- tools ------------------------------------------------------------------------
@@ -191,7 +200,7 @@ RUNS="$WORK/runs.jsonl"
 quiet_load() {
     local seconds=$1 log=${2:-} i pids=() out rps requests not2xx
     for i in "${!QUIET_KEYS[@]}"; do
-        local -a args=(--h1 -t1 "-c$QUIET_CONNS" -m1 -D "$seconds" -H "Authorization: Bearer ${QUIET_KEYS[$i]}")
+        local -a args=(--h1 -t1 "-c$QUIET_CONNS" -m1 "${QUIET_ARGS[@]}" -D "$seconds" -H "Authorization: Bearer ${QUIET_KEYS[$i]}")
         [[ -z $log ]] || args+=(--log-file "$WORK/quiet-$i.log")
         taskset -c "$WRK_CPU" "$H2LOAD" "${args[@]}" "$URL" >"$WORK/quiet-$i.out" 2>&1 &
         pids+=($!)
@@ -284,7 +293,7 @@ elapsed_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 say "pinning: $PINNING"
 say "load average before the runs: $LOAD_BEFORE (the machine may be shared)"
-say "tenants: $QUIET quiet (h2load --h1 -c$QUIET_CONNS each, closed loop), noisy limited to $RATE req/s (burst $RATE) and sending $((RATE * FACTOR)) req/s ($NOISY_CONNS connections × $PER_CONN_RPS)"
+say "tenants: $QUIET quiet (h2load --h1 -c$QUIET_CONNS each, $QUIET_LOOP), noisy limited to $RATE req/s (burst $RATE) and sending $((RATE * FACTOR)) req/s ($NOISY_CONNS connections × $PER_CONN_RPS)"
 say "warm-up: ${WARMUP}s of quiet load"
 quiet_load "$WARMUP"
 say "measuring: $ROUNDS rounds of phase A (quiet alone) and B (quiet + flood), ${DURATION}s each"
@@ -320,7 +329,7 @@ GIT_REV=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git status --porcelain --untracked-files=no 2>/dev/null) ]]; then
     GIT_REV="$GIT_REV (with uncommitted changes)"
 fi
-COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS WARMUP=$WARMUP SHARDS=$SHARDS QUIET=$QUIET QUIET_CONNS=$QUIET_CONNS RATE=$RATE FACTOR=$FACTOR NOISY_CONNS=$NOISY_CONNS$([[ $NOISY_CPU == "$WRK_CPU" ]] || echo " NOISY_CPU=$NOISY_CPU") bench/noisy.sh"
+COMMAND="DURATION=$DURATION ROUNDS=$ROUNDS WARMUP=$WARMUP SHARDS=$SHARDS QUIET=$QUIET QUIET_CONNS=$QUIET_CONNS${QUIET_RATE:+ QUIET_RATE=$QUIET_RATE} RATE=$RATE FACTOR=$FACTOR NOISY_CONNS=$NOISY_CONNS$([[ $NOISY_CPU == "$WRK_CPU" ]] || echo " NOISY_CPU=$NOISY_CPU") bench/noisy.sh"
 mkdir -p "$RESULTS"
 meta=(
     "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -340,6 +349,7 @@ meta=(
     "settings.shards=$SHARDS"
     "settings.quiet_tenants=$QUIET"
     "settings.quiet_connections=$QUIET_CONNS"
+    "settings.quiet_rate=$QUIET_RATE"
     "settings.rate=$RATE"
     "settings.burst=$RATE"
     "settings.factor=$FACTOR"
@@ -351,9 +361,9 @@ meta=(
     "settings.pinning=$PINNING"
     "subsets=$SUBSETS"
 )
-python3 -B "$ROOT/bench/lib/noisy_report.py" --runs "$RUNS" --md "$RESULTS/noisy.md" --json "$RESULTS/noisy.json" -- "${meta[@]}"
+python3 -B "$ROOT/bench/lib/noisy_report.py" --runs "$RUNS" --md "$RESULTS/$RESULT_NAME.md" --json "$RESULTS/$RESULT_NAME.json" -- "${meta[@]}"
 
 echo
-cat "$RESULTS/noisy.md"
+cat "$RESULTS/$RESULT_NAME.md"
 echo
-echo "Wrote bench/results/noisy.md and bench/results/noisy.json."
+echo "Wrote bench/results/$RESULT_NAME.md and bench/results/$RESULT_NAME.json."

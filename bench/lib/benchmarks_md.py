@@ -967,6 +967,50 @@ def noisy(results: Path, out_dir: Path) -> tuple[list[str], str, str | None]:
     return md + lines, f"| {name} | {date(doc.get('date'))} | {revision(doc)} | `{doc.get('command', '?')}` | {took} |", None
 
 
+# --- python --------------------------------------------------------------------------------
+
+
+def python_package(results: Path, out_dir: Path) -> list[str]:
+    """The Python package's section (issue 22's speed point), from python.json when present."""
+    md = ["## Python package (`bench/python.sh`, not part of `bench/run.sh all`)", "",
+          "Batch placement of 1,000,000 tenants (n = 64, k = 3) through `pip install ./crates/python`'s"
+          " `shuffle_shard` against the design chapter's pure-Python Recipe 12.1 on the same machine, rounds"
+          " alternating, every subset compared; and what one call of `shuffle_shard.shuffle_shards` costs from Python.",
+          ""]
+    js = results / "python.json"
+    if not js.exists():
+        return md + ["No results. `bench/python.sh` (about a minute after the build) produces `bench/results/python.json`.", ""]
+    doc = json.loads(js.read_text(encoding="utf-8"))
+    link = rel(results / "python.md", out_dir)
+    m = doc["machine"]
+    md += [
+        f"- **Run:** {date(doc.get('date'))}, git `{doc.get('git', '?')}`, `{doc.get('command', 'bench/python.sh')}`;"
+        f" the script took {doc['runtime_s']:.0f} s after the install. Full tables: [{link}]({link}).",
+        f"- **Machine:** {m['cpus']} CPUs ({m['cpu_model']}), Python {m['python']}, NumPy {doc.get('numpy', '?')};"
+        f" load average {m['loadavg'][0]:.2f} at the end.",
+        "",
+        "| what | median ns per tenant | vs the recipe (median, 95 % interval) |",
+        "|---|---:|---|",
+    ]
+    per = doc["batch_median_ns_per_tenant"]
+    sp = doc["speedup"]
+    md.append(f"| chapter's `shuffle_shards`, pure Python | {per['recipe']:.0f} | 1 |")
+    for name, label in [("place", "`Placer(..., algorithm=\"hmac-modulo\").place(tenants)`, a list"),
+                        ("place_array", "the same, `place_array`: a NumPy array")]:
+        md.append(f"| {label} | {per[name]:.0f} | **{sp[name]['median']:.1f}x** ({sp[name]['low']:.1f}-{sp[name]['high']:.1f}x) |")
+    md.append(f"| `Placer(...).place(tenants)`, rendezvous | {per['rendezvous']:.0f} | |")
+    calls = doc["per_call_median_ns"]
+    md += [
+        "",
+        f"Per call from Python (median ns): `shuffle_shard.shuffle_shards(t, 64, 3, key=KEY)` {calls['shuffle_shards']:.0f},"
+        f" `placer.subset(t)` {calls['placer_subset']:.0f}, the chapter's `shuffle_shards` {calls['recipe']:.0f},"
+        f" an empty Python function with the same arguments {calls['empty_function']:.0f}.",
+        f"The package and the recipe gave the same subsets for every tenant: {'yes' if doc.get('agree') else '**no**'}.",
+        "",
+    ]
+    return md
+
+
 # --- soak ------------------------------------------------------------------------------------
 
 
@@ -1108,6 +1152,7 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
     page += tls_md
     page += h2_md
     page += noisy_md
+    page += python_package(results, out_dir)
     page += soak(results, out_dir)
     while page and page[-1] == "":
         page.pop()

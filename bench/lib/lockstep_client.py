@@ -2,11 +2,14 @@
 """Sends a fixed number of keep-alive GETs: CONNS connections in lock-step
 (one request on each, then every response read), WARM rounds, then runs
 BEFORE (a shell command), ROUNDS rounds, then AFTER, then closes.
-usage: lockstep_client.py HOST PORT CONNS WARM ROUNDS AUTH_HEADER BEFORE AFTER"""
-import socket, subprocess, sys
+usage: lockstep_client.py HOST PORT CONNS WARM ROUNDS AUTH_HEADER BEFORE AFTER
+Every answer must have a status in EXPECT (environment, comma-separated;
+default 200)."""
+import os, socket, subprocess, sys
 
 host, port, conns, warm, rounds, auth, before, after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7], sys.argv[8]
 req = f"GET /x HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}\r\n\r\n".encode()
+EXPECT = {code.strip().encode() for code in os.environ.get("EXPECT", "200").split(",")}
 socks = []
 for _ in range(conns):
     s = socket.create_connection((host, port))
@@ -23,7 +26,7 @@ def read_response(entry):
     head, _, rest = buf.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")
     status = lines[0].split(b" ")[1]
-    if status != b"200":
+    if status not in EXPECT:
         raise SystemExit(f"status {status!r}: {head!r}")
     length = None
     for line in lines[1:]:

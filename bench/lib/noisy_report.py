@@ -243,7 +243,13 @@ def main() -> int:
         "",
         f"One gateway (`serve --workers 1`, k = 2 over {s['shards']} shard ids, each its own `backend --workers 1`,"
         f" FORWARDING={s['forwarding']}); {s['pinning']}. {s['quiet_tenants']} quiet tenants without limits, each"
-        f" under a closed-loop load (`h2load --h1 -c{s['quiet_connections']}`, all at once); one noisy tenant whose"
+        + (f" under a closed-loop load (`h2load --h1 -c{s['quiet_connections']}`, all at once: each connection sends"
+           " its next request when the last is answered, so this measures what the machine can serve)"
+           if not s.get("quiet_rate") else
+           f" sending {int(s['quiet_rate']):,} requests/s open loop (`h2load --h1 -c{s['quiet_connections']} --rps"
+           f" {int(s['quiet_rate']) // s['quiet_connections']}`, all at once: the load a service's tenants offer"
+           " whatever the answers, below what the machine can serve, so a loss is requests the gateway fell behind on)")
+        + "; one noisy tenant whose"
         f" tenants-file entry sets `requests_per_second = {s['rate']}`, `burst = {s['burst']}`. Subsets: {meta['subsets']}.",
         "",
         f"Each of {len(rounds)} rounds runs phase A (the quiet load alone, {s['duration_s']} s) and phase B (the same"

@@ -33,6 +33,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod answers;
 mod blast;
 mod combinatorics;
 mod error;

@@ -185,6 +185,20 @@ fn shared_distribution(zone_sizes: &[usize], a: &Split, b: &Split) -> Vec<f64> {
     dp[a.extra][b.extra].iter().map(|w| w / ways).collect()
 }
 
+/// The zone sizes the closed-form expectation takes: one per zone when
+/// placement is zone-aware, else the whole fleet as one.
+pub fn zone_sizes(fleet: &placement::Fleet, zone_aware: bool) -> Vec<usize> {
+    if zone_aware {
+        fleet
+            .zones()
+            .iter()
+            .map(|zone| zone.members.len())
+            .collect()
+    } else {
+        vec![fleet.len()]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -239,20 +239,7 @@ pub fn plan_with(
     let recommended = rows.iter().find(|row| row.meets_budget).map(|row| row.k);
     let by_count = verdict(&rows, budget, recommended, "tenants");
     // By traffic: the same verdict over the rows' traffic figures.
-    let by_traffic: Option<Vec<PlanRow>> = rows
-        .iter()
-        .map(|row| {
-            let traffic = row.traffic.as_ref()?;
-            Some(PlanRow {
-                worst_fully_down: traffic.worst_fully_down,
-                worst_failed: traffic.worst_failed.clone(),
-                degraded_one_failure: traffic.degraded_one_failure,
-                meets_budget: traffic.meets_budget,
-                traffic: None,
-                ..row.clone()
-            })
-        })
-        .collect();
+    let by_traffic = traffic_rows(&rows);
     let (recommended_by_traffic, traffic_verdict) = match by_traffic {
         Some(traffic_rows) if !traffic_rows.is_empty() => {
             let recommended = traffic_rows
@@ -367,6 +354,24 @@ fn verdict(rows: &[PlanRow], budget: Budget, recommended: Option<u32>, of: &str)
             "The budgets conflict: the fully-down budget needs k ≥ {smallest_down_ok}, the degraded budget allows k ≤ {largest_degraded_ok}; add shards or relax one of them."
         ),
     }
+}
+
+/// The rows with their figures by share of traffic in place of those by
+/// tenant count, when every row has them (a weighted population).
+pub fn traffic_rows(rows: &[PlanRow]) -> Option<Vec<PlanRow>> {
+    rows.iter()
+        .map(|row| {
+            let traffic = row.traffic.as_ref()?;
+            Some(PlanRow {
+                worst_fully_down: traffic.worst_fully_down,
+                worst_failed: traffic.worst_failed.clone(),
+                degraded_one_failure: traffic.degraded_one_failure,
+                meets_budget: traffic.meets_budget,
+                traffic: None,
+                ..row.clone()
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -14,24 +14,21 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use analysis::load::{self, FailoverLoad, LoadReport};
-use analysis::overlap::{self, Overlap};
-use analysis::poison::{self, PoisonFigure, PoisonSweep};
-use analysis::waves::{self, WaveExposure, Waves};
-use analysis::{AnalysisError, BlastModel, Impact, Population, Sweep, SweepFigure, binomial};
+use analysis::answers::{
+    self, BlastQuery, LoadJson, OverlapJson, PoisonFigureJson, PoisonJson, PoisonSweepJson, Report,
+    Scenario, ScenarioJson, SweepJson, WaveJson, total_fully_exposed,
+};
+use analysis::waves::Waves;
+use analysis::{AnalysisError, Population};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
-use placement::{Fleet, Placer, ShardIndex};
-use serde::Serialize;
+use placement::{Fleet, ShardIndex};
 
 use crate::output::print_answer;
-use crate::placement_args::{PlacementArgs, PlacementSetup, print_note, zone_sizes};
-use crate::population_args::{PopulationArgs, check_overrides, place_all};
-use crate::progress::with_progress;
+use crate::placement_args::{PlacementArgs, PlacementSetup, print_note};
+use crate::population_args::{PopulationArgs, check_overrides};
+use crate::progress::Bars;
 use crate::table::{Align, Table, count_of, number, percent, shard_list};
-
-/// How many tenants are named as dominating the hottest shard.
-const TOP_TENANTS: usize = 5;
 
 /// Fleets up to this size list every shard in the load table; larger ones
 /// list the hottest [`LOAD_ROWS`] and leave the rest to `--json`.
@@ -152,16 +149,6 @@ pub struct BlastArgs {
     json: bool,
 }
 
-/// A failure scenario before it is evaluated.
-#[derive(Debug)]
-struct Planned {
-    /// How the scenario is shown: the shard list as given, or the zone.
-    name: String,
-    /// The zone, for a zone outage.
-    zone: Option<String>,
-    shards: Vec<ShardIndex>,
-}
-
 /// Runs `shuffle-shard blast`.
 pub fn run(args: BlastArgs) -> Result<()> {
     // Every check that does not need the placements runs first, so that a
@@ -170,7 +157,7 @@ pub fn run(args: BlastArgs) -> Result<()> {
     let population = args.population.load()?;
     check_overrides(&args.placement.overrides()?, &population)?;
     let fleet = placer.fleet();
-    let mut planned = args
+    let mut scenarios = args
         .fail
         .iter()
         .map(|text| failure_set(fleet, text))
@@ -179,116 +166,42 @@ pub fn run(args: BlastArgs) -> Result<()> {
         check_sweep(failures, fleet.len(), args.max_sets)?;
     }
     if args.zone_outage {
-        if fleet.zones().is_empty() {
-            return Err(anyhow!(AnalysisError::NoZones).context("--zone-outage"));
-        }
-        planned.extend(fleet.zones().iter().map(|zone| Planned {
-            name: format!("zone {} ({} shards)", zone.name, zone.members.len()),
-            zone: Some(zone.name.clone()),
-            shards: zone.members.clone(),
-        }));
+        scenarios.extend(
+            Scenario::zone_outages(fleet)
+                .map_err(|error| anyhow!(error).context("--zone-outage"))?,
+        );
     }
     let capacity = check_capacity(args.capacity, &population)?;
     check_poison(&args)?;
-    let deploy_waves = args
+    let waves = args
         .waves
         .as_deref()
         .map(|path| read_waves(path, fleet))
         .transpose()?;
 
-    let placements = place_all(&placer, &population);
-    let model = with_progress("collapsing tenants to distinct subsets", |_| {
-        BlastModel::new(&placements)
-    })?;
-    let config = placer.config();
-    let zone_sizes = zone_sizes(fleet, config.zone_aware);
-    let measured = with_progress("counting shared shards over every pair", |_| {
-        overlap::exact(&model)
-    });
-    let expected = overlap::expected_shared_counts_mixed(&zone_sizes, &model.subset_sizes());
-
-    let tenants = model.tenants();
-    let fraction = |count: u64| count as f64 / tenants.max(1) as f64;
-    let mut scenarios = Vec::with_capacity(planned.len());
-    for plan in planned {
-        let impact = model.impact(&plan.shards)?;
-        scenarios.push(ScenarioJson::new(plan, impact, &fraction));
-    }
-    let sweep = match args.sweep {
-        Some(failures) => {
-            let total = binomial(fleet.len() as u64, failures as u64);
-            let sets = total.min(u128::from(args.max_sets));
-            let message = format!("failing {sets} sets of {failures} shards");
-            let sweep = with_progress(&message, |report| {
-                model.sweep(failures, args.max_sets, args.seed, report)
-            })?;
-            Some(SweepJson::new(sweep, total, args.seed, &fraction))
-        }
-        None => None,
-    };
-    let waves = deploy_waves.map(|deploy_waves| {
-        with_progress("measuring wave exposure", |_| {
-            waves::exposure(&placements, &deploy_waves)
-        })
-        .into_iter()
-        .map(WaveJson::from)
-        .collect()
-    });
-    let poison = args
-        .poison
-        .iter()
-        .map(|tenant| {
-            let subset = placer.subset(tenant);
-            let in_population = population.position(tenant).is_some();
-            let uncontained = model.poison(&subset, None)?;
-            let contained = args
-                .poison_after
-                .map(|after| model.poison(&subset, Some(after)))
-                .transpose()?;
-            Ok(PoisonJson::new(
-                tenant.clone(),
-                in_population,
-                subset,
-                uncontained,
-                contained,
-                &fraction,
-            ))
-        })
-        .collect::<Result<Vec<_>, AnalysisError>>()?;
-    let poison_sweep = args.poison_sweep.then(|| {
-        let sweep = with_progress("ranking every tenant as a poison tenant", |_| {
-            poison::sweep(&model, &placements, args.poison_after, args.poison_top)
-        });
-        PoisonSweepJson::new(sweep, &population, &fraction)
-    });
-    let load = population.weights().is_some().then(|| {
-        LoadJson::new(
-            load::load(&placements, &population, capacity, TOP_TENANTS),
-            capacity,
-            &population,
-        )
-    });
-
-    let report = Report {
-        placed: PlacedJson::new(&placer, tenants),
-        zones: fleet.zones().iter().map(|zone| zone.name.clone()).collect(),
-        tenant_k_overrides: args.placement.tenant_k.len(),
-        pairwise_overlap: OverlapJson::new(measured, expected),
+    let query = BlastQuery {
         scenarios,
-        sweep,
+        sweep: args.sweep,
+        max_sets: args.max_sets,
+        seed: args.seed,
         waves,
-        load,
+        poison: args.poison.clone(),
+        poison_sweep: args.poison_sweep,
+        poison_top: args.poison_top,
         poison_after: args.poison_after,
-        poison,
-        poison_sweep,
+        capacity,
     };
+    let report = answers::blast(&placer, &population, query, &Bars)?;
     print_note(key_note);
-    let _flow = print_answer(args.json, &report, |report| render(report, fleet))?;
+    let overrides = args.placement.tenant_k.len();
+    let _flow = print_answer(args.json, &report, |report| {
+        render(report, fleet, overrides)
+    })?;
     Ok(())
 }
 
 /// Parses one `--fail` list of shard ids, such as `3,17`.
-fn failure_set(fleet: &Fleet, text: &str) -> Result<Planned> {
+fn failure_set(fleet: &Fleet, text: &str) -> Result<Scenario> {
     let mut shards = Vec::new();
     for part in text.split(',') {
         let id = part.trim();
@@ -304,16 +217,10 @@ fn failure_set(fleet: &Fleet, text: &str) -> Result<Planned> {
                 fleet.len() - 1
             )
         })?;
-        if shards.contains(&index) {
-            bail!("--fail {text}: shard {id:?} is listed twice; name each failed shard once");
-        }
         shards.push(index);
     }
-    Ok(Planned {
-        name: text.to_owned(),
-        zone: None,
-        shards,
-    })
+    Scenario::listed(text.to_owned(), shards, fleet)
+        .map_err(|error| anyhow!("--fail {text}: {error}"))
 }
 
 /// Refuses sweeps that cannot run before any work is done.
@@ -388,258 +295,6 @@ pub fn check_capacity(capacity: Option<f64>, population: &Population) -> Result<
     Ok(Some(capacity))
 }
 
-/// The whole report, in the field names the issue fixes for `--json`.
-#[derive(Serialize)]
-struct Report {
-    #[serde(flatten)]
-    placed: PlacedJson,
-    /// Zone names, in fleet order; empty for an unzoned fleet. Shown in the
-    /// text only: the JSON keeps to the issue's field names.
-    #[serde(skip)]
-    zones: Vec<String>,
-    /// How many `--tenant-k` overrides were given (text only).
-    #[serde(skip)]
-    tenant_k_overrides: usize,
-    pairwise_overlap: OverlapJson,
-    scenarios: Vec<ScenarioJson>,
-    sweep: Option<SweepJson>,
-    /// Per-wave exposure, for `--waves`; `null` otherwise.
-    waves: Option<Vec<WaveJson>>,
-    load: Option<LoadJson>,
-    /// The `--poison-after` given, if any (text only: each entry carries
-    /// its contained figure).
-    #[serde(skip)]
-    poison_after: Option<usize>,
-    /// One entry per `--poison` tenant; empty without `--poison`.
-    poison: Vec<PoisonJson>,
-    /// The worst poison tenants, for `--poison-sweep`; `null` otherwise.
-    poison_sweep: Option<PoisonSweepJson>,
-}
-
-/// What one poison tenant does: its whole subset crashed, and (with
-/// `--poison-after`) the worst contained case.
-#[derive(Serialize)]
-struct PoisonJson {
-    tenant: String,
-    /// Whether the tenant is in the analysed population (if not, it is not
-    /// among its own fully down).
-    in_population: bool,
-    /// Its subset size.
-    k: usize,
-    /// Its shards (indices, ascending).
-    subset: Vec<ShardIndex>,
-    uncontained: PoisonFigureJson,
-    /// With `--poison-after`; `null` otherwise.
-    contained: Option<PoisonFigureJson>,
-}
-
-#[derive(Serialize)]
-struct PoisonFigureJson {
-    /// The crashed shards (indices); empty when the figures are bounds.
-    crashed: Vec<ShardIndex>,
-    /// Tenants whose subset lies inside the crashed shards.
-    fully_down: Count,
-    /// The same without the poison tenant itself.
-    others_fully_down: u64,
-    /// Tenants sharing a crashed shard, not fully down.
-    degraded: Count,
-    /// False when the figures are upper bounds (too many choices of
-    /// crashed members to enumerate).
-    exact: bool,
-}
-
-impl PoisonFigureJson {
-    fn new(
-        figure: PoisonFigure,
-        in_population: bool,
-        k: usize,
-        fraction: &dyn Fn(u64) -> f64,
-    ) -> Self {
-        let itself = u64::from(in_population && figure.downs_itself(k));
-        Self {
-            fully_down: Count {
-                count: figure.fully_down,
-                fraction: fraction(figure.fully_down),
-            },
-            others_fully_down: figure.fully_down - itself,
-            degraded: Count {
-                count: figure.degraded,
-                fraction: fraction(figure.degraded),
-            },
-            exact: figure.exact,
-            crashed: figure.crashed,
-        }
-    }
-}
-
-impl PoisonJson {
-    fn new(
-        tenant: String,
-        in_population: bool,
-        subset: Vec<ShardIndex>,
-        uncontained: PoisonFigure,
-        contained: Option<PoisonFigure>,
-        fraction: &dyn Fn(u64) -> f64,
-    ) -> Self {
-        let mut subset = subset;
-        subset.sort_unstable();
-        let k = subset.len();
-        Self {
-            tenant,
-            in_population,
-            k,
-            subset,
-            uncontained: PoisonFigureJson::new(uncontained, in_population, k, fraction),
-            contained: contained.map(|f| PoisonFigureJson::new(f, in_population, k, fraction)),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct PoisonSweepJson {
-    /// The containment the ranking assumes (`null`: none).
-    poison_after: Option<usize>,
-    tenants: u64,
-    distinct_subsets: usize,
-    /// Tenants whose poison fully downs at least one other tenant.
-    downing_others: Count,
-    /// Whether every figure is exact.
-    exact: bool,
-    /// The worst poison tenants, worst first; each figure is the ranked
-    /// one (contained with `--poison-after`, else uncontained).
-    worst: Vec<RankedJson>,
-}
-
-#[derive(Serialize)]
-struct RankedJson {
-    tenant: String,
-    k: usize,
-    subset: Vec<ShardIndex>,
-    #[serde(flatten)]
-    figure: PoisonFigureJson,
-}
-
-impl PoisonSweepJson {
-    fn new(sweep: PoisonSweep, population: &Population, fraction: &dyn Fn(u64) -> f64) -> Self {
-        Self {
-            poison_after: sweep.poison_after,
-            tenants: sweep.tenants,
-            distinct_subsets: sweep.distinct_subsets,
-            downing_others: Count {
-                count: sweep.downing_others,
-                fraction: fraction(sweep.downing_others),
-            },
-            exact: sweep.exact,
-            worst: sweep
-                .worst
-                .into_iter()
-                .map(|ranked| RankedJson {
-                    tenant: population.id(ranked.tenant).into_owned(),
-                    k: ranked.subset.len(),
-                    figure: PoisonFigureJson::new(
-                        ranked.figure,
-                        true,
-                        ranked.subset.len(),
-                        fraction,
-                    ),
-                    subset: ranked.subset,
-                })
-                .collect(),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct OverlapJson {
-    /// Fraction of tenant pairs sharing at least one shard.
-    fraction: f64,
-    /// `shared_counts[j]`: fraction of pairs sharing exactly `j` shards.
-    shared_counts: Vec<f64>,
-    /// The same under independent uniform placement, each tenant with its
-    /// own subset size (per-tenant k), over any number of zones.
-    expected_shared_counts: Option<Vec<f64>>,
-}
-
-impl OverlapJson {
-    fn new(measured: Overlap, expected: Option<Vec<f64>>) -> Self {
-        Self {
-            fraction: measured.fraction,
-            shared_counts: measured.shared_counts,
-            expected_shared_counts: expected,
-        }
-    }
-}
-
-/// What was placed: the fields that open the `--json` of both `blast` and
-/// `plan-waves`, flattened into each report so the JSON stays flat.
-#[derive(Serialize)]
-pub struct PlacedJson {
-    pub shards: usize,
-    pub k: u32,
-    pub tenants: u64,
-    pub algorithm: &'static str,
-}
-
-impl PlacedJson {
-    pub fn new(placer: &Placer, tenants: u64) -> Self {
-        let config = placer.config();
-        Self {
-            shards: placer.fleet().len(),
-            k: config.k,
-            tenants,
-            algorithm: config.algorithm.name(),
-        }
-    }
-}
-
-/// A tenant count and its share of all tenants.
-#[derive(Serialize)]
-pub struct Count {
-    pub count: u64,
-    pub fraction: f64,
-}
-
-/// What a bad deploy to one wave exposes.
-#[derive(Serialize)]
-pub struct WaveJson {
-    /// The wave's name, as in the waves file.
-    pub wave: String,
-    /// Its shards, ascending.
-    pub shards: Vec<ShardIndex>,
-    /// Tenants with every shard in this wave: a bad deploy here takes them
-    /// fully down.
-    pub fully_exposed: Count,
-    /// Tenants with at least one shard in this wave.
-    pub touched: Count,
-}
-
-impl From<WaveExposure> for WaveJson {
-    fn from(exposure: WaveExposure) -> Self {
-        Self {
-            wave: exposure.wave,
-            shards: exposure.shards,
-            fully_exposed: Count {
-                count: exposure.fully_exposed,
-                fraction: exposure.fully_exposed_fraction,
-            },
-            touched: Count {
-                count: exposure.touched,
-                fraction: exposure.touched_fraction,
-            },
-        }
-    }
-}
-
-/// Tenants fully exposed to some wave. A tenant inside one wave is inside
-/// no other, so the per-wave counts add up without double counting.
-pub fn total_fully_exposed(waves: &[WaveJson], tenants: u64) -> Count {
-    let count = waves.iter().map(|wave| wave.fully_exposed.count).sum();
-    Count {
-        count,
-        fraction: count as f64 / tenants.max(1) as f64,
-    }
-}
-
 /// A wave's shard ids for a table cell: all of them for a small wave, the
 /// first [`WAVE_SHARDS_LISTED`] and a count for a large one.
 pub fn wave_shards_cell(shards: &[ShardIndex], fleet: &Fleet) -> String {
@@ -653,174 +308,15 @@ pub fn wave_shards_cell(shards: &[ShardIndex], fleet: &Fleet) -> String {
     }
 }
 
-#[derive(Serialize)]
-struct ScenarioJson {
-    /// The shard list as given to `--fail`, or a zone's description.
-    name: String,
-    /// The failed zone, for a zone outage; `null` otherwise.
-    zone: Option<String>,
-    /// The failed shards, sorted, without repeats.
-    failed: Vec<ShardIndex>,
-    fully_down: Count,
-    degraded: Count,
-    /// The mean share of its shards a degraded tenant lost.
-    capacity_lost: f64,
-}
-
-impl ScenarioJson {
-    fn new(plan: Planned, impact: Impact, fraction: &dyn Fn(u64) -> f64) -> Self {
-        Self {
-            name: plan.name,
-            zone: plan.zone,
-            fully_down: Count {
-                count: impact.fully_down,
-                fraction: fraction(impact.fully_down),
-            },
-            degraded: Count {
-                count: impact.degraded,
-                fraction: fraction(impact.degraded),
-            },
-            capacity_lost: impact.capacity_lost,
-            failed: impact.failed,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct SweepJson {
-    /// Shards in every failure set.
-    failures: usize,
-    /// Failure sets evaluated.
-    sets: u64,
-    /// Failure sets of this size in the fleet, C(n, failures) (saturating;
-    /// text only).
-    #[serde(skip)]
-    total_sets: u128,
-    /// Whether `sets` was a random sample of them.
-    sampled: bool,
-    /// The seed of the sample, when sampled (text only).
-    #[serde(skip)]
-    seed: Option<u64>,
-    fully_down: FigureJson,
-    degraded: FigureJson,
-}
-
-impl SweepJson {
-    fn new(sweep: Sweep, total_sets: u128, seed: u64, fraction: &dyn Fn(u64) -> f64) -> Self {
-        Self {
-            failures: sweep.failures,
-            sets: sweep.sets,
-            total_sets,
-            sampled: sweep.sampled,
-            seed: sweep.sampled.then_some(seed),
-            fully_down: FigureJson::new(sweep.fully_down, sweep.sampled, fraction),
-            degraded: FigureJson::new(sweep.degraded, sweep.sampled, fraction),
-        }
-    }
-}
-
-/// One figure over a sweep; `mean`, `p50` and `p99` are fractions of all
-/// tenants, like every other fraction in the report.
-#[derive(Serialize)]
-struct FigureJson {
-    worst: WorstJson,
-    mean: f64,
-    p50: f64,
-    p99: f64,
-}
-
-#[derive(Serialize)]
-struct WorstJson {
-    count: u64,
-    fraction: f64,
-    /// The first failure set that caused the worst count.
-    failed: Vec<ShardIndex>,
-    /// `"exact"` when every set was evaluated; `"lower bound"` for a
-    /// sample, whose worst is only the worst of the sets drawn.
-    bound: &'static str,
-}
-
-impl FigureJson {
-    fn new(figure: SweepFigure, sampled: bool, fraction: &dyn Fn(u64) -> f64) -> Self {
-        // The mean is a count too, just not a whole one.
-        let mean = fraction(1) * figure.mean;
-        Self {
-            worst: WorstJson {
-                count: figure.worst,
-                fraction: fraction(figure.worst),
-                failed: figure.worst_failed,
-                bound: if sampled { "lower bound" } else { "exact" },
-            },
-            mean,
-            p50: fraction(figure.p50),
-            p99: fraction(figure.p99),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct LoadJson {
-    /// The `--capacity` given, if any.
-    capacity: Option<f64>,
-    /// Load per shard, by index: each tenant's weight split evenly over its
-    /// shards.
-    per_shard: Vec<f64>,
-    mean: f64,
-    /// Coefficient of variation of the per-shard load.
-    cv: f64,
-    max_over_mean: f64,
-    hottest: ShardIndex,
-    over_capacity: Vec<ShardIndex>,
-    /// For each single-shard failure, the hottest surviving shard once the
-    /// failed shard's tenants spread over their other shards.
-    failover: Vec<FailoverLoad>,
-    /// The tenants carrying most of the hottest shard's load, heaviest
-    /// first.
-    dominant: Vec<DominantJson>,
-}
-
-#[derive(Serialize)]
-struct DominantJson {
-    tenant: String,
-    /// The tenant's load on the hottest shard.
-    load: f64,
-    /// Its share of that shard's load.
-    share: f64,
-}
-
-impl LoadJson {
-    fn new(report: LoadReport, capacity: Option<f64>, population: &Population) -> Self {
-        Self {
-            capacity,
-            dominant: report
-                .dominant
-                .iter()
-                .map(|contributor| DominantJson {
-                    tenant: population.id(contributor.tenant).into_owned(),
-                    load: contributor.load,
-                    share: contributor.share,
-                })
-                .collect(),
-            per_shard: report.per_shard,
-            mean: report.mean,
-            cv: report.cv,
-            max_over_mean: report.max_over_mean,
-            hottest: report.hottest,
-            over_capacity: report.over_capacity,
-            failover: report.failover,
-        }
-    }
-}
-
 /// Lays the report out as text.
-fn render(report: &Report, fleet: &Fleet) -> String {
+fn render(report: &Report, fleet: &Fleet, tenant_k_overrides: usize) -> String {
     let mut out = String::new();
-    let zones = if report.zones.is_empty() {
+    let zones = if fleet.zones().is_empty() {
         String::new()
     } else {
-        format!(", zone-aware over {} zones", report.zones.len())
+        format!(", zone-aware over {} zones", fleet.zones().len())
     };
-    let overrides = match report.tenant_k_overrides {
+    let overrides = match tenant_k_overrides {
         0 => String::new(),
         1 => " (1 --tenant-k override)".to_owned(),
         count => format!(" ({count} --tenant-k overrides)"),

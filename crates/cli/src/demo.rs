@@ -289,17 +289,18 @@ async fn phase_result(
         failovers,
         thresholds,
     );
+    // The demo counts "degraded" as `blast` does: the fully down included.
     Ok(PhaseResult {
         phase: name.to_owned(),
         failed: verdict.failed.clone(),
-        fully_down: verdict.fully_down,
-        degraded: verdict.degraded,
-        unaffected: verdict.unaffected,
+        fully_down: verdict.fully_down.measured,
+        degraded: verdict.fully_down.measured + verdict.degraded.measured,
+        unaffected: verdict.unaffected.measured,
         errors: verdict.errors,
         unaffected_errors: verdict.unaffected_errors,
         failovers,
-        modeled_fully_down: verdict.modeled_fully_down,
-        modeled_degraded: verdict.modeled_degraded,
+        modeled_fully_down: verdict.fully_down.modeled,
+        modeled_degraded: verdict.fully_down.modeled + verdict.degraded.modeled,
         violations: verdict.violations,
     })
 }

@@ -2,6 +2,7 @@
 //! running gateway, injects a fault, and checks the three properties a
 //! shuffle-sharded service must have under failure.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,23 +10,42 @@ use anyhow::{Context, Result, anyhow, bail};
 use backend::Mode;
 use clap::{ArgGroup, Args, ValueEnum};
 use drill::poison::{PoisonPlan, PoisonReport};
+use drill::properties::fully_down_sentence;
 use drill::run::{DrillReport, Fault, PhaseSummary};
-use drill::{AdminClient, LoadShape, Session, ShardControl, Thresholds};
+use drill::{
+    AdminClient, LoadShape, Properties, Session, SetCheck, ShardControl, Status, Thresholds,
+};
 
 use crate::output::print_answer;
 use crate::table::{Align, Table};
 
 const AFTER_HELP: &str = "\
 Phases: before (baseline load), during (with the fault), after (restored). \
-Properties checked during the fault, against the baseline:
-  1. degraded, not down: tenants with some failed members keep a success ratio of at least --min-success;
-  2. unaffected feel nothing: tenants with no failed member see no errors and their p99 latency stays within --latency-bound-ms of the baseline;
-  3. failover happened: the gateway's shuffle_failovers_total rose.
-Tenant by tenant, the measured fully-down set and the gateway's degraded set \
-must equal the analyser's prediction for the declared failure set.
+Preconditions, checked before any fault: every shard of the drill's cells is \
+up per the admin API, the baseline load has no error, and the failure set \
+serves some tenant of --tenants-file; else exit 2 saying what to fix.
 
-Exit status: 0 when every property holds, 1 when one is violated (the output \
-says which), 2 for bad arguments or when the drill cannot run.
+The fault must be seen: the drill waits up to --wait-seconds for the admin \
+API to report the shards out (with --kill it first says, on stderr, which \
+shards to break and when), and after the fault phase for them to come back \
+(with --kill it says when to restore them). A fault never seen or a recovery \
+never seen fails the drill.
+
+Properties checked during the fault, against the baseline, each reported as \
+held, violated or not exercised (a fault that leaves no tenant a surviving \
+member cannot test 1 or 3):
+  1. affected tenants degrade rather than drop: tenants with some but not all members failed keep a success ratio of at least --min-success;
+  2. unaffected tenants see nothing: tenants with no failed member see no errors and their p99 latency stays within --latency-bound-ms of the baseline;
+  3. failover really happened: the gateway's shuffle_failovers_total rose while tenants with a surviving member were served.
+Tenant by tenant, the measured sets (fully down: success under 50 %; \
+degraded: a member out per the gateway; unaffected: the rest) must equal the \
+analyser's for the declared failure set. Tenants the model has fully down \
+(every member failed) are expected and reported as predicted.
+
+Exit status: 0 when the fault and the recovery were seen, every exercised \
+property held and the sets equal the model's; 1 otherwise (the output says \
+why); 2 for bad arguments, a failed precondition, or when the drill cannot \
+run.
 
 The tenants file has one TENANT<TAB>API_KEY per line.
 
@@ -113,7 +133,7 @@ pub struct DrillArgs {
     /// With --poison: check the gateway's containment (routing.poison_after = A) instead of the uncontained model
     #[arg(long, value_name = "A", requires = "poison")]
     poison_after: Option<usize>,
-    /// With --kill, --break or --poison: how long to wait for the gateway to see the fault, and the recovery
+    /// How long to wait for the gateway to report the fault, and the recovery
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     wait_seconds: u64,
     /// Requests per tenant in each phase
@@ -211,18 +231,18 @@ pub fn run(args: DrillArgs) -> Result<()> {
         (Some(fault), _) => {
             let report = runtime.block_on(async {
                 let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
-                drill::run::run(&session, &fault, thresholds).await
+                drill::run::run(&session, &fault, thresholds, &say).await
             })?;
             let _flow = print_answer(args.json, &report, render)?;
-            (report.passed, report.verdict.violations)
+            (report.passed, report.violations)
         }
         (None, Some(plan)) => {
             let report = runtime.block_on(async {
                 let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
-                drill::poison::run(&session, &plan, thresholds).await
+                drill::poison::run(&session, &plan, thresholds, &say).await
             })?;
             let _flow = print_answer(args.json, &report, render_poison)?;
-            (report.passed, report.verdict.violations)
+            (report.passed, report.violations)
         }
         (None, None) => bail!("give a fault: --fail, --kill, --break or --poison"),
     };
@@ -231,6 +251,13 @@ pub fn run(args: DrillArgs) -> Result<()> {
     } else {
         Err(PropertiesViolated(violations.join("; ")).into())
     }
+}
+
+/// Tells the operator, on stderr, what the drill does and what to do (the
+/// report itself goes to stdout, so `--json` stays clean). A closed stderr
+/// leaves nobody to tell.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 /// The poison drill the arguments ask for, if any.
@@ -289,7 +316,10 @@ fn fault(args: &DrillArgs) -> Result<Fault> {
             timeout,
         });
     }
-    Ok(Fault::Admin(args.fail.clone()))
+    Ok(Fault::Admin {
+        shards: args.fail.clone(),
+        timeout,
+    })
 }
 
 /// Parses `--break` values, `ID=CONTROL_URL` each, with one shard once.
@@ -325,47 +355,47 @@ fn parse_controls(flag: &str, values: &[String]) -> Result<Vec<ShardControl>> {
 }
 
 fn render(report: &DrillReport) -> String {
-    let verdict = &report.verdict;
-    let phases = phase_table(&report.phases);
+    let fault = &report.fault;
     let mut out = format!(
-        "Drill: {} tenants, failed {}\n\n{}\n",
+        "Drill: {} tenants, failing {} ({})\n{}\n",
         report.tenants,
-        verdict.failed.join(", "),
-        phases.render(2)
+        fault.shards.join(", "),
+        fault.injected,
+        report.baseline.describe()
     );
-    let mut model = Table::new(&[
-        ("", Align::Left),
-        ("measured", Align::Right),
-        ("modeled", Align::Right),
-        ("same tenants", Align::Left),
-    ]);
-    model.row(vec![
-        "fully down".into(),
-        verdict.fully_down.to_string(),
-        verdict.modeled_fully_down.to_string(),
-        yes(verdict.fully_down_matches),
-    ]);
-    model.row(vec![
-        "degraded".into(),
-        verdict.degraded.to_string(),
-        verdict.modeled_degraded.to_string(),
-        yes(verdict.degraded_matches),
-    ]);
-    model.row(vec![
-        "unaffected".into(),
-        verdict.unaffected.to_string(),
-        String::new(),
-        String::new(),
-    ]);
-    out.push_str(&model.render(2));
-    out.push_str(&format!(
-        "\n  unaffected errors: {}; unaffected p99 {:.2} ms (baseline {:.2} ms); failovers during the fault: {}\n\n",
-        verdict.unaffected_errors, verdict.p99_ms, verdict.baseline_p99_ms, verdict.failovers
-    ));
+    out.push_str(&match (fault.out_after_s, fault.back_after_s) {
+        (None, _) => "The gateway never reported the fault: nothing was tested.\n".to_owned(),
+        (Some(out), Some(back)) => format!(
+            "The gateway reported the fault after {out:.1} s, and the recovery {back:.1} s after the restore.\n"
+        ),
+        (Some(out), None) => format!(
+            "The gateway reported the fault after {out:.1} s; it did not report the recovery.\n"
+        ),
+    });
+    out.push_str(&format!("\n{}\n", phase_table(&report.phases).render(2)));
+    if let Some(verdict) = &report.verdict {
+        out.push_str(&sets_table(
+            "tenants",
+            [&verdict.fully_down, &verdict.degraded, &verdict.unaffected],
+        ));
+        out.push_str(&format!(
+            "\n  {}",
+            fully_down_sentence(&verdict.fully_down, "every member of their subsets failed")
+        ));
+        if verdict.fully_down.modeled > 0 {
+            out.push_str(&format!(
+                " {} of the fault phase's {} errors are theirs.",
+                verdict.fully_down_errors, verdict.errors
+            ));
+        }
+        out.push('\n');
+        out.push_str(&properties_block(&verdict.properties));
+        out.push('\n');
+    }
     out.push_str(&verdict_lines(
         report.passed,
-        "affected tenants degraded without going down, unaffected tenants felt nothing, and the gateway failed over",
-        &verdict.violations,
+        report.verdict.as_ref().map(|v| &v.properties),
+        &report.violations,
     ));
     out
 }
@@ -379,12 +409,13 @@ fn render_poison(report: &PoisonReport) -> String {
         .map(|status| status.map_or("no answer".to_owned(), |s| s.to_string()))
         .collect();
     let mut out = format!(
-        "Poison drill: {} tenants; {} (subset {}) sent {} poison requests, answered {}\n\n{}\n",
+        "Poison drill: {} tenants; {} (subset {}) sent {} poison requests, answered {}\n{}\n\n{}\n",
         report.tenants,
         verdict.tenant,
         verdict.subset.join(", "),
         verdict.poison_requests,
         statuses.join(", "),
+        report.baseline.describe(),
         phases.render(2)
     );
     let list = |shards: &[String]| {
@@ -412,7 +443,7 @@ fn render_poison(report: &PoisonReport) -> String {
         ("measured", Align::Right),
         (&label, Align::Right),
         ("for the shards that crashed", Align::Right),
-        ("same", Align::Left),
+        ("same tenants", Align::Left),
     ]);
     model.row(vec![
         "shards down".into(),
@@ -425,41 +456,81 @@ fn render_poison(report: &PoisonReport) -> String {
         String::new(),
         yes(verdict.crashed_matches),
     ]);
-    model.row(vec![
-        "other tenants fully down".into(),
-        verdict.fully_down.to_string(),
-        compared.others_fully_down.to_string(),
-        verdict.models.for_crashed.others_fully_down.to_string(),
-        yes(verdict.fully_down_matches),
-    ]);
-    model.row(vec![
-        "degraded".into(),
-        verdict.degraded.to_string(),
-        compared.degraded.to_string(),
-        verdict.models.for_crashed.degraded.to_string(),
-        String::new(),
-    ]);
-    model.row(vec![
-        "unaffected".into(),
-        verdict.unaffected.to_string(),
-        String::new(),
-        String::new(),
-        String::new(),
-    ]);
+    for (name, check, modeled) in [
+        (
+            "other tenants fully down",
+            &verdict.fully_down,
+            compared.others_fully_down.to_string(),
+        ),
+        ("degraded", &verdict.degraded, compared.degraded.to_string()),
+        ("unaffected", &verdict.unaffected, String::new()),
+    ] {
+        model.row(vec![
+            name.into(),
+            check.measured.to_string(),
+            modeled,
+            check.modeled.to_string(),
+            yes(check.matches),
+        ]);
+    }
     out.push_str(&model.render(2));
     out.push_str(&format!(
-        "\n  unaffected errors: {}; lowest success of a degraded tenant: {}\n\n",
-        verdict.unaffected_errors,
-        verdict
-            .degraded_min_success
-            .map_or("-".to_owned(), |ratio| format!("{:.2}%", ratio * 100.0))
+        "\n  {}\n",
+        fully_down_sentence(&verdict.fully_down, "every member of their subsets crashed")
     ));
+    out.push_str(&properties_block(&verdict.properties));
+    out.push('\n');
     out.push_str(&verdict_lines(
         report.passed,
-        "the poison took down what the model says, and nobody else felt it",
-        &verdict.violations,
+        Some(&verdict.properties),
+        &report.violations,
     ));
     out
+}
+
+/// The measured sets beside the model's, one row each.
+fn sets_table(what: &str, [down, degraded, unaffected]: [&SetCheck; 3]) -> String {
+    let mut table = Table::new(&[
+        (what, Align::Left),
+        ("measured", Align::Right),
+        ("modeled", Align::Right),
+        ("same tenants", Align::Left),
+    ]);
+    for (name, check) in [
+        ("fully down", down),
+        ("degraded", degraded),
+        ("unaffected", unaffected),
+    ] {
+        table.row(vec![
+            name.into(),
+            check.measured.to_string(),
+            check.modeled.to_string(),
+            yes(check.matches),
+        ]);
+    }
+    table.render(2)
+}
+
+/// The three properties, numbered, each held, violated or not exercised.
+fn properties_block(properties: &Properties) -> String {
+    let mut out = "\nProperties:\n".to_owned();
+    for (number, (name, property)) in properties.named().iter().enumerate() {
+        out.push_str(&format!(
+            "  {}. {name}: {} ({}).\n",
+            number + 1,
+            status_word(property.status),
+            property.detail
+        ));
+    }
+    out
+}
+
+fn status_word(status: Status) -> &'static str {
+    match status {
+        Status::Held => "held",
+        Status::Violated => "VIOLATED",
+        Status::NotExercised => "not exercised",
+    }
 }
 
 /// Each phase's requests, errors and latency, as both drills print them.
@@ -483,17 +554,40 @@ fn phase_table(phases: &[PhaseSummary]) -> Table {
     table
 }
 
-/// `PASS: what held.`, or `FAIL:` and each violation on a line.
-fn verdict_lines(passed: bool, held: &str, violations: &[String]) -> String {
-    if passed {
-        return format!("PASS: {held}.\n");
+/// `PASS:` and which properties held (and which the fault did not
+/// exercise), or `FAIL:` and each violation on a line.
+fn verdict_lines(passed: bool, properties: Option<&Properties>, violations: &[String]) -> String {
+    if !passed {
+        return violations
+            .iter()
+            .fold("FAIL:\n".to_owned(), |mut out, violation| {
+                out.push_str(&format!("  - {violation}\n"));
+                out
+            });
     }
-    violations
-        .iter()
-        .fold("FAIL:\n".to_owned(), |mut out, violation| {
-            out.push_str(&format!("  - {violation}\n"));
-            out
-        })
+    let numbers = |wanted: Status| -> Vec<String> {
+        properties
+            .map(|p| p.named())
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, (_, property))| property.status == wanted)
+            .map(|(number, _)| (number + 1).to_string())
+            .collect()
+    };
+    let (held, idle) = (numbers(Status::Held), numbers(Status::NotExercised));
+    if idle.is_empty() {
+        return "PASS: every property held, and the measured tenants are the model's.\n".to_owned();
+    }
+    let held = if held.is_empty() {
+        "no property was exercised".to_owned()
+    } else {
+        format!("{} held", held.join(" and "))
+    };
+    format!(
+        "PASS, partly: {held}, and the measured tenants are the model's; {} not exercised by this fault.\n",
+        idle.join(" and ")
+    )
 }
 
 fn yes(value: bool) -> String {
@@ -503,6 +597,7 @@ fn yes(value: bool) -> String {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
+    use drill::Property;
 
     use super::*;
 
@@ -600,6 +695,33 @@ mod tests {
         assert!(error.starts_with("--poison-control \"s0\""), "{error}");
         let none = parse(&["--poison", "whale", "--poison-requests", "0"]).unwrap();
         assert!(poison_plan(&none).is_err());
+    }
+
+    #[test]
+    fn the_verdict_line_names_what_held_and_what_was_not_exercised() {
+        let held = || Property::tested(true, "figures");
+        let mut properties = Properties {
+            degrade_not_drop: held(),
+            unaffected_see_nothing: held(),
+            failover_happened: held(),
+        };
+        assert_eq!(
+            verdict_lines(true, Some(&properties), &[]),
+            "PASS: every property held, and the measured tenants are the model's.\n"
+        );
+        properties.degrade_not_drop = Property::not_exercised("nobody kept a member");
+        properties.failover_happened = Property::not_exercised("nobody kept a member");
+        assert_eq!(
+            verdict_lines(true, Some(&properties), &[]),
+            "PASS, partly: 2 held, and the measured tenants are the model's; 1 and 3 not exercised by this fault.\n"
+        );
+        let block = properties_block(&properties);
+        assert!(
+            block.contains("  1. affected tenants degrade rather than drop: not exercised (nobody kept a member).\n"),
+            "{block}"
+        );
+        let failed = verdict_lines(false, None, &["one".into(), "two".into()]);
+        assert_eq!(failed, "FAIL:\n  - one\n  - two\n");
     }
 
     #[test]

@@ -3,27 +3,21 @@
 //! change under the other algorithm.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::PathBuf;
 
-use analysis::Population;
-use analysis::migrate::{MigrationReport, migrate_with_progress};
+use analysis::answers::{self, MigrateReport, MigrationSpec, other_algorithm};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use placement::{Algorithm, PlacementConfig, PlacementKey, Placer};
-use serde::Serialize;
 
 use crate::output::print_answer;
 use crate::placement_args::{build_fleet, print_note};
 use crate::population_args::PopulationArgs;
-use crate::progress::with_progress;
+use crate::progress::Bars;
 use crate::table::{Align, Table, percent};
 
 /// The key version that means the public recipe key.
 const RECIPE_VERSION: &str = "recipe";
-
-/// Changed tenants named in the output.
-const SAMPLE: usize = 5;
 
 const AFTER_HELP: &str = "\
 A SPEC is name=value items separated by spaces or ';': shards=N, k=K, \
@@ -66,41 +60,7 @@ pub struct MigrateArgs {
 }
 
 /// One side of a migration, as parsed from a SPEC.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-struct Spec {
-    /// Shards in the fleet (the zone total when zones are given).
-    shards: Option<u32>,
-    k: u32,
-    #[serde(serialize_with = "algorithm_name")]
-    algorithm: Algorithm,
-    /// The key version.
-    key: String,
-    zones: Option<String>,
-}
-
-fn algorithm_name<S: serde::Serializer>(
-    algorithm: &Algorithm,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(algorithm.name())
-}
-
-impl fmt::Display for Spec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(shards) = self.shards {
-            write!(f, "shards={shards} ")?;
-        }
-        write!(
-            f,
-            "k={} algorithm={} key={}",
-            self.k, self.algorithm, self.key
-        )?;
-        if let Some(zones) = &self.zones {
-            write!(f, " zones={zones}")?;
-        }
-        Ok(())
-    }
-}
+type Spec = MigrationSpec;
 
 /// Parses a SPEC such as `shards=64 k=3 algorithm=rendezvous key=v1`.
 fn parse_spec(flag: &str, text: &str) -> Result<Spec> {
@@ -206,66 +166,6 @@ fn placer(flag: &str, spec: &Spec, keys: &HashMap<String, PlacementKey>) -> Resu
     Placer::new(fleet, key, config).with_context(|| flag.to_owned())
 }
 
-/// The other algorithm, for the comparison.
-fn other(algorithm: Algorithm) -> Algorithm {
-    match algorithm {
-        Algorithm::HmacModulo => Algorithm::Rendezvous,
-        Algorithm::Rendezvous => Algorithm::HmacModulo,
-    }
-}
-
-#[derive(Serialize)]
-struct Report {
-    tenants: u64,
-    from: Spec,
-    to: Spec,
-    #[serde(flatten)]
-    change: ChangeJson,
-    /// The same change with both sides on the other algorithm; `null` when
-    /// the change is itself a change of algorithm.
-    comparison: Option<Comparison>,
-}
-
-#[derive(Serialize)]
-struct ChangeJson {
-    /// Tenants whose subset changed.
-    changed: u64,
-    changed_fraction: f64,
-    /// Shard-tenant assignments to create.
-    members_moved: u64,
-    /// Shard-tenant assignments to remove (a shrinking k only removes).
-    members_dropped: u64,
-    /// `moved_per_tenant[m]`: tenants that gained exactly `m` members (the
-    /// unchanged count at 0).
-    moved_per_tenant: Vec<u64>,
-    /// A few changed tenants, by id.
-    changed_sample: Vec<String>,
-}
-
-impl ChangeJson {
-    fn new(report: MigrationReport, population: &Population) -> Self {
-        Self {
-            changed: report.changed,
-            changed_fraction: report.changed_fraction,
-            members_moved: report.members_moved,
-            members_dropped: report.members_dropped,
-            moved_per_tenant: report.moved_per_tenant,
-            changed_sample: report
-                .changed_sample
-                .iter()
-                .map(|&t| population.id(t).into_owned())
-                .collect(),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct Comparison {
-    algorithm: &'static str,
-    #[serde(flatten)]
-    change: ChangeJson,
-}
-
 /// Runs `shuffle-shard migrate`.
 pub fn run(args: MigrateArgs) -> Result<()> {
     let from = parse_spec("--from", &args.from)?;
@@ -278,7 +178,7 @@ pub fn run(args: MigrateArgs) -> Result<()> {
     // under one algorithm but not the other fails at once.
     let flipped = if from.algorithm == to.algorithm {
         let flip = |spec: &Spec| Spec {
-            algorithm: other(spec.algorithm),
+            algorithm: other_algorithm(spec.algorithm),
             ..spec.clone()
         };
         Some((
@@ -289,32 +189,13 @@ pub fn run(args: MigrateArgs) -> Result<()> {
         None
     };
 
-    let message = format!("comparing {} tenants", population.len());
-    let change = with_progress(&message, |report| {
-        migrate_with_progress(&before, &after, &population, SAMPLE, report)
-    });
-    let comparison = flipped.map(|(before, after)| {
-        let report = with_progress(&message, |report| {
-            migrate_with_progress(&before, &after, &population, SAMPLE, report)
-        });
-        Comparison {
-            algorithm: other(from.algorithm).name(),
-            change: ChangeJson::new(report, &population),
-        }
-    });
-    let report = Report {
-        tenants: change.tenants,
-        from: Spec {
-            shards: Some(before.fleet().len() as u32),
-            ..from.clone()
-        },
-        to: Spec {
-            shards: Some(after.fleet().len() as u32),
-            ..to.clone()
-        },
-        change: ChangeJson::new(change, &population),
-        comparison,
-    };
+    let report = answers::migration(
+        (&from, &before),
+        (&to, &after),
+        flipped.as_ref().map(|(before, after)| (before, after)),
+        &population,
+        &Bars,
+    );
     if from.key == RECIPE_VERSION || to.key == RECIPE_VERSION {
         print_note(Some(
             "note: key=recipe (the default) is the public recipe key \"shuffle-shard-v1\" \
@@ -325,7 +206,7 @@ pub fn run(args: MigrateArgs) -> Result<()> {
     Ok(())
 }
 
-fn render(report: &Report) -> String {
+fn render(report: &MigrateReport) -> String {
     let change = &report.change;
     let mut out = format!(
         "Migration of {} tenants\n  from: {}\n  to:   {}\n\n",

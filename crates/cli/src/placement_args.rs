@@ -97,19 +97,8 @@ pub struct FleetSetup {
     pub key_note: Option<&'static str>,
 }
 
-/// The zone sizes the closed-form overlap expects: one per zone when
-/// placement is zone-aware, else the whole fleet as one.
-pub fn zone_sizes(fleet: &Fleet, zone_aware: bool) -> Vec<usize> {
-    if zone_aware {
-        fleet
-            .zones()
-            .iter()
-            .map(|zone| zone.members.len())
-            .collect()
-    } else {
-        vec![fleet.len()]
-    }
-}
+/// The zone sizes the closed-form overlap expects.
+pub use analysis::overlap::zone_sizes;
 
 /// A built placer and the note to print before output, if any.
 pub struct PlacementSetup {

@@ -3,15 +3,15 @@
 //! budget binds.
 
 use analysis::Population;
-use analysis::plan::{self, Budget, Plan, PlanPlacement, PoisonWarning};
+use analysis::answers;
+use analysis::plan::{Budget, Plan, PlanPlacement};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
-use serde::Serialize;
 
 use crate::output::print_answer;
 use crate::placement_args::{FleetArgs, FleetSetup, parse_tenant_ks, print_note};
 use crate::population_args::{PopulationArgs, check_overrides};
-use crate::progress::with_percent_progress;
+use crate::progress::Bars;
 use crate::table::{Align, Table, percent, shard_list};
 
 const AFTER_HELP: &str = "\
@@ -68,18 +68,6 @@ pub struct PlanArgs {
     json: bool,
 }
 
-/// The plan with the fleet and population it was made for.
-#[derive(Serialize)]
-struct Report<'a> {
-    shards: usize,
-    tenants: usize,
-    algorithm: &'static str,
-    #[serde(flatten)]
-    plan: &'a Plan,
-    /// Overridden tenants whose poison alone exceeds the fully-down budget.
-    poison_warnings: &'a [PoisonWarning],
-}
-
 /// Runs `shuffle-shard plan`.
 pub fn run(args: PlanArgs) -> Result<()> {
     let budget = budget(
@@ -91,24 +79,17 @@ pub fn run(args: PlanArgs) -> Result<()> {
     let setup = args.fleet.resolve()?;
     let population = args.population.load()?;
     check_overrides(&overrides, &population)?;
-    let n = setup.fleet.len();
-    let plan = measure_with(&setup, &population, budget, &overrides)?;
-    let placement = placement(&setup, &overrides);
-    let warnings = match plan.recommended.or(plan.rows.last().map(|row| row.k)) {
-        Some(k) => plan::poison_warnings(&placement, &population, budget, k)?,
-        None => Vec::new(),
-    };
+    check_failures(&setup, budget)?;
+    let report = answers::plan(&placement(&setup, &overrides), &population, budget, &Bars)?;
     print_note(setup.key_note);
-    let report = Report {
-        shards: n,
-        tenants: population.len(),
-        algorithm: setup.algorithm.name(),
-        plan: &plan,
-        poison_warnings: &warnings,
-    };
     let _flow = print_answer(args.json, &report, |report| {
-        let mut out = render(report.plan, report.shards, report.tenants, report.algorithm);
-        for warning in report.poison_warnings {
+        let mut out = render(
+            &report.plan,
+            report.shards,
+            report.tenants,
+            report.algorithm,
+        );
+        for warning in &report.poison_warnings {
             out.push_str(&format!("warning: {}\n", warning.message));
         }
         out
@@ -145,16 +126,13 @@ pub fn budget(
 
 /// Measures k = 1 to 8 against the budget, with a progress bar.
 pub fn measure(setup: &FleetSetup, population: &Population, budget: Budget) -> Result<Plan> {
-    measure_with(setup, population, budget, &[])
+    check_failures(setup, budget)?;
+    Ok(answers::plan(&placement(setup, &[]), population, budget, &Bars)?.plan)
 }
 
-/// [`measure`] with per-tenant `k` overrides at every candidate.
-fn measure_with(
-    setup: &FleetSetup,
-    population: &Population,
-    budget: Budget,
-    overrides: &[(String, u32)],
-) -> Result<Plan> {
+/// Refuses more concurrent failures than the fleet has shards, naming the
+/// flag.
+fn check_failures(setup: &FleetSetup, budget: Budget) -> Result<()> {
     let n = setup.fleet.len();
     if budget.concurrent_failures > n {
         bail!(
@@ -162,16 +140,7 @@ fn measure_with(
             budget.concurrent_failures
         );
     }
-    let placement = placement(setup, overrides);
-    let message = format!(
-        "measuring k = 1 to {} ({} tenants, every set of {} failed shards)",
-        n.min(plan::MAX_PLAN_K as usize),
-        population.len(),
-        budget.concurrent_failures
-    );
-    Ok(with_percent_progress(&message, |report| {
-        plan::plan_with(&placement, population, budget, report)
-    })?)
+    Ok(())
 }
 
 /// Checks that a budget is a fraction of tenants.

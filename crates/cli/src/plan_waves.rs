@@ -12,13 +12,14 @@ use std::fs;
 use std::path::PathBuf;
 
 use analysis::Placements;
+use analysis::answers::{Count, PlacedJson, WaveJson, total_fully_exposed};
 use analysis::waves::{self, Waves};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use placement::{Fleet, ShardIndex};
 use serde::Serialize;
 
-use crate::blast::{Count, PlacedJson, WaveJson, total_fully_exposed, wave_shards_cell};
+use crate::blast::wave_shards_cell;
 use crate::output::print_answer;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note};
 use crate::population_args::{PopulationArgs, check_overrides, place_all};

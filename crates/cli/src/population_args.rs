@@ -3,12 +3,12 @@
 
 use std::path::PathBuf;
 
-use analysis::{Placements, Population};
+use analysis::{AnalysisError, Placements, Population};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use placement::Placer;
 
-use crate::progress::with_progress;
+use crate::progress::Bars;
 
 /// The most tenants a command analyses.
 ///
@@ -79,26 +79,23 @@ impl PopulationArgs {
     }
 }
 
-/// Refuses a `--tenant-k` for a tenant the population does not have: the
-/// override would change nothing analysed, and is almost always a typo.
+/// Refuses a `--tenant-k` for a tenant the population does not have (the
+/// check lives in the analysis crate, so Python refuses it too).
 pub fn check_overrides(overrides: &[(String, u32)], population: &Population) -> Result<()> {
-    for (tenant, k) in overrides {
-        if population.position(tenant).is_none() {
-            bail!(
-                "--tenant-k {tenant}={k}: there is no tenant {tenant:?} among the {} tenants analysed; name a tenant of --tenants or --tenants-file",
-                population.len()
-            );
+    analysis::answers::check_overrides(overrides, population).map_err(|error| match &error {
+        AnalysisError::OverrideForAbsentTenant { tenant, k, .. } => {
+            anyhow!(
+                "--tenant-k {tenant}={k}: {error}; name a tenant of --tenants or --tenants-file"
+            )
         }
-    }
-    Ok(())
+        _ => anyhow!(error),
+    })
 }
 
 /// Places every tenant of `population`, with progress: the first step of
 /// each command that analyses a placed population, labelled the same in all.
 pub fn place_all(placer: &Placer, population: &Population) -> Placements {
-    with_progress(&format!("placing {} tenants", population.len()), |report| {
-        Placements::compute_with_progress(placer, population, report)
-    })
+    analysis::answers::place_all(placer, population, &Bars)
 }
 
 #[cfg(test)]

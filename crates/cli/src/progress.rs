@@ -79,6 +79,19 @@ fn show<T>(message: &str, template: &'static str, work: impl FnOnce(Report<'_>) 
     })
 }
 
+/// The analysers' steps, each with [`with_progress`].
+pub struct Bars;
+
+impl analysis::answers::Progress for Bars {
+    fn step<T>(&self, message: &str, work: impl FnOnce(Report<'_>) -> T) -> T {
+        with_progress(message, work)
+    }
+
+    fn step_in_thousandths<T>(&self, message: &str, work: impl FnOnce(Report<'_>) -> T) -> T {
+        with_percent_progress(message, work)
+    }
+}
+
 /// A style from a template, falling back to the default bar if the
 /// template were ever rejected: a progress bar must never stop the work.
 fn style(template: &str) -> ProgressStyle {

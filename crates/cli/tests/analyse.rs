@@ -510,7 +510,7 @@ fn migrate_shows_rendezvous_moving_few_and_modulo_moving_most() {
 
     // Shrinking k under rendezvous drops one member from every tenant and
     // adds none: the cost is the drops, never "0 moved" alone.
-    let shrink = run_json(shuffle_shard().args([
+    let shrink_args = [
         "migrate",
         "--from",
         "shards=20 k=3 algorithm=rendezvous",
@@ -518,19 +518,12 @@ fn migrate_shows_rendezvous_moving_few_and_modulo_moving_most() {
         "shards=20 k=2 algorithm=rendezvous",
         "--tenants",
         "500",
-    ]));
+    ];
+    let shrink = run_json(shuffle_shard().args(shrink_args));
     assert_eq!(shrink["changed"], 500, "{shrink}");
     assert_eq!(shrink["members_moved"], 0, "{shrink}");
     assert_eq!(shrink["members_dropped"], 500, "{shrink}");
-    let (text, _) = run_ok(shuffle_shard().args([
-        "migrate",
-        "--from",
-        "shards=20 k=3 algorithm=rendezvous",
-        "--to",
-        "shards=20 k=2 algorithm=rendezvous",
-        "--tenants",
-        "500",
-    ]));
+    let (text, _) = run_ok(shuffle_shard().args(shrink_args));
     assert!(text.contains("to remove (members dropped): 500"), "{text}");
 
     let comparison = &report["comparison"];

@@ -410,14 +410,21 @@ fn run_tool(dir: &std::path::Path, program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_tls_quick_start_serves_curl_over_https() {
-    let dir = tempfile::tempdir().unwrap();
+/// Four test shards and a configuration over them (with a random key) in
+/// `dir`: the shards, the listen address and the tenants with their keys.
+async fn four_shards(dir: &std::path::Path) -> (Vec<Backend>, String, Vec<(String, String)>) {
     let mut backends = Vec::new();
     for i in 0..4 {
         backends.push(Backend::start(&format!("s{i}")).await.unwrap());
     }
-    let (listen, tenants) = write_config(dir.path(), &backends, &random_bytes(32));
+    let (listen, tenants) = write_config(dir, &backends, &random_bytes(32));
+    (backends, listen, tenants)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_tls_quick_start_serves_curl_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_backends, listen, tenants) = four_shards(dir.path()).await;
     // The README's commands: a self-signed certificate for localhost…
     run_tool(
         dir.path(),
@@ -633,4 +640,152 @@ fn the_readme_grpc_quick_start_calls_through_the_gateway() {
     for (child, name) in children.into_iter().rev() {
         terminate(child, name);
     }
+}
+
+/// `serve --check` validates without binding: a configuration whose
+/// listeners' ports are taken still checks out (exit 0, one summary line);
+/// a bad key and a missing certificate exit 2 with the error start-up
+/// would give.
+#[test]
+fn serve_check_validates_everything_and_binds_nothing() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backends: Vec<Backend> = (0..4)
+        .map(|i| runtime.block_on(Backend::start(&format!("s{i}"))).unwrap())
+        .collect();
+    let check = |config: &std::path::Path| {
+        Command::new(binary())
+            .args(["serve", "--check", "--config"])
+            .arg(config)
+            .output()
+            .unwrap()
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let (listen, _) = write_config(dir.path(), &backends, &random_bytes(32));
+    let config = dir.path().join("gateway.toml");
+    // Someone else holds the data port: a check does not care.
+    let _taken = std::net::TcpListener::bind(&listen).unwrap();
+    let output = check(&config);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    for part in [
+        "configuration OK",
+        "1 cell,",
+        "4 shards",
+        "13 tenants",
+        "algorithm rendezvous",
+        "key version v1",
+    ] {
+        assert!(stdout.contains(part), "{part:?} not in {stdout}");
+    }
+
+    // A short key: the usual error, exit 2.
+    let short = tempfile::tempdir().unwrap();
+    write_config(short.path(), &backends, b"short");
+    let output = check(&short.path().join("gateway.toml"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("placement.key_file") && stderr.contains("5-byte key"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+
+    // A [tls] section whose certificate file does not exist.
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[tls]\nlisten = \"127.0.0.1:{}\"\ncert_file = \"missing.pem\"\nkey_file = \"missing.key\"\n",
+        free_port()
+    ));
+    std::fs::write(&config, text).unwrap();
+    let output = check(&config);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("tls.cert_file") && stderr.contains("missing.pem"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!stderr.contains("panicked"));
+}
+
+/// One GET for `api_key` through `listen`; its status.
+async fn get_status(listen: &str, api_key: &str, path: &str) -> u16 {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let request = http::Request::get(format!("http://{listen}{path}"))
+        .header("authorization", format!("Bearer {api_key}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let _ = response.into_body().collect().await;
+    status
+}
+
+/// The JSON access log's paths, from the file at `path`.
+fn logged_paths(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let line: serde_json::Value = serde_json::from_str(line).unwrap();
+            line["path"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+/// logrotate's way: the access log file is renamed, `SIGUSR1` makes the
+/// running gateway open a new one by the configured name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_reopens_the_access_log_file_for_logrotate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_backends, listen, tenants) = four_shards(dir.path()).await;
+    let config = dir.path().join("gateway.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[logging]\naccess_log = \"json\"\naccess_log_file = \"access.log\"\n");
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("access.log");
+    let rotated = dir.path().join("access.log.1");
+
+    let mut child = spawn_serve(&config);
+    wait_for_listener(&listen, &mut child);
+    let api_key = &tenants[0].1;
+    assert_eq!(get_status(&listen, api_key, "/before").await, 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while logged_paths(&log) != ["/before"] {
+        assert!(Instant::now() < deadline, "{:?}", logged_paths(&log));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::rename(&log, &rotated).unwrap();
+    let signalled = Command::new("kill")
+        .args(["-USR1", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    // Until the signal is handled, lines still go to the renamed file.
+    let mut sent = 0;
+    while !log.exists() || logged_paths(&log).is_empty() {
+        assert!(Instant::now() < deadline, "no new file after SIGUSR1");
+        assert_eq!(get_status(&listen, api_key, "/after").await, 200);
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every request is in one file or the other (a line may be written
+    // a moment after its response reached the client).
+    while logged_paths(&rotated).len() + logged_paths(&log).len() < 1 + sent {
+        assert!(Instant::now() < deadline, "a line was lost");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = logged_paths(&log);
+    assert!(after.iter().all(|path| path == "/after"), "{after:?}");
+    let before = logged_paths(&rotated);
+    assert_eq!(before[0], "/before");
+    assert_eq!(before.len() + after.len(), 1 + sent);
+    terminate(child, "serve");
 }

@@ -9,6 +9,10 @@ pub enum DrillError {
     /// Bad arguments or input files.
     #[error("{0}")]
     Input(String),
+    /// What must hold before a fault is injected does not: a shard of the
+    /// drill's cells already out, or errors in the baseline load.
+    #[error("precondition failed: {0}")]
+    Precondition(String),
     /// The gateway or its admin API could not be reached or answered
     /// unexpectedly.
     #[error("{0}")]

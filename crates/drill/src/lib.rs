@@ -17,6 +17,8 @@ pub mod credentials;
 mod error;
 pub mod load;
 pub mod poison;
+pub mod preconditions;
+pub mod properties;
 pub mod run;
 pub mod session;
 
@@ -25,4 +27,5 @@ pub use control::ShardControl;
 pub use credentials::TenantCredential;
 pub use error::DrillError;
 pub use load::LoadShape;
+pub use properties::{Properties, Property, SetCheck, Status};
 pub use session::{Phase, Session, ShardRef, Thresholds, Verdict};

@@ -27,8 +27,10 @@ use serde::Serialize;
 use crate::control::ShardControl;
 use crate::error::DrillError;
 use crate::load;
-use crate::run::{PhaseSummary, summaries};
-use crate::session::{Phase, Session, ShardRef, Thresholds};
+use crate::preconditions::{self, Baseline};
+use crate::properties::{Properties, SetCheck};
+use crate::run::{PhaseSummary, seconds, summaries, wait_for};
+use crate::session::{Phase, Session, ShardRef, Thresholds, judge};
 
 /// A success ratio under which a tenant counts as fully down in a phase
 /// (as in the other drills).
@@ -65,7 +67,8 @@ pub struct PoisonModel {
     pub crashed: Vec<String>,
     /// Tenants fully down, the poison tenant excluded.
     pub others_fully_down: u64,
-    /// Tenants degraded (a crashed member, not fully down).
+    /// Other tenants degraded (a crashed member, not fully down), the
+    /// poison tenant excluded like from `others_fully_down`.
     pub degraded: u64,
     /// Whether the figures are exact rather than upper bounds.
     pub exact: bool,
@@ -100,19 +103,25 @@ pub struct PoisonVerdict {
     /// The shards the gateway reported out of rotation at some poll during
     /// the phase (`cell/id`).
     pub gateway_saw_out: Vec<String>,
-    /// Tenants measured fully down (success under 50 %), the poison tenant
-    /// excluded.
-    pub fully_down: usize,
-    /// Tenants with a member among the shards measured down that were not
-    /// measured fully down (so it follows from `crashed` and the subsets
-    /// the gateway reports; the load check on them is `degraded_min_success`).
-    pub degraded: usize,
-    /// Tenants with no crashed member.
-    pub unaffected: usize,
+    /// Other tenants measured fully down (success under 50 %) beside the
+    /// model's for the shards that crashed (every member crashed).
+    pub fully_down: SetCheck,
+    /// Other tenants with a member among the crashed shards that were not
+    /// measured fully down, beside the model's (some but not all members
+    /// crashed). It follows from `crashed` and the subsets the gateway
+    /// reports; the load check on them is property 1.
+    pub degraded: SetCheck,
+    /// Other tenants with no crashed member and not fully down, beside the
+    /// model's.
+    pub unaffected: SetCheck,
+    /// The three properties: held, violated or not exercised.
+    pub properties: Properties,
     /// Failed requests of unaffected tenants (must be 0).
     pub unaffected_errors: u64,
     /// The lowest success ratio among degraded tenants.
     pub degraded_min_success: Option<f64>,
+    /// How much the gateway's failover counter rose during the phase.
+    pub failovers: f64,
     /// The containment checked (`--poison-after`), if any.
     pub poison_after: Option<usize>,
     /// What the model predicts, to compare with what was measured.
@@ -120,9 +129,6 @@ pub struct PoisonVerdict {
     /// Measured crashed shards equal the compared model's (uncontained:
     /// the whole subset; contained: at most `poison_after` of it).
     pub crashed_matches: bool,
-    /// Measured fully-down tenants equal the model's for the crashed
-    /// shards, tenant by tenant.
-    pub fully_down_matches: bool,
     /// Every violated property, in words. Empty when the drill passed.
     pub violations: Vec<String>,
 }
@@ -132,20 +138,31 @@ pub struct PoisonVerdict {
 pub struct PoisonReport {
     /// Tenants driven (the poison tenant included).
     pub tenants: usize,
+    /// The healthy baseline the drill started from.
+    pub baseline: Baseline,
     /// Load per phase (`before`, `during`, `after`), the poison tenant's
     /// requests not included.
     pub phases: Vec<PhaseSummary>,
     /// The verdict.
     pub verdict: PoisonVerdict,
-    /// Whether every property held.
+    /// Seconds from the end of the poison phase until the gateway reported
+    /// every crashed shard back in rotation; `None`: not within the wait.
+    pub back_after_s: Option<f64>,
+    /// Every reason the drill failed: the verdict's violations, a recovery
+    /// never seen, errors after the recovery.
+    pub violations: Vec<String>,
+    /// Whether every exercised property held, the measured sets equal the
+    /// model's, and the crashed shards came back.
     pub passed: bool,
 }
 
-/// Runs the poison drill.
+/// Runs the poison drill, telling the operator through `say` what
+/// happens.
 pub async fn run(
     session: &Session,
     plan: &PoisonPlan,
     thresholds: Thresholds,
+    say: &dyn Fn(&str),
 ) -> Result<PoisonReport, DrillError> {
     let poison = session.position(&plan.tenant).ok_or_else(|| {
         DrillError::Input(format!(
@@ -154,8 +171,9 @@ pub async fn run(
         ))
     })?;
     let (cell, subset) = session.subsets()[poison].clone();
+    let (before, baseline) = preconditions::check(session, &[], Some(poison)).await?;
+    say(&baseline.describe());
     let counts_before = crash_counts(&plan.controls).await?;
-    let before = session.measure_without(poison).await;
 
     // Watch the gateway's view for the whole phase, from before the first
     // poison request to the end of the load.
@@ -179,6 +197,12 @@ pub async fn run(
         })
     };
     let sent = plan.requests.unwrap_or(subset.len()).max(1);
+    say(&format!(
+        "Sending {sent} poison requests as {} (subset {}), then the other tenants' load.",
+        plan.tenant,
+        subset.join(", ")
+    ));
+    let failovers_before = session.admin().failovers().await?;
     let mut statuses = Vec::with_capacity(sent);
     for _ in 0..sent {
         let status = load::poison(
@@ -190,6 +214,7 @@ pub async fn run(
         statuses.push(status);
     }
     let during = session.measure_without(poison).await;
+    let failovers = session.admin().failovers().await? - failovers_before;
     watching.store(false, Ordering::Relaxed);
     let gateway_saw_out = watcher
         .await
@@ -210,36 +235,55 @@ pub async fn run(
         (crashed, "control API")
     };
 
-    // Wait for the crashed shards to be back before the last phase.
-    let deadline = tokio::time::Instant::now() + plan.recovery;
-    while tokio::time::Instant::now() < deadline {
-        let out = session.out_of_rotation().await?;
-        if !out.iter().any(|shard| crashed.contains(shard)) {
-            break;
-        }
-        tokio::time::sleep(POLL).await;
+    // The crashed shards must be back before the last phase.
+    let wait = plan.recovery.as_secs();
+    say(&format!(
+        "Waiting up to {wait} s for the gateway to report the crashed shards back in rotation."
+    ));
+    let back = wait_for(session, plan.recovery, |out| {
+        !out.iter().any(|shard| crashed.contains(shard))
+    })
+    .await?;
+    let mut late = Vec::new();
+    if back.is_none() {
+        late.push(format!(
+            "the crashed shards were not back in rotation within {wait} s, so the after phase ran without them; \
+             check the shards and their health checks, or raise --wait-seconds"
+        ));
     }
     let after = session.measure_without(poison).await;
+    let after_errors: u64 = after.samples.iter().map(|s| s.errors()).sum();
+    if back.is_some() && after_errors > 0 {
+        late.push(format!(
+            "the after phase had {after_errors} errors with every crashed shard back in rotation; it should have none"
+        ));
+    }
 
     let verdict = evaluate(
         session,
         poison,
         (&cell, &subset),
+        &before,
         &during,
         Witness {
             crashed: &crashed,
             source: crashed_source,
             gateway_saw_out: &gateway_saw_out,
             statuses,
+            failovers,
         },
         plan.poison_after,
         thresholds,
     );
+    let violations: Vec<String> = verdict.violations.iter().cloned().chain(late).collect();
     Ok(PoisonReport {
         tenants: session.tenants(),
+        baseline,
         phases: summaries(&before, &during, &after),
-        passed: verdict.violations.is_empty(),
         verdict,
+        back_after_s: back.map(seconds),
+        passed: violations.is_empty(),
+        violations,
     })
 }
 
@@ -253,6 +297,8 @@ pub struct Witness<'a> {
     pub gateway_saw_out: &'a BTreeSet<ShardRef>,
     /// The poison requests' answers.
     pub statuses: Vec<Option<u16>>,
+    /// How much the gateway's failover counter rose during the phase.
+    pub failovers: f64,
 }
 
 /// Every control's crash counter, in order.
@@ -327,12 +373,13 @@ fn model(
         .iter()
         .filter_map(index)
         .collect();
-    let itself = u64::from(
-        session.subsets()[poison].0 == cell
-            && figure.exact
-            && !own.is_empty()
-            && own.iter().all(|member| figure.crashed.contains(member)),
-    );
+    let own_crashed = own
+        .iter()
+        .filter(|member| figure.crashed.contains(member))
+        .count();
+    let counted = session.subsets()[poison].0 == cell && figure.exact && own_crashed > 0;
+    let itself = u64::from(counted && own_crashed == own.len());
+    let itself_degraded = u64::from(counted && own_crashed < own.len());
     PoisonModel {
         crashed: figure
             .crashed
@@ -340,16 +387,18 @@ fn model(
             .map(|&i| format!("{cell}/{}", ids[i as usize]))
             .collect(),
         others_fully_down: figure.fully_down - itself,
-        degraded: figure.degraded,
+        degraded: figure.degraded - itself_degraded,
         exact: figure.exact,
     }
 }
 
 /// Checks the phase against the model and the drill's properties.
+#[allow(clippy::too_many_arguments)]
 pub fn evaluate(
     session: &Session,
     poison: usize,
     (cell, subset): (&str, &[String]),
+    baseline: &Phase,
     during: &Phase,
     witness: Witness<'_>,
     poison_after: Option<usize>,
@@ -405,6 +454,14 @@ pub fn evaluate(
         });
     }
 
+    if witness.crashed.is_empty() {
+        violations.push(format!(
+            "the poison crashed no shard ({}), so nothing was tested: are the shards running in crash-on-poison mode, and does {} reach them?",
+            witness.source,
+            session.credential(poison).tenant
+        ));
+    }
+
     // Tenant by tenant, against the crashed shards as measured.
     let hit = |t: usize| {
         let (c, members) = &session.subsets()[t];
@@ -419,45 +476,58 @@ pub fn evaluate(
         .copied()
         .filter(|&t| hit(t) == session.subsets()[t].1.len() && hit(t) > 0)
         .collect();
+    let predicted_degraded: BTreeSet<usize> = others
+        .iter()
+        .copied()
+        .filter(|&t| hit(t) > 0 && !predicted_down.contains(&t))
+        .collect();
+    let predicted_unaffected: BTreeSet<usize> =
+        others.iter().copied().filter(|&t| hit(t) == 0).collect();
     let measured_down: BTreeSet<usize> = others
         .iter()
         .copied()
         .filter(|&t| during.samples[t].ratio() < DOWN_BELOW)
         .collect();
-    let touched: Vec<usize> = others.iter().copied().filter(|&t| hit(t) > 0).collect();
-    let degraded: Vec<usize> = touched
+    let measured_degraded: BTreeSet<usize> = others
         .iter()
         .copied()
-        .filter(|t| !measured_down.contains(t))
+        .filter(|&t| hit(t) > 0 && !measured_down.contains(&t))
         .collect();
-    let unaffected: Vec<usize> = others.iter().copied().filter(|&t| hit(t) == 0).collect();
-    let unaffected_errors: u64 = unaffected.iter().map(|&t| during.samples[t].errors()).sum();
-    if unaffected_errors > 0 {
-        violations.push(format!(
-            "tenants sharing no crashed shard saw {unaffected_errors} errors; they should see none"
-        ));
-    }
-    let mut degraded_min: Option<f64> = None;
-    for &t in degraded.iter().filter(|t| !predicted_down.contains(t)) {
-        let ratio = during.samples[t].ratio();
-        degraded_min = Some(degraded_min.map_or(ratio, |m: f64| m.min(ratio)));
-        if ratio < thresholds.min_success {
-            violations.push(format!(
-                "degraded tenant {} was served {:.2}% of requests, below {:.2}%",
-                session.credential(t).tenant,
-                ratio * 100.0,
-                thresholds.min_success * 100.0
-            ));
-        }
-    }
-    let fully_down_matches = measured_down == predicted_down;
-    if !fully_down_matches {
-        violations.push(format!(
-            "{} tenants were measured fully down; the model predicts {} for the shards that crashed",
-            measured_down.len(),
-            predicted_down.len()
-        ));
-    }
+    let measured_unaffected: BTreeSet<usize> = others
+        .iter()
+        .copied()
+        .filter(|&t| hit(t) == 0 && !measured_down.contains(&t))
+        .collect();
+    let tenant = |t: usize| session.credential(t).tenant.clone();
+    let for_crashed = &model_for_crashed;
+    let fully_down = SetCheck::compare(
+        &measured_down,
+        &predicted_down,
+        for_crashed.others_fully_down,
+        tenant,
+    );
+    let degraded = SetCheck::compare(
+        &measured_degraded,
+        &predicted_degraded,
+        for_crashed.degraded,
+        tenant,
+    );
+    let unaffected = SetCheck::compare(
+        &measured_unaffected,
+        &predicted_unaffected,
+        (others.len() as u64).saturating_sub(for_crashed.others_fully_down + for_crashed.degraded),
+        tenant,
+    );
+
+    let judgement = judge(
+        tenant,
+        (baseline, during),
+        (&predicted_degraded, &predicted_unaffected),
+        witness.failovers,
+        thresholds,
+    );
+    violations.extend(judgement.violations);
+    violations.extend(fully_down.violation("measured fully down"));
     if let Some(bound) = &contained_model
         && measured_down.len() as u64 > bound.others_fully_down
     {
@@ -480,11 +550,13 @@ pub fn evaluate(
         crashed: witness.crashed.iter().map(name).collect(),
         crashed_source: witness.source.to_owned(),
         gateway_saw_out: witness.gateway_saw_out.iter().map(name).collect(),
-        fully_down: measured_down.len(),
-        degraded: degraded.len(),
-        unaffected: unaffected.len(),
-        unaffected_errors,
-        degraded_min_success: degraded_min,
+        fully_down,
+        degraded,
+        unaffected,
+        properties: judgement.properties,
+        unaffected_errors: judgement.unaffected_errors,
+        degraded_min_success: judgement.affected_min,
+        failovers: witness.failovers,
         poison_after,
         models: PoisonModels {
             uncontained,
@@ -492,7 +564,6 @@ pub fn evaluate(
             for_crashed: model_for_crashed,
         },
         crashed_matches,
-        fully_down_matches,
         violations,
     }
 }
@@ -501,6 +572,7 @@ pub fn evaluate(
 mod tests {
     use super::*;
     use crate::load::TenantSample;
+    use crate::properties::Status;
 
     fn session(subsets: &[&[&str]]) -> Session {
         Session::over_subsets(subsets, 8)
@@ -524,10 +596,38 @@ mod tests {
         latency_bound_ms: 10.0,
     };
 
-    fn crashed(ids: &[&str]) -> BTreeSet<ShardRef> {
-        ids.iter()
+    /// Judges tenant 0 as the poison tenant on `subset`, with the shards
+    /// `crashed` seen down, `failovers` counted and `poison_after` checked.
+    fn judge(
+        session: &Session,
+        subset: &[&str],
+        (baseline, during): (&Phase, &Phase),
+        crashed: &[&str],
+        failovers: f64,
+        poison_after: Option<usize>,
+    ) -> PoisonVerdict {
+        let subset: Vec<String> = subset.iter().map(|id| (*id).to_owned()).collect();
+        let down: BTreeSet<ShardRef> = crashed
+            .iter()
             .map(|id| ("c".to_owned(), (*id).to_owned()))
-            .collect()
+            .collect();
+        let witness = Witness {
+            crashed: &down,
+            source: "control API",
+            gateway_saw_out: &down,
+            statuses: vec![None],
+            failovers,
+        };
+        evaluate(
+            session,
+            0,
+            ("c", &subset),
+            baseline,
+            during,
+            witness,
+            poison_after,
+            THRESHOLDS,
+        )
     }
 
     #[test]
@@ -540,38 +640,37 @@ mod tests {
             &["s3", "s4"],
             &["s5", "s6"],
         ]);
-        let whale: Vec<String> = (0..4).map(|i| format!("s{i}")).collect();
-        let down = crashed(&["s0", "s1", "s2", "s3"]);
+        let whale = ["s0", "s1", "s2", "s3"];
         let during = phase(&[(0, 0), (0, 10), (10, 10), (10, 10)]);
+        let baseline = phase(&[(0, 0), (10, 10), (10, 10), (10, 10)]);
         // The same measurements, judged without and with containment.
-        let judge = |poison_after| {
-            evaluate(
+        let verdict_with = |poison_after| {
+            judge(
                 &session,
-                0,
-                ("c", &whale),
-                &during,
-                Witness {
-                    crashed: &down,
-                    source: "control API",
-                    gateway_saw_out: &down,
-                    statuses: vec![Some(502)],
-                },
+                &whale,
+                (&baseline, &during),
+                &whale,
+                3.0,
                 poison_after,
-                THRESHOLDS,
             )
         };
-        let verdict = judge(None);
+        let verdict = verdict_with(None);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
         assert_eq!(verdict.models.uncontained.others_fully_down, 1);
         assert_eq!(verdict.models.uncontained.degraded, 1);
+        let sets = [&verdict.fully_down, &verdict.degraded, &verdict.unaffected];
         assert_eq!(
-            (verdict.fully_down, verdict.degraded, verdict.unaffected),
-            (1, 1, 1)
+            sets.map(|s| (s.measured, s.modeled)),
+            [(1, 1), (1, 1), (1, 1)]
         );
-        assert!(verdict.crashed_matches && verdict.fully_down_matches);
+        assert!(verdict.crashed_matches && sets.iter().all(|s| s.matches));
+        assert_eq!(
+            verdict.properties.named().map(|(_, p)| p.status),
+            [Status::Held; 3]
+        );
 
         // Checked against containment to 2, the same crash failed it.
-        let verdict = judge(Some(2));
+        let verdict = verdict_with(Some(2));
         assert!(!verdict.crashed_matches);
         assert!(
             verdict
@@ -590,22 +689,14 @@ mod tests {
     #[test]
     fn errors_outside_the_crash_and_unexpected_outages_are_violations() {
         let session = session(&[&["s0", "s1"], &["s0", "s2"], &["s5", "s6"]]);
-        let subset = vec!["s0".to_owned(), "s1".to_owned()];
-        let down = crashed(&["s0", "s1", "s7"]);
         let during = phase(&[(0, 0), (0, 10), (9, 10)]);
-        let verdict = evaluate(
+        let verdict = judge(
             &session,
-            0,
-            ("c", &subset),
-            &during,
-            Witness {
-                crashed: &down,
-                source: "gateway admin API",
-                gateway_saw_out: &down,
-                statuses: vec![None],
-            },
+            &["s0", "s1"],
+            (&during, &during),
+            &["s0", "s1", "s7"],
+            0.0,
             None,
-            THRESHOLDS,
         );
         let all = verdict.violations.join("\n");
         assert!(
@@ -614,6 +705,35 @@ mod tests {
         );
         assert!(all.contains("saw 1 errors"), "{all}");
         assert!(all.contains("measured fully down"), "{all}");
-        assert!(!verdict.fully_down_matches);
+        assert!(!verdict.fully_down.matches);
+        assert_eq!(verdict.fully_down.unexpected, ["t1"]);
+        // t1 was meant to degrade (s2 survived) and failed over nowhere.
+        assert_eq!(
+            verdict.properties.named().map(|(_, p)| p.status),
+            [Status::Violated, Status::Violated, Status::Violated]
+        );
+    }
+
+    #[test]
+    fn a_poison_that_crashed_nothing_tested_nothing() {
+        let session = session(&[&["s0", "s1"], &["s0", "s2"], &["s5", "s6"]]);
+        let during = phase(&[(0, 0), (10, 10), (10, 10)]);
+        // Even checked against containment, where "at most 2 crashed" holds
+        // for none, a poison that crashed nothing is no pass.
+        let verdict = judge(
+            &session,
+            &["s0", "s1"],
+            (&during, &during),
+            &[],
+            0.0,
+            Some(2),
+        );
+        assert!(verdict.crashed_matches);
+        let all = verdict.violations.join("\n");
+        assert!(all.contains("the poison crashed no shard"), "{all}");
+        assert_eq!(
+            verdict.properties.named().map(|(_, p)| p.status),
+            [Status::NotExercised, Status::Held, Status::NotExercised]
+        );
     }
 }

@@ -271,6 +271,7 @@ fn inbound_header_filter() {
                 forwarded_for: None,
                 tenant: Some(&tenant),
                 grpc_timeout: None,
+                request_id: None,
             },
             host: Some(&host),
             shard: Some(&shard),

@@ -137,6 +137,7 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
     let server = spawn_listener(
         &gateway,
         plain.map(|(listener, _)| listener),
+        "plain",
         Arc::clone(&slots),
         stopped.clone(),
         connection::serve,
@@ -144,6 +145,7 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
     let tls = spawn_listener(
         &gateway,
         tls_listener.map(|(listener, _)| listener),
+        "tls",
         slots,
         stopped.clone(),
         tls::serve,
@@ -172,6 +174,7 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
 fn spawn_listener<Serving>(
     gateway: &Arc<Gateway>,
     listener: Option<TcpListener>,
+    kind: &'static str,
     slots: Arc<Semaphore>,
     stopped: watch::Receiver<bool>,
     serve_connection: server::ServeConnection<Serving>,
@@ -184,7 +187,7 @@ where
         match listener {
             Some(listener) => {
                 let stop = stop_signal(stopped);
-                server::serve(gateway, listener, slots, stop, serve_connection).await;
+                server::serve(gateway, listener, kind, slots, stop, serve_connection).await;
             }
             None => stop_signal(stopped).await,
         }
@@ -196,6 +199,81 @@ async fn stop_signal(mut stopped: watch::Receiver<bool>) {
     let _ = stopped.wait_for(|stop| *stop).await;
 }
 
+/// What `serve --check` found in a valid configuration: enough to see at a
+/// glance that it is the configuration meant (no secret, no key bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The configuration file.
+    pub path: std::path::PathBuf,
+    /// Cells.
+    pub cells: usize,
+    /// Shards over every cell.
+    pub shards: usize,
+    /// Tenants in the tenants file.
+    pub tenants: usize,
+    /// The placement algorithms in use, each once, in cell order.
+    pub algorithms: Vec<&'static str>,
+    /// The placement key versions in use, each once, in cell order.
+    pub key_versions: Vec<String>,
+    /// The TLS listener's address, when `[tls]` is configured (its
+    /// certificates and keys were read and matched).
+    pub tls: Option<SocketAddr>,
+}
+
+impl std::fmt::Display for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let plural = |count: usize, one: &str| {
+            if count == 1 {
+                format!("1 {one}")
+            } else {
+                format!("{count} {one}s")
+            }
+        };
+        write!(
+            f,
+            "configuration OK: {}: {}, {}, {}, algorithm {}, key version {}",
+            self.path.display(),
+            plural(self.cells, "cell"),
+            plural(self.shards, "shard"),
+            plural(self.tenants, "tenant"),
+            self.algorithms.join(", "),
+            self.key_versions.join(", "),
+        )?;
+        if let Some(tls) = self.tls {
+            write!(f, ", TLS on {tls}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Validates the configuration at `path` and everything it names (the
+/// tenants file, placement keys, the admin token file, the JWT key, TLS
+/// certificates and keys) exactly as start-up does, without binding
+/// anything or starting any task: `serve --check`, like `nginx -t`.
+pub fn check(path: &Path) -> Result<Checked, LoadError> {
+    let snapshot = Snapshot::load(path, None)?;
+    let config = &snapshot.config;
+    let mut algorithms = Vec::new();
+    let mut key_versions = Vec::new();
+    for cell in config.cells() {
+        if !algorithms.contains(&cell.algorithm.name()) {
+            algorithms.push(cell.algorithm.name());
+        }
+        if !key_versions.contains(&cell.key_version) {
+            key_versions.push(cell.key_version.clone());
+        }
+    }
+    Ok(Checked {
+        path: path.to_owned(),
+        cells: config.cells().len(),
+        shards: config.cells().iter().map(|cell| cell.shards.len()).sum(),
+        tenants: snapshot.tenants.len(),
+        algorithms,
+        key_versions,
+        tls: config.tls().map(|tls| tls.listen),
+    })
+}
+
 /// Runs the gateway from a configuration file until SIGINT or SIGTERM, or
 /// until a part of it stops on its own ([`RunError::Stopped`]).
 pub async fn run(config: &Path) -> Result<(), RunError> {
@@ -203,11 +281,13 @@ pub async fn run(config: &Path) -> Result<(), RunError> {
     let mut running = start(snapshot).await?;
     tracing::info!(addr = %running.addr, admin = %running.admin_addr, "gateway listening");
     let reloads = tokio::spawn(reload_on_hangup(Arc::clone(&running.gateway)));
+    let reopens = tokio::spawn(reopen_on_usr1(Arc::clone(&running.gateway)));
     let stopped = tokio::select! {
         () = wait_for_stop_signal() => None,
         part = running.unexpected_stop() => Some(part),
     };
     reloads.abort();
+    reopens.abort();
     if let Some(part) = stopped {
         tracing::error!(part, "stopped unexpectedly; exiting");
         running.abort();
@@ -228,9 +308,35 @@ async fn reload_on_hangup(gateway: Arc<Gateway>) {
     };
     while hangups.recv().await.is_some() {
         match gateway.reload(false) {
-            Ok(reloaded) => tracing::info!(changed = reloaded.changed, "configuration reloaded"),
+            Ok(reloaded) => tracing::info!(
+                changed = reloaded.changed,
+                members_gained = reloaded.members_gained,
+                members_lost = reloaded.members_lost,
+                "configuration reloaded"
+            ),
             Err(error) => {
                 tracing::error!(%error, "reload failed; the previous configuration keeps serving")
+            }
+        }
+    }
+}
+
+/// Reopens the JSON access log's file on every SIGUSR1, as logrotate
+/// expects after renaming it (`postrotate kill -USR1 ...`).
+async fn reopen_on_usr1(gateway: Arc<Gateway>) {
+    let Ok(mut signals) =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+    else {
+        tracing::warn!(
+            "cannot listen for SIGUSR1; use logrotate's copytruncate for the access log"
+        );
+        return;
+    };
+    while signals.recv().await.is_some() {
+        match gateway.access_log.reopen() {
+            Ok(()) => tracing::info!("access log reopened"),
+            Err(error) => {
+                tracing::error!(%error, "cannot reopen logging.access_log_file; still writing to the old file")
             }
         }
     }

@@ -30,17 +30,58 @@ pub enum LoadError {
     Config(#[from] ConfigError),
     /// The new configuration would move tenants to other shards.
     #[error(
-        "the new configuration moves {changed} of {tenants} tenants ({percent:.2}%) to other shards, a migration; \
-         reload with allow_migration (POST /admin/reload?allow_migration=true, or reload.allow_migration = true in the configuration) to apply it"
+        "the new configuration moves {} of {} tenants ({:.2}%) to other shards, a migration: {}; \
+         reload with allow_migration (POST /admin/reload?allow_migration=true, or reload.allow_migration = true in the configuration) to apply it{}",
+        .0.changed, .0.tenants, .0.percent(), .0.members(),
+        if .0.is_growth() {
+            " (it only adds members, so reload.allow_growth = true in the configuration lets it through)"
+        } else {
+            ""
+        }
     )]
-    Migration {
-        /// Tenants whose subset would change.
-        changed: u64,
-        /// Tenants compared.
-        tenants: u64,
-        /// `changed / tenants` in percent.
-        percent: f64,
-    },
+    Migration(Movement),
+}
+
+/// What a reload would change in the tenants' subsets, counted over the
+/// tenants configured before and after (a tenant that is new or removed has
+/// nowhere to move from or to).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Movement {
+    /// Tenants compared.
+    pub tenants: u64,
+    /// Tenants whose cell or set of shards changes.
+    pub changed: u64,
+    /// Tenants that gain at least one member.
+    pub gaining: u64,
+    /// Tenants that lose at least one member (a tenant that changes cell
+    /// loses all of them).
+    pub losing: u64,
+    /// Members gained, over every tenant.
+    pub members_gained: u64,
+    /// Members lost, over every tenant: a lost member is traffic (and
+    /// cache, and state) that goes elsewhere.
+    pub members_lost: u64,
+}
+
+impl Movement {
+    /// `changed / tenants` in percent.
+    pub fn percent(&self) -> f64 {
+        100.0 * self.changed as f64 / self.tenants.max(1) as f64
+    }
+
+    /// Some tenant changes, and none loses a member: every tenant keeps
+    /// its shards (a larger `k` under rendezvous).
+    pub fn is_growth(&self) -> bool {
+        self.changed > 0 && self.members_lost == 0
+    }
+
+    /// The members gained and lost, in words.
+    fn members(&self) -> String {
+        format!(
+            "{} tenants gain {} members, {} tenants lose {} members",
+            self.gaining, self.members_gained, self.losing, self.members_lost
+        )
+    }
 }
 
 /// One backend shard at run time.
@@ -324,32 +365,55 @@ impl Snapshot {
         (cell, self.topology.subset(cell, tenant))
     }
 
-    /// How many tenants configured in both snapshots would be served by
-    /// other shards (or another cell) under `next`. Tenants that are new or
-    /// removed have nowhere to move from or to, so they do not count.
-    pub fn migration_to(&self, next: &Snapshot) -> (u64, u64) {
-        let ids: Vec<&str> = self
-            .tenants
-            .iter()
-            .map(|t| t.id.as_str())
-            .filter(|id| next.tenants.get(id).is_some())
-            .collect();
+    /// What `next` changes in the subsets of the tenants configured in
+    /// both snapshots: members gained and lost per tenant, by shard id (a
+    /// tenant in another cell has lost every member and gained the new
+    /// ones).
+    pub fn migration_to(&self, next: &Snapshot) -> Movement {
         let shard_ids = |s: &Snapshot, cell: usize, subset: &[placement::ShardIndex]| {
             subset
                 .iter()
                 .map(|&i| s.config.cells[cell].shards[i as usize].id.clone())
                 .collect::<std::collections::BTreeSet<_>>()
         };
-        let changed = ids
-            .iter()
-            .filter(|id| {
-                let (old_cell, old) = self.route(id);
-                let (new_cell, new) = next.route(id);
-                self.config.cells[old_cell].name != next.config.cells[new_cell].name
-                    || shard_ids(self, old_cell, &old) != shard_ids(next, new_cell, &new)
-            })
-            .count() as u64;
-        (changed, ids.len() as u64)
+        let mut movement = Movement::default();
+        for tenant in self.tenants.iter() {
+            let id = tenant.id.as_str();
+            if next.tenants.get(id).is_none() {
+                continue;
+            }
+            movement.tenants += 1;
+            let (old_cell, old) = self.route(id);
+            let (new_cell, new) = next.route(id);
+            let old = shard_ids(self, old_cell, &old);
+            let new = shard_ids(next, new_cell, &new);
+            let (gained, lost) =
+                if self.config.cells[old_cell].name == next.config.cells[new_cell].name {
+                    (
+                        new.difference(&old).count() as u64,
+                        old.difference(&new).count() as u64,
+                    )
+                } else {
+                    (new.len() as u64, old.len() as u64)
+                };
+            movement.changed += u64::from(gained + lost > 0);
+            movement.gaining += u64::from(gained > 0);
+            movement.losing += u64::from(lost > 0);
+            movement.members_gained += gained;
+            movement.members_lost += lost;
+        }
+        movement
+    }
+
+    /// Creates every series of this snapshot's cells and shards that
+    /// counts events, at zero ([`crate::ops::metrics::Metrics::know`]).
+    fn know_series(&self, metrics: &crate::ops::metrics::Metrics) {
+        // Every reason an ejection can have.
+        let reasons = [crate::health::EjectReason::ConsecutiveFailures.name()];
+        for (cell, shards) in self.config.cells.iter().zip(&self.shards) {
+            let ids: Vec<&str> = shards.iter().map(|shard| shard.id.as_str()).collect();
+            metrics.know(&cell.name, &ids, &reasons);
+        }
     }
 }
 
@@ -385,12 +449,16 @@ pub struct Gateway {
     snapshot: ArcSwap<Snapshot>,
     /// The retry budget, shared by all requests.
     pub budget: RetryBudget,
+    /// Where the JSON access log goes (`logging.access_log_file`, or
+    /// stderr).
+    pub access_log: crate::ops::access_log::AccessLog,
     /// Prometheus metrics.
     pub metrics: crate::ops::metrics::Metrics,
     /// Per-tenant success over the availability window.
     pub tenant_windows: crate::ops::window::Windows,
-    /// Per-shard attempts over the availability window (for utilization).
-    pub shard_windows: crate::ops::window::Windows,
+    /// Per-shard attempts over the availability window (for utilization,
+    /// and the status page's sparklines, errors and latency).
+    pub shard_windows: crate::ops::window::ShardWindows,
     /// Tenants quarantined by poison containment; they survive reloads.
     pub suspects: crate::health::quarantine::Suspects,
     /// Bumped by every reload that took effect, so that what schedules
@@ -404,12 +472,17 @@ impl Gateway {
     pub fn new(snapshot: Snapshot) -> Arc<Self> {
         let budget = RetryBudget::new(&snapshot.config.retry_budget, Instant::now());
         let window = snapshot.config.admin.availability_window;
+        let metrics = crate::ops::metrics::Metrics::new();
+        snapshot.know_series(&metrics);
+        let access_log =
+            crate::ops::access_log::AccessLog::new(snapshot.config.access_log_file.as_deref());
         Arc::new(Self {
+            access_log,
             snapshot: ArcSwap::from_pointee(snapshot),
             budget,
-            metrics: crate::ops::metrics::Metrics::new(),
+            metrics,
             tenant_windows: crate::ops::window::Windows::new(window, Instant::now()),
-            shard_windows: crate::ops::window::Windows::new(window, Instant::now()),
+            shard_windows: crate::ops::window::ShardWindows::new(window, Instant::now()),
             suspects: crate::health::quarantine::Suspects::new(),
             reloads: tokio::sync::watch::Sender::new(0),
         })
@@ -472,7 +545,16 @@ impl Gateway {
     /// tenants to other shards is refused unless `allow_migration` is set
     /// (by the caller, or by `reload.allow_migration` in the new file). On
     /// any error the old snapshot keeps serving and the error says why.
+    /// A change that only adds members (no tenant loses one) is let through
+    /// by `reload.allow_growth` in the new file as well. Every outcome is
+    /// counted in the reload metrics.
     pub fn reload(&self, allow_migration: bool) -> Result<Reloaded, LoadError> {
+        let reloaded = self.try_reload(allow_migration);
+        self.metrics.reload(reloaded.is_ok());
+        reloaded
+    }
+
+    fn try_reload(&self, allow_migration: bool) -> Result<Reloaded, LoadError> {
         let current = self.snapshot();
         let next = Snapshot::load(&current.config.path, Some(&current))?;
         // The admin listener is bound once, at start: a file that names
@@ -506,13 +588,22 @@ impl Gateway {
                 .into());
             }
         }
-        let (changed, tenants) = current.migration_to(&next);
-        if changed > 0 && !(allow_migration || next.config.reload_allow_migration) {
-            return Err(LoadError::Migration {
-                changed,
-                tenants,
-                percent: 100.0 * changed as f64 / tenants.max(1) as f64,
-            });
+        let movement = current.migration_to(&next);
+        let growth_allowed = movement.is_growth() && next.config.reload_allow_growth;
+        if movement.changed > 0
+            && !(allow_migration || next.config.reload_allow_migration || growth_allowed)
+        {
+            return Err(LoadError::Migration(movement));
+        }
+        if growth_allowed {
+            tracing::warn!(
+                tenants = movement.gaining,
+                members_gained = movement.members_gained,
+                members_lost = 0,
+                "reload grows subsets: every tenant keeps its shards and {} tenants gain {} members in all (reload.allow_growth)",
+                movement.gaining,
+                movement.members_gained
+            );
         }
         // Kept shards are reached the new way from here on (a changed
         // server_name or [upstream.tls]); their pools drop connections made
@@ -522,9 +613,22 @@ impl Gateway {
                 runtime.upstream.reach(connector(shard, &next.config));
             }
         }
+        next.know_series(&self.metrics);
+        if let Err(error) = self
+            .access_log
+            .point_at(next.config.access_log_file.as_deref())
+        {
+            // Opened a moment ago by the configuration's own check.
+            tracing::warn!(%error, "cannot open the new logging.access_log_file; the access log keeps its old destination");
+        }
         self.snapshot.store(Arc::new(next));
         self.reloads.send_modify(|generation| *generation += 1);
-        Ok(Reloaded { changed, tenants })
+        Ok(Reloaded {
+            changed: movement.changed,
+            tenants: movement.tenants,
+            members_gained: movement.members_gained,
+            members_lost: movement.members_lost,
+        })
     }
 }
 
@@ -535,4 +639,8 @@ pub struct Reloaded {
     pub changed: u64,
     /// Tenants compared.
     pub tenants: u64,
+    /// Members gained over every tenant (0 unless a change was allowed).
+    pub members_gained: u64,
+    /// Members lost over every tenant (0 unless a migration was allowed).
+    pub members_lost: u64,
 }

@@ -335,7 +335,7 @@ async fn every_route_needs_the_right_token() {
     let reload = fixture.admin_json("POST", "/admin/reload").await;
     assert_eq!(
         reload,
-        serde_json::json!({ "reloaded": true, "changed": 0, "tenants": 40 })
+        serde_json::json!({ "reloaded": true, "changed": 0, "tenants": 40, "members_gained": 0, "members_lost": 0 })
     );
 
     // What does not exist, and the wrong method.

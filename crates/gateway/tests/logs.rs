@@ -6,8 +6,10 @@
 //! thread; the test runs on a current-thread runtime, so every task of the
 //! gateway under test logs through it.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http::StatusCode;
 use tracing::field::{Field, Visit};
@@ -15,7 +17,7 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
 use crate::admin::{TOKEN, options};
-use crate::util::{Fixture, Options};
+use crate::util::{Fixture, Options, eventually};
 
 /// Every event (and span field) as one line: `target level message k=v …`.
 #[derive(Clone, Default)]
@@ -131,6 +133,18 @@ async fn the_access_log_has_one_event_per_request_and_no_secret_anywhere() {
             "{line}"
         );
         assert!(line.contains("method=GET"), "{line}");
+        // Milliseconds to the microsecond, written as such (never
+        // 3.0224599999999997).
+        let elapsed = line
+            .split(" elapsed_ms=")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap();
+        let decimals = elapsed.split('.').nth(1).map_or(0, str::len);
+        assert!(decimals <= 3, "{line}");
+        // The request id the shard was sent, and where the request came from.
+        assert!(line.contains(" request_id="), "{line}");
+        assert!(line.contains(" client=127.0.0.1:"), "{line}");
         // The path, never the query (which can carry secrets).
         assert!(line.contains("path=/"), "{line}");
         assert!(!line.contains("x=1"), "{line}");
@@ -168,4 +182,202 @@ async fn the_access_log_has_one_event_per_request_and_no_secret_anywhere() {
     for (_, other) in &fixture.tenants {
         assert!(!text.contains(other.as_str()), "an API key is in the logs");
     }
+}
+
+/// The lines of the JSON access log at `path`, parsed (each must be one
+/// JSON object).
+fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect()
+}
+
+/// `logging.access_log = "json"`: one object per request, with the
+/// request id the shard saw (the client's when valid, else a fresh one),
+/// the shards tried, exact durations and byte counts, written to
+/// `logging.access_log_file` and to a new file after a reopen; no
+/// credential and no query in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_access_log_has_every_field_and_no_credential() {
+    let fixture = Fixture::start(Options {
+        extra: "[logging]\naccess_log = \"json\"\naccess_log_file = \"access.log\"\n".into(),
+        ..options()
+    })
+    .await;
+    let log = fixture.dir.path().join("access.log");
+    let tenant = "tenant-4";
+    let key = fixture.api_key(tenant).to_owned();
+    let subset = fixture.subset_ids(tenant);
+
+    // A valid client id is kept; one with a space, or too long, is not.
+    let long = "x".repeat(129);
+    let cases = [
+        ("/work?api_key=query-secret", Some("client-id-1.2_3")),
+        ("/spaced", Some("has a space")),
+        ("/long", Some(long.as_str())),
+        ("/none", None),
+    ];
+    for (path, id) in cases {
+        let headers: Vec<(&str, &str)> = id.map(|id| ("x-request-id", id)).into_iter().collect();
+        let (status, _, _) = fixture.send(Some(tenant), "GET", path, &headers, b"").await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (status, _, _) = fixture
+        .send(
+            None,
+            "POST",
+            "/denied",
+            &[("x-api-key", "guessed-key-that-is-wrong-42")],
+            b"abc",
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    let mut lines = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            lines = json_lines(&log);
+            lines.len() == 5
+        })
+        .await,
+        "{lines:?}"
+    );
+    // What the shards saw, by path.
+    let seen: Vec<(String, Vec<String>)> = fixture
+        .backends
+        .iter()
+        .flat_map(|b| b.seen())
+        .map(|s| {
+            let ids = s
+                .header("x-request-id")
+                .iter()
+                .map(|v| v.to_string())
+                .collect();
+            (s.path.clone(), ids)
+        })
+        .collect();
+    for (line, (path, id)) in lines.iter().zip(cases) {
+        let object = line.as_object().unwrap();
+        let fields: BTreeSet<&str> = object.keys().map(String::as_str).collect();
+        assert_eq!(
+            fields,
+            BTreeSet::from([
+                "time",
+                "request_id",
+                "tenant",
+                "cell",
+                "shards",
+                "status",
+                "attempts",
+                "duration",
+                "method",
+                "path",
+                "client",
+                "bytes_in",
+                "bytes_out"
+            ]),
+            "{line}"
+        );
+        assert_eq!(line["tenant"], tenant);
+        assert_eq!(line["cell"], "default");
+        assert_eq!(line["status"], 200);
+        assert_eq!(line["attempts"], 1);
+        assert_eq!(line["method"], "GET");
+        let path_only = path.split('?').next().unwrap();
+        assert_eq!(line["path"], path_only);
+        let shards = line["shards"].as_array().unwrap();
+        assert_eq!(shards.len(), 1);
+        assert!(
+            subset.contains(&shards[0].as_str().unwrap().to_owned()),
+            "{line}"
+        );
+        assert!(line["client"].as_str().unwrap().starts_with("127.0.0.1:"));
+        assert_eq!(line["bytes_in"], 0);
+        assert!(line["bytes_out"].as_u64().unwrap() > 0, "{line}");
+        let time = line["time"].as_str().unwrap();
+        assert!(
+            time.len() == 27 && time.ends_with('Z') && &time[10..11] == "T",
+            "{time}"
+        );
+        // Seconds, to the microsecond, written as such.
+        let duration = line["duration"].as_f64().unwrap();
+        assert!(duration > 0.0);
+        assert_eq!(format!("{duration:.6}").parse::<f64>().unwrap(), duration);
+        let request_id = line["request_id"].as_str().unwrap();
+        match id {
+            Some(valid) if !valid.contains(' ') && valid.len() <= 128 => {
+                assert_eq!(request_id, valid)
+            }
+            _ => assert!(
+                request_id.len() == 32 && request_id.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{request_id}"
+            ),
+        }
+        // The shard saw that id, and only that one.
+        let (_, ids) = seen
+            .iter()
+            .find(|(p, _)| p.starts_with(path_only))
+            .unwrap_or_else(|| panic!("{path} not seen: {seen:?}"));
+        assert_eq!(ids, &vec![request_id.to_owned()], "{path}");
+    }
+    // A refused request is logged too, with no tenant.
+    let denied = &lines[4];
+    assert_eq!(denied["status"], 401);
+    assert_eq!(denied["tenant"], serde_json::Value::Null);
+    assert_eq!(denied["path"], "/denied");
+    assert_eq!(denied["attempts"], 0);
+    assert!(denied["bytes_out"].as_u64().unwrap() > 0);
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    for (what, secret) in [
+        ("the API key", key.as_str()),
+        ("a guessed key", "guessed-key-that-is-wrong-42"),
+        ("a query", "query-secret"),
+    ] {
+        assert!(
+            !text.contains(secret),
+            "{what} is in the access log:\n{text}"
+        );
+    }
+
+    // A failover: the shards tried are listed in order, the dead first.
+    let (dead, alive) = (&subset[0], &subset[1]);
+    fixture.backend(dead).set_mode(backend::Mode::Killed);
+    let mut failed_over = None;
+    for sent in 0.. {
+        assert!(sent < 50, "no request tried {dead} first");
+        assert_eq!(fixture.get(tenant, "/failover").await.0, StatusCode::OK);
+        let mut lines = Vec::new();
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                lines = json_lines(&log);
+                lines.len() == 6 + sent
+            })
+            .await
+        );
+        let last = lines.last().unwrap().clone();
+        if last["attempts"] == 2 {
+            failed_over = Some(last);
+            break;
+        }
+    }
+    let line = failed_over.unwrap();
+    assert_eq!(line["shards"], serde_json::json!([dead, alive]), "{line}");
+    assert_eq!(line["status"], 200);
+    fixture.backend(dead).set_mode(backend::Mode::Healthy);
+    let logged = json_lines(&log).len();
+
+    // logrotate: the file is renamed, the gateway told to reopen it.
+    let rotated = fixture.dir.path().join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    fixture.running.gateway.access_log.reopen().unwrap();
+    assert_eq!(fixture.get(tenant, "/after").await.0, StatusCode::OK);
+    assert!(
+        eventually(Duration::from_secs(5), || json_lines(&log).len() == 1).await,
+        "nothing in the new file"
+    );
+    assert_eq!(json_lines(&log)[0]["path"], "/after");
+    assert_eq!(json_lines(&rotated).len(), logged);
 }

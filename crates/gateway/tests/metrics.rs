@@ -426,7 +426,7 @@ async fn every_family_is_exported_with_values_that_match_the_traffic() {
     assert!(ratios.iter().any(|&r| r < 0.99), "some tenant saw a 503");
     let mut previous = 0.0;
     for le in [
-        "0.5", "0.9", "0.95", "0.99", "0.995", "0.999", "0.9999", "1",
+        "0", "0.5", "0.9", "0.95", "0.99", "0.995", "0.999", "0.9999", "1",
     ] {
         let bound: f64 = le.parse().unwrap();
         let value = metrics.value("shuffle_tenants_availability_at_most", &[("le", le)]);
@@ -498,7 +498,12 @@ async fn every_family_is_exported_with_values_that_match_the_traffic() {
                     "le",
                     "threshold",
                     "side",
-                    "limit"
+                    "limit",
+                    "version",
+                    "profile",
+                    "result",
+                    "listener",
+                    "direction"
                 ]
                 .contains(&label.as_str()),
                 "unexpected label {label} on {}",
@@ -591,4 +596,344 @@ async fn a_shard_removed_by_a_reload_stops_being_reported() {
         assert_eq!(shards(&after, family), remaining, "{family}");
     }
     assert_eq!(after.series("shuffle_blast_degraded_tenants").len(), 1);
+}
+
+/// Runs promtool with `args`, `input` on stdin: `Err` with what it said
+/// when it fails or (for `check metrics`) complains. `None` when promtool
+/// is missing and `SHUFFLE_SHARD_REQUIRE_PROMTOOL` is unset (CI sets it,
+/// so there a missing promtool fails the test).
+fn promtool(args: &[&str], input: &str) -> Option<Result<(), String>> {
+    use std::io::Write;
+    let spawned = std::process::Command::new("promtool")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) => {
+            assert!(
+                std::env::var_os("SHUFFLE_SHARD_REQUIRE_PROMTOOL").is_none(),
+                "promtool is required (apt-get install prometheus): {error}"
+            );
+            eprintln!("skipped: promtool not found (apt-get install prometheus)");
+            return None;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{}\n{said}", output.status))
+    })
+}
+
+/// `promtool check metrics` (Prometheus's classic text parser and its
+/// lints) over a classic exposition.
+fn promtool_check_classic(text: &str) -> Option<Result<(), String>> {
+    let checked = promtool(&["check", "metrics"], text)?;
+    // The one lint allowed, by name: the availability distribution is a
+    // histogram-shaped gauge whose `le` bounds the dashboards and alert
+    // rules select on (`{le="0"}`: fully down). Anything else fails.
+    let allowed =
+        "shuffle_tenants_availability_at_most non-histogram metrics should not have \"le\" label";
+    Some(checked.or_else(|said| {
+        let (status, said) = said.split_once('\n').unwrap_or(("", &said));
+        let rest: Vec<&str> = said
+            .lines()
+            .filter(|line| !line.trim().is_empty() && line.trim() != allowed)
+            .collect();
+        // Exit status 3 is lint problems only (1 would be a parse error).
+        if status.ends_with("exit status: 3") && rest.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{status}\n{said}"))
+        }
+    }))
+}
+
+/// Prometheus's OpenMetrics parser over an OpenMetrics exposition. promtool
+/// 2.42's `check metrics` reads only the classic format (it takes a
+/// counter's `_total` samples for another, undeclared family), so the
+/// exposition goes through `promtool tsdb create-blocks-from openmetrics`,
+/// which parses it as OpenMetrics, each sample given a timestamp (the
+/// importer needs one) and `# EOF` required.
+fn promtool_check_openmetrics(text: &str) -> Option<Result<(), String>> {
+    let dir = tempfile::tempdir().unwrap();
+    let stamped: String = text
+        .lines()
+        .map(|line| {
+            if line.starts_with('#') {
+                format!("{line}\n")
+            } else {
+                format!("{line} 1700000000\n")
+            }
+        })
+        .collect();
+    let input = dir.path().join("metrics.om");
+    std::fs::write(&input, stamped).unwrap();
+    let out = dir.path().join("blocks");
+    promtool(
+        &[
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            input.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ],
+        "",
+    )
+}
+
+/// A scrape in the format `accept` asks for: its content type and text.
+async fn scrape_as(fixture: &Fixture, accept: Option<&str>) -> (String, String) {
+    let mut request = http::Request::builder()
+        .uri(format!("http://{}/metrics", fixture.running.admin_addr))
+        .header("authorization", format!("Bearer {TOKEN}"));
+    if let Some(accept) = accept {
+        request = request.header("accept", accept);
+    }
+    let response = fixture
+        .client
+        .request(request.body(http_body_util::Full::default()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (content_type, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// The classic text format, read the way Prometheus's classic parser
+/// reads it: every sample belongs to the family its `# TYPE` names
+/// exactly (no `_total` stripped), histograms' `_bucket`, `_sum` and
+/// `_count` aside. Returns family → (type, sample count).
+fn classic_families(text: &str) -> std::collections::BTreeMap<String, (String, usize)> {
+    let mut families = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            families.insert(name.to_owned(), (kind.to_owned(), 0));
+        } else if !line.starts_with('#') && !line.is_empty() {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|suffix| name.strip_suffix(suffix))
+                .find(|base| families.get(*base).is_some_and(|(k, _)| k == "histogram"))
+                .unwrap_or(name);
+            let entry = families
+                .get_mut(family)
+                .unwrap_or_else(|| panic!("{name}: no # TYPE names it in classic text"));
+            entry.1 += 1;
+        }
+    }
+    families
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_speak_classic_text_and_openmetrics_and_start_at_zero() {
+    let fixture = Fixture::start(Options {
+        shards: 4,
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    let cells = fixture.config().cells().len();
+    assert_eq!(cells, 1);
+
+    // Before any request: every known counter series is there, at 0.
+    let (content_type, fresh) = scrape_as(&fixture, None).await;
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    let fresh = parse(&fresh);
+    let cell = [("cell", "default")];
+    for family in [
+        "shuffle_spills_total",
+        "shuffle_retry_budget_exhausted_total",
+    ] {
+        assert_eq!(fresh.value(family, &cell), 0.0, "{family}");
+    }
+    for shard in ["s0", "s1", "s2", "s3"] {
+        let labels = [
+            ("cell", "default"),
+            ("shard", shard),
+            ("reason", "consecutive_failures"),
+        ];
+        assert_eq!(fresh.value("shuffle_ejections_total", &labels), 0.0);
+        assert_eq!(
+            fresh.value(
+                "shuffle_attempts_total",
+                &[("cell", "default"), ("shard", shard), ("outcome", "ok")]
+            ),
+            0.0
+        );
+    }
+    for kind in ["retry", "reroute"] {
+        assert_eq!(
+            fresh.value(
+                "shuffle_failovers_total",
+                &[("cell", "default"), ("kind", kind)]
+            ),
+            0.0
+        );
+    }
+    for result in ["success", "failure"] {
+        assert_eq!(
+            fresh.value("shuffle_reloads_total", &[("result", result)]),
+            0.0
+        );
+    }
+    for outcome in ["ok", "failed", "timeout"] {
+        assert_eq!(
+            fresh.value("shuffle_tls_handshakes_total", &[("outcome", outcome)]),
+            0.0
+        );
+    }
+    let build = fresh.series("shuffle_build_info");
+    assert_eq!(build.len(), 1);
+    assert_eq!(build[0].value, 1.0);
+    assert_eq!(build[0].labels["version"], env!("CARGO_PKG_VERSION"));
+    let started_at = fresh.value("shuffle_last_reload_success_timestamp_seconds", &[]);
+    assert!(
+        (started_at - crate::util::unix_now() as f64).abs() < 600.0,
+        "{started_at}"
+    );
+    assert_eq!(fresh.value("shuffle_last_reload_successful", &[]), 1.0);
+
+    // Traffic on one keep-alive connection, which then closes: its
+    // connection and bytes are counted.
+    let (tenant, key) = fixture.tenants[0].clone();
+    let request = crate::util::raw(
+        "GET /hello HTTP/1.1",
+        &[
+            "host: gateway",
+            &format!("x-api-key: {key}"),
+            "connection: close",
+        ],
+        b"",
+    );
+    let answer = crate::util::raw_request(fixture.running.addr, &request).await;
+    assert_eq!(answer.status, 200, "{tenant}");
+    let sent = request.len() as f64;
+    let mut counted = None;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            // Polled through the registry: the scrape itself is async.
+            let text = fixture.running.gateway.metrics.encode();
+            let metrics = parse(&text);
+            let bytes_in = metrics.value("shuffle_client_bytes_total", &[("direction", "in")]);
+            let open = metrics.value("shuffle_client_connections_open", &[("listener", "plain")]);
+            counted = Some((
+                bytes_in,
+                metrics.value("shuffle_client_bytes_total", &[("direction", "out")]),
+                metrics.value("shuffle_client_connections_total", &[("listener", "plain")]),
+            ));
+            bytes_in >= sent && open == 0.0
+        })
+        .await,
+        "{counted:?}"
+    );
+    let (bytes_in, bytes_out, accepted) = counted.unwrap();
+    assert_eq!(bytes_in, sent);
+    assert!(
+        bytes_out >= (answer.head.len() + answer.body.len()) as f64,
+        "{bytes_out}"
+    );
+    assert!(accepted >= 1.0);
+
+    // A refused reload and a good one are counted.
+    let path = fixture.config_path();
+    let good = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, "not toml [").unwrap();
+    let (status, _, _) = fixture.admin("POST", "/admin/reload", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let metrics = fixture.scrape().await;
+    assert_eq!(
+        metrics.value("shuffle_reloads_total", &[("result", "failure")]),
+        1.0
+    );
+    assert_eq!(metrics.value("shuffle_last_reload_successful", &[]), 0.0);
+    std::fs::write(&path, good).unwrap();
+    let (status, _, _) = fixture.admin("POST", "/admin/reload", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = fixture.scrape().await;
+    assert_eq!(
+        metrics.value("shuffle_reloads_total", &[("result", "success")]),
+        1.0
+    );
+    assert_eq!(metrics.value("shuffle_last_reload_successful", &[]), 1.0);
+    assert!(metrics.value("shuffle_last_reload_success_timestamp_seconds", &[]) >= started_at);
+
+    // What Prometheus sends asks for OpenMetrics first.
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (content_type, openmetrics) = scrape_as(&fixture, Some(prometheus)).await;
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    assert!(openmetrics.ends_with("# EOF\n"));
+    // A classic scraper's Accept gets the classic text format.
+    for accept in [
+        "text/plain;version=0.0.4",
+        "text/plain;version=0.0.4;q=0.9,*/*;q=0.1",
+    ] {
+        let (content_type, classic) = scrape_as(&fixture, Some(accept)).await;
+        assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+        assert!(!classic.contains("# EOF"));
+        // The classic parser's reading: each counter's samples belong to
+        // the family its # TYPE names, so the main counters have samples.
+        let families = classic_families(&classic);
+        for family in [
+            "shuffle_requests_total",
+            "shuffle_attempts_total",
+            "shuffle_failovers_total",
+            "shuffle_ejections_total",
+            "shuffle_client_bytes_total",
+        ] {
+            let (kind, samples) = &families[family];
+            assert_eq!(kind, "counter", "{family}");
+            assert!(*samples > 0, "{family} has no samples");
+        }
+        assert!(!families.contains_key("shuffle_requests"));
+        // The same samples as OpenMetrics, line for line.
+        let samples = |text: &str| -> BTreeSet<String> {
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(|l| l.split(' ').next().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(samples(&classic), samples(&openmetrics));
+        if let Some(checked) = promtool_check_classic(&classic) {
+            checked.unwrap_or_else(|problems| panic!("classic text: {problems}\n{classic}"));
+        }
+    }
+    // Prometheus's OpenMetrics parser reads the OpenMetrics answer whole;
+    // and it is no classic exposition (what the issue saw: promtool's
+    // classic reading finds the counters' samples outside their families).
+    if let Some(checked) = promtool_check_classic(&openmetrics) {
+        assert!(checked.is_err(), "OpenMetrics read as classic text passed");
+    }
+    if let Some(checked) = promtool_check_openmetrics(&openmetrics) {
+        checked.unwrap_or_else(|problems| panic!("OpenMetrics: {problems}\n{openmetrics}"));
+    }
 }

@@ -108,7 +108,7 @@ async fn a_reload_that_moves_nobody_applies_and_keeps_state_and_requests() {
     // only tenants in both configurations are compared.
     assert_eq!(
         answer,
-        serde_json::json!({ "reloaded": true, "changed": 0, "tenants": 40 })
+        serde_json::json!({ "reloaded": true, "changed": 0, "tenants": 40, "members_gained": 0, "members_lost": 0 })
     );
     assert_eq!(
         fixture.config().routing().per_try_timeout,
@@ -258,6 +258,12 @@ async fn a_reload_that_moves_tenants_is_a_migration_refused_unless_allowed() {
         "{message}"
     );
     assert!(message.contains("allow_migration"), "{message}");
+    // What really moves: each tenant keeps its two shards and gains one.
+    assert!(
+        message.contains("40 tenants gain 40 members, 0 tenants lose 0 members"),
+        "{message}"
+    );
+    assert!(message.contains("reload.allow_growth = true"), "{message}");
     still_serving(&fixture, &before, per_try).await;
     assert_eq!(fixture.config().cells()[0].k, 2);
 
@@ -266,7 +272,7 @@ async fn a_reload_that_moves_tenants_is_a_migration_refused_unless_allowed() {
     assert_eq!(status, StatusCode::OK, "{answer}");
     assert_eq!(
         answer,
-        serde_json::json!({ "reloaded": true, "changed": 40, "tenants": 40 })
+        serde_json::json!({ "reloaded": true, "changed": 40, "tenants": 40, "members_gained": 40, "members_lost": 0 })
     );
     assert_eq!(fixture.config().cells()[0].k, 3);
     for (tenant, subset) in &before {
@@ -378,4 +384,46 @@ async fn an_invalid_or_missing_configuration_is_refused_and_the_old_one_keeps_se
     let (status, answer) = reload(&fixture, "").await;
     assert_eq!(status, StatusCode::OK, "{answer}");
     assert_eq!(answer["changed"], 0);
+}
+
+/// `reload.allow_growth`: a larger `k` under rendezvous keeps every
+/// tenant's shards and adds one, so it goes through with the setting, and
+/// says so in the answer; a change that takes members away still does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growth_goes_through_with_allow_growth_and_a_loss_still_does_not() {
+    let fixture = Fixture::start(options()).await;
+    let dir = fixture.dir.path();
+    let config = dir.join("gateway.toml");
+    let before = routing(&fixture);
+    let per_try = fixture.config().routing().per_try_timeout;
+
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("\n[reload]\nallow_growth = true\n");
+    std::fs::write(&config, text).unwrap();
+    edit(&config, "k = 2", "k = 3");
+    let (status, answer) = reload(&fixture, "").await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        answer,
+        serde_json::json!({ "reloaded": true, "changed": 40, "tenants": 40, "members_gained": 40, "members_lost": 0 })
+    );
+    for (tenant, subset) in &before {
+        let now = fixture.subset_ids(tenant);
+        assert_eq!(now.len(), 3);
+        assert!(subset.iter().all(|s| now.contains(s)), "{tenant}");
+    }
+    let grown = routing(&fixture);
+
+    // Back to k = 2 loses a member per tenant: growth it is not.
+    edit(&config, "k = 3", "k = 2");
+    let (status, answer) = reload(&fixture, "").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    let message = answer["error"].as_str().unwrap();
+    assert!(
+        message.contains("0 tenants gain 0 members, 40 tenants lose 40 members"),
+        "{message}"
+    );
+    assert!(!message.contains("allow_growth"), "{message}");
+    still_serving(&fixture, &grown, per_try).await;
+    assert_eq!(fixture.config().cells()[0].k, 3);
 }

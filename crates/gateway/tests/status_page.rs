@@ -1,8 +1,12 @@
 //! The status page in headless Chromium: after an operator fails two
 //! shards (one tenant's whole subset) and some traffic, the page the
-//! browser parsed shows every shard with its health, the failed ones
-//! marked failed, the live blast radius the analyser computes, and the
-//! worst tenant first; and a screenshot paints a real page.
+//! browser parsed says so in its banner first, shows every shard with its
+//! health and sparkline, the failed ones marked failed since when and by
+//! whom and without the traffic they no longer get, the live blast radius
+//! the analyser computes, the availability distribution, and only the
+//! tenants below 100 %, the worst first; and a screenshot paints a real
+//! page. After the shards are restored, the tenant that was down is marked
+//! recovered and the banner says every shard is up.
 //!
 //! Chromium comes from `$CHROMIUM` or `chromium` / `chromium-browser` on the
 //! `PATH`. Without one the test skips with a message on stderr, unless
@@ -23,11 +27,45 @@ async fn blocking<T: Send + 'static>(chromium: impl FnOnce() -> T + Send + 'stat
     tokio::task::spawn_blocking(chromium).await.unwrap()
 }
 
+/// Rows of the tenants-below-100 % table, padded or not: the same on
+/// every refresh, so the page below it never moves.
+const WORST_ROWS: usize = 10;
+
+/// The table's rows, data and padding, without its header.
+fn worst_rows(worst: &str) -> usize {
+    worst.matches("<tr data-tenant=").count() + worst.matches("<tr class=\"pad\">").count()
+}
+
 /// The serialised element that starts with `start`, up to `end`.
 fn element<'a>(dom: &'a str, start: &str, end: &str) -> Option<&'a str> {
     let from = dom.find(start)?;
     let to = dom[from..].find(end)?;
     Some(&dom[from..from + to + end.len()])
+}
+
+/// A gateway of `shards` shards and `tenants` tenants whose status page
+/// needs no token (and `admin` lines more), with every member of
+/// `victim`'s subset failed by the operator; and those members.
+async fn fail_subset_of(
+    victim: &str,
+    shards: usize,
+    tenants: usize,
+    admin: &str,
+) -> (Fixture, Vec<String>) {
+    let fixture = Fixture::start(Options {
+        shards,
+        tenants,
+        admin: format!("status_page_without_token = true\n{admin}"),
+        ..options()
+    })
+    .await;
+    let subset = fixture.subset_ids(victim);
+    for shard in &subset {
+        fixture
+            .admin_json("POST", &format!("/admin/shards/{shard}/fail"))
+            .await;
+    }
+    (fixture, subset)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -36,21 +74,9 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
         return;
     };
 
-    let fixture = Fixture::start(Options {
-        shards: 12,
-        tenants: 200,
-        admin: "status_page_without_token = true\n".into(),
-        ..options()
-    })
-    .await;
     // Fail one tenant's whole subset: it is fully down, others degraded.
     let victim = "tenant-0";
-    let failed = fixture.subset_ids(victim);
-    for shard in &failed {
-        fixture
-            .admin_json("POST", &format!("/admin/shards/{shard}/fail"))
-            .await;
-    }
+    let (fixture, failed) = fail_subset_of(victim, 12, 200, "").await;
     let failed_refs: Vec<&str> = failed.iter().map(String::as_str).collect();
     let (fully_down, degraded, down_list) = analyser(&fixture, &failed_refs);
     assert!(down_list.contains(&victim.to_owned()));
@@ -80,6 +106,42 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
     let dom = blocking(move || browser::dump_dom(&chromium, &path, &target)).await;
 
     assert!(dom.contains("<h1>shuffle-shard gateway</h1>"), "{dom}");
+    // The banner: the state in one line, before anything else.
+    let banner =
+        element(&dom, "<p id=\"banner\"", "</p>").unwrap_or_else(|| panic!("no banner\n{dom}"));
+    assert!(
+        dom.find("<p id=\"banner\"") < dom.find("<h2>Shards</h2>"),
+        "the banner comes first"
+    );
+    assert!(banner.contains("class=\"bad\""), "{banner}");
+    assert!(
+        banner.contains(&format!("2 of {} shards out (", fixture.backends.len())),
+        "{banner}"
+    );
+    for shard in &failed {
+        // `s3 since 13:02:05 by admin`
+        let named = element(banner, &format!("{shard} since "), " by admin")
+            .unwrap_or_else(|| panic!("{shard} not named with its time and cause: {banner}"));
+        assert_eq!(
+            named.len(),
+            format!("{shard} since 13:02:05 by admin").len(),
+            "{named}"
+        );
+    }
+    let tenants = |count: u64| {
+        if count == 1 {
+            "1 tenant".to_owned()
+        } else {
+            format!("{count} tenants")
+        }
+    };
+    assert!(
+        banner.contains(&format!(
+            "; {} fully down, {degraded} degraded",
+            tenants(fully_down)
+        )),
+        "{banner}"
+    );
     assert!(
         dom.contains("http-equiv=\"refresh\""),
         "the page refreshes itself"
@@ -95,8 +157,39 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
         };
         let marker = format!("data-shard=\"{id}\" data-health=\"{health}\"");
         assert_eq!(dom.matches(&marker).count(), 1, "{marker}\n{dom}");
+        let tile = element(&dom, &marker, "</span></div>")
+            .unwrap_or_else(|| panic!("no tile for {id}\n{dom}"));
+        // A sparkline per shard.
+        assert_eq!(
+            tile.matches(&format!("<svg class=\"spark\" data-spark=\"{id}\""))
+                .count(),
+            1,
+            "{tile}"
+        );
+        if health == "failed" {
+            // Out since when and why, and none of the traffic it no longer
+            // gets.
+            assert!(
+                tile.contains("out since ") && tile.contains(" by admin"),
+                "{tile}"
+            );
+            assert!(
+                tile.contains("0.0/s now") && tile.contains("no requests"),
+                "{tile}"
+            );
+            assert!(!tile.contains("class=\"req\""), "{tile}");
+        } else {
+            assert!(!tile.contains("out since"), "{tile}");
+        }
     }
     assert_eq!(dom.matches("data-shard=").count(), fixture.backends.len());
+    assert_eq!(dom.matches("data-spark=").count(), fixture.backends.len());
+    // The up shards served the traffic: bars, a rate, errors and latency.
+    assert!(dom.contains("class=\"req\""), "{dom}");
+    assert!(
+        dom.contains("0.0 % errors") && dom.contains("p50 "),
+        "{dom}"
+    );
     // Zones group the grid.
     assert!(
         dom.contains("<b>zone a</b>") && dom.contains("<b>zone b</b>"),
@@ -121,23 +214,40 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
         assert!(blast.contains(shard.as_str()), "{blast}");
     }
 
-    // The worst tenants: the victim first, at 0 %.
+    // The tenants below 100 %: the victim first, at 0 %, still failing;
+    // nobody at 100 % (every other tenant was served).
     let worst = element(&dom, "<table id=\"worst\">", "</table>")
         .unwrap_or_else(|| panic!("no worst-tenants table\n{dom}"));
-    let first_row = worst
-        .split("<tr>")
-        .nth(2)
-        .unwrap_or_else(|| panic!("no rows: {worst}"));
+    let first_row =
+        element(worst, "<tr data-tenant=", "</tr>").unwrap_or_else(|| panic!("no rows: {worst}"));
     assert!(
         first_row.contains(&format!("<td>{victim}</td>"))
-            && first_row.contains("<td class=\"num bad\">0.000%</td>"),
+            && first_row.contains("<td class=\"num bad\">0.000%</td>")
+            && first_row.contains("failing"),
         "{first_row}"
     );
-    assert!(dom.contains(&format!(
-        "{} of {} shards up.",
-        fixture.backends.len() - failed.len(),
-        fixture.backends.len()
-    )));
+    let ranked = worst.matches("<tr data-tenant=").count();
+    assert!(ranked >= 1 && ranked <= down_list.len(), "{worst}");
+    assert!(!worst.contains("100.000%"), "{worst}");
+    assert_eq!(worst_rows(worst), WORST_ROWS, "{worst}");
+    // Every sparkline has the same fixed size, traffic or not.
+    assert_eq!(
+        dom.matches("<svg class=\"spark\"").count(),
+        dom.matches("width=\"180\" height=\"28\" viewBox=\"0 0 180 28\"")
+            .count(),
+        "{dom}"
+    );
+    // The distribution: the victim among the fully down, the rest at 100 %.
+    let class = |index: usize| {
+        let start = format!("data-class=\"{index}\" data-count=\"");
+        let at = dom
+            .find(&start)
+            .unwrap_or_else(|| panic!("no class {index}\n{dom}"));
+        let rest = &dom[at + start.len()..];
+        rest[..rest.find('"').unwrap()].parse::<usize>().unwrap()
+    };
+    assert_eq!(class(0), ranked, "{dom}");
+    assert_eq!(class(6), 60 - ranked, "{dom}");
     // No secret on the page.
     for (_, key) in &fixture.tenants {
         assert!(!dom.contains(key.as_str()));
@@ -158,4 +268,77 @@ async fn chromium_shows_the_shard_grid_the_blast_radius_and_the_worst_tenants() 
         "SHUFFLE_SHARD_KEEP_STATUS_PAGE",
         &[("status.html", dom.as_bytes()), ("status.png", &image)],
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_marks_a_recovered_tenant_and_ranks_nobody_at_100_percent() {
+    let Some(browser) = browser::find_or_skip() else {
+        return;
+    };
+    // A short window: the tenant's buckets are 2.5 s long.
+    let victim = "tenant-0";
+    let (fixture, subset) =
+        fail_subset_of(victim, 8, 40, "availability_window_seconds = 30\n").await;
+    for _ in 0..3 {
+        assert_eq!(
+            fixture.get(victim, "/").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+    for shard in &subset {
+        fixture
+            .admin_json("POST", &format!("/admin/shards/{shard}/restore"))
+            .await;
+    }
+    // Others at 100 %.
+    for (tenant, _) in fixture.tenants.iter().skip(1).take(10) {
+        assert_eq!(fixture.get(tenant, "/").await.0, StatusCode::OK);
+    }
+    // The victim is served again; once a bucket after its failures has
+    // only successes, it has recovered.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let row = loop {
+        assert_eq!(fixture.get(victim, "/").await.0, StatusCode::OK);
+        let worst = fixture.admin_json("GET", "/admin/tenants?worst=1").await;
+        let row = worst["tenants"][0].clone();
+        assert_eq!(row["tenant"], victim, "{worst}");
+        if !row["recovered_seconds_ago"].is_null() {
+            break row;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{victim} never counted as recovered: {worst}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(row["availability"].as_f64().unwrap() < 1.0, "{row}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://{}/", fixture.running.admin_addr);
+    let path = dir.path().to_owned();
+    let dom = blocking(move || browser::dump_dom(&browser, &path, &url)).await;
+    let banner =
+        element(&dom, "<p id=\"banner\"", "</p>").unwrap_or_else(|| panic!("no banner\n{dom}"));
+    assert!(
+        banner.contains("class=\"warn\"")
+            && banner.contains("All 8 shards up; 1 tenant below 100 % over the last 30 s"),
+        "{banner}"
+    );
+    let worst = element(&dom, "<table id=\"worst\">", "</table>")
+        .unwrap_or_else(|| panic!("no worst-tenants table\n{dom}"));
+    // One row: the victim, marked recovered; the ten at 100 % unranked.
+    assert_eq!(worst.matches("<tr data-tenant=").count(), 1, "{worst}");
+    assert_eq!(worst_rows(worst), WORST_ROWS, "{worst}");
+    let victim_row = element(worst, &format!("<tr data-tenant=\"{victim}\">"), "</tr>")
+        .unwrap_or_else(|| panic!("{victim} not ranked: {worst}"));
+    assert!(
+        victim_row.contains("<td class=\"recovered\">recovered ")
+            && victim_row.contains(" s ago</td>"),
+        "{victim_row}"
+    );
+    for (tenant, _) in fixture.tenants.iter().skip(1).take(10) {
+        assert!(!worst.contains(&format!("<td>{tenant}</td>")), "{worst}");
+    }
+    // No shard is out, so none says since when.
+    assert!(!dom.contains("out since"), "{dom}");
 }

@@ -9,6 +9,7 @@ mod adversarial;
 mod boundary;
 mod connection;
 mod containment;
+mod dashboards;
 mod deploy;
 mod grpc;
 mod h2_shards;

@@ -902,6 +902,7 @@ proptest! {
                 forwarded_for: forwarded_for.as_ref(),
                 tenant: tenant.as_ref(),
                 grpc_timeout: None,
+                request_id: None,
             },
             host: host.as_ref(),
             shard: shard.as_ref(),

@@ -261,7 +261,7 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
         failures = budget.concurrent_failures,
     );
 
-    if let Some(rows) = traffic_rows(plan) {
+    if let Some(rows) = analysis::plan::traffic_rows(&plan.rows) {
         let chart = charts::fully_down_and_degraded(
             &rows,
             budget.max_degraded,
@@ -342,25 +342,6 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
 
     page.push_str("</body>\n</html>\n");
     Ok(page)
-}
-
-/// The plan's rows with their figures by share of traffic, when every row
-/// has them (a weighted population).
-fn traffic_rows(plan: &Plan) -> Option<Vec<analysis::plan::PlanRow>> {
-    plan.rows
-        .iter()
-        .map(|row| {
-            let traffic = row.traffic.as_ref()?;
-            Some(analysis::plan::PlanRow {
-                worst_fully_down: traffic.worst_fully_down,
-                worst_failed: traffic.worst_failed.clone(),
-                degraded_one_failure: traffic.degraded_one_failure,
-                meets_budget: traffic.meets_budget,
-                traffic: None,
-                ..row.clone()
-            })
-        })
-        .collect()
 }
 
 /// Rejects figures a chart cannot place, before drawing anything.

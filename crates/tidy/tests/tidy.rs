@@ -274,6 +274,7 @@ const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
             "listen::shutdown",
             "ops::window",
             "ops::metrics",
+            "ops::access_log",
             "trust::target",
             "limit::bucket",
         ],

@@ -495,8 +495,25 @@ pub struct GatewayConfig {
     pub(crate) cells: Vec<CellSettings>,
     /// Apply reloads that move tenants without being asked to.
     pub(crate) reload_allow_migration: bool,
-    /// Log one line per request.
-    pub(crate) access_log: bool,
+    /// Apply reloads that only add members (no tenant loses one).
+    pub(crate) reload_allow_growth: bool,
+    /// The access log: off, text (a `tracing` event) or JSON lines.
+    pub(crate) access_log: AccessLog,
+    /// Where JSON access log lines go (stderr when `None`).
+    pub(crate) access_log_file: Option<PathBuf>,
+}
+
+/// `logging.access_log`: one record per request, or none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AccessLog {
+    /// No access log (`false`, the default).
+    #[default]
+    Off,
+    /// One `info` event per request through `tracing` (`"text"`, or `true`).
+    Text,
+    /// One JSON object per line (`"json"`), to stderr or
+    /// `logging.access_log_file`.
+    Json,
 }
 
 // ---- The file as written -------------------------------------------------
@@ -546,12 +563,23 @@ struct RawForwarding {
 #[serde(deny_unknown_fields)]
 struct RawReload {
     allow_migration: Option<bool>,
+    allow_growth: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLogging {
-    access_log: Option<bool>,
+    access_log: Option<RawAccessLog>,
+    access_log_file: Option<String>,
+}
+
+/// `logging.access_log` as written: `true`/`false` (from before it had
+/// formats) or a format's name.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawAccessLog {
+    Switch(bool),
+    Format(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -840,6 +868,7 @@ impl GatewayConfig {
         shard_caps(&mut cells, limits.shard_max_in_flight);
         let http2 = http2_settings(raw.http2).map_err(err)?;
         let admin = admin_settings(raw.admin, &resolve).map_err(err)?;
+        let (access_log, access_log_file) = logging_settings(raw.logging, &resolve).map_err(err)?;
 
         Ok(Self {
             path: path.to_owned(),
@@ -865,7 +894,9 @@ impl GatewayConfig {
             },
             cells,
             reload_allow_migration: raw.reload.allow_migration.unwrap_or(false),
-            access_log: raw.logging.access_log.unwrap_or(false),
+            reload_allow_growth: raw.reload.allow_growth.unwrap_or(false),
+            access_log,
+            access_log_file,
         })
     }
 
@@ -1559,6 +1590,50 @@ fn http2_settings(h: RawHttp2) -> Result<Http2Settings, KeyProblem> {
     })
 }
 
+/// `[logging]`: the access log's format, and its file (JSON only; opened
+/// here, created if need be, so that a path nobody can write is refused at
+/// load, `serve --check` included, rather than lost at the first request).
+fn logging_settings(
+    l: RawLogging,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<(AccessLog, Option<PathBuf>), KeyProblem> {
+    let access_log = match l.access_log {
+        None | Some(RawAccessLog::Switch(false)) => AccessLog::Off,
+        Some(RawAccessLog::Switch(true)) => AccessLog::Text,
+        Some(RawAccessLog::Format(format)) => match format.as_str() {
+            "off" => AccessLog::Off,
+            "text" => AccessLog::Text,
+            "json" => AccessLog::Json,
+            other => {
+                return Err((
+                    "logging.access_log",
+                    format!("unknown format {other:?}; use \"json\", \"text\" or false"),
+                ));
+            }
+        },
+    };
+    let Some(file) = l.access_log_file else {
+        return Ok((access_log, None));
+    };
+    if access_log != AccessLog::Json {
+        return Err((
+            "logging.access_log_file",
+            "is for the JSON access log; set logging.access_log = \"json\", or remove access_log_file (the text log goes to stderr with the other logs)".into(),
+        ));
+    }
+    let file = resolve(&file);
+    crate::ops::access_log::open_for_append(&file).map_err(|e| {
+        (
+            "logging.access_log_file",
+            format!(
+                "cannot open {} for appending: {e}; create its directory or let the gateway's user write there",
+                file.display()
+            ),
+        )
+    })?;
+    Ok((access_log, Some(file)))
+}
+
 fn admin_settings(
     a: RawAdmin,
     resolve: &impl Fn(&str) -> PathBuf,
@@ -1725,6 +1800,47 @@ mod tests {
             .routing;
         assert_eq!(routing.poison_after, 0);
         assert_eq!(routing.quarantine, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_access_log_takes_a_format_or_the_old_switch_and_a_file_only_for_json() {
+        for (written, format) in [
+            ("", AccessLog::Off),
+            ("access_log = false", AccessLog::Off),
+            ("access_log = \"off\"", AccessLog::Off),
+            ("access_log = true", AccessLog::Text),
+            ("access_log = \"text\"", AccessLog::Text),
+            ("access_log = \"json\"", AccessLog::Json),
+        ] {
+            let config = load_with(&format!("[logging]\n{written}")).unwrap();
+            assert_eq!(config.access_log, format, "{written}");
+            assert_eq!(config.access_log_file, None);
+        }
+        let config =
+            load_with("[logging]\naccess_log = \"json\"\naccess_log_file = \"access.log\"")
+                .unwrap();
+        assert!(config.access_log_file.unwrap().ends_with("access.log"));
+        let error = refused("[logging]\naccess_log = \"xml\"");
+        assert!(error.contains("logging.access_log"), "{error}");
+        assert!(error.contains("\"json\", \"text\" or false"), "{error}");
+        let error = refused("[logging]\naccess_log = \"text\"\naccess_log_file = \"a.log\"");
+        assert!(error.contains("logging.access_log_file"), "{error}");
+        assert!(error.contains("access_log = \"json\""), "{error}");
+        let error = refused(
+            "[logging]\naccess_log = \"json\"\naccess_log_file = \"no/such/dir/access.log\"",
+        );
+        assert!(error.contains("logging.access_log_file"), "{error}");
+        assert!(error.contains("cannot open"), "{error}");
+    }
+
+    #[test]
+    fn reload_growth_is_off_unless_asked_for() {
+        assert!(!load_with("").unwrap().reload_allow_growth);
+        assert!(
+            load_with("[reload]\nallow_growth = true")
+                .unwrap()
+                .reload_allow_growth
+        );
     }
 
     #[test]

@@ -72,6 +72,17 @@ impl Availability {
             Availability::Drained => "drained",
         }
     }
+
+    /// Who took the shard out, for people: `None` when it is up.
+    pub fn cause(self) -> Option<&'static str> {
+        match self {
+            Availability::Up => None,
+            Availability::Unhealthy => Some("health check"),
+            Availability::Stale => Some("stale health check"),
+            Availability::Ejected => Some("ejection"),
+            Availability::Failed | Availability::Drained => Some("admin"),
+        }
+    }
 }
 
 /// Why a shard was ejected.
@@ -101,6 +112,12 @@ pub struct HealthState {
     consecutive_errors: u32,
     ejections: u32,
     ejected_until: Option<Instant>,
+    /// When the last ejection began.
+    ejected_at: Option<Instant>,
+    /// When active checks last turned the shard unhealthy.
+    unhealthy_at: Option<Instant>,
+    /// When an operator last failed or drained a shard that was neither.
+    marked_at: Option<Instant>,
     /// Set by an operator.
     pub failed: bool,
     /// Set by an operator.
@@ -124,6 +141,9 @@ impl HealthState {
             consecutive_errors: 0,
             ejections: 0,
             ejected_until: None,
+            ejected_at: None,
+            unhealthy_at: None,
+            marked_at: None,
             failed: false,
             drained: false,
         }
@@ -168,8 +188,9 @@ impl HealthState {
         } else {
             self.passes = 0;
             self.failures = self.failures.saturating_add(1);
-            if self.failures >= settings.fall {
+            if self.failures >= settings.fall && self.active != Active::Unhealthy {
                 self.active = Active::Unhealthy;
+                self.unhealthy_at = Some(now);
             }
         }
         before != self.active
@@ -200,8 +221,33 @@ impl HealthState {
         self.ejections = self.ejections.saturating_add(1);
         let length = ejection_length(self.ejections, settings);
         self.ejected_until = Some(now + length);
+        self.ejected_at = Some(now);
         self.consecutive_errors = 0;
         Some(EjectReason::ConsecutiveFailures)
+    }
+
+    /// An operator's marks: `failed` (treated as down) and `drained` (no
+    /// new requests). The time a shard went from neither to either is kept
+    /// for [`HealthState::out_since`].
+    pub fn mark(&mut self, failed: bool, drained: bool, now: Instant) {
+        if (failed || drained) && !(self.failed || self.drained) {
+            self.marked_at = Some(now);
+        }
+        self.failed = failed;
+        self.drained = drained;
+    }
+
+    /// Since when the shard has been out for the reason
+    /// [`HealthState::availability`] gives at `now`; `None` while it is up
+    /// (or for a mark set without [`HealthState::mark`]).
+    pub fn out_since(&self, now: Instant, settings: &HealthSettings) -> Option<Instant> {
+        match self.availability(now, settings) {
+            Availability::Up => None,
+            Availability::Failed | Availability::Drained => self.marked_at,
+            Availability::Ejected => self.ejected_at,
+            Availability::Unhealthy => self.unhealthy_at,
+            Availability::Stale => self.last_check.map(|at| at + settings.staleness),
+        }
     }
 
     /// Whether and why the shard is out of rotation at `now`.
@@ -356,6 +402,52 @@ mod tests {
             state.record_attempt(false, now, &outliers),
             Some(EjectReason::ConsecutiveFailures)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn out_since_is_when_the_current_cause_began() {
+        let (settings, outliers, mut state) = (health(), outlier(), HealthState::new());
+        let start = Instant::now();
+        let since = |state: &HealthState| state.out_since(Instant::now(), &settings);
+        assert_eq!(since(&state), None);
+        // Unhealthy at the third failed check, and a fourth moves nothing.
+        for _ in 0..3 {
+            state.record_check(false, Instant::now(), &settings);
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        state.record_check(false, Instant::now(), &settings);
+        assert_eq!(since(&state), Some(start + Duration::from_secs(2)));
+        state.record_check(true, Instant::now(), &settings);
+        state.record_check(true, Instant::now(), &settings);
+        assert_eq!(since(&state), None);
+        // Ejected: since the failure that ejected it.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        for _ in 0..3 {
+            state.record_attempt(false, Instant::now(), &outliers);
+        }
+        assert_eq!(since(&state), Some(start + Duration::from_secs(4)));
+        // An operator's mark wins, since it was set; draining a failed
+        // shard keeps that time.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        state.mark(true, false, Instant::now());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        state.mark(true, true, Instant::now());
+        assert_eq!(
+            state.availability(Instant::now(), &settings),
+            Availability::Failed
+        );
+        assert_eq!(since(&state), Some(start + Duration::from_secs(5)));
+        state.mark(false, false, Instant::now());
+        // Stale: since the last check went past the bound.
+        tokio::time::advance(Duration::from_secs(30)).await;
+        state.record_check(true, Instant::now(), &settings);
+        let checked = Instant::now();
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(
+            state.availability(Instant::now(), &settings),
+            Availability::Stale
+        );
+        assert_eq!(since(&state), Some(checked + settings.staleness));
     }
 
     #[tokio::test(start_paused = true)]

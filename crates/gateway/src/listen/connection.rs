@@ -322,7 +322,13 @@ pub(crate) fn client_io(
         timer: IdleTimer::new(gateway.snapshot().config.limits.client_write_timeout),
         expired: gateway.metrics.client_stalls.clone(),
     };
-    Lingering::new(stream, slot, write_timeout)
+    let bytes = ByteCounts {
+        read: 0,
+        written: 0,
+        into: gateway.metrics.client_bytes_in.clone(),
+        out: gateway.metrics.client_bytes_out.clone(),
+    };
+    Lingering::new(stream, slot, write_timeout, bytes)
 }
 
 /// Gives the connection to hyper, with what has been read of it.
@@ -612,6 +618,48 @@ pub(crate) struct Lingering {
     slot: Option<OwnedSemaphorePermit>,
     /// Writes that wait on the client too long fail.
     write_timeout: WriteTimeout,
+    /// Bytes read and written, not yet added to the shared counters.
+    bytes: ByteCounts,
+}
+
+/// A connection's bytes in and out, added to
+/// `shuffle_client_bytes_total` every [`ByteCounts::FLUSH_AT`] bytes and
+/// when the connection closes: plain additions per read and write, and a
+/// shared atomic only now and then.
+struct ByteCounts {
+    read: u64,
+    written: u64,
+    into: prometheus_client::metrics::counter::Counter,
+    out: prometheus_client::metrics::counter::Counter,
+}
+
+impl ByteCounts {
+    const FLUSH_AT: u64 = 64 * 1024;
+
+    #[inline(always)]
+    fn read(&mut self, bytes: usize) {
+        self.read += bytes as u64;
+        if self.read >= Self::FLUSH_AT {
+            self.into.inc_by(std::mem::take(&mut self.read));
+        }
+    }
+
+    #[inline(always)]
+    fn written(&mut self, bytes: usize) {
+        self.written += bytes as u64;
+        if self.written >= Self::FLUSH_AT {
+            self.out.inc_by(std::mem::take(&mut self.written));
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.read > 0 {
+            self.into.inc_by(std::mem::take(&mut self.read));
+        }
+        if self.written > 0 {
+            self.out.inc_by(std::mem::take(&mut self.written));
+        }
+    }
 }
 
 /// `limits.client_write_timeout_ms`: a client that accepts no bytes of its
@@ -626,18 +674,24 @@ struct WriteTimeout {
 }
 
 impl Lingering {
-    fn new(stream: TcpStream, slot: OwnedSemaphorePermit, write_timeout: WriteTimeout) -> Self {
+    fn new(
+        stream: TcpStream,
+        slot: OwnedSemaphorePermit,
+        write_timeout: WriteTimeout,
+        bytes: ByteCounts,
+    ) -> Self {
         Self {
             stream: Some(stream),
             client_closed: false,
             slot: Some(slot),
             write_timeout,
+            bytes,
         }
     }
 
     /// What a write to the client that made `progress` (or is still
     /// waiting) comes to under the write timeout.
-    #[inline]
+    #[inline(always)]
     fn timed<T>(
         &mut self,
         cx: &mut Context<'_>,
@@ -670,6 +724,7 @@ impl Lingering {
 
 impl Drop for Lingering {
     fn drop(&mut self) {
+        self.bytes.flush();
         let Some(mut stream) = self.stream.take() else {
             return;
         };
@@ -708,9 +763,13 @@ impl AsyncRead for Lingering {
     ) -> Poll<io::Result<()>> {
         let (before, room) = (buf.filled().len(), buf.remaining());
         let polled = self.stream().poll_read(cx, buf);
-        if room > 0 && matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() == before {
-            // End of stream: the client closed its side.
-            self.client_closed = true;
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            let read = buf.filled().len() - before;
+            if room > 0 && read == 0 {
+                // End of stream: the client closed its side.
+                self.client_closed = true;
+            }
+            self.bytes.read(read);
         }
         polled
     }
@@ -723,6 +782,9 @@ impl AsyncWrite for Lingering {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let progress = self.stream().poll_write(cx, buf);
+        if let Poll::Ready(Ok(written)) = progress {
+            self.bytes.written(written);
+        }
         self.timed(cx, progress)
     }
 
@@ -732,6 +794,9 @@ impl AsyncWrite for Lingering {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let progress = self.stream().poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(written)) = progress {
+            self.bytes.written(written);
+        }
         self.timed(cx, progress)
     }
 

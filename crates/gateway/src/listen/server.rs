@@ -42,6 +42,7 @@ pub(crate) fn slots(gateway: &Gateway) -> Arc<Semaphore> {
 pub(crate) async fn serve<Serving>(
     gateway: Arc<Gateway>,
     listener: TcpListener,
+    kind: &'static str,
     slots: Arc<Semaphore>,
     shutdown: impl Future<Output = ()>,
     serve_connection: ServeConnection<Serving>,
@@ -93,14 +94,14 @@ pub(crate) async fn serve<Serving>(
             },
         };
         let _ = stream.set_nodelay(true);
+        // Counted as open while it is served (lingering not included).
+        let open = gateway.metrics.connection(kind);
         // The slot is free once the connection is gone, lingering included.
-        connections.spawn(serve_connection(
-            Arc::clone(&gateway),
-            stream,
-            peer,
-            stop.watch(),
-            slot,
-        ));
+        let serving = serve_connection(Arc::clone(&gateway), stream, peer, stop.watch(), slot);
+        connections.spawn(async move {
+            let _open = open;
+            serving.await;
+        });
     }
     drop(listener);
     let grace = gateway.snapshot().config.limits.shutdown_grace;

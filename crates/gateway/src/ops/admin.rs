@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::health::Availability;
 use crate::ops::metrics::{
-    AVAILABILITY_BOUNDS, BoundLabels, CellLabels, ShardLabels, ThresholdLabels,
+    AVAILABILITY_BOUNDS, BoundLabels, CellLabels, Format, ShardLabels, ThresholdLabels,
 };
 use crate::ops::views::{limited, live_blast, worst};
 use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
@@ -291,16 +291,13 @@ fn coefficient_of_variation(values: &[f64]) -> f64 {
     variance.sqrt() / mean
 }
 
-async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
-    let text = gateway.metrics.scrape(|| refresh_gauges(&gateway));
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
+async fn metrics(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    let format = Format::negotiate(accept);
+    let text = gateway.metrics.scrape(|| refresh_gauges(&gateway), format);
+    ([(header::CONTENT_TYPE, format.content_type())], text).into_response()
 }
 
 #[derive(Serialize)]
@@ -386,13 +383,10 @@ async fn shard_action(
     Query(query): Query<CellQuery>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let snapshot = gateway.snapshot();
-    let change: fn(&mut crate::health::HealthState) = match action.as_str() {
-        "fail" => |health| health.failed = true,
-        "drain" => |health| health.drained = true,
-        "restore" => |health| {
-            health.failed = false;
-            health.drained = false;
-        },
+    let change: fn(&mut crate::health::HealthState, Instant) = match action.as_str() {
+        "fail" => |health, now| health.mark(true, health.drained, now),
+        "drain" => |health, now| health.mark(health.failed, true, now),
+        "restore" => |health, now| health.mark(false, false, now),
         _ => {
             return Err(AdminError(
                 StatusCode::NOT_FOUND,
@@ -401,7 +395,10 @@ async fn shard_action(
         }
     };
     let shard = find(&snapshot, &id, query.cell.as_deref())?;
-    change(&mut shard.health.lock().expect("health lock"));
+    change(
+        &mut shard.health.lock().expect("health lock"),
+        Instant::now(),
+    );
     tracing::warn!(cell = %shard.cell, shard = %shard.id, action = %action, "operator changed shard state");
     Ok(Json(
         json!({ "shard": shard_view(&gateway, &snapshot, shard) }),
@@ -558,11 +555,17 @@ async fn reload(
         Ok(reloaded) => {
             tracing::info!(
                 changed = reloaded.changed,
+                members_gained = reloaded.members_gained,
+                members_lost = reloaded.members_lost,
                 "configuration reloaded through the admin API"
             );
-            Ok(Json(
-                json!({ "reloaded": true, "changed": reloaded.changed, "tenants": reloaded.tenants }),
-            ))
+            Ok(Json(json!({
+                "reloaded": true,
+                "changed": reloaded.changed,
+                "tenants": reloaded.tenants,
+                "members_gained": reloaded.members_gained,
+                "members_lost": reloaded.members_lost,
+            })))
         }
         Err(error) => {
             // Logged as SIGHUP's failures are: whoever watches the logs

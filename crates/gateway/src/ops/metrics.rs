@@ -8,6 +8,17 @@
 //! Per-tenant availability is exported without one series per tenant: the
 //! number of tenants at or below each success-ratio bound (a cumulative,
 //! histogram-shaped gauge family) and the number below 99 % and 99.9 %.
+//!
+//! `/metrics` speaks both expositions: OpenMetrics (what `prometheus-client`
+//! writes) and, for a scraper that asks for `text/plain`, Prometheus's
+//! classic text format 0.0.4 ([`classic_text`]). They differ where it
+//! matters: OpenMetrics names a counter family without `_total` and its
+//! samples with it, and a classic parser takes the family's `# TYPE` for a
+//! different metric, leaving the counter with no samples.
+//!
+//! Every series whose labels are known in advance (each cell's and each
+//! shard's counters, every reload result) exists from the start at zero,
+//! so that `rate()` and `increase()` see the first event.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -23,8 +34,111 @@ use std::sync::atomic::AtomicU64;
 
 use crate::protocol::grpc::Code;
 
-/// Success-ratio bounds of the tenant availability distribution.
-pub const AVAILABILITY_BOUNDS: [f64; 8] = [0.5, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999, 1.0];
+/// Success-ratio bounds of the tenant availability distribution: `0` is
+/// fully down (nothing served), told apart from a tenant at 50 %; the
+/// fine bounds near 1 are where SLOs live.
+pub const AVAILABILITY_BOUNDS: [f64; 9] = [0.0, 0.5, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999, 1.0];
+
+/// The two expositions `/metrics` can answer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0.0 (`application/openmetrics-text`).
+    OpenMetrics,
+    /// Prometheus's classic text format 0.0.4 (`text/plain`).
+    Classic,
+}
+
+impl Format {
+    /// The format an `Accept` header asks for: classic text when it
+    /// prefers `text/plain` to OpenMetrics (by `q`, OpenMetrics winning a
+    /// tie), OpenMetrics otherwise (no header, `*/*`, or anything else).
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let Some(accept) = accept else {
+            return Format::OpenMetrics;
+        };
+        let (mut openmetrics, mut plain) = (None::<f64>, None::<f64>);
+        for range in accept.split(',') {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let q = parts
+                .filter_map(|parameter| {
+                    let (name, value) = parameter.split_once('=')?;
+                    (name.trim().eq_ignore_ascii_case("q")).then(|| value.trim().parse().ok())?
+                })
+                .next()
+                .unwrap_or(1.0_f64);
+            let slot = match media.as_str() {
+                "application/openmetrics-text" => &mut openmetrics,
+                "text/plain" => &mut plain,
+                _ => continue,
+            };
+            *slot = Some(slot.map_or(q, |seen| seen.max(q)));
+        }
+        match (plain, openmetrics) {
+            (Some(plain), openmetrics) if plain > 0.0 && plain > openmetrics.unwrap_or(0.0) => {
+                Format::Classic
+            }
+            _ => Format::OpenMetrics,
+        }
+    }
+
+    /// The `Content-Type` of an answer in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Classic => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// Rewrites an OpenMetrics exposition as Prometheus's classic text format
+/// 0.0.4: a counter's `# HELP` and `# TYPE` name the family with its
+/// `_total` suffix (the name its samples carry, as a classic parser
+/// requires), `# UNIT` and `# EOF` go, and `info`/`stateset` families
+/// (which classic text lacks) become gauges. Samples are unchanged: both
+/// formats write labels, escapes and values alike.
+pub fn classic_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let metadata = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|prefix| Some((prefix, line.strip_prefix(prefix)?)));
+        match metadata {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(prefix);
+                out.push_str(name);
+                if counters.contains(name) {
+                    out.push_str("_total");
+                }
+                out.push(' ');
+                out.push_str(match tail {
+                    "info" | "stateset" | "gaugehistogram" | "unknown" if prefix == "# TYPE " => {
+                        if tail == "gaugehistogram" {
+                            "histogram"
+                        } else if tail == "unknown" {
+                            "untyped"
+                        } else {
+                            "gauge"
+                        }
+                    }
+                    _ => tail,
+                });
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CellLabels {
@@ -109,6 +223,34 @@ pub(crate) struct FallbackLabels {
     /// `unreachable`, `timeout` or `bad_reply`.
     pub(crate) reason: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct BuildLabels {
+    pub(crate) version: &'static str,
+    /// `release` or `debug`.
+    pub(crate) profile: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ResultLabels {
+    /// `success` or `failure`.
+    pub(crate) result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ListenerLabels {
+    /// `plain` or `tls`.
+    pub(crate) listener: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DirectionLabels {
+    /// `in` (from clients) or `out` (to clients).
+    pub(crate) direction: &'static str,
+}
+
+/// The data listeners, as `listener` labels.
+pub(crate) const LISTENERS: [&str; 2] = ["plain", "tls"];
 
 /// The limits a tenant's request can be refused for, in the order of
 /// [`CellHandles`]' limited counters.
@@ -242,6 +384,31 @@ pub struct Metrics {
     /// `shuffle_tenant_limit_store_fallbacks_total{reason}`, by
     /// [`FALLBACK_REASONS`].
     store_fallbacks: [Counter; 3],
+    /// `shuffle_reloads_total{result}`: `[success, failure]`.
+    reloads: [Counter; 2],
+    /// `shuffle_last_reload_success_timestamp_seconds`.
+    last_reload_success: FloatGauge,
+    /// `shuffle_last_reload_successful`: 1 when the last reload took
+    /// effect (or none was tried), 0 when it was refused.
+    last_reload_successful: Gauge,
+    /// `shuffle_client_connections_total{listener}`, by [`LISTENERS`].
+    connections_accepted: [Counter; 2],
+    /// `shuffle_client_connections_open{listener}`, by [`LISTENERS`].
+    connections_open: [Gauge; 2],
+    /// `shuffle_client_bytes_total{direction="in"}`.
+    pub(crate) client_bytes_in: Counter,
+    /// `shuffle_client_bytes_total{direction="out"}`.
+    pub(crate) client_bytes_out: Counter,
+}
+
+/// One client connection counted as open on its listener until dropped.
+#[derive(Debug)]
+pub(crate) struct OpenConnection(Gauge);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -403,6 +570,10 @@ impl Metrics {
             "TLS handshakes on the TLS listener by outcome: ok, failed (refused by either side, or not TLS), timeout (not finished within tls.handshake_timeout_ms)",
             tls_handshakes.clone(),
         );
+        // Every outcome exists from the start (at 0).
+        for outcome in ["ok", "failed", "timeout"] {
+            drop(tls_handshakes.get_or_create(&OutcomeLabels { outcome }));
+        }
         let websockets = WebSocketMetrics::register(&mut registry);
         let grpc_requests = Family::<GrpcLabels, Counter>::default();
         registry.register(
@@ -426,7 +597,86 @@ impl Metrics {
         // works before the first fallback.
         let store_fallbacks = FALLBACK_REASONS
             .map(|reason| fallbacks.get_or_create(&FallbackLabels { reason }).clone());
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the labels say which build is running",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                profile: if cfg!(debug_assertions) {
+                    "debug"
+                } else {
+                    "release"
+                },
+            })
+            .set(1);
+        let reload_results = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "reloads",
+            "Configuration reloads (SIGHUP or POST /admin/reload) by result: success (swapped in) or failure (refused; the previous configuration keeps serving)",
+            reload_results.clone(),
+        );
+        let reloads = ["success", "failure"].map(|result| {
+            reload_results
+                .get_or_create(&ResultLabels { result })
+                .clone()
+        });
+        let last_reload_success = FloatGauge::default();
+        registry.register(
+            "last_reload_success_timestamp_seconds",
+            "Unix time of the last configuration load that took effect (start-up counts)",
+            last_reload_success.clone(),
+        );
+        last_reload_success.set(unix_seconds());
+        let last_reload_successful = Gauge::default();
+        registry.register(
+            "last_reload_successful",
+            "1 when the last reload took effect (or none was tried since start), 0 when it was refused",
+            last_reload_successful.clone(),
+        );
+        last_reload_successful.set(1);
+        let connections = Family::<ListenerLabels, Counter>::default();
+        registry.register(
+            "client_connections",
+            "Client connections accepted by data listener (plain or tls)",
+            connections.clone(),
+        );
+        let connections_accepted = LISTENERS.map(|listener| {
+            connections
+                .get_or_create(&ListenerLabels { listener })
+                .clone()
+        });
+        let open = Family::<ListenerLabels, Gauge>::default();
+        registry.register(
+            "client_connections_open",
+            "Client connections open now by data listener (plain or tls)",
+            open.clone(),
+        );
+        let connections_open =
+            LISTENERS.map(|listener| open.get_or_create(&ListenerLabels { listener }).clone());
+        let bytes = Family::<DirectionLabels, Counter>::default();
+        registry.register(
+            "client_bytes",
+            "Bytes read from (direction=in) and written to (direction=out) client connections, TLS records included; counted every 64 KiB and when a connection closes",
+            bytes.clone(),
+        );
+        let client_bytes_in = bytes
+            .get_or_create(&DirectionLabels { direction: "in" })
+            .clone();
+        let client_bytes_out = bytes
+            .get_or_create(&DirectionLabels { direction: "out" })
+            .clone();
         Self {
+            reloads,
+            last_reload_success,
+            last_reload_successful,
+            connections_accepted,
+            connections_open,
+            client_bytes_in,
+            client_bytes_out,
             tenant_limited,
             store_fallbacks,
             grpc_requests,
@@ -488,6 +738,61 @@ impl Metrics {
             seconds,
             limited,
         }
+    }
+
+    /// Creates the series of `cell` and its `shards` that count events
+    /// (at zero, if they did not exist), so that they are exported before
+    /// the first event: requests, limits, spills, the retry budget, shedding,
+    /// poison containment and failovers per cell; attempts and each of
+    /// `eject_reasons` per shard.
+    pub(crate) fn know(&self, cell: &str, shards: &[&str], eject_reasons: &[&'static str]) {
+        self.cell_handles(cell);
+        for family in [
+            &self.spills,
+            &self.budget_exhausted,
+            &self.shed,
+            &self.poison_stops,
+            &self.suspects_marked,
+        ] {
+            drop(family.get_or_create(&CellLabels {
+                cell: cell.to_owned(),
+            }));
+        }
+        for kind in ["retry", "reroute"] {
+            drop(self.failovers.get_or_create(&FailoverLabels {
+                cell: cell.to_owned(),
+                kind,
+            }));
+        }
+        for shard in shards {
+            self.shard_handles(cell, shard);
+            for &reason in eject_reasons {
+                drop(self.ejections.get_or_create(&EjectionLabels {
+                    cell: cell.to_owned(),
+                    shard: (*shard).to_owned(),
+                    reason,
+                }));
+            }
+        }
+    }
+
+    /// Counts a reload: `Ok` when it took effect, `Err` when refused.
+    pub(crate) fn reload(&self, succeeded: bool) {
+        self.reloads[usize::from(!succeeded)].inc();
+        self.last_reload_successful.set(i64::from(succeeded));
+        if succeeded {
+            self.last_reload_success.set(unix_seconds());
+        }
+    }
+
+    /// Counts a client connection accepted on `listener` (one of
+    /// [`LISTENERS`]), open until the guard is dropped.
+    pub(crate) fn connection(&self, listener: &str) -> OpenConnection {
+        let index = LISTENERS.iter().position(|l| *l == listener).unwrap_or(0);
+        self.connections_accepted[index].inc();
+        let open = self.connections_open[index].clone();
+        open.inc();
+        OpenConnection(open)
     }
 
     /// Counts a request judged locally because the global limits store
@@ -582,10 +887,13 @@ impl Metrics {
 
     /// One scrape: `refresh` sets the scrape-time gauges, then everything
     /// is encoded, with no other scrape in between.
-    pub fn scrape(&self, refresh: impl FnOnce()) -> String {
+    pub fn scrape(&self, refresh: impl FnOnce(), format: Format) -> String {
         let _one_at_a_time = self.scrape.lock().unwrap_or_else(PoisonError::into_inner);
         refresh();
-        self.encode()
+        match format {
+            Format::OpenMetrics => self.encode(),
+            Format::Classic => classic_text(&self.encode()),
+        }
     }
 
     /// The text exposition (call [`crate::ops::admin::refresh_gauges`] first, or
@@ -596,6 +904,13 @@ impl Metrics {
         let _ = encode(&mut out, &self.registry);
         out
     }
+}
+
+/// Now as Unix time in seconds (0 if the clock is before 1970).
+fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -703,5 +1018,90 @@ impl WebSocketMetrics {
                 reason,
             })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accept_header_chooses_the_exposition() {
+        for (accept, format) in [
+            (None, Format::OpenMetrics),
+            (Some("*/*"), Format::OpenMetrics),
+            (Some("text/plain"), Format::Classic),
+            (Some("text/plain;version=0.0.4"), Format::Classic),
+            (Some("TEXT/PLAIN; q=0.3, */*;q=0.1"), Format::Classic),
+            (Some("application/openmetrics-text"), Format::OpenMetrics),
+            // Prometheus's own header: OpenMetrics first.
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                ),
+                Format::OpenMetrics,
+            ),
+            (
+                Some("application/openmetrics-text;q=0.2, text/plain;q=0.9"),
+                Format::Classic,
+            ),
+            // A tie, and text/plain refused outright.
+            (
+                Some("application/openmetrics-text, text/plain"),
+                Format::OpenMetrics,
+            ),
+            (Some("text/plain;q=0"), Format::OpenMetrics),
+            (Some("text/html"), Format::OpenMetrics),
+        ] {
+            assert_eq!(Format::negotiate(accept), format, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn classic_text_names_counters_by_their_samples_and_drops_openmetrics_only_lines() {
+        let openmetrics = "# HELP a_requests Requests.\n# TYPE a_requests counter\n\
+                           a_requests_total{cell=\"x\\\"y\"} 3\n\
+                           # HELP a_seconds Time.\n# TYPE a_seconds histogram\n# UNIT a_seconds seconds\n\
+                           a_seconds_sum 1.5\na_seconds_count 2\na_seconds_bucket{le=\"+Inf\"} 2\n\
+                           # HELP a_build Build.\n# TYPE a_build info\na_build_info{version=\"1\"} 1\n\
+                           # HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n# EOF\n";
+        assert_eq!(
+            classic_text(openmetrics),
+            "# HELP a_requests_total Requests.\n# TYPE a_requests_total counter\n\
+             a_requests_total{cell=\"x\\\"y\"} 3\n\
+             # HELP a_seconds Time.\n# TYPE a_seconds histogram\n\
+             a_seconds_sum 1.5\na_seconds_count 2\na_seconds_bucket{le=\"+Inf\"} 2\n\
+             # HELP a_build Build.\n# TYPE a_build gauge\na_build_info{version=\"1\"} 1\n\
+             # HELP a_up Up.\n# TYPE a_up gauge\na_up 1\n"
+        );
+    }
+
+    #[test]
+    fn the_whole_registry_reads_the_same_in_both_expositions() {
+        let metrics = Metrics::new();
+        metrics.know("c", &["s0", "s1"], &["consecutive_failures"]);
+        let openmetrics = metrics.encode();
+        let classic = classic_text(&openmetrics);
+        let samples = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|line| !line.starts_with('#'))
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(samples(&openmetrics), samples(&classic));
+        // Each classic # TYPE names the samples that follow it.
+        let mut family = String::new();
+        for line in classic.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                family = rest.split(' ').next().unwrap().to_owned();
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap();
+                let own = name == family
+                    || ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .any(|suffix| name == format!("{family}{suffix}"));
+                assert!(own, "{name} outside {family}");
+            }
+        }
     }
 }

@@ -2,11 +2,14 @@
 //! the admin API serialises them, the status page renders them. One type
 //! for both, so a field renamed for one cannot render wrong in the other.
 
+use std::time::Duration;
+
 use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::health::Availability;
 use crate::ops::live_blast::LiveBlast;
+use crate::ops::window::Windows;
 use crate::state::{Gateway, Snapshot};
 
 /// One tenant's success over the availability window.
@@ -20,12 +23,18 @@ pub struct TenantAvailability {
     pub total: u64,
     /// `ok / total`; `None` without requests.
     pub availability: Option<f64>,
+    /// When its failures have stopped: about how many seconds ago its last
+    /// failed request was, if requests after it all succeeded. `None` while
+    /// it is still failing (or never failed), and then left out of JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovered_seconds_ago: Option<u64>,
 }
 
 /// The `count` tenants with the lowest success ratio over the window
 /// (more requests first among equals, then by name).
 pub fn worst(gateway: &Gateway, count: usize) -> Vec<TenantAvailability> {
-    let mut tallies = gateway.tenant_windows.all(Instant::now());
+    let now = Instant::now();
+    let mut tallies = gateway.tenant_windows.all(now);
     tallies.sort_by(|a, b| {
         let ratio = |t: &crate::ops::window::Tally| t.ratio().unwrap_or(1.0);
         ratio(&a.1)
@@ -37,12 +46,34 @@ pub fn worst(gateway: &Gateway, count: usize) -> Vec<TenantAvailability> {
         .into_iter()
         .take(count)
         .map(|(tenant, tally)| TenantAvailability {
+            // Only a tenant with failures can have recovered from them.
+            recovered_seconds_ago: (tally.ok < tally.total)
+                .then(|| recovered(&gateway.tenant_windows, &tenant, now))
+                .flatten()
+                .map(|ago| ago.as_secs()),
             tenant,
             ok: tally.ok,
             total: tally.total,
             availability: tally.ratio(),
         })
         .collect()
+}
+
+/// How long ago `tenant`'s last failure was (to the end of its bucket),
+/// when it failed in the window and a later bucket had requests and no
+/// failures; `None` otherwise. A tenant failing in the current bucket is
+/// not recovered, however many of its requests succeed around it.
+fn recovered(windows: &Windows, tenant: &str, now: Instant) -> Option<Duration> {
+    let history = windows.history(tenant, now);
+    let last_failure = history.iter().rposition(|b| b.ok < b.total)?;
+    let last_request = history.iter().rposition(|b| b.total > 0)?;
+    if last_request <= last_failure {
+        return None;
+    }
+    // The bucket after the failure began `into_bucket` plus the buckets
+    // between it and the current one ago.
+    let between = (history.len() - 2 - last_failure) as u32;
+    Some(windows.into_bucket(now) + windows.bucket_length() * between)
 }
 
 /// The live blast radius of one cell: who is fully down or degraded by the

@@ -26,6 +26,13 @@ use hyper::body::SizeHint;
 pub use crate::protocol::fields::encode_chunk_size;
 use crate::protocol::fields::{FieldSpan, Fields, Spans};
 
+/// The body of the gateway's own JSON errors: `{"error":…,"status":…}`.
+pub fn json_error_body(status: StatusCode, message: &str) -> Bytes {
+    serde_json::json!({ "error": message, "status": status.as_u16() })
+        .to_string()
+        .into()
+}
+
 /// The most header fields in a head the loop serves (hyper's default
 /// limit; a head with more is handed to hyper, which refuses it).
 pub const MAX_HEADERS: usize = 100;

@@ -21,7 +21,9 @@ use http::{Method, StatusCode, Version};
 
 pub use crate::protocol::fields::Fields;
 use crate::protocol::fields::{FieldSpan, Spans, encode_chunk_size};
-use crate::trust::headers::{Added, FORWARDED_FOR, FORWARDED_HOST, Inbound, SHARD, TENANT};
+use crate::trust::headers::{
+    Added, FORWARDED_FOR, FORWARDED_HOST, Inbound, REQUEST_ID, SHARD, TENANT,
+};
 
 /// The largest response head (or trailer section) accepted from a backend.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -164,6 +166,10 @@ fn encode_request_fields(
             head.added.forwarded_for.map(HeaderValue::as_bytes),
         ),
         (&TENANT, head.added.tenant.map(HeaderValue::as_bytes)),
+        (
+            &REQUEST_ID,
+            head.added.request_id.map(HeaderValue::as_bytes),
+        ),
     ];
     for (name, value) in added {
         if let Some(value) = value {
@@ -632,6 +638,7 @@ mod tests {
                 forwarded_for: Some(&peer),
                 tenant: Some(&tenant),
                 grpc_timeout: None,
+                request_id: None,
             },
             host: Some(&host),
             shard: Some(&shard),

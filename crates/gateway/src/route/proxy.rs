@@ -36,11 +36,12 @@ use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::config::GatewayConfig;
 use crate::config::tenants::TenantRecord;
+use crate::config::{AccessLog, GatewayConfig};
 use crate::health::quarantine::Marked;
-use crate::limit::Refusal;
+use crate::limit::{Refusal, TenantLimit};
 use crate::ops::metrics::Metrics;
+use crate::protocol::client_wire::json_error_body;
 use crate::protocol::grpc::Code;
 use crate::protocol::wire::{Fields, RequestHead, Stated};
 use crate::route::admission;
@@ -67,9 +68,6 @@ struct Served {
     /// The tenant's position in the snapshot's tenants file.
     tenant: usize,
     attempts: usize,
-    /// The method and path (without the query, which can carry secrets),
-    /// kept only when the access log is on.
-    request_line: Option<(Method, String)>,
     /// When a backend's answer was taken, if one was: the clock read that
     /// ended the attempt also ends the request (what is left is
     /// bookkeeping), saving a read per request.
@@ -85,9 +83,39 @@ impl Served {
             cell,
             tenant,
             attempts: 0,
-            request_line: None,
             answered_at: None,
         }
+    }
+}
+
+/// What the access log keeps of a request as it goes (only when
+/// `logging.access_log` is on; boxed, so that a request without it carries
+/// one pointer).
+struct Logged {
+    format: AccessLog,
+    /// The request's id, sent to every shard tried as `x-request-id`.
+    request_id: HeaderValue,
+    method: Method,
+    /// The path, without the query (which can carry secrets).
+    path: String,
+    /// When the head had been read, by the wall clock.
+    time: std::time::SystemTime,
+    /// The shards tried, in order.
+    tried: SmallVec<[ShardIndex; 8]>,
+}
+
+impl Logged {
+    #[cold]
+    #[inline(never)]
+    fn new(format: AccessLog, request: &Request<ClientBody>, fields: &Fields) -> Box<Self> {
+        Box::new(Self {
+            format,
+            request_id: headers::request_id(fields),
+            method: request.method().clone(),
+            path: request.uri().path().to_owned(),
+            time: std::time::SystemTime::now(),
+            tried: SmallVec::new(),
+        })
     }
 }
 
@@ -137,8 +165,9 @@ pub async fn handle(
     let kind = Kind::of(request.method(), fields);
     let websocket = tunnel::requested(&mut request, fields);
     let upgrading = websocket.is_some();
+    let mut log = None;
     let (mut response, served) = route(
-        &gateway, request, fields, peer, started, &mut body, websocket, kind,
+        &gateway, request, fields, peer, started, &mut body, websocket, kind, &mut log,
     )
     .await;
     if had_body && body.as_ref().is_none_or(|body| !body.fully_read()) {
@@ -170,6 +199,17 @@ pub async fn handle(
         Kind::Http => None,
         Kind::Grpc => Some(grpc::status_in_head(&response)),
     };
+    if let Some(logged) = log {
+        log_request(
+            &gateway,
+            *logged,
+            served.as_ref(),
+            &mut response,
+            (status, grpc_status),
+            (peer, started, elapsed),
+            body.as_ref(),
+        );
+    }
     if upgrading {
         let cell = served.as_ref().map_or("", |served| {
             served.snapshot.config.cells[served.cell].name.as_str()
@@ -199,30 +239,6 @@ pub async fn handle(
             if let Some(grpc_status) = grpc_status {
                 gateway.metrics.grpc_request(cell, grpc_status);
             }
-            if let (Some((method, path)), Some(grpc_status)) = (&served.request_line, grpc_status) {
-                tracing::info!(
-                    tenant = %tenant,
-                    method = %method,
-                    path = %path,
-                    cell = %cell,
-                    status = status.as_u16(),
-                    grpc_status = grpc_status.map_or("unseen", Code::name),
-                    attempts = served.attempts,
-                    elapsed_ms = elapsed.as_secs_f64() * 1000.0,
-                    "request"
-                );
-            } else if let Some((method, path)) = &served.request_line {
-                tracing::info!(
-                    tenant = %tenant,
-                    method = %method,
-                    path = %path,
-                    cell = %served.snapshot.config.cells[served.cell].name,
-                    status = status.as_u16(),
-                    attempts = served.attempts,
-                    elapsed_ms = elapsed.as_secs_f64() * 1000.0,
-                    "request"
-                );
-            }
             // The body reports how it ends; the references move with it.
             response.body_mut().settle_with(gateway);
         }
@@ -234,6 +250,80 @@ pub async fn handle(
         }
     }
     response
+}
+
+/// Writes the access log's record of a request that got `response`
+/// (`status`, and the gRPC status its head showed for a gRPC call) from
+/// `peer`, `elapsed` after it `started`: a `tracing` event now (text, for
+/// requests that reached a tenant), or a JSON line when the response ends.
+#[cold]
+#[inline(never)]
+fn log_request(
+    gateway: &Arc<Gateway>,
+    logged: Logged,
+    served: Option<&Served>,
+    response: &mut Response<ResponseBody>,
+    (status, grpc_status): (StatusCode, Option<Option<Code>>),
+    (peer, started, elapsed): (&Peer, Instant, Duration),
+    body: Option<&RequestBody>,
+) {
+    let cell = served.map(|served| served.snapshot.config.cells[served.cell].name.as_str());
+    let tenant = served.and_then(|served| served.snapshot.tenants.at(served.tenant));
+    let shards: Vec<String> = served.map_or_else(Vec::new, |served| {
+        logged
+            .tried
+            .iter()
+            .filter_map(|&index| served.snapshot.shards[served.cell].get(index as usize))
+            .map(|shard| shard.id.clone())
+            .collect()
+    });
+    let grpc_status = grpc_status.map(|status| status.map_or("unseen", Code::name));
+    let request_id = String::from_utf8_lossy(logged.request_id.as_bytes()).into_owned();
+    let attempts = served.map_or(0, |served| served.attempts);
+    match logged.format {
+        AccessLog::Json => {
+            let record = Box::new(crate::ops::access_log::Record {
+                time: logged.time,
+                started,
+                request_id,
+                tenant: tenant.map(|tenant| tenant.id.clone()),
+                cell: cell.map(str::to_owned),
+                shards,
+                status: status.as_u16(),
+                grpc_status,
+                attempts,
+                method: logged.method.to_string(),
+                path: logged.path,
+                client: peer.addr,
+                bytes_in: body.map_or(0, RequestBody::received),
+                bytes_out: 0,
+            });
+            response.body_mut().log_on_end(record, gateway);
+        }
+        AccessLog::Text => {
+            let (Some(tenant), Some(cell)) = (tenant, cell) else {
+                // The text log has always shown requests that reached a
+                // tenant; the others are counted by outcome.
+                return;
+            };
+            tracing::info!(
+                request_id = %request_id,
+                tenant = %tenant.id,
+                method = %logged.method,
+                path = %logged.path,
+                cell = %cell,
+                shards = %shards.join(","),
+                status = status.as_u16(),
+                grpc_status,
+                attempts,
+                // Rounded to microseconds, so that it reads as written.
+                elapsed_ms = elapsed.as_micros() as f64 / 1000.0,
+                client = %peer.addr,
+                "request"
+            );
+        }
+        AccessLog::Off => {}
+    }
 }
 
 /// The request path proper, one step after another; returns the response
@@ -256,12 +346,16 @@ async fn route(
     request_body: &mut Option<RequestBody>,
     mut websocket: Option<tunnel::Requested>,
     kind: Kind,
+    log: &mut Option<Box<Logged>>,
 ) -> (Response<ResponseBody>, Option<Served>) {
     if request.method() == Method::CONNECT {
         return (connect_refused(), None);
     }
     let snapshot = gateway.snapshot();
     let config = &snapshot.config;
+    if config.access_log != AccessLog::Off {
+        *log = Some(Logged::new(config.access_log, &request, fields));
+    }
     if request.version() == http::Version::HTTP_2
         && let Some(refused) = http2_refusal(&request, fields, config, kind)
     {
@@ -313,7 +407,7 @@ async fn route(
         };
         match admitted {
             Ok(guard) => tenant_in_flight = guard,
-            Err(refusal) => return (limited(kind, &refusal), Some(served)),
+            Err(refusal) => return (limited(kind, limit, &refusal), Some(served)),
         }
     }
 
@@ -339,9 +433,6 @@ async fn route(
     // The body set-up: refuse what is too large, decide what passes and
     // whether it may be repeated, buffer what may be replayed.
     let (parts, incoming) = request.into_parts();
-    if config.access_log {
-        served.request_line = Some((parts.method.clone(), parts.uri.path().to_owned()));
-    }
     let declared_length = incoming.size_hint().exact();
     if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
         return (
@@ -367,6 +458,14 @@ async fn route(
             Some(served),
         );
     }
+    // With the access log on: the request id every attempt sends, and
+    // where the shards tried are noted (the log stays the caller's).
+    let (request_id, logged_tried) = match log.as_deref_mut() {
+        Some(Logged {
+            request_id, tried, ..
+        }) => (Some(&*request_id), Some(tried)),
+        None => (None, None),
+    };
     let mut outgoing = Outgoing::new(
         config,
         snapshot.prefixed[cell],
@@ -375,6 +474,11 @@ async fn route(
         peer,
         &parts.method,
     );
+    if let Some(request_id) = request_id {
+        // The gateway's id goes to the shard in place of the client's.
+        outgoing.added.request_id = Some(request_id);
+        outgoing.inbound.replace_request_id();
+    }
     if kind == Kind::Grpc {
         // Every call is a POST: a call is safe to repeat when its method
         // is configured so (or, as any request, by an idempotency key).
@@ -439,6 +543,7 @@ async fn route(
         caps: snapshot.caps[cell].as_deref(),
         containment,
         shed: false,
+        logged_tried,
     };
     while let Some(member) = attempts.member() {
         if let Some(backoff) = member.backoff {
@@ -521,13 +626,14 @@ async fn route(
 /// The answer to a request its tenant's limits refused: `429` with
 /// `Retry-After`, or a trailers-only `RESOURCE_EXHAUSTED`.
 #[inline(never)]
-fn limited(kind: Kind, refusal: &Refusal) -> Response<ResponseBody> {
-    let mut response = refuse(
-        kind,
-        StatusCode::TOO_MANY_REQUESTS,
-        Code::ResourceExhausted,
-        &refusal.message(),
-    );
+fn limited(kind: Kind, limit: &TenantLimit, refusal: &Refusal) -> Response<ResponseBody> {
+    let status = StatusCode::TOO_MANY_REQUESTS;
+    let mut response = match kind {
+        // A flood is mostly refusals: its body was written with the
+        // snapshot, so a refusal formats nothing.
+        Kind::Http => json_error(status, limit.refusal_body(refusal)),
+        Kind::Grpc => grpc::error(Code::ResourceExhausted, &refusal.message(), status),
+    };
     response.headers_mut().insert(
         header::RETRY_AFTER,
         HeaderValue::from(refusal.retry_after_seconds()),
@@ -792,6 +898,8 @@ struct Attempts<'a> {
     containment: Option<Box<Containment>>,
     /// Every member left was at its in-flight cap.
     shed: bool,
+    /// Where the access log notes the shards tried, when it is on.
+    logged_tried: Option<&'a mut SmallVec<[ShardIndex; 8]>>,
 }
 
 /// What poison containment knows about one request.
@@ -1052,6 +1160,9 @@ impl<'a> Attempts<'a> {
             Metrics::cell_event(&gateway.metrics.spills, self.cell_name());
         }
         self.tried.push(member.index);
+        if let Some(tried) = &mut self.logged_tried {
+            tried.push(member.index);
+        }
         let started = if served.attempts == 0 {
             self.now
         } else {
@@ -1166,13 +1277,13 @@ impl<'a> Attempts<'a> {
         };
         let now = Instant::now();
         self.now = now;
-        shard.metrics(&gateway.metrics).attempt(
-            failure.map_or("ok", Failure::name),
-            now.saturating_duration_since(attempt.started),
-        );
+        let elapsed = now.saturating_duration_since(attempt.started);
+        shard
+            .metrics(&gateway.metrics)
+            .attempt(failure.map_or("ok", Failure::name), elapsed);
         gateway
             .shard_windows
-            .record(shard.window_key(), failure.is_none(), now);
+            .record(shard.window_key(), (failure.is_none(), elapsed), now);
         // A failure counts now; a success only once its body has ended
         // cleanly (see `body::BackendBody`): a shard that answers heads and
         // then stalls must not have each head forgive its last stall.
@@ -1332,7 +1443,11 @@ pub fn refuse(kind: Kind, status: StatusCode, code: Code, message: &str) -> Resp
 
 /// A JSON error response.
 pub fn error_response(status: StatusCode, message: &str) -> Response<ResponseBody> {
-    let body = serde_json::json!({ "error": message, "status": status.as_u16() }).to_string();
+    json_error(status, json_error_body(status, message))
+}
+
+/// A JSON error response whose body is already written.
+fn json_error(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
     let mut response = Response::new(full(body));
     *response.status_mut() = status;
     response.headers_mut().insert(

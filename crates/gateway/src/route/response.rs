@@ -12,6 +12,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 use crate::limit::TenantInFlight;
+use crate::ops::access_log::Record;
 use crate::protocol::fields::Fields;
 use crate::state::{Gateway, ShardRuntime};
 use crate::trust::headers;
@@ -44,6 +45,9 @@ pub struct BackendBody {
     /// Where the body's end is reported, once the request path has handed
     /// the response over ([`ResponseBody::settle_with`]).
     settle: Option<Arc<Gateway>>,
+    /// The JSON access log's record, written when the body ends (or is
+    /// dropped), with the bytes sent counted as they pass.
+    log: Option<Box<Record>>,
 }
 
 /// How a backend's body ended is judged. The attempt's head came back
@@ -58,6 +62,9 @@ impl BackendBody {
         let Some(gateway) = self.settle.take() else {
             return;
         };
+        if self.log.is_some() {
+            self.write_log(&gateway);
+        }
         if let Err(error) = ended {
             if matches!(error, ExchangeError::Stalled | ExchangeError::TooSlow) {
                 gateway.metrics.backend_stalls.inc();
@@ -88,6 +95,23 @@ impl Drop for BackendBody {
         // with its head) may never be polled to its end.
         if self.body.is_end_stream() {
             self.settle(Ok(()));
+        }
+        // A body its client abandoned is logged with what was sent.
+        if self.log.is_some()
+            && let Some(gateway) = self.settle.take()
+        {
+            self.write_log(&gateway);
+        }
+    }
+}
+
+impl BackendBody {
+    /// Writes the access log's record, the body having ended now.
+    #[cold]
+    #[inline(never)]
+    fn write_log(&mut self, gateway: &Gateway) {
+        if let Some(record) = self.log.take() {
+            gateway.access_log.write(&record, Instant::now());
         }
     }
 }
@@ -143,7 +167,22 @@ impl ResponseBody {
             in_flight,
             tenant: None,
             settle: None,
+            log: None,
         })
+    }
+
+    /// Writes `record` to the JSON access log when the body ends: at once
+    /// for a body of the gateway's own (its length known now), when the
+    /// last byte has passed for a backend's. Call before
+    /// [`ResponseBody::settle_with`].
+    pub fn log_on_end(&mut self, mut record: Box<Record>, gateway: &Gateway) {
+        match self {
+            ResponseBody::Full(bytes) => {
+                record.bytes_out = bytes.as_ref().map_or(0, |bytes| bytes.len() as u64);
+                gateway.access_log.write(&record, Instant::now());
+            }
+            ResponseBody::Backend(backend) => backend.log = Some(record),
+        }
     }
 
     /// Keeps the tenant's in-flight count until a backend's body ends; a
@@ -196,6 +235,13 @@ impl Body for ResponseBody {
                         Some(Err(BoxError::from(error)))
                     }
                     Some(Ok(frame)) => Some(Ok(match frame.into_trailers() {
+                        Err(frame) if backend.log.is_some() => {
+                            if let (Some(record), Some(data)) = (&mut backend.log, frame.data_ref())
+                            {
+                                record.bytes_out += data.len() as u64;
+                            }
+                            frame
+                        }
                         // The backend's trailers cross the same boundary as
                         // its header fields did.
                         Ok(trailers) => Frame::trailers(headers::filter_trailers(

@@ -27,6 +27,34 @@ pub const TENANT: HeaderName = HeaderName::from_static("x-shuffle-tenant");
 /// The shard chosen for this attempt, added for the backend.
 pub const SHARD: HeaderName = HeaderName::from_static("x-shuffle-shard");
 
+/// `x-request-id`: the request's id, sent to the shard when the access log
+/// is on (the id the log shows).
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The longest client `x-request-id` taken as the request's id.
+pub const MAX_REQUEST_ID: usize = 128;
+
+/// The request's id: the client's `x-request-id` when it has exactly one
+/// and it is valid (1 to [`MAX_REQUEST_ID`] bytes of printable ASCII
+/// without spaces, so it can go into a log line and a header as it is),
+/// else a new one (128 random bits in hex).
+pub fn request_id(fields: &Fields) -> HeaderValue {
+    let mut given = fields
+        .iter()
+        .filter(|(name, _)| spelled_like(name, b"x-request-id"))
+        .map(|(_, value)| value);
+    if let (Some(id), None) = (given.next(), given.next())
+        && !id.is_empty()
+        && id.len() <= MAX_REQUEST_ID
+        && id.iter().all(|byte| (0x21..=0x7e).contains(byte))
+        && let Ok(value) = HeaderValue::from_bytes(id)
+    {
+        return value;
+    }
+    let generated = format!("{:032x}", fastrand::u128(..));
+    HeaderValue::from_str(&generated).expect("hex digits are a valid header value")
+}
+
 /// `Idempotency-Key`: the client says the request may be repeated.
 const IDEMPOTENCY_KEY: &[u8] = b"idempotency-key";
 
@@ -230,6 +258,9 @@ pub struct Added<'a> {
     /// `grpc-timeout`: for a gRPC call, the time left when this attempt
     /// was sent, in place of the client's own (set per attempt).
     pub grpc_timeout: Option<EncodedTimeout>,
+    /// `x-request-id`: the request's id ([`request_id`]), when the access
+    /// log is on; the client's own then never passes beside it.
+    pub request_id: Option<&'a HeaderValue>,
 }
 
 impl<'a> Added<'a> {
@@ -254,6 +285,7 @@ impl<'a> Added<'a> {
             },
             tenant,
             grpc_timeout: None,
+            request_id: None,
         }
     }
 }
@@ -303,6 +335,9 @@ pub struct Inbound {
     /// The request goes under a shard's path prefix: nothing may override
     /// its path.
     prefixed: bool,
+    /// The gateway sends its own `x-request-id` ([`Added::request_id`]):
+    /// the client's, in any spelling, does not pass.
+    replaces_request_id: bool,
 }
 
 impl Inbound {
@@ -338,7 +373,14 @@ impl Inbound {
             idempotency_key,
             drops_forwarded_for: forwarded_for != ForwardedFor::Append,
             prefixed,
+            replaces_request_id: false,
         }
+    }
+
+    /// The gateway sends its own `x-request-id`: the client's, in every
+    /// spelling a CGI-style backend reads alike, stays behind.
+    pub fn replace_request_id(&mut self) {
+        self.replaces_request_id = true;
     }
 
     /// Whether the request carries an `Idempotency-Key` that reaches the
@@ -369,6 +411,7 @@ impl Inbound {
                 || spelled_like(name, b"x-forwarded-host")
                 || (self.drops_forwarded_for && describes_client_origin(name))
                 || (self.prefixed && overrides_path(name))
+                || (self.replaces_request_id && spelled_like(name, b"x-request-id"))
                 || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
     }
 }
@@ -816,6 +859,48 @@ mod tests {
             outbound_reference(&mut reference);
             proptest::prop_assert_eq!(pairs(&fast), pairs(&reference));
         }
+    }
+
+    #[test]
+    fn a_clients_request_id_is_kept_only_when_valid() {
+        let fields_with = |values: &[&[u8]]| {
+            let values: Vec<(&str, &str)> = values
+                .iter()
+                .map(|value| ("X-Request-Id", std::str::from_utf8(value).unwrap()))
+                .collect();
+            backend_fields(&values)
+        };
+        let generated =
+            |id: &HeaderValue| id.len() == 32 && id.as_bytes().iter().all(u8::is_ascii_hexdigit);
+        let longest = vec![b'a'; MAX_REQUEST_ID];
+        for kept in [&b"abc-123"[..], b"~!#$%&'*+.^_`|", &longest] {
+            assert_eq!(request_id(&fields_with(&[kept])).as_bytes(), kept);
+        }
+        let too_long = vec![b'a'; MAX_REQUEST_ID + 1];
+        for refused in [
+            &[&b"has space"[..]][..],
+            &[b"tab\there"],
+            &[&too_long],
+            &[b"a", b"b"],
+            &[],
+        ] {
+            let id = request_id(&fields_with(refused));
+            assert!(generated(&id), "{refused:?} gave {id:?}");
+        }
+        // Fresh ids differ.
+        assert_ne!(request_id(&fields_with(&[])), request_id(&fields_with(&[])));
+    }
+
+    #[test]
+    fn the_gateways_request_id_replaces_the_clients_in_every_spelling() {
+        let fields = backend_fields(&[("x-request-id", "theirs"), ("X_Request_Id", "also")]);
+        let mut inbound = Inbound::new(&fields, ForwardedFor::Append, false);
+        assert!(inbound.forwards(b"x-request-id"));
+        inbound.replace_request_id();
+        for name in [&b"x-request-id"[..], b"X-REQUEST-ID", b"x_request_id"] {
+            assert!(!inbound.forwards(name), "{name:?}");
+        }
+        assert!(inbound.forwards(b"x-request-ids"));
     }
 
     #[test]

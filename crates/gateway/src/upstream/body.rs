@@ -255,6 +255,21 @@ impl RequestBody {
         }
     }
 
+    /// The body's bytes received from the client so far (for the access
+    /// log).
+    pub fn received(&self) -> u64 {
+        match self {
+            RequestBody::Buffered(bytes) => bytes.len() as u64,
+            RequestBody::Once(upload) => {
+                upload
+                    .progress
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .received
+            }
+        }
+    }
+
     /// The body for one attempt.
     pub fn for_attempt(&self) -> AttemptBody {
         match self {

@@ -44,7 +44,9 @@ use tokio::time::Instant;
 
 use crate::protocol::fields::InvalidField;
 use crate::protocol::wire::{Fields, RequestHead};
-use crate::trust::headers::{self, FORWARDED_FOR, FORWARDED_HOST, Inbound, SHARD, TENANT};
+use crate::trust::headers::{
+    self, FORWARDED_FOR, FORWARDED_HOST, Inbound, REQUEST_ID, SHARD, TENANT,
+};
 use crate::upstream::body::{AttemptBody, AttemptBodyError, Upload};
 use crate::upstream::idle::{Expired, IdleTimer};
 use crate::upstream::transport::{Connector, Transport};
@@ -462,6 +464,11 @@ fn outgoing(
         &mut headers,
         TENANT,
         request.added.tenant.map(HeaderValue::as_bytes),
+    )?;
+    add(
+        &mut headers,
+        REQUEST_ID,
+        request.added.request_id.map(HeaderValue::as_bytes),
     )?;
     add(
         &mut headers,
