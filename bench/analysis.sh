@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Analysis benchmark: `shuffle-shard blast` against the design chapter's Python Recipe 12.2 (exact pairwise overlap, every double failure) on 2,000 and 20,000 tenants, and ours alone at 1M and 10M tenants (wall time, peak RSS).
+# Analysis benchmark: `shuffle-shard blast` against the design chapter's Python Recipe 12.2 (exact pairwise overlap, every double failure) on 2,000 and 20,000 tenants, ours alone at 1M and 10M tenants (wall time, peak RSS), and the issue-21 cliff (a sweep of 43 failures out of 46 shards) against a naive loop.
 #
 # Usage (from anywhere; paths are relative to the repository):
 #   bench/analysis.sh                   # or: bench/run.sh analysis
 #   ROUNDS=3 PY_TIMEOUT=40 PY_ONCE_OVER=5 bench/analysis.sh
+#   CLIFF_BEFORE_BIN=/path/to/old/shuffle-shard bench/analysis.sh   # also time the cliff with an older build, once
 #
 # Each round runs, for every side-by-side case, the chapter's Python (cut out
 # of ../shared/seed/ at run time into a temporary directory, stopped by
@@ -27,6 +28,13 @@ PY_TIMEOUT=${PY_TIMEOUT:-40}     # seconds before a Python run is stopped
 PY_ONCE_OVER=${PY_ONCE_OVER:-5}  # a Python case that took longer (seconds) is not run again in later rounds
 SIDE_TENANTS=${SIDE_TENANTS:-"2000 20000"}
 SCALE_TENANTS=${SCALE_TENANTS:-"1000000 10000000"}
+# The cliff of issue 21: n k tenants failures. Sweep cost once grew with the
+# failure-set size (C(43, 5) lookups per set: 458 s); now it is bounded by
+# the distinct subsets. A naive loop over `place` output is the yardstick.
+CLIFF=${CLIFF:-"46 5 1026 43"}
+CLIFF_BEFORE_BIN=${CLIFF_BEFORE_BIN:-}          # an older build to time the cliff with (round 1 only)
+CLIFF_BEFORE_TIMEOUT=${CLIFF_BEFORE_TIMEOUT:-1200} # seconds before that run is stopped
+[[ -z $CLIFF_BEFORE_BIN || -x $CLIFF_BEFORE_BIN ]] || die "CLIFF_BEFORE_BIN=$CLIFF_BEFORE_BIN is not an executable"
 [[ $PY_TIMEOUT =~ ^[1-9][0-9]*$ ]] || die "PY_TIMEOUT must be a positive whole number, not '$PY_TIMEOUT'"
 [[ $PY_ONCE_OVER =~ ^[1-9][0-9]*$ ]] || die "PY_ONCE_OVER must be a positive whole number, not '$PY_ONCE_OVER'"
 
@@ -70,6 +78,7 @@ run_ours() {
 }
 
 declare -A TIMED_OUT=() RAN_ONCE=()
+CLIFF_CHECK="not run"
 SWEEP_CHECKED=()
 if [[ -n $RECIPE_DIR ]]; then
     OVERLAP_CHECK="not run (Python did not finish)"
@@ -167,6 +176,33 @@ for round in $(seq "$ROUNDS"); do
         fi
     done
 
+    read -r cn ck ct cf <<<"$CLIFF"
+    run_ours "cliff-$cn-$ck-$ct-$cf" "$round" blast --shards "$cn" --k "$ck" --tenants "$ct" --sweep "$cf"
+    say "  round $round  ours   blast --shards $cn --k $ck --tenants $ct --sweep $cf: $OURS_WALL s"
+    if ((round == 1)); then
+        seq 0 $((ct - 1)) | sed 's/^/tenant-/' | "$BIN" place --shards "$cn" --k "$ck" 2>/dev/null |
+            python3 -B "$LIB/naive_sweep.py" --n "$cn" --failures "$cf" >"$WORK/naive.json"
+        record round="$round" id="naive-cliff-$cn-$ck-$ct-$cf" elapsed_s="$(json_get "$WORK/naive.json" 'd["elapsed_s"]')" \
+            cpu_s="$(json_get "$WORK/naive.json" 'd["cpu_s"]')"
+        say "  round $round  naive  loop over $ct tenants, every set of $cf of $cn shards: $(json_get "$WORK/naive.json" 'round(d["elapsed_s"], 3)') s"
+        if [[ -n $CLIFF_BEFORE_BIN ]]; then
+            t0=$EPOCHREALTIME
+            rc=0
+            /usr/bin/time -v -o "$WORK/before.txt" timeout "$CLIFF_BEFORE_TIMEOUT" "$CLIFF_BEFORE_BIN" blast \
+                --shards "$cn" --k "$ck" --tenants "$ct" --sweep "$cf" --json >/dev/null 2>&1 || rc=$?
+            before_wall=$(elapsed "$t0" "$EPOCHREALTIME")
+            before_cpu=$(awk -F': ' '/User time/ { u = $2 } /System time/ { s = $2 } END { print u + s }' "$WORK/before.txt")
+            status=ok
+            ((rc == 0)) || status=timeout
+            record round="$round" id="before-cliff-$cn-$ck-$ct-$cf" status="$status" wall_s="$before_wall" cpu_s="$before_cpu" \
+                command="$CLIFF_BEFORE_BIN blast --shards $cn --k $ck --tenants $ct --sweep $cf --json"
+            say "  round $round  before $CLIFF_BEFORE_BIN: $before_wall s ($status)"
+        fi
+        cp "$WORK/naive.json" "$WORK/python.json"
+        check_against_python sweep "cliff sweep (all sets of $cf of $cn shards, $ct tenants) against the naive loop"
+        CLIFF_CHECK=$CHECK_RESULT
+    fi
+
     for case in "${SCALE[@]}"; do
         read -r n k sweep tenants <<<"$case"
         run_ours "scale-$n-$k-$sweep-$tenants" "$round" blast --shards "$n" --k "$k" --tenants "$tenants" --sweep "$sweep"
@@ -189,7 +225,8 @@ mkdir -p "$RESULTS"
 python3 -B "$LIB/report.py" analysis --raw "$RAW" --out "$RESULTS/analysis" \
     --set command="ROUNDS=$ROUNDS PY_TIMEOUT=$PY_TIMEOUT PY_ONCE_OVER=$PY_ONCE_OVER bench/run.sh analysis" --set rounds="$ROUNDS" \
     --set py_timeout_s="$PY_TIMEOUT" --set py_once_over_s="$PY_ONCE_OVER" --set side_cases="$(to_json_cases "${SIDE[@]}")" \
-    --set scale_cases="$(to_json_cases "${SCALE[@]}")" \
+    --set scale_cases="$(to_json_cases "${SCALE[@]}")" --set cliff_case="$(to_json_cases "$CLIFF")" \
+    --set cliff_check="$CLIFF_CHECK" \
     --set overlap_check="$OVERLAP_CHECK" --set sweep_check="$SWEEP_CHECK" \
     --set recipe_note="$RECIPE_NOTE" --set recipe_sha256="$RECIPE_SHA256" \
     --set load_before="$LOAD_BEFORE" --set load_after="$LOAD_AFTER" \

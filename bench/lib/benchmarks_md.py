@@ -398,6 +398,18 @@ def analysis(doc: dict, link: str) -> tuple[list[str], list[list[str]]]:
         else:
             md.append(f"{where} about {cores:.1f} of the {nproc} cores (CPU {seconds(big_n1000['cpu_s']['median'])} against wall {seconds(big_n1000['wall_s']['median'])}).")
         md.append("")
+    cliff = doc.get("cliff")
+    if cliff:
+        before = cliff.get("before")
+        md += [
+            f"The issue-21 cliff, every set of {cliff['failures']} failed shards out of {cliff['n']} (k = {cliff['k']},"
+            f" {cliff['tenants']:,} tenants): ours {spread(cliff.get('ours_wall_s'), seconds)},"
+            f" a naive loop (`bench/lib/naive_sweep.py`) {spread(cliff.get('naive_loop_s'), seconds)}"
+            + (f", the older build {seconds(before['wall_s'])} wall ({seconds(before['cpu_s'])} CPU"
+               f"{', stopped by timeout' if before['status'] != 'ok' else ''})" if before else "")
+            + f". Check: {cliff.get('check', 'not run')}.",
+            "",
+        ]
     md.append("`cargo bench -p shuffle-shard-analysis` measures the two 1M-tenant targets without process start-up;"
               " it is not part of `bench/run.sh`, so its numbers are not on this page.")
     md.append("")

@@ -337,12 +337,44 @@ def analysis(raw: dict, settings: dict) -> tuple[list[str], dict]:
                   f" {spread(b['cpu_s'], seconds)} | {spread(b['peak_rss_kb'], mib)} | {target} |")
     md += ["", "`--sweep 1` with n=1000 is the overlap plus every single-shard failure; `--sweep 2` with n=64 is the overlap plus all 2,016 double failures."]
 
+    cliff = None
+    if settings.get("cliff_case"):
+        n, k, tenants, failures = json.loads(settings["cliff_case"])[0]
+        ours = raw.get(f"cliff-{n}-{k}-{tenants}-{failures}", [])
+        naive = raw.get(f"naive-cliff-{n}-{k}-{tenants}-{failures}", [])
+        if ours:
+            cliff = {"n": n, "k": k, "tenants": tenants, "failures": failures, "command": ours[0]["command"],
+                     "ours_wall_s": summary([r["wall_s"] for r in ours]),
+                     "naive_loop_s": summary([r["elapsed_s"] for r in naive]),
+                     "check": settings.get("cliff_check", "not run")}
+            before = raw.get(f"before-cliff-{n}-{k}-{tenants}-{failures}", [])
+            if before:
+                cliff["before"] = {"command": before[0]["command"], "status": before[0]["status"],
+                                   "wall_s": before[0]["wall_s"], "cpu_s": before[0]["cpu_s"]}
+            md += [
+                "",
+                f"The issue-21 cliff: a sweep of every set of {failures} failed shards out of {n} (k = {k}, {tenants:,} tenants),"
+                " which took 458 s before the sweep chose per set between lookups, lookups over the survivors and a scan of"
+                " the distinct subsets. The naive loop is `bench/lib/naive_sweep.py`: every tenant against every set, bitmasks,"
+                " placement done once outside its timing.",
+                "",
+                "| command | ours (whole process) | naive loop (Python) | the older build (`CLIFF_BEFORE_BIN`) |",
+                "|---|---:|---:|---:|",
+                f"| `blast --shards {n} --k {k} --tenants {tenants} --sweep {failures}` | {spread(cliff['ours_wall_s'], seconds)} |"
+                f" {spread(cliff['naive_loop_s'], seconds) if naive else 'not run'} |"
+                + (f" {seconds(cliff['before']['wall_s'])} wall, {seconds(cliff['before']['cpu_s'])} CPU"
+                   f"{' (stopped by timeout)' if cliff['before']['status'] != 'ok' else ''} |" if "before" in cliff else " not run |"),
+                "",
+                f"Check (cliff): {cliff['check']}.",
+            ]
+
     doc = dict(info)
     doc["settings"] = {"rounds": int(settings["rounds"]), "python_timeout_s": timeout, "python_once_over_s": once_over}
     doc["recipe"] = {"note": settings["recipe_note"], "sha256": settings["recipe_sha256"] or None}
     doc["checks"] = {"overlap": settings.get("overlap_check", "skipped"), "sweep": settings.get("sweep_check", "skipped")}
     doc["side_by_side"] = rows
     doc["ours_at_scale"] = big
+    doc["cliff"] = cliff
     doc["runtime_s"] = float(settings["runtime_s"])
     return md, doc
 

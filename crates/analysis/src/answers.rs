@@ -13,7 +13,7 @@ use crate::blast::{BlastModel, Impact, Sweep, SweepFigure};
 use crate::combinatorics::binomial;
 use crate::error::AnalysisError;
 use crate::load::{self, FailoverLoad, LoadReport};
-use crate::migrate::{MigrationReport, migrate};
+use crate::migrate::{MigrationReport, migrate_with_progress};
 use crate::overlap::{self, Overlap};
 use crate::placements::Placements;
 use crate::plan::{self, Budget, Plan, PlanPlacement, PoisonWarning};
@@ -33,6 +33,17 @@ pub const MIGRATION_SAMPLE: usize = 5;
 pub trait Progress {
     /// Runs one step.
     fn step<T>(&self, message: &str, work: impl FnOnce(&(dyn Fn(u64, u64) + Sync)) -> T) -> T;
+
+    /// Runs one step whose `(done, total)` are in units that mean nothing
+    /// to a reader (a plan's thousandths of a candidate), so a front end
+    /// shows a percentage rather than the counts.
+    fn step_in_thousandths<T>(
+        &self,
+        message: &str,
+        work: impl FnOnce(&(dyn Fn(u64, u64) + Sync)) -> T,
+    ) -> T {
+        self.step(message, work)
+    }
 }
 
 /// Shows nothing.
@@ -48,9 +59,29 @@ impl Progress for Quiet {
 /// Places every tenant of `population`: the first step of each answer
 /// about a placed population, labelled the same in all.
 pub fn place_all(placer: &Placer, population: &Population, progress: &impl Progress) -> Placements {
-    progress.step(&format!("placing {} tenants", population.len()), |_| {
-        Placements::compute(placer, population)
+    progress.step(&format!("placing {} tenants", population.len()), |report| {
+        Placements::compute_with_progress(placer, population, report)
     })
+}
+
+/// Refuses a per-tenant `k` override for a tenant the population does not
+/// have: it would change nothing analysed, and is almost always a typo.
+/// Both front ends call this before any work, each naming its own option.
+pub fn check_overrides(
+    overrides: &[(String, u32)],
+    population: &Population,
+) -> Result<(), AnalysisError> {
+    match overrides
+        .iter()
+        .find(|(tenant, _)| population.position(tenant).is_none())
+    {
+        Some((tenant, k)) => Err(AnalysisError::OverrideForAbsentTenant {
+            tenant: tenant.clone(),
+            k: *k,
+            tenants: population.len(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A failure scenario before it is evaluated.
@@ -65,6 +96,27 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// A failure set as listed by the user, refused when it names a shard
+    /// twice: a repeat is a typo, and the set would not fail what it says.
+    pub fn listed(
+        name: String,
+        shards: Vec<ShardIndex>,
+        fleet: &Fleet,
+    ) -> Result<Scenario, AnalysisError> {
+        for (position, shard) in shards.iter().enumerate() {
+            if shards[..position].contains(shard) {
+                return Err(AnalysisError::ShardListedTwice {
+                    shard: fleet.shards()[*shard as usize].id.clone(),
+                });
+            }
+        }
+        Ok(Scenario {
+            name,
+            zone: None,
+            shards,
+        })
+    }
+
     /// One outage per zone of the fleet, in fleet order.
     pub fn zone_outages(fleet: &Fleet) -> Result<Vec<Scenario>, AnalysisError> {
         if fleet.zones().is_empty() {
@@ -116,11 +168,15 @@ pub fn blast(
 ) -> Result<Report, AnalysisError> {
     let fleet = placer.fleet();
     let placements = place_all(placer, population, progress);
-    let model = BlastModel::new(&placements)?;
+    let model = progress.step("collapsing tenants to distinct subsets", |_| {
+        BlastModel::new(&placements)
+    })?;
     let config = placer.config();
     let zone_sizes = overlap::zone_sizes(fleet, config.zone_aware);
-    let measured = overlap::exact(&model);
-    let expected = overlap::expected_shared_counts(&zone_sizes, config.k as usize);
+    let measured = progress.step("counting shared shards over every pair", |_| {
+        overlap::exact(&model)
+    });
+    let expected = overlap::expected_shared_counts_mixed(&zone_sizes, &model.subset_sizes());
 
     let tenants = model.tenants();
     let fraction = |count: u64| count as f64 / tenants.max(1) as f64;
@@ -380,8 +436,8 @@ pub struct OverlapJson {
     pub fraction: f64,
     /// `shared_counts[j]`: fraction of pairs sharing exactly `j` shards.
     pub shared_counts: Vec<f64>,
-    /// The same under independent uniform placement, or `null` when there
-    /// are too many zones to compute it exactly.
+    /// The same under independent uniform placement, each tenant with its
+    /// own subset size (per-tenant k), over any number of zones.
     pub expected_shared_counts: Option<Vec<f64>>,
 }
 
@@ -541,8 +597,8 @@ impl SweepJson {
             total_sets,
             sampled: sweep.sampled,
             seed: sweep.sampled.then_some(seed),
-            fully_down: FigureJson::new(sweep.fully_down, fraction),
-            degraded: FigureJson::new(sweep.degraded, fraction),
+            fully_down: FigureJson::new(sweep.fully_down, sweep.sampled, fraction),
+            degraded: FigureJson::new(sweep.degraded, sweep.sampled, fraction),
         }
     }
 }
@@ -570,11 +626,14 @@ pub struct WorstJson {
     pub fraction: f64,
     /// The first failure set that caused the worst count.
     pub failed: Vec<ShardIndex>,
+    /// `"exact"` when every set was evaluated; `"lower bound"` for a
+    /// sample, whose worst is only the worst of the sets drawn.
+    pub bound: &'static str,
 }
 
 impl FigureJson {
-    /// The answer for one figure.
-    pub fn new(figure: SweepFigure, fraction: &dyn Fn(u64) -> f64) -> Self {
+    /// The answer for one figure; `sampled` makes its worst a lower bound.
+    pub fn new(figure: SweepFigure, sampled: bool, fraction: &dyn Fn(u64) -> f64) -> Self {
         // The mean is a count too, just not a whole one.
         let mean = fraction(1) * figure.mean;
         Self {
@@ -582,6 +641,7 @@ impl FigureJson {
                 count: figure.worst,
                 fraction: fraction(figure.worst),
                 failed: figure.worst_failed,
+                bound: if sampled { "lower bound" } else { "exact" },
             },
             mean,
             p50: fraction(figure.p50),
@@ -677,10 +737,15 @@ pub fn plan(
     budget: Budget,
     progress: &impl Progress,
 ) -> Result<PlanReport, AnalysisError> {
-    let measured = progress.step("measuring k", |report| {
-        plan::plan_with(placement, population, budget, &|done, total| {
-            report(u64::from(done), u64::from(total))
-        })
+    check_overrides(placement.overrides, population)?;
+    let message = format!(
+        "measuring k = 1 to {} ({} tenants, every set of {} failed shards)",
+        placement.fleet.len().min(plan::MAX_PLAN_K as usize),
+        population.len(),
+        budget.concurrent_failures
+    );
+    let measured = progress.step_in_thousandths(&message, |report| {
+        plan::plan_with(placement, population, budget, report)
     })?;
     let poison_warnings = match measured
         .recommended
@@ -775,6 +840,8 @@ pub struct ChangeJson {
     pub changed_fraction: f64,
     /// Shard-tenant assignments to create.
     pub members_moved: u64,
+    /// Shard-tenant assignments to remove (a shrinking k only removes).
+    pub members_dropped: u64,
     /// `moved_per_tenant[m]`: tenants that gained exactly `m` members (the
     /// unchanged count at 0).
     pub moved_per_tenant: Vec<u64>,
@@ -789,6 +856,7 @@ impl ChangeJson {
             changed: report.changed,
             changed_fraction: report.changed_fraction,
             members_moved: report.members_moved,
+            members_dropped: report.members_dropped,
             moved_per_tenant: report.moved_per_tenant,
             changed_sample: report
                 .changed_sample
@@ -820,12 +888,12 @@ pub fn migration(
 ) -> MigrateReport {
     let message = format!("comparing {} tenants", population.len());
     let ((from_spec, before), (to_spec, after)) = (from, to);
-    let change = progress.step(&message, |_| {
-        migrate(before, after, population, MIGRATION_SAMPLE)
+    let change = progress.step(&message, |report| {
+        migrate_with_progress(before, after, population, MIGRATION_SAMPLE, report)
     });
     let comparison = flipped.map(|(before, after)| {
-        let report = progress.step(&message, |_| {
-            migrate(before, after, population, MIGRATION_SAMPLE)
+        let report = progress.step(&message, |report| {
+            migrate_with_progress(before, after, population, MIGRATION_SAMPLE, report)
         });
         Comparison {
             algorithm: other_algorithm(from_spec.algorithm).name(),
@@ -844,5 +912,25 @@ pub fn migration(
         },
         change: ChangeJson::new(change, population),
         comparison,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_refusals_name_what_was_wrong() {
+        // Both front ends rely on these, so each must refuse on its own.
+        let fleet = Fleet::uniform(8).unwrap();
+        let error = Scenario::listed("3,4,3".into(), vec![3, 4, 3], &fleet).unwrap_err();
+        assert!(matches!(&error, AnalysisError::ShardListedTwice { shard } if shard == "3"));
+        assert!(Scenario::listed("3,4".into(), vec![3, 4], &fleet).is_ok());
+
+        let population = Population::synthetic(10);
+        let ghost = [("tenant-1".to_owned(), 3), ("ghost".to_owned(), 4)];
+        let error = check_overrides(&ghost, &population).unwrap_err();
+        assert!(error.to_string().contains("no tenant \"ghost\""), "{error}");
+        assert!(check_overrides(&ghost[..1], &population).is_ok());
     }
 }

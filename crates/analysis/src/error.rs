@@ -20,6 +20,44 @@ pub enum AnalysisError {
         /// The weight as written.
         text: String,
     },
+    /// A weight so small (subnormal) that loads and their spread lose all
+    /// precision.
+    #[error(
+        "tenants file line {line}: weight {text} is below {min:e}, too small to compute loads with; only ratios matter, so scale every weight up",
+        min = f64::MIN_POSITIVE
+    )]
+    WeightTooSmall {
+        /// One-based line number.
+        line: usize,
+        /// The weight as written.
+        text: String,
+    },
+    /// A listed weight (not from a tenants file) too small to compute with.
+    #[error(
+        "the weight of tenants[{position}] is {weight:e}, below {min:e}, too small to compute loads with; only ratios matter, so scale every weight up",
+        min = f64::MIN_POSITIVE
+    )]
+    ListedWeightTooSmall {
+        /// Its zero-based position in the list.
+        position: usize,
+        /// The weight.
+        weight: f64,
+    },
+    /// The weights add up to more than a float can hold.
+    #[error(
+        "the tenant weights add up to more than 1.8e308; only ratios matter, so scale every weight down"
+    )]
+    WeightsOverflow,
+    /// A line looked like `TENANT WEIGHT` with a space instead of a tab.
+    #[error(
+        "tenants file line {line}: {text:?} looks like a tenant and a weight separated by a space; separate them with a TAB (`TENANT<TAB>WEIGHT`)"
+    )]
+    WeightAfterSpace {
+        /// One-based line number.
+        line: usize,
+        /// The line as written.
+        text: String,
+    },
     /// A tenants-file line had more than two tab-separated fields.
     #[error(
         "tenants file line {line}: expected `TENANT` or `TENANT<TAB>WEIGHT`, found {fields} tab-separated fields"
@@ -67,6 +105,24 @@ pub enum AnalysisError {
     /// A failure-set size of zero.
     #[error("a failure set must have at least one shard")]
     EmptyFailureSet,
+    /// A failure set named one shard twice.
+    #[error("shard {shard:?} is listed twice; name each failed shard once")]
+    ShardListedTwice {
+        /// The repeated shard's id.
+        shard: String,
+    },
+    /// A per-tenant `k` override named a tenant outside the population.
+    #[error(
+        "there is no tenant {tenant:?} among the {tenants} tenants analysed to give k={k}; override only tenants of the population (a typo?)"
+    )]
+    OverrideForAbsentTenant {
+        /// The tenant named.
+        tenant: String,
+        /// The `k` it was given.
+        k: u32,
+        /// Tenants in the population.
+        tenants: usize,
+    },
     /// The fleet has no zones but a zone analysis was asked for.
     #[error(
         "the fleet has no zones: declare zones (e.g. --zones a:8,b:8) for a zone outage analysis"

@@ -50,7 +50,7 @@ mod tables;
 pub mod waves;
 mod zones;
 
-pub use blast::{BlastModel, Impact, Sweep, SweepFigure};
+pub use blast::{BlastModel, Impact, Strategy, Sweep, SweepFigure, TrafficModel};
 pub use combinatorics::binomial;
 pub use error::AnalysisError;
 pub use percentile::nearest_rank;

@@ -60,6 +60,85 @@ pub struct LoadReport {
     pub dominant: Vec<Contributor>,
 }
 
+/// A tenant that dominates one of its shards, and what to do about it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Whale {
+    /// The tenant's position in the population (serialised as `position`,
+    /// so that a front end may add the tenant's id as `tenant`).
+    #[serde(rename = "position")]
+    pub tenant: usize,
+    /// Its subset size now.
+    pub k: usize,
+    /// Its share of all traffic.
+    pub traffic_share: f64,
+    /// Its largest share of one of its shards' load.
+    pub shard_share: f64,
+    /// The shard where that share is largest.
+    pub shard: ShardIndex,
+    /// The smallest `k` that brings its load per member down to
+    /// [`WHALE_SHARE`] of a mean shard, when that is at most half the fleet.
+    pub suggested_k: Option<usize>,
+    /// Otherwise: dedicated shards, as many as its traffic fills at the
+    /// mean load per shard.
+    pub dedicated_shards: Option<usize>,
+}
+
+/// A tenant carrying more than this share of one of its shards' load is a
+/// whale; the suggested `k` brings its load per member down to this share
+/// of a mean shard.
+pub const WHALE_SHARE: f64 = 0.25;
+
+/// The whales of a placed, weighted population, heaviest first: tenants
+/// that carry more than [`WHALE_SHARE`] of some member's load, with a
+/// suggested per-tenant `k` (`--tenant-k`) or, for a tenant too heavy to
+/// spread over half the fleet, a number of dedicated shards.
+pub fn whales(placements: &Placements, population: &Population, load: &LoadReport) -> Vec<Whale> {
+    let n = placements.shards();
+    let total = load.mean * n as f64;
+    let mut whales: Vec<Whale> = placements
+        .iter()
+        .enumerate()
+        .filter_map(|(t, subset)| {
+            let weight = population.weight(t);
+            let per_member = weight / subset.len() as f64;
+            let (shard, shard_share) = subset
+                .iter()
+                .map(|&s| {
+                    (
+                        s,
+                        per_member / load.per_shard[s as usize].max(f64::MIN_POSITIVE),
+                    )
+                })
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))?;
+            if shard_share <= WHALE_SHARE || load.mean <= 0.0 {
+                return None;
+            }
+            let needed = (weight / (WHALE_SHARE * load.mean)).ceil() as usize;
+            let suggested = needed.max(subset.len() + 1);
+            let (suggested_k, dedicated_shards) = if suggested <= n / 2 {
+                (Some(suggested), None)
+            } else {
+                (None, Some((weight / load.mean).ceil().max(1.0) as usize))
+            };
+            Some(Whale {
+                tenant: t,
+                k: subset.len(),
+                traffic_share: if total > 0.0 { weight / total } else { 0.0 },
+                shard_share,
+                shard,
+                suggested_k,
+                dedicated_shards,
+            })
+        })
+        .collect();
+    whales.sort_by(|a, b| {
+        b.traffic_share
+            .total_cmp(&a.traffic_share)
+            .then(a.tenant.cmp(&b.tenant))
+    });
+    whales
+}
+
 /// Computes the load report. `capacity` flags shards above it; `top` bounds
 /// the list of dominant tenants.
 pub fn load(
@@ -93,7 +172,17 @@ pub fn load(
     }
 
     let mean = per_shard.iter().sum::<f64>() / n as f64;
-    let variance = per_shard.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / n as f64;
+    // Relative to the mean, so that squaring cannot overflow for huge
+    // weights (only their ratios matter) and the CV is the same at any scale.
+    let relative_variance = if mean > 0.0 {
+        per_shard
+            .iter()
+            .map(|l| (l / mean - 1.0).powi(2))
+            .sum::<f64>()
+            / n as f64
+    } else {
+        0.0
+    };
     let (hottest, max) = argmax(&per_shard, None);
     let over = |load: f64| capacity.is_some_and(|c| load > c);
 
@@ -141,11 +230,7 @@ pub fn load(
         over_capacity: (0..n as ShardIndex)
             .filter(|&s| over(per_shard[s as usize]))
             .collect(),
-        cv: if mean > 0.0 {
-            variance.sqrt() / mean
-        } else {
-            0.0
-        },
+        cv: relative_variance.sqrt(),
         max_over_mean: if mean > 0.0 { max / mean } else { 0.0 },
         hottest,
         per_shard,
@@ -170,6 +255,39 @@ fn argmax(values: &[f64], except: Option<usize>) -> (ShardIndex, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_whale_gets_a_wider_k_and_a_giant_dedicated_shards() {
+        // 16 shards, k = 2. Tenant 0 weighs 4, tenant 1 weighs 100, the
+        // other 38 weigh 1 each.
+        let subsets: Vec<Vec<ShardIndex>> =
+            (0..40u32).map(|t| vec![t % 16, (t + 5) % 16]).collect();
+        let mut weights = vec![1.0; 40];
+        weights[0] = 4.0;
+        weights[1] = 100.0;
+        let population =
+            Population::listed((0..40).map(|t| format!("t{t}")).collect(), Some(weights));
+        let placements = Placements::from_subsets(16, &subsets);
+        let report = load(&placements, &population, None, 5);
+        let found = whales(&placements, &population, &report);
+        // The mean shard carries 142/16 = 8.875; a quarter is 2.22.
+        let giant = &found[0];
+        assert_eq!(giant.tenant, 1);
+        assert_eq!(giant.suggested_k, None, "100 / 2.22 = 46 > 8 shards");
+        assert_eq!(giant.dedicated_shards, Some(12), "100 / 8.875 = 11.3");
+        let whale = found.iter().find(|w| w.tenant == 0).unwrap();
+        assert_eq!(
+            whale.suggested_k,
+            Some(3),
+            "4 / 2.22 = 1.8, so one more than k"
+        );
+        assert!(whale.shard_share > WHALE_SHARE);
+        assert!(
+            found
+                .iter()
+                .all(|w| w.tenant <= 1 || w.shard_share > WHALE_SHARE)
+        );
+    }
 
     #[test]
     fn a_whale_dominates_its_shards() {

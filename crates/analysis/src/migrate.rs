@@ -1,10 +1,12 @@
 //! What a change of placement costs across a whole population, in parallel:
-//! the share of tenants whose subset changes and how many members each
-//! gains.
+//! the share of tenants whose subset changes, how many members each gains
+//! and how many each drops (a shrinking `k` only drops).
 //!
 //! Comparison is by shard id, as sets, through the placement crate's
 //! [`tenant_move`](placement::migration::tenant_move), so "moved" means the
 //! same here as everywhere else.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use placement::Placer;
 use placement::migration::tenant_move;
@@ -24,6 +26,9 @@ pub struct MigrationReport {
     pub changed_fraction: f64,
     /// Members gained over all tenants (shard-tenant assignments to create).
     pub members_moved: u64,
+    /// Members dropped over all tenants (shard-tenant assignments to
+    /// remove: where a tenant's state must be drained or deleted).
+    pub members_dropped: u64,
     /// `moved_per_tenant[m]`: tenants that gained exactly `m` members.
     pub moved_per_tenant: Vec<u64>,
     /// Up to `sample` changed tenants (population positions), first first.
@@ -37,24 +42,46 @@ pub fn migrate(
     population: &Population,
     sample: usize,
 ) -> MigrationReport {
+    migrate_with_progress(before, after, population, sample, &|_, _| {})
+}
+
+/// Tenants compared between two progress reports.
+const PROGRESS_EVERY: u64 = 1 << 14;
+
+/// [`migrate`], calling `progress` with the tenants compared so far and the
+/// total, every [`PROGRESS_EVERY`] tenants.
+pub fn migrate_with_progress(
+    before: &Placer,
+    after: &Placer,
+    population: &Population,
+    sample: usize,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> MigrationReport {
     let tenants = population.len();
-    let moved: Vec<u32> = (0..tenants)
+    let compared = AtomicU64::new(0);
+    progress(0, tenants as u64);
+    let moved: Vec<(u32, u32)> = (0..tenants)
         .into_par_iter()
         .map(|t| {
+            let done = compared.fetch_add(1, Ordering::Relaxed) + 1;
+            if done.is_multiple_of(PROGRESS_EVERY) || done == tenants as u64 {
+                progress(done, tenants as u64);
+            }
             let id = population.id(t);
             // Tenants that only lose members (k shrank) changed too; count
             // them with zero gains but keep them apart from the unchanged.
             match tenant_move(before, after, &id) {
-                None => u32::MAX,
-                Some(change) => change.added.len() as u32,
+                None => (u32::MAX, 0),
+                Some(change) => (change.added.len() as u32, change.removed.len() as u32),
             }
         })
         .collect();
+    let members_dropped = moved.iter().map(|&(_, dropped)| u64::from(dropped)).sum();
     let mut moved_per_tenant: Vec<u64> = Vec::new();
     let mut changed = 0u64;
     let mut members_moved = 0u64;
     let mut changed_sample = Vec::new();
-    for (t, &gained) in moved.iter().enumerate() {
+    for (t, &(gained, _)) in moved.iter().enumerate() {
         let gained = if gained == u32::MAX {
             0
         } else {
@@ -79,6 +106,7 @@ pub fn migrate(
             changed as f64 / tenants as f64
         },
         members_moved,
+        members_dropped,
         moved_per_tenant,
         changed_sample,
     }

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::blast::BlastModel;
 use crate::combinatorics::binomial;
-use crate::zones::allocations;
+use crate::zones::{Split, split};
 
 /// How tenant pairs share shards.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -82,37 +82,107 @@ fn ln_binomial(n: usize, r: usize) -> f64 {
 }
 
 /// The expected fraction of pairs sharing exactly `j` shards (j = 0..=k) for
-/// two tenants placed independently and uniformly: hypergeometric for an
-/// unzoned fleet, and for zone-aware placement the convolution over zones of
-/// per-zone hypergeometrics, averaged over the ways a tenant's members can be
-/// split across zones. `zone_sizes` is `[n]` for an unzoned fleet. Returns
-/// `None` when there are too many zones to enumerate the splits exactly.
+/// two tenants of subset size `k` placed independently and uniformly:
+/// hypergeometric for an unzoned fleet, and for zone-aware placement the
+/// convolution over zones of per-zone hypergeometrics, averaged over the
+/// ways a tenant's members can be split across zones. `zone_sizes` is `[n]`
+/// for an unzoned fleet. Returns `None` only when `k` exceeds the fleet.
 pub fn expected_shared_counts(zone_sizes: &[usize], k: usize) -> Option<Vec<f64>> {
-    let splits = allocations(zone_sizes, k)?;
-    let mut expected = vec![0.0; k + 1];
-    for (split_a, p_a) in &splits {
-        for (split_b, p_b) in &splits {
-            // Distribution of the total shared count: convolve the zones.
-            let mut total = vec![1.0];
-            for (zone, &size) in zone_sizes.iter().enumerate() {
-                let (a, b) = (split_a[zone], split_b[zone]);
-                let zone_dist: Vec<f64> = (0..=a.min(b))
-                    .map(|j| hypergeometric(size, a, b, j))
-                    .collect();
-                let mut next = vec![0.0; total.len() + zone_dist.len() - 1];
-                for (i, &p) in total.iter().enumerate() {
-                    for (j, &q) in zone_dist.iter().enumerate() {
-                        next[i + j] += p * q;
-                    }
-                }
-                total = next;
+    expected_shared_counts_mixed(zone_sizes, &[(k, 2)])
+}
+
+/// [`expected_shared_counts`] for a population with several subset sizes
+/// (per-tenant `k`): `sizes` holds each subset size with its number of
+/// tenants, and the expectation is over all pairs of tenants, so a pair of
+/// two sizes weighs by how many such pairs there are. Any number of zones.
+/// The result has `max k + 1` entries; `None` when a size exceeds the fleet
+/// or there are no sizes.
+pub fn expected_shared_counts_mixed(
+    zone_sizes: &[usize],
+    sizes: &[(usize, u64)],
+) -> Option<Vec<f64>> {
+    let max_k = sizes.iter().map(|&(k, _)| k).max()?;
+    let splits: Vec<(Split, u64)> = sizes
+        .iter()
+        .map(|&(k, tenants)| Some((split(zone_sizes, k)?, tenants)))
+        .collect::<Option<_>>()?;
+    let mut expected = vec![0.0; max_k + 1];
+    let mut total_pairs = 0.0;
+    for (i, (a, count_a)) in splits.iter().enumerate() {
+        for (b, count_b) in &splits[i..] {
+            let same = std::ptr::eq(a, b);
+            let pairs = if same {
+                binomial(*count_a, 2) as f64
+            } else {
+                *count_a as f64 * *count_b as f64
+            };
+            if pairs == 0.0 {
+                continue;
             }
-            for (j, p) in total.into_iter().enumerate() {
-                expected[j] += p_a * p_b * p;
+            total_pairs += pairs;
+            for (j, p) in shared_distribution(zone_sizes, a, b)
+                .into_iter()
+                .enumerate()
+            {
+                expected[j] += pairs * p;
             }
         }
     }
+    if total_pairs == 0.0 {
+        // Fewer than two tenants: the expectation for the largest size.
+        let (a, _) = splits
+            .iter()
+            .find(|(s, _)| s.base.iter().sum::<usize>() + s.extra == max_k)?;
+        let only = shared_distribution(zone_sizes, a, a);
+        expected[..only.len()].copy_from_slice(&only);
+        return Some(expected);
+    }
+    expected.iter_mut().for_each(|e| *e /= total_pairs);
     Some(expected)
+}
+
+/// The distribution of the shared count of two independently placed
+/// tenants with splits `a` and `b`: zone by zone, over which open zones
+/// each gives its extra members to (a dynamic programme over how many
+/// extras each has placed so far, so no split is enumerated).
+fn shared_distribution(zone_sizes: &[usize], a: &Split, b: &Split) -> Vec<f64> {
+    // dp[x][y][j]: ways (weighted by probability) to have placed x of a's
+    // extras and y of b's over the zones so far, sharing j members.
+    let k_a = a.base.iter().sum::<usize>() + a.extra;
+    let k_b = b.base.iter().sum::<usize>() + b.extra;
+    let width = k_a.min(k_b) + 1;
+    let mut dp = vec![vec![vec![0.0; width]; b.extra + 1]; a.extra + 1];
+    dp[0][0][0] = 1.0;
+    for (zone, &size) in zone_sizes.iter().enumerate() {
+        let mut next = vec![vec![vec![0.0; width]; b.extra + 1]; a.extra + 1];
+        let extra_a: &[usize] = if a.open[zone] { &[0, 1] } else { &[0] };
+        let extra_b: &[usize] = if b.open[zone] { &[0, 1] } else { &[0] };
+        for x in 0..=a.extra {
+            for y in 0..=b.extra {
+                for j in 0..width {
+                    let weight = dp[x][y][j];
+                    if weight == 0.0 {
+                        continue;
+                    }
+                    for &dx in extra_a.iter().filter(|&&dx| x + dx <= a.extra) {
+                        for &dy in extra_b.iter().filter(|&&dy| y + dy <= b.extra) {
+                            let (in_a, in_b) = (a.base[zone] + dx, b.base[zone] + dy);
+                            for shared in 0..=in_a.min(in_b) {
+                                if j + shared < width {
+                                    next[x + dx][y + dy][j + shared] +=
+                                        weight * hypergeometric(size, in_a, in_b, shared);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        dp = next;
+    }
+    let open = |s: &Split| s.open.iter().filter(|&&o| o).count() as u64;
+    let ways = binomial(open(a), a.extra as u64) as f64 * binomial(open(b), b.extra as u64) as f64;
+    dp[a.extra][b.extra].iter().map(|w| w / ways).collect()
 }
 
 /// The zone sizes the closed-form expectation takes: one per zone when
@@ -141,6 +211,45 @@ mod tests {
         assert!((expected.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         // P(identical) = 1 / C(16, 3).
         assert!((expected[3] - 1.0 / 560.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn mixed_sizes_weigh_pairs_by_how_many_there_are() {
+        // 3 tenants of k = 1 and 1 of k = 2 on 4 shards: 3 pairs of k = 1
+        // share with probability 1/4, 3 mixed pairs with probability 1/2.
+        let expected = expected_shared_counts_mixed(&[4], &[(1, 3), (2, 1)]).unwrap();
+        assert_eq!(expected.len(), 3);
+        let share_one = (3.0 * 0.25 + 3.0 * 0.5) / 6.0;
+        assert!((expected[1] - share_one).abs() < 1e-12, "{expected:?}");
+        assert_eq!(expected[2], 0.0);
+    }
+
+    #[test]
+    fn twelve_zones_have_an_expectation() {
+        // One member in each of 2 of 12 zones of 4: each zone is shared
+        // when both tenants picked it, P = (2/12)·(2/12)·... summed exactly;
+        // the distribution must be a distribution and P(share 0) must match
+        // the direct count: pick B's zones, A's avoid them or miss the shard.
+        let expected = expected_shared_counts(&[4; 12], 2).unwrap();
+        assert!((expected.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        // Same as unzoned-within-zone reasoning: a given member of B is
+        // shared with A when A has a member in that zone (2/12) on the same
+        // shard (1/4): 1/24 per member, and members are in distinct zones.
+        let p_member = 1.0 / 24.0;
+        let p_zero = {
+            // P(no match) over B's two zones, A's zones drawn without
+            // replacement: enumerate how many of A's 2 zones hit B's 2.
+            let hit = |h: usize| match h {
+                0 => 45.0 / 66.0,
+                1 => 20.0 / 66.0,
+                _ => 1.0 / 66.0,
+            };
+            (0..=2)
+                .map(|h| hit(h) * 0.75f64.powi(h as i32))
+                .sum::<f64>()
+        };
+        assert!((expected[0] - p_zero).abs() < 1e-12, "{expected:?}");
+        assert!((expected[1] + 2.0 * expected[2] - 2.0 * p_member).abs() < 1e-12);
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! stored sorted. With no per-tenant overrides every subset has the same
 //! size and no offsets are stored at all.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use placement::{Placer, ShardIndex};
+
 use rayon::prelude::*;
 
 use crate::population::Population;
@@ -32,8 +35,24 @@ pub struct Placements {
 impl Placements {
     /// Places every tenant of `population` with `placer`.
     pub fn compute(placer: &Placer, population: &Population) -> Self {
+        Self::compute_with_progress(placer, population, &|_, _| {})
+    }
+
+    /// [`compute`](Self::compute), calling `progress` with the tenants
+    /// placed so far and the total as chunks finish.
+    pub fn compute_with_progress(
+        placer: &Placer,
+        population: &Population,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Self {
         let n = placer.fleet().len();
         let tenants = population.len();
+        let placed = AtomicU64::new(0);
+        let chunk_done = |count: usize| {
+            let done = placed.fetch_add(count as u64, Ordering::Relaxed) + count as u64;
+            progress(done, tenants as u64);
+        };
+        progress(0, tenants as u64);
         let any_override = (0..tenants)
             .into_par_iter()
             .any(|t| placer.has_override(&population.id(t)));
@@ -50,6 +69,7 @@ impl Placements {
                         subset.sort_unstable();
                         slot.copy_from_slice(&subset);
                     }
+                    chunk_done(out.len() / k.max(1));
                 });
             return Self {
                 n,
@@ -69,6 +89,7 @@ impl Placements {
                     members.extend_from_slice(&subset);
                     sizes.push(subset.len());
                 }
+                chunk_done(sizes.len());
                 (members, sizes)
             })
             .collect();
@@ -144,5 +165,42 @@ impl Placements {
             Layout::Uniform(k) => *k,
             Layout::Ragged(offsets) => offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use placement::{Algorithm, Fleet, PlacementConfig, PlacementKey};
+
+    use super::*;
+
+    #[test]
+    fn placing_reports_progress_as_chunks_finish() {
+        // A progress bar that jumps from nothing to done is a silent gap:
+        // placing must report as it goes and end at the total.
+        let config = PlacementConfig {
+            algorithm: Algorithm::HmacModulo,
+            k: 3,
+            zone_aware: false,
+        };
+        let placer = Placer::new(
+            Fleet::uniform(16).unwrap(),
+            &PlacementKey::recipe_default(),
+            config,
+        )
+        .unwrap();
+        let population = Population::synthetic(CHUNK * 5 + 7);
+        let seen = Mutex::new(Vec::new());
+        let placements = Placements::compute_with_progress(&placer, &population, &|done, total| {
+            seen.lock().unwrap().push((done, total));
+        });
+        assert_eq!(placements.len(), population.len());
+        let seen = seen.into_inner().unwrap();
+        let total = population.len() as u64;
+        assert!(seen.len() >= 7, "{seen:?}");
+        assert!(seen.iter().all(|&(done, t)| t == total && done <= total));
+        assert_eq!(seen.iter().map(|&(done, _)| done).max(), Some(total));
     }
 }

@@ -12,7 +12,7 @@ use placement::{
 };
 use serde::Serialize;
 
-use crate::blast::BlastModel;
+use crate::blast::{BlastModel, TrafficModel};
 use crate::error::{AnalysisError, check_failures};
 use crate::overlap;
 use crate::placements::Placements;
@@ -51,6 +51,25 @@ pub struct PlanRow {
     pub overlap: f64,
     /// Whether this `k` meets every budget.
     pub meets_budget: bool,
+    /// The same figures by share of traffic, for a weighted population
+    /// (`None` without weights).
+    pub traffic: Option<TrafficRow>,
+}
+
+/// A plan row's figures by share of traffic (tenant weights) rather than
+/// by tenant count: a whale fully down weighs what it carries.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrafficRow {
+    /// Worst share of traffic fully down over every set of
+    /// `concurrent_failures` failed shards (`None` when the search was too
+    /// large).
+    pub worst_fully_down: Option<f64>,
+    /// The failure set behind it.
+    pub worst_failed: Vec<ShardIndex>,
+    /// Widest share of traffic degraded by one failure.
+    pub degraded_one_failure: f64,
+    /// Whether this `k` meets every budget, read as shares of traffic.
+    pub meets_budget: bool,
 }
 
 /// A table of candidate `k`s and the recommendation.
@@ -64,10 +83,21 @@ pub struct Plan {
     pub recommended: Option<u32>,
     /// One sentence saying what was recommended, or which budget binds.
     pub verdict: String,
+    /// For a weighted population: the smallest `k` meeting every budget
+    /// read as shares of traffic.
+    pub recommended_by_traffic: Option<u32>,
+    /// For a weighted population: the verdict by share of traffic (`None`
+    /// without weights).
+    pub traffic_verdict: Option<String>,
 }
 
-/// Sets the exact worst-case search may visit per `k` before giving up.
-const SEARCH_BUDGET: u128 = 200_000_000;
+/// Work (failure sets visited times the lookups or subsets each costs) the
+/// exact worst-case search may do per `k` before giving up.
+const SEARCH_BUDGET: u128 = 1_000_000_000;
+
+/// Progress units per candidate `k`: [`plan_with`] reports in thousandths
+/// of a candidate, so a bar moves while one `k`'s search runs.
+pub const PROGRESS_PER_K: u64 = 1000;
 
 /// Measures `k = 1 ..= min(n, 8)` and recommends one.
 pub fn plan(
@@ -77,7 +107,7 @@ pub fn plan(
     zone_aware: bool,
     population: &Population,
     budget: Budget,
-    progress: &(dyn Fn(u32, u32) + Sync),
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Plan, AnalysisError> {
     let placement = PlanPlacement {
         fleet,
@@ -139,22 +169,56 @@ pub struct PoisonWarning {
 }
 
 /// [`plan`] with per-tenant overrides applied to every candidate `k`.
+///
+/// `progress` is called with `(done, total)` in units of
+/// [`PROGRESS_PER_K`] per candidate: placing and the worst-case search each
+/// move it, so no candidate is a silent gap.
 pub fn plan_with(
     placement: &PlanPlacement<'_>,
     population: &Population,
     budget: Budget,
-    progress: &(dyn Fn(u32, u32) + Sync),
+    progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Plan, AnalysisError> {
     let fleet = placement.fleet;
     check_failures(budget.concurrent_failures, fleet.len())?;
     let max_k = (fleet.len() as u32).min(MAX_PLAN_K);
     let tenants = population.len().max(1) as f64;
     let mut rows = Vec::new();
+    let total = u64::from(max_k) * PROGRESS_PER_K;
     for k in 1..=max_k {
+        let start = u64::from(k - 1) * PROGRESS_PER_K;
+        // Thousandths of this candidate: placing 0–200, the search 200–900.
+        let part = |from: u64, width: u64| {
+            move |done: u64, of: u64| progress(start + from + width * done / of.max(1), total)
+        };
         let placer = placement.placer(k)?;
-        let placements = Placements::compute(&placer, population);
+        let placements = Placements::compute_with_progress(&placer, population, &part(0, 200));
         let model = BlastModel::new(&placements)?;
-        let worst = model.worst_fully_down(budget.concurrent_failures, SEARCH_BUDGET)?;
+        let weighted = population.weights().is_some();
+        let worst = model.worst_fully_down(
+            budget.concurrent_failures,
+            SEARCH_BUDGET,
+            &part(200, if weighted { 400 } else { 700 }),
+        )?;
+        let traffic = if weighted {
+            let traffic = TrafficModel::new(&model, &placements, population);
+            let worst = traffic.worst_fully_down(
+                budget.concurrent_failures,
+                SEARCH_BUDGET,
+                &part(600, 300),
+            )?;
+            let degraded_one_failure = traffic.widest_degraded_one_failure();
+            let worst_fully_down = worst.as_ref().map(|(share, _)| *share);
+            Some(TrafficRow {
+                meets_budget: degraded_one_failure <= budget.max_degraded
+                    && worst_fully_down.is_some_and(|share| share <= budget.max_fully_down),
+                worst_fully_down,
+                worst_failed: worst.map(|(_, set)| set).unwrap_or_default(),
+                degraded_one_failure,
+            })
+        } else {
+            None
+        };
         let degraded =
             model.tenants_per_shard().iter().copied().max().unwrap_or(0) as f64 / tenants;
         let worst_fully_down = worst.as_ref().map(|(count, _)| *count as f64 / tenants);
@@ -168,16 +232,34 @@ pub fn plan_with(
             capacity_lost: model.mean_single_failure_capacity_lost(),
             overlap: overlap::exact(&model).fraction,
             meets_budget,
+            traffic,
         });
-        progress(k, max_k);
+        progress(u64::from(k) * PROGRESS_PER_K, total);
     }
     let recommended = rows.iter().find(|row| row.meets_budget).map(|row| row.k);
-    let verdict = verdict(&rows, budget, recommended);
+    let by_count = verdict(&rows, budget, recommended, "tenants");
+    // By traffic: the same verdict over the rows' traffic figures.
+    let by_traffic = traffic_rows(&rows);
+    let (recommended_by_traffic, traffic_verdict) = match by_traffic {
+        Some(traffic_rows) if !traffic_rows.is_empty() => {
+            let recommended = traffic_rows
+                .iter()
+                .find(|row| row.meets_budget)
+                .map(|row| row.k);
+            (
+                recommended,
+                Some(verdict(&traffic_rows, budget, recommended, "traffic")),
+            )
+        }
+        _ => (None, None),
+    };
     Ok(Plan {
         budget,
         rows,
         recommended,
-        verdict,
+        verdict: by_count,
+        recommended_by_traffic,
+        traffic_verdict,
     })
 }
 
@@ -228,11 +310,13 @@ pub fn poison_warnings(
     Ok(warnings)
 }
 
-fn verdict(rows: &[PlanRow], budget: Budget, recommended: Option<u32>) -> String {
+/// The plan's one-sentence verdict; `of` names what the shares are of
+/// ("tenants" or "traffic").
+fn verdict(rows: &[PlanRow], budget: Budget, recommended: Option<u32>, of: &str) -> String {
     let percent = |f: f64| format!("{:.3}%", f * 100.0);
     if let Some(k) = recommended {
         return format!(
-            "k = {k} is the smallest k that keeps one failure under {} of tenants degraded and {} concurrent failures under {} fully down.",
+            "k = {k} is the smallest k that keeps one failure under {} of {of} degraded and {} concurrent failures under {} fully down.",
             percent(budget.max_degraded),
             budget.concurrent_failures,
             percent(budget.max_fully_down)
@@ -254,12 +338,12 @@ fn verdict(rows: &[PlanRow], budget: Budget, recommended: Option<u32>) -> String
     let last = rows.last().map_or(0, |r| r.k);
     match (degraded_ok.last(), down_ok.first()) {
         (None, _) => format!(
-            "No k meets the degraded budget: even k = 1 degrades {} of tenants on one failure, above {}; add shards or relax --max-degraded.",
+            "No k meets the degraded budget: even k = 1 degrades {} of {of} on one failure, above {}; add shards or relax --max-degraded.",
             percent(rows.first().map_or(0.0, |r| r.degraded_one_failure)),
             percent(budget.max_degraded)
         ),
         (_, None) => format!(
-            "No k up to {last} meets the fully-down budget: at k = {last}, {} concurrent failures can fully down {} of tenants, above {}; add shards or relax --max-fully-down.",
+            "No k up to {last} meets the fully-down budget: at k = {last}, {} concurrent failures can fully down {} of {of}, above {}; add shards or relax --max-fully-down.",
             budget.concurrent_failures,
             rows.last()
                 .and_then(|r| r.worst_fully_down)
@@ -272,9 +356,66 @@ fn verdict(rows: &[PlanRow], budget: Budget, recommended: Option<u32>) -> String
     }
 }
 
+/// The rows with their figures by share of traffic in place of those by
+/// tenant count, when every row has them (a weighted population).
+pub fn traffic_rows(rows: &[PlanRow]) -> Option<Vec<PlanRow>> {
+    rows.iter()
+        .map(|row| {
+            let traffic = row.traffic.as_ref()?;
+            Some(PlanRow {
+                worst_fully_down: traffic.worst_fully_down,
+                worst_failed: traffic.worst_failed.clone(),
+                degraded_one_failure: traffic.degraded_one_failure,
+                meets_budget: traffic.meets_budget,
+                traffic: None,
+                ..row.clone()
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_moves_inside_every_candidate_and_ends_at_the_total() {
+        // The bar must not sit still for a whole candidate: placing and the
+        // worst-case search report as they go (from several threads, so two
+        // reports may arrive out of order; never past the total).
+        let seen = std::sync::Mutex::new(Vec::new());
+        let fleet = Fleet::uniform(12).unwrap();
+        let budget = Budget {
+            max_degraded: 1.0,
+            max_fully_down: 1.0,
+            concurrent_failures: 9,
+        };
+        plan(
+            &fleet,
+            &PlacementKey::recipe_default(),
+            Algorithm::HmacModulo,
+            false,
+            &Population::synthetic(20_000),
+            budget,
+            &|done, total| seen.lock().unwrap().push((done, total)),
+        )
+        .unwrap();
+        let seen = seen.into_inner().unwrap();
+        let total = 8 * PROGRESS_PER_K;
+        assert!(seen.iter().all(|&(done, t)| t == total && done <= total));
+        assert_eq!(seen.last(), Some(&(total, total)));
+        for k in 0..8 {
+            let inside = seen
+                .iter()
+                .filter(|&&(done, _)| done > k * PROGRESS_PER_K && done < (k + 1) * PROGRESS_PER_K)
+                .count();
+            assert!(
+                inside >= 2,
+                "candidate {} reported {inside} times inside",
+                k + 1
+            );
+        }
+    }
 
     #[test]
     fn a_whale_override_warns_when_its_poison_breaks_the_budget() {

@@ -43,6 +43,19 @@ impl Population {
         }
     }
 
+    /// Checks weights given as a list rather than a tenants file (the
+    /// Python package's): each large enough to compute loads with, as the
+    /// tenants file's are, and their sum finite.
+    pub fn check_listed_weights(weights: &[f64]) -> Result<(), AnalysisError> {
+        if let Some(position) = weights.iter().position(|&w| w < f64::MIN_POSITIVE) {
+            return Err(AnalysisError::ListedWeightTooSmall {
+                position,
+                weight: weights[position],
+            });
+        }
+        check_weight_sum(weights)
+    }
+
     /// Parses a tenants file: one tenant id per line, optionally followed by
     /// a tab and a positive weight (that tenant's traffic share). Blank lines
     /// and lines starting with `#` are skipped; a trailing `\r` is dropped.
@@ -60,7 +73,20 @@ impl Population {
             }
             let fields: Vec<&str> = line.split('\t').collect();
             let (id, weight) = match fields.as_slice() {
-                [id] => (*id, None),
+                [id] => {
+                    // `acme 2.5` is almost always a weight typed with a
+                    // space; taking it as the id "acme 2.5" would silently
+                    // drop the weight.
+                    if let Some((_, last)) = id.trim_end().rsplit_once([' ', '\t'])
+                        && last.parse::<f64>().is_ok()
+                    {
+                        return Err(AnalysisError::WeightAfterSpace {
+                            line: line_no,
+                            text: (*id).to_owned(),
+                        });
+                    }
+                    (*id, None)
+                }
                 [id, weight] => {
                     let text = weight.trim();
                     let value: f64 = text.parse().map_err(|_| AnalysisError::BadWeight {
@@ -69,6 +95,12 @@ impl Population {
                     })?;
                     if !(value.is_finite() && value > 0.0) {
                         return Err(AnalysisError::BadWeight {
+                            line: line_no,
+                            text: text.to_owned(),
+                        });
+                    }
+                    if value < f64::MIN_POSITIVE {
+                        return Err(AnalysisError::WeightTooSmall {
                             line: line_no,
                             text: text.to_owned(),
                         });
@@ -103,6 +135,7 @@ impl Population {
         if ids.is_empty() {
             return Err(AnalysisError::NoTenants);
         }
+        check_weight_sum(&weights)?;
         let weights = (weighted == Some(true)).then_some(weights);
         Ok(Self::listed(ids, weights))
     }
@@ -155,6 +188,15 @@ impl Population {
     }
 }
 
+/// Refuses weights whose sum overflows: every share would be zero or NaN.
+fn check_weight_sum(weights: &[f64]) -> Result<(), AnalysisError> {
+    if weights.iter().sum::<f64>().is_finite() {
+        Ok(())
+    } else {
+        Err(AnalysisError::WeightsOverflow)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +228,28 @@ mod tests {
                 "{bad}"
             );
         }
+        assert!(matches!(
+            Population::parse("a\t1\nb 2.5\n"),
+            Err(AnalysisError::WeightAfterSpace { line: 2, .. })
+        ));
+        assert!(Population::parse("a b\nc\n").is_ok(), "an id with a space");
+        assert!(matches!(
+            Population::parse("a\t1e308\nb\t1e308\n"),
+            Err(AnalysisError::WeightsOverflow)
+        ));
+        assert!(matches!(
+            Population::parse("a\t1e-320\nb\t1\n"),
+            Err(AnalysisError::WeightTooSmall { line: 1, .. })
+        ));
+        assert!(matches!(
+            Population::check_listed_weights(&[1.0, 1e-320]),
+            Err(AnalysisError::ListedWeightTooSmall { position: 1, .. })
+        ));
+        assert!(matches!(
+            Population::check_listed_weights(&[1e308, 1e308]),
+            Err(AnalysisError::WeightsOverflow)
+        ));
+        assert!(Population::check_listed_weights(&[1e-300, 1e300]).is_ok());
         assert!(matches!(
             Population::parse("a\t1\t2"),
             Err(AnalysisError::TooManyFields { line: 1, fields: 3 })

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use analysis::{BlastModel, Placements, overlap};
+use analysis::{BlastModel, Placements, Population, Strategy as Answer, TrafficModel, overlap};
 use proptest::prelude::*;
 
 use crate::reference;
@@ -33,6 +33,74 @@ proptest! {
         prop_assert_eq!(impact.fully_down, reference::fully_down(&subsets, &failed));
         prop_assert_eq!(impact.degraded, reference::degraded(&subsets, &failed));
         prop_assert!((impact.capacity_lost - reference::capacity_lost(&subsets, &failed)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn every_strategy_matches_reference((n, subsets) in population(), failed in proptest::collection::btree_set(0u32..12, 1..=12)) {
+        // Failure sets of every size, the whole fleet included, answered by
+        // lookups over the failed set, lookups over the survivors, and a
+        // scan: each must equal the naive loop, whichever is chosen.
+        let failed: BTreeSet<u32> = failed.into_iter().filter(|&s| s < n).collect();
+        prop_assume!(!failed.is_empty());
+        let model = BlastModel::new(&Placements::from_subsets(n as usize, &subsets)).unwrap();
+        let failed_list: Vec<u32> = failed.iter().copied().collect();
+        for strategy in [Answer::Lookup, Answer::Complement, Answer::Scan] {
+            let impact = model.impact_with(&failed_list, strategy).unwrap();
+            prop_assert_eq!(impact.fully_down, reference::fully_down(&subsets, &failed), "{:?}", strategy);
+            prop_assert_eq!(impact.degraded, reference::degraded(&subsets, &failed), "{:?}", strategy);
+        }
+    }
+
+    #[test]
+    fn sweeps_of_large_sets_match_reference((n, subsets) in population(), missing in 0usize..4) {
+        // A sweep of n - missing failures: the sizes where lookups over the
+        // failed set are dearest and the complement or a scan is chosen.
+        prop_assume!(missing < n as usize);
+        let size = n as usize - missing;
+        let model = BlastModel::new(&Placements::from_subsets(n as usize, &subsets)).unwrap();
+        let sweep = model.sweep(size, u64::MAX, 0, &|_, _| {}).unwrap();
+        let sets = reference::all_sets(n, size);
+        prop_assert_eq!(sweep.sets, sets.len() as u64);
+        let down: Vec<u64> = sets.iter().map(|f| reference::fully_down(&subsets, f)).collect();
+        let hit: Vec<u64> = sets.iter().map(|f| reference::degraded(&subsets, f)).collect();
+        prop_assert_eq!(sweep.fully_down.worst, *down.iter().max().unwrap());
+        prop_assert_eq!(sweep.degraded.worst, *hit.iter().max().unwrap());
+        let mean = down.iter().sum::<u64>() as f64 / down.len() as f64;
+        prop_assert!((sweep.fully_down.mean - mean).abs() < 1e-9);
+        let (worst, _) = model.worst_fully_down(size, u128::MAX, &|_, _| {}).unwrap().unwrap();
+        prop_assert_eq!(worst, *down.iter().max().unwrap());
+    }
+
+    #[test]
+    fn traffic_figures_match_a_weighted_reference((n, subsets) in population(), size in 1usize..6, seed in 0u64..1000) {
+        // Weights from 0.5 to 50: the worst set by traffic need not be the
+        // worst by count, so each is searched on its own.
+        prop_assume!(size as u32 <= n);
+        let weights: Vec<f64> = (0..subsets.len() as u64)
+            .map(|t| 0.5 + ((t * 7919 + seed * 104_729) % 100) as f64 / 2.0)
+            .collect();
+        let population = Population::listed((0..subsets.len()).map(|t| format!("t{t}")).collect(), Some(weights.clone()));
+        let placements = Placements::from_subsets(n as usize, &subsets);
+        let model = BlastModel::new(&placements).unwrap();
+        let traffic = TrafficModel::new(&model, &placements, &population);
+        let total: f64 = weights.iter().sum();
+        let down = |failed: &BTreeSet<u32>| -> f64 {
+            subsets.iter().zip(&weights).filter(|(s, _)| s.iter().all(|m| failed.contains(m))).map(|(_, w)| w).sum::<f64>() / total
+        };
+        let sets = reference::all_sets(n, size);
+        let expected = sets.iter().map(down).fold(0.0, f64::max);
+        let (worst, set) = traffic.worst_fully_down(size, u128::MAX, &|_, _| {}).unwrap().unwrap();
+        prop_assert!((worst - expected).abs() < 1e-9, "{} vs {}", worst, expected);
+        let set: BTreeSet<u32> = set.into_iter().collect();
+        prop_assert!((down(&set) - worst).abs() < 1e-9);
+        for failed in &sets {
+            let list: Vec<u32> = failed.iter().copied().collect();
+            prop_assert!((traffic.fully_down_share(&list) - down(failed)).abs() < 1e-9);
+        }
+        let widest = (0..n).map(|s| {
+            subsets.iter().zip(&weights).filter(|(sub, _)| sub.contains(&s)).map(|(_, w)| w).sum::<f64>() / total
+        }).fold(0.0, f64::max);
+        prop_assert!((traffic.widest_degraded_one_failure() - widest).abs() < 1e-9);
     }
 
     #[test]
@@ -68,7 +136,7 @@ proptest! {
         prop_assume!(size as u32 <= n);
         let placements = Placements::from_subsets(n as usize, &subsets);
         let model = BlastModel::new(&placements).unwrap();
-        let (worst, set) = model.worst_fully_down(size, u128::MAX).unwrap().unwrap();
+        let (worst, set) = model.worst_fully_down(size, u128::MAX, &|_, _| {}).unwrap().unwrap();
         let expected = reference::all_sets(n, size).iter().map(|f| reference::fully_down(&subsets, f)).max().unwrap();
         prop_assert_eq!(worst, expected);
         prop_assert_eq!(set.len(), size);
@@ -114,7 +182,7 @@ proptest! {
     fn real_placements_match_reference(placer in placer(), tenants in 2usize..80, weights in proptest::collection::vec(0.01f64..100.0, 80)) {
         let weights = &weights[..tenants];
         let ids: Vec<String> = (0..tenants).map(|t| format!("t{t}")).collect();
-        let population = analysis::Population::listed(ids.clone(), Some(weights.to_vec()));
+        let population = Population::listed(ids.clone(), Some(weights.to_vec()));
         let placements = Placements::compute(&placer, &population);
         let subsets: Vec<Vec<u32>> = ids.iter().map(|id| placer.subset(id)).collect();
         let n = placer.fleet().len();
@@ -163,10 +231,11 @@ proptest! {
 
     #[test]
     fn migration_matches_reference(before in placer(), after in placer(), tenants in 1usize..60) {
-        let population = analysis::Population::synthetic(tenants);
+        let population = Population::synthetic(tenants);
         let report = analysis::migrate::migrate(&before, &after, &population, usize::MAX);
         let mut changed = 0;
         let mut gained = 0;
+        let mut dropped = 0;
         for t in 0..tenants {
             let id = format!("tenant-{t}");
             let old: BTreeSet<String> = before.subset_ids(&id).into_iter().map(String::from).collect();
@@ -174,10 +243,12 @@ proptest! {
             if old != new {
                 changed += 1;
                 gained += new.difference(&old).count() as u64;
+                dropped += old.difference(&new).count() as u64;
             }
         }
         prop_assert_eq!(report.changed, changed);
         prop_assert_eq!(report.members_moved, gained);
+        prop_assert_eq!(report.members_dropped, dropped);
         prop_assert_eq!(report.moved_per_tenant.iter().sum::<u64>(), tenants as u64);
     }
 }
@@ -209,11 +280,8 @@ fn measured_overlap_is_near_the_closed_form() {
             config,
         )
         .unwrap();
-        let model = BlastModel::new(&Placements::compute(
-            &placer,
-            &analysis::Population::synthetic(2000),
-        ))
-        .unwrap();
+        let model =
+            BlastModel::new(&Placements::compute(&placer, &Population::synthetic(2000))).unwrap();
         let measured = overlap::exact(&model).shared_counts;
         let expected = overlap::expected_shared_counts(&sizes, 3).unwrap();
         for (m, e) in measured.iter().zip(&expected) {

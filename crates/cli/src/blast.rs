@@ -26,7 +26,7 @@ use placement::{Fleet, ShardIndex};
 
 use crate::output::print_answer;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note};
-use crate::population_args::PopulationArgs;
+use crate::population_args::{PopulationArgs, check_overrides};
 use crate::progress::Bars;
 use crate::table::{Align, Table, count_of, number, percent, shard_list};
 
@@ -45,6 +45,14 @@ const AFTER_HELP: &str = "\
 A tenant is fully down when every one of its shards failed, and degraded \
 when at least one did. Every run reports the exact share of tenant pairs \
 that share shards, next to what independent uniform placement would give.
+
+Capacity lost (per degraded tenant): the mean, over the degraded tenants, \
+of the share of their shards that failed; with failover inside the subset, \
+the share of its capacity a degraded tenant loses. A sweep's mean, p50 and \
+p99 are over its failure sets; p50 and p99 are nearest-rank percentiles \
+(the smallest count that at least 50% / 99% of the sets do not exceed). A \
+sampled sweep (more sets than --max-sets) draws distinct sets, and its \
+worst is a lower bound on the true worst.
 
 Examples:
   shuffle-shard blast --shards 16 --k 2 --tenants 2000 --fail 3,7 --fail 0,1
@@ -147,6 +155,7 @@ pub fn run(args: BlastArgs) -> Result<()> {
     // mistake is reported at once rather than after minutes of placing.
     let PlacementSetup { placer, key_note } = args.placement.placer()?;
     let population = args.population.load()?;
+    check_overrides(&args.placement.overrides()?, &population)?;
     let fleet = placer.fleet();
     let mut scenarios = args
         .fail
@@ -210,11 +219,8 @@ fn failure_set(fleet: &Fleet, text: &str) -> Result<Scenario> {
         })?;
         shards.push(index);
     }
-    Ok(Scenario {
-        name: text.to_owned(),
-        zone: None,
-        shards,
-    })
+    Scenario::listed(text.to_owned(), shards, fleet)
+        .map_err(|error| anyhow!("--fail {text}: {error}"))
 }
 
 /// Refuses sweeps that cannot run before any work is done.
@@ -272,9 +278,9 @@ fn check_poison(args: &BlastArgs) -> Result<()> {
     Ok(())
 }
 
-/// Checks `--capacity`: a positive number, and only with weights, since
+/// Checks `--capacity` (here and in `report`): a positive number, and only with weights, since
 /// without them there is no load to compare it with.
-fn check_capacity(capacity: Option<f64>, population: &Population) -> Result<Option<f64>> {
+pub fn check_capacity(capacity: Option<f64>, population: &Population) -> Result<Option<f64>> {
     let Some(capacity) = capacity else {
         return Ok(None);
     };
@@ -377,7 +383,7 @@ fn render_overlap(out: &mut String, overlap: &OverlapJson) {
     }
     out.push_str(&table.render(2));
     if overlap.expected_shared_counts.is_none() {
-        out.push_str("  (no expectation: too many zones to enumerate exactly)\n");
+        out.push_str("  (no expectation: a subset is larger than the fleet)\n");
     }
     out.push('\n');
 }
@@ -407,7 +413,7 @@ fn render_scenarios(out: &mut String, scenarios: &[ScenarioJson]) {
 fn render_sweep(out: &mut String, sweep: &SweepJson) {
     if sweep.sampled {
         out.push_str(&format!(
-            "Sweep: a random sample of {} of the {} sets of {} failed shards (seed {}; raise --max-sets to evaluate them all).\n",
+            "Sweep: a random sample of {} of the {} sets of {} failed shards, none drawn twice (seed {}; raise --max-sets to evaluate them all).\n",
             sweep.sets,
             sweep.total_sets,
             sweep.failures,
@@ -419,9 +425,16 @@ fn render_sweep(out: &mut String, sweep: &SweepJson) {
             sweep.sets, sweep.failures
         ));
     }
+    // The worst of a sample is only the worst of the sets drawn: a lower
+    // bound on the true worst, and labelled so.
+    let (worst_header, at_least) = if sweep.sampled {
+        ("worst seen (lower bound)", ">= ")
+    } else {
+        ("worst", "")
+    };
     let mut table = Table::new(&[
         ("", Align::Left),
-        ("worst", Align::Right),
+        (worst_header, Align::Right),
         ("worst failed shards", Align::Left),
         ("mean", Align::Right),
         ("p50", Align::Right),
@@ -433,7 +446,10 @@ fn render_sweep(out: &mut String, sweep: &SweepJson) {
     ] {
         table.row(vec![
             name.to_owned(),
-            count_of(figure.worst.count, figure.worst.fraction),
+            format!(
+                "{at_least}{}",
+                count_of(figure.worst.count, figure.worst.fraction)
+            ),
             // A worst of zero is no worst at all: the set that happened to
             // come first would only mislead.
             if figure.worst.count > 0 {
@@ -447,8 +463,18 @@ fn render_sweep(out: &mut String, sweep: &SweepJson) {
         ]);
     }
     out.push_str(&table.render(2));
+    if sweep.sampled {
+        out.push_str(&format!(
+            "  >= marks a lower bound: the worst of {} distinct sets drawn; the worst of all {} may be higher.\n",
+            sweep.sets, sweep.total_sets
+        ));
+    }
+    out.push_str(SWEEP_TERMS);
     out.push('\n');
 }
+
+/// What the sweep's columns mean, under every sweep table.
+const SWEEP_TERMS: &str = "  mean, p50, p99: over the failure sets, of the share of tenants; p50 and p99 are nearest-rank percentiles (the smallest value at least 50% / 99% of the sets do not exceed).\n";
 
 fn render_waves(out: &mut String, waves: &[WaveJson], tenants: u64, fleet: &Fleet) {
     out.push_str(
@@ -726,6 +752,8 @@ mod tests {
             error.contains("\"16\"") && error.contains("16 shards"),
             "{error}"
         );
+        let error = failure_set(&fleet, "3,3").unwrap_err().to_string();
+        assert!(error.contains("listed twice"), "{error}");
         let error = failure_set(&fleet, "3,,4").unwrap_err().to_string();
         assert!(error.contains("empty entry"), "{error}");
     }

@@ -219,8 +219,8 @@ fn render(report: &MigrateReport) -> String {
         percent(change.changed_fraction)
     ));
     out.push_str(&format!(
-        "Shard assignments to create (members moved): {}.\n\n",
-        change.members_moved
+        "Shard assignments to create (members moved): {}; to remove (members dropped): {}.\n\n",
+        change.members_moved, change.members_dropped
     ));
     let mut table = Table::new(&[
         ("members moved", Align::Right),
@@ -245,12 +245,13 @@ fn render(report: &MigrateReport) -> String {
     out.push('\n');
     match &report.comparison {
         Some(comparison) => out.push_str(&format!(
-            "For comparison, the same change under {} would change {} of {} tenants ({}) and move {} members.\n",
+            "For comparison, the same change under {} would change {} of {} tenants ({}), move {} members and drop {}.\n",
             comparison.algorithm,
             comparison.change.changed,
             report.tenants,
             percent(comparison.change.changed_fraction),
-            comparison.change.members_moved
+            comparison.change.members_moved,
+            comparison.change.members_dropped
         )),
         None => out.push_str(
             "No comparison: this change switches the algorithm itself, so there is no other algorithm to run it under.\n",

@@ -132,11 +132,7 @@ impl PlacementArgs {
     /// Builds the placer these options describe, overrides included.
     pub fn placer(&self) -> Result<PlacementSetup> {
         let setup = self.fleet.resolve()?;
-        let overrides = self
-            .tenant_k
-            .iter()
-            .map(|text| parse_tenant_k(text))
-            .collect::<Result<Vec<_>>>()?;
+        let overrides = parse_tenant_ks(&self.tenant_k)?;
         let k = self
             .k
             .ok_or_else(|| anyhow!("--k is required: the number of shards per tenant"))?;
@@ -156,6 +152,29 @@ impl PlacementArgs {
             key_note: setup.key_note,
         })
     }
+}
+
+impl PlacementArgs {
+    /// The `--tenant-k` overrides, parsed and checked for repeats.
+    pub fn overrides(&self) -> Result<Vec<(String, u32)>> {
+        parse_tenant_ks(&self.tenant_k)
+    }
+}
+
+/// Parses every `--tenant-k TENANT=K` and refuses a tenant named twice:
+/// which of two sizes was meant cannot be guessed.
+pub fn parse_tenant_ks(texts: &[String]) -> Result<Vec<(String, u32)>> {
+    let mut parsed: Vec<(String, u32)> = Vec::with_capacity(texts.len());
+    for text in texts {
+        let (tenant, k) = parse_tenant_k(text)?;
+        if let Some((_, earlier)) = parsed.iter().find(|(seen, _)| *seen == tenant) {
+            bail!(
+                "--tenant-k {text:?}: tenant {tenant:?} already has --tenant-k {tenant}={earlier}; give each tenant one --tenant-k"
+            );
+        }
+        parsed.push((tenant, k));
+    }
+    Ok(parsed)
 }
 
 /// Splits `TENANT=K` at the last '=' and parses `K`.

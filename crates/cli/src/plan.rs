@@ -9,8 +9,8 @@ use anyhow::{Result, anyhow, bail};
 use clap::Args;
 
 use crate::output::print_answer;
-use crate::placement_args::{FleetArgs, FleetSetup, parse_tenant_k, print_note};
-use crate::population_args::PopulationArgs;
+use crate::placement_args::{FleetArgs, FleetSetup, parse_tenant_ks, print_note};
+use crate::population_args::{PopulationArgs, check_overrides};
 use crate::progress::Bars;
 use crate::table::{Align, Table, percent, shard_list};
 
@@ -20,6 +20,10 @@ share over every set of --concurrent-failures failed shards (exact), the \
 worst share degraded by one failure, the capacity a degraded tenant loses on \
 one failure, and the share of tenant pairs that share a shard. The \
 recommendation is the smallest k that meets both budgets.
+
+Capacity lost: on one failure, the mean over the degraded tenants of the \
+share of their shards lost (1/k for a tenant with k shards); with failover \
+inside the subset, the share of its capacity a degraded tenant loses.
 
 --tenant-k TENANT=K fixes one tenant's k at every candidate (a whale with a \
 larger subset). A poison tenant crashes its own subset, so such a tenant \
@@ -71,13 +75,10 @@ pub fn run(args: PlanArgs) -> Result<()> {
         args.max_fully_down,
         args.concurrent_failures,
     )?;
-    let overrides = args
-        .tenant_k
-        .iter()
-        .map(|text| parse_tenant_k(text))
-        .collect::<Result<Vec<_>>>()?;
+    let overrides = parse_tenant_ks(&args.tenant_k)?;
     let setup = args.fleet.resolve()?;
     let population = args.population.load()?;
+    check_overrides(&overrides, &population)?;
     check_failures(&setup, budget)?;
     let report = answers::plan(&placement(&setup, &overrides), &population, budget, &Bars)?;
     print_note(setup.key_note);
@@ -192,6 +193,13 @@ fn render(plan: &Plan, shards: usize, tenants: usize, algorithm: &str) -> String
     out.push('\n');
     out.push_str(&plan.verdict);
     out.push('\n');
+    if let Some(traffic) = &plan.traffic_verdict {
+        // With weights a whale fully down weighs what it carries: the same
+        // budgets read as shares of traffic may call for another k.
+        out.push_str(&format!(
+            "By share of traffic (tenant weights): {traffic}\n"
+        ));
+    }
     out
 }
 

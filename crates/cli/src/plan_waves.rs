@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::blast::wave_shards_cell;
 use crate::output::print_answer;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note};
-use crate::population_args::{PopulationArgs, place_all};
+use crate::population_args::{PopulationArgs, check_overrides, place_all};
 use crate::progress::with_progress;
 use crate::table::{Align, Table, count_of};
 
@@ -108,6 +108,7 @@ pub fn run(args: PlanWavesArgs) -> Result<()> {
     // mistake is reported at once rather than after placing.
     let PlacementSetup { placer, key_note } = args.placement.placer()?;
     let population = args.population.load()?;
+    check_overrides(&args.placement.overrides()?, &population)?;
     let fleet = placer.fleet();
     let n = fleet.len();
     let count = args.waves;

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use analysis::{Placements, Population};
+use analysis::{AnalysisError, Placements, Population};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use placement::Placer;
@@ -77,6 +77,19 @@ impl PopulationArgs {
             (None, None) => bail!("give the tenants with --tenants T or --tenants-file PATH"),
         }
     }
+}
+
+/// Refuses a `--tenant-k` for a tenant the population does not have (the
+/// check lives in the analysis crate, so Python refuses it too).
+pub fn check_overrides(overrides: &[(String, u32)], population: &Population) -> Result<()> {
+    analysis::answers::check_overrides(overrides, population).map_err(|error| match &error {
+        AnalysisError::OverrideForAbsentTenant { tenant, k, .. } => {
+            anyhow!(
+                "--tenant-k {tenant}={k}: {error}; name a tenant of --tenants or --tenants-file"
+            )
+        }
+        _ => anyhow!(error),
+    })
 }
 
 /// Places every tenant of `population`, with progress: the first step of

@@ -25,6 +25,9 @@ const SPINNER: &str = "{spinner} {msg} {elapsed}";
 /// Shown once the work reports how far it has got.
 const BAR: &str = "{msg} [{wide_bar}] {human_pos}/{human_len} {elapsed} (eta {eta})";
 
+/// The same for work that reports in thousandths rather than in things.
+const PERMILLE_BAR: &str = "{msg} [{wide_bar}] {per_mille} {elapsed} (eta {eta})";
+
 /// The library's progress callback: `(done, total)`.
 pub type Report<'a> = &'a (dyn Fn(u64, u64) + Sync);
 
@@ -33,6 +36,17 @@ pub type Report<'a> = &'a (dyn Fn(u64, u64) + Sync);
 /// [`DELAY`] and stderr is a terminal; the spinner becomes a bar once the
 /// work reports a total. The bar is cleared when the work ends.
 pub fn with_progress<T>(message: &str, work: impl FnOnce(Report<'_>) -> T) -> T {
+    show(message, BAR, work)
+}
+
+/// [`with_progress`] for work that reports `(done, total)` in units that
+/// mean nothing to a reader (a plan's thousandths of a candidate): the bar
+/// shows a percentage instead of the counts.
+pub fn with_percent_progress<T>(message: &str, work: impl FnOnce(Report<'_>) -> T) -> T {
+    show(message, PERMILLE_BAR, work)
+}
+
+fn show<T>(message: &str, template: &'static str, work: impl FnOnce(Report<'_>) -> T) -> T {
     if !io::stderr().is_terminal() {
         return work(&|_, _| {});
     }
@@ -54,7 +68,7 @@ pub fn with_progress<T>(message: &str, work: impl FnOnce(Report<'_>) -> T) -> T 
         });
         let report = |done: u64, total: u64| {
             if bar.length() != Some(total) {
-                bar.set_style(style(BAR));
+                bar.set_style(style(template));
                 bar.set_length(total);
             }
             bar.set_position(done);
@@ -72,12 +86,26 @@ impl analysis::answers::Progress for Bars {
     fn step<T>(&self, message: &str, work: impl FnOnce(Report<'_>) -> T) -> T {
         with_progress(message, work)
     }
+
+    fn step_in_thousandths<T>(&self, message: &str, work: impl FnOnce(Report<'_>) -> T) -> T {
+        with_percent_progress(message, work)
+    }
 }
 
 /// A style from a template, falling back to the default bar if the
 /// template were ever rejected: a progress bar must never stop the work.
 fn style(template: &str) -> ProgressStyle {
-    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+    ProgressStyle::with_template(template)
+        .map(|style| {
+            style.with_key(
+                "per_mille",
+                |state: &indicatif::ProgressState, out: &mut dyn std::fmt::Write| {
+                    let total = state.len().unwrap_or(0).max(1);
+                    let _ = write!(out, "{:.1}%", state.pos() as f64 * 100.0 / total as f64);
+                },
+            )
+        })
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
 }
 
 #[cfg(test)]
@@ -88,7 +116,7 @@ mod tests {
     fn templates_parse() {
         // A rejected template would silently fall back to the default; check
         // the real ones are accepted.
-        for template in [SPINNER, BAR] {
+        for template in [SPINNER, BAR, PERMILLE_BAR] {
             assert!(ProgressStyle::with_template(template).is_ok(), "{template}");
         }
     }

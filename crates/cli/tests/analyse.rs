@@ -77,7 +77,7 @@ fn blast_json_has_exactly_the_issue_field_names() {
         );
         assert_eq!(
             keys(&sweep[figure]["worst"]),
-            set(&["count", "fraction", "failed"])
+            set(&["count", "fraction", "failed", "bound"])
         );
     }
 
@@ -222,6 +222,11 @@ fn sweeps_are_exact_up_to_max_sets_and_sampled_beyond() {
     );
     assert_eq!(sampled["sweep"]["sets"], 10);
     assert_eq!(sampled["sweep"]["sampled"], true);
+    assert_eq!(
+        sampled["sweep"]["fully_down"]["worst"]["bound"],
+        "lower bound"
+    );
+    assert_eq!(report["sweep"]["fully_down"]["worst"]["bound"], "exact");
 
     // The text says it sampled, and a different seed is still a sample.
     let (text, _) = run_ok(shuffle_shard().args(base).args([
@@ -237,8 +242,13 @@ fn sweeps_are_exact_up_to_max_sets_and_sampled_beyond() {
         "{text}"
     );
     assert!(text.contains("seed 7"), "{text}");
+    assert!(text.contains("none drawn twice"), "{text}");
+    assert!(text.contains("worst seen (lower bound)"), "{text}");
+    assert!(text.contains(">= marks a lower bound"), "{text}");
     let (text, _) = run_ok(shuffle_shard().args(base).args(["--sweep", "2"]));
     assert!(text.contains("all 28 sets of 2 failed shards"), "{text}");
+    assert!(!text.contains("lower bound"), "{text}");
+    assert!(text.contains("nearest-rank"), "{text}");
 }
 
 #[test]
@@ -498,6 +508,24 @@ fn migrate_shows_rendezvous_moving_few_and_modulo_moving_most() {
     assert_eq!(report["from"]["shards"], 20);
     assert_eq!(report["to"]["algorithm"], "rendezvous");
 
+    // Shrinking k under rendezvous drops one member from every tenant and
+    // adds none: the cost is the drops, never "0 moved" alone.
+    let shrink_args = [
+        "migrate",
+        "--from",
+        "shards=20 k=3 algorithm=rendezvous",
+        "--to",
+        "shards=20 k=2 algorithm=rendezvous",
+        "--tenants",
+        "500",
+    ];
+    let shrink = run_json(shuffle_shard().args(shrink_args));
+    assert_eq!(shrink["changed"], 500, "{shrink}");
+    assert_eq!(shrink["members_moved"], 0, "{shrink}");
+    assert_eq!(shrink["members_dropped"], 500, "{shrink}");
+    let (text, _) = run_ok(shuffle_shard().args(shrink_args));
+    assert!(text.contains("to remove (members dropped): 500"), "{text}");
+
     let comparison = &report["comparison"];
     assert_eq!(comparison["algorithm"], "hmac-modulo");
     assert!(
@@ -694,6 +722,9 @@ fn help_documents_each_analyser() {
                 "--tenants-file",
                 "--tenant-k",
                 "Examples:",
+                "Capacity lost",
+                "nearest-rank percentiles",
+                "lower bound",
             ][..],
         ),
         (
@@ -704,6 +735,7 @@ fn help_documents_each_analyser() {
                 "--concurrent-failures",
                 "--zones",
                 "--key-file",
+                "Capacity lost",
             ],
         ),
         (
@@ -826,24 +858,24 @@ fn blast_poison_counts_a_whale_against_a_naive_count() {
 
 #[test]
 fn blast_poison_text_and_bad_options() {
+    // The poison tenant need not be in the population (nor have a
+    // --tenant-k, which only a tenant of the population may have).
     let (stdout, _) = run_ok(shuffle_shard().args([
         "blast",
         "--shards",
         "16",
         "--k",
         "2",
-        "--tenant-k",
-        "whale=8",
         "--tenants",
         "500",
         "--poison",
         "whale",
         "--poison-after",
-        "2",
+        "1",
     ]));
     assert!(stdout.contains("Poison tenants"), "{stdout}");
     assert!(stdout.contains("none: whole subset crashes"), "{stdout}");
-    assert!(stdout.contains("at most 2 crash (worst case)"), "{stdout}");
+    assert!(stdout.contains("at most 1 crash (worst case)"), "{stdout}");
     assert!(
         stdout.contains("whale is not in the population"),
         "{stdout}"
@@ -868,12 +900,16 @@ fn blast_poison_text_and_bad_options() {
 
 #[test]
 fn plan_warns_when_a_whale_override_breaks_the_fully_down_budget() {
+    let mut ids = vec!["whale".to_owned()];
+    ids.extend((0..999).map(|t| format!("tenant-{t}")));
+    let file = temp_file(ids.join("\n").as_bytes());
+    let path = file.path().to_str().unwrap();
     let base = [
         "plan",
         "--shards",
         "16",
-        "--tenants",
-        "1000",
+        "--tenants-file",
+        path,
         "--max-degraded",
         "0.3",
         "--concurrent-failures",
@@ -924,4 +960,194 @@ fn plan_warns_when_a_whale_override_breaks_the_fully_down_budget() {
         "whale",
     ]));
     assert!(error.contains("no '='"), "{error}");
+}
+
+#[test]
+fn issue_21_inputs_once_accepted_silently_are_refused() {
+    let space = temp_file(b"acme\t2\nglobex 1.5\n");
+    let huge = temp_file(b"acme\t1e308\nglobex\t1e308\n");
+    let tiny = temp_file(b"acme\t1e-320\nglobex\t1e-320\n");
+    let zero = temp_file(b"acme\t0\nglobex\t1\n");
+    let path = |file: &tempfile::NamedTempFile| file.path().to_str().unwrap().to_owned();
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec![
+                "--tenants".into(),
+                "10".into(),
+                "--fail".into(),
+                "3,3".into(),
+            ],
+            "listed twice".into(),
+        ),
+        (
+            vec![
+                "--tenants".into(),
+                "10".into(),
+                "--tenant-k".into(),
+                "ghost=4".into(),
+            ],
+            "no tenant \"ghost\"".into(),
+        ),
+        (
+            vec![
+                "--tenants".into(),
+                "10".into(),
+                "--tenant-k".into(),
+                "tenant-1=4".into(),
+                "--tenant-k".into(),
+                "tenant-1=5".into(),
+            ],
+            "already has --tenant-k tenant-1=4".into(),
+        ),
+        (
+            vec!["--tenants-file".into(), path(&space)],
+            "separate them with a TAB".into(),
+        ),
+        (
+            vec!["--tenants-file".into(), path(&huge)],
+            "add up to more than".into(),
+        ),
+        (
+            vec!["--tenants-file".into(), path(&tiny)],
+            "too small".into(),
+        ),
+        (
+            vec!["--tenants-file".into(), path(&zero)],
+            "not a positive number".into(),
+        ),
+    ];
+    for (extra, fragment) in &cases {
+        let stderr = assert_one_line_error(
+            shuffle_shard()
+                .args(["blast", "--shards", "16", "--k", "2"])
+                .args(extra),
+        );
+        assert!(stderr.contains(fragment.as_str()), "{extra:?}: {stderr}");
+    }
+    // The same checks guard plan and report, which share the options.
+    let stderr = assert_one_line_error(shuffle_shard().args([
+        "plan",
+        "--shards",
+        "8",
+        "--tenants",
+        "10",
+        "--max-degraded",
+        "0.5",
+        "--max-fully-down",
+        "0.5",
+        "--concurrent-failures",
+        "2",
+        "--tenant-k",
+        "ghost=3",
+    ]));
+    assert!(stderr.contains("no tenant \"ghost\""), "{stderr}");
+
+    // Huge weights whose sum still fits give a finite CV, the same as at
+    // any scale: never NaN with exit 0.
+    let big = temp_file(b"acme\t1e300\nglobex\t3e300\ninitech\t2e300\n");
+    let small = temp_file(b"acme\t1\nglobex\t3\ninitech\t2\n");
+    let cv = |file: &tempfile::NamedTempFile| {
+        let report = run_json(
+            shuffle_shard()
+                .args(["blast", "--shards", "8", "--k", "2", "--tenants-file"])
+                .arg(file.path()),
+        );
+        f64_of(&report["load"]["cv"])
+    };
+    let (big, small) = (cv(&big), cv(&small));
+    assert!(
+        big.is_finite() && (big - small).abs() < 1e-9,
+        "{big} {small}"
+    );
+}
+
+#[test]
+fn the_overlap_expectation_counts_per_tenant_k_and_any_number_of_zones() {
+    // 300 of 1000 tenants with k = 4, the rest k = 2: the expectation must
+    // weigh pairs by their sizes and reach 4 shared shards, as measured.
+    let mut args: Vec<String> = ["blast", "--shards", "16", "--k", "2", "--tenants", "1000"]
+        .map(str::to_owned)
+        .to_vec();
+    for t in 0..300 {
+        args.extend(["--tenant-k".to_owned(), format!("tenant-{t}=4")]);
+    }
+    let report = run_json(shuffle_shard().args(&args));
+    let overlap = &report["pairwise_overlap"];
+    let measured: Vec<f64> = overlap["shared_counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(f64_of)
+        .collect();
+    let expected: Vec<f64> = overlap["expected_shared_counts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{overlap}"))
+        .iter()
+        .map(f64_of)
+        .collect();
+    assert_eq!(expected.len(), 5, "{overlap}");
+    for (m, e) in measured.iter().zip(&expected) {
+        assert!(
+            (m - e).abs() < 0.01,
+            "measured {measured:?}, expected {expected:?}"
+        );
+    }
+
+    // Twelve zones, more than the eight the expectation once stopped at.
+    let zones: Vec<String> = (0..12).map(|z| format!("z{z}:3")).collect();
+    let report = run_json(shuffle_shard().args([
+        "blast",
+        "--zones",
+        &zones.join(","),
+        "--k",
+        "3",
+        "--tenants",
+        "3000",
+    ]));
+    let overlap = &report["pairwise_overlap"];
+    let expected = overlap["expected_shared_counts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no expectation for 12 zones: {overlap}"));
+    let fraction = f64_of(&overlap["fraction"]);
+    assert!(
+        (fraction - (1.0 - f64_of(&expected[0]))).abs() < 0.01,
+        "{overlap}"
+    );
+}
+
+#[test]
+fn plan_with_weights_recommends_by_traffic_share_as_well() {
+    // One whale carrying most of the traffic: by tenant count one failure
+    // degrades few tenants, by traffic the whale's shards carry most of it.
+    let mut lines = vec!["whale\t1000".to_owned()];
+    lines.extend((0..400).map(|t| format!("tenant-{t}\t1")));
+    let file = temp_file(lines.join("\n").as_bytes());
+    let args = [
+        "plan",
+        "--shards",
+        "16",
+        "--max-degraded",
+        "0.3",
+        "--max-fully-down",
+        "0.01",
+        "--concurrent-failures",
+        "2",
+        "--tenants-file",
+    ];
+    let report = run_json(shuffle_shard().args(args).arg(file.path()));
+    let traffic = &report["rows"][0]["traffic"];
+    assert!(f64_of(&traffic["degraded_one_failure"]) > 0.7, "{traffic}");
+    assert!(report["traffic_verdict"].is_string(), "{report}");
+    assert_ne!(
+        report["recommended"], report["recommended_by_traffic"],
+        "{report}"
+    );
+    let (text, _) = run_ok(shuffle_shard().args(args).arg(file.path()));
+    assert!(
+        text.contains("By share of traffic (tenant weights): "),
+        "{text}"
+    );
+    // Unweighted: no traffic figures.
+    let plain = run_json(shuffle_shard().args(&args[..9]).args(["--tenants", "400"]));
+    assert!(plain["rows"][0]["traffic"].is_null() && plain["traffic_verdict"].is_null());
 }

@@ -129,6 +129,17 @@ impl<'py> PlacementOptions<'py> {
     }
 }
 
+/// Refuses a `tenant_k` entry for a tenant not among `tenants`, naming the
+/// entry as the command line names its `--tenant-k`.
+fn check_overrides(overrides: &[(String, u32)], population: &Population) -> PyResult<()> {
+    answers::check_overrides(overrides, population).map_err(|error| match &error {
+        AnalysisError::OverrideForAbsentTenant { tenant, .. } => {
+            PyValueError::new_err(format!("tenant_k[{tenant:?}]: {error}"))
+        }
+        _ => value_error(error),
+    })
+}
+
 /// One failure set: `"3,17"` as on the command line, or a list of shard
 /// ids (ints are read as the ids of a numbered fleet).
 fn failure_set(fleet: &Fleet, item: &Bound<'_, PyAny>) -> PyResult<Scenario> {
@@ -177,11 +188,8 @@ fn failure_set(fleet: &Fleet, item: &Bound<'_, PyAny>) -> PyResult<Scenario> {
         })?;
         shards.push(index);
     }
-    Ok(Scenario {
-        name,
-        zone: None,
-        shards,
-    })
+    let listed = Scenario::listed(name.clone(), shards, fleet);
+    listed.map_err(|error| PyValueError::new_err(format!("fail {name}: {error}")))
 }
 
 /// A waves file's text, or a dict from shard id to wave, as `Waves`.
@@ -256,8 +264,10 @@ pub fn blast<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     // The command line's order: placement, population, then the questions,
     // all before any work.
-    let placer = PlacementOptions::from_dict(placement)?.placer(k)?;
+    let options = PlacementOptions::from_dict(placement)?;
+    let placer = options.placer(k)?;
     let population = args::population(tenants, weights)?;
+    check_overrides(&options.tenant_k()?, &population)?;
     let fleet = placer.fleet();
     let mut scenarios = Vec::new();
     if let Some(fail) = fail.filter(|obj| !obj.is_none()) {
@@ -402,6 +412,7 @@ pub fn plan<'py>(
     let fleet = args::fleet(placement.shards.as_ref(), placement.zones.as_ref())?;
     let key = placement.key()?;
     let population = args::population(tenants, weights)?;
+    check_overrides(&overrides, &population)?;
     let n = fleet.len();
     if budget.concurrent_failures > n {
         return Err(PyValueError::new_err(format!(

@@ -302,6 +302,7 @@ pub fn population(
                     ids.len()
                 )));
             }
+            Population::check_listed_weights(&values).map_err(value_error)?;
             Some(values)
         }
     };

@@ -306,6 +306,7 @@ pub(crate) fn fully_down_and_degraded(
     max_fully_down: f64,
     concurrent_failures: usize,
     recommended: Option<u32>,
+    unit: &str,
 ) -> Result<String, ReportError> {
     const CHART: &str = "fully down and degraded against k";
     let first = rows.first().map_or(1, |row| row.k);
@@ -367,11 +368,13 @@ pub(crate) fn fully_down_and_degraded(
                 .x_labels((last - first + 1) as usize)
                 .y_labels(decades + 1)
                 .x_desc("k (shards per tenant)")
-                .y_desc("% of tenants (log scale)")
+                .y_desc(format!("% of {unit} (log scale)"))
                 .x_label_formatter(&integer_label)
                 .y_label_formatter(&|value| {
+                    // A log axis has no zero; the bottom line stands for it
+                    // and says so, so it cannot be read as the floor's value.
                     if *value <= floor * (1.0 + 1e-6) {
-                        "0".to_owned()
+                        "0 (none)".to_owned()
                     } else {
                         tick_label(value)
                     }

@@ -24,9 +24,12 @@
 //!         capacity_lost: 1.0,
 //!         overlap: 0.0625,
 //!         meets_budget: false,
+//!         traffic: None,
 //!     }],
 //!     recommended: None,
 //!     verdict: "No k up to 1 meets the fully-down budget.".into(),
+//!     recommended_by_traffic: None,
+//!     traffic_verdict: None,
 //! };
 //! let overlap = Overlap {
 //!     pairs: 10,
@@ -45,6 +48,12 @@
 //!     expected_shared_counts: None,
 //!     load: None,
 //!     sweep: None,
+//!     capacity: None,
+//!     zones: &[],
+//!     generated: "2026-12-04 14:00 UTC",
+//!     key: "the public recipe key",
+//!     whales: &[],
+//!     zone_outages: &[],
 //! })?;
 //! assert!(html.starts_with("<!DOCTYPE html>"));
 //! # Ok::<(), report::ReportError>(())
@@ -57,9 +66,9 @@ pub use html::escape;
 
 use std::fmt::Write as _;
 
-use analysis::Sweep;
 use analysis::load::LoadReport;
 use analysis::plan::Plan;
+use analysis::{Impact, Sweep};
 use thiserror::Error;
 
 use crate::html::{count, load as fmt_load, percent, shard_set};
@@ -87,6 +96,37 @@ pub struct ReportInput<'a> {
     pub load: Option<&'a LoadReport>,
     /// A failure sweep at `k`, when one was run.
     pub sweep: Option<&'a Sweep>,
+    /// The load one shard can carry, in weight units, when one was given.
+    pub capacity: Option<f64>,
+    /// The fleet's zones: name and number of shards; empty when unzoned.
+    pub zones: &'a [(String, usize)],
+    /// When the report was generated (plain text, e.g. UTC).
+    pub generated: &'a str,
+    /// Which placement key (and version) the tenants were placed with; never
+    /// the key itself.
+    pub key: &'a str,
+    /// Tenants dominating a shard, with what to do about each.
+    pub whales: &'a [WhaleRow],
+    /// Each zone failed in turn, when asked for.
+    pub zone_outages: &'a [ZoneOutage],
+}
+
+/// One whale, as the page names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WhaleRow {
+    /// The tenant id.
+    pub tenant: String,
+    /// The figures and suggestion.
+    pub whale: analysis::load::Whale,
+}
+
+/// What failing one whole zone does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ZoneOutage {
+    /// The zone's name.
+    pub zone: String,
+    /// The outcome.
+    pub impact: Impact,
 }
 
 /// Why a report could not be rendered.
@@ -150,6 +190,10 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
          <header>\n<h1>{title}</h1>\n<dl class=\"facts\">\n\
          <dt>Shards</dt><dd>{shards}</dd>\n<dt>Tenants</dt><dd>{tenants}</dd>\n\
          <dt>Algorithm</dt><dd>{algorithm}</dd>\n<dt>k for overlap, load and sweep</dt><dd>{k}</dd>\n\
+         <dt>Zones</dt><dd id=\"zones\">{zones}</dd>\n\
+         <dt>Placement key</dt><dd id=\"key\">{key}</dd>\n\
+         <dt>Generated</dt><dd id=\"generated\">{generated}</dd>\n\
+         <dt>Capacity per shard</dt><dd id=\"capacity\">{capacity}</dd>\n\
          <dt>Budget</dt><dd>one failure degrades at most {max_degraded} of tenants; \
          {failures} concurrent failures fully down at most {max_fully_down}</dd>\n\
          </dl>\n</header>\n",
@@ -161,11 +205,39 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
         max_degraded = percent(budget.max_degraded),
         failures = budget.concurrent_failures,
         max_fully_down = percent(budget.max_fully_down),
+        zones = if input.zones.is_empty() {
+            "none (placement ignores zones)".to_owned()
+        } else {
+            input
+                .zones
+                .iter()
+                .map(|(name, shards)| format!("{} ({shards} shards)", escape(name)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        },
+        key = escape(input.key),
+        generated = escape(input.generated),
+        capacity = match input.capacity {
+            Some(capacity) => fmt_load(capacity),
+            None => "not given (nothing is checked against a capacity)".to_owned(),
+        },
     );
 
+    let by_traffic = match &plan.traffic_verdict {
+        Some(verdict) => format!(
+            "<p class=\"verdict\" id=\"verdict-traffic\">By share of traffic (tenant weights): {}</p>\n",
+            escape(verdict)
+        ),
+        None => String::new(),
+    };
     let _ = write!(
         page,
-        "<section id=\"recommendation\">\n<h2>Recommendation</h2>\n<p class=\"verdict\">{}</p>\n</section>\n",
+        "<section id=\"recommendation\">\n<h2>Recommendation</h2>\n<p class=\"verdict\">{}{}</p>\n{by_traffic}</section>\n",
+        if plan.traffic_verdict.is_some() {
+            "By tenant count: "
+        } else {
+            ""
+        },
         escape(&plan.verdict)
     );
 
@@ -175,6 +247,7 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
         budget.max_fully_down,
         budget.concurrent_failures,
         plan.recommended,
+        "tenants",
     )?;
     let _ = write!(
         page,
@@ -182,10 +255,33 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
          <figure id=\"chart-k\">\n{chart}<figcaption>Worst share of tenants fully down when any \
          {failures} shards fail together, and the widest share degraded when one shard fails, \
          for each k; dashed lines are the budgets. The scale is logarithmic so that small \
-         budgets show; zero is drawn on the bottom line. Larger k makes a full outage rarer \
-         and a one-shard blip wider.</figcaption>\n</figure>\n</section>\n",
+         budgets show, and a logarithmic scale has no zero: points on the bottom line, \
+         labelled \u{201c}0 (none)\u{201d}, are exactly zero. Larger k makes a full outage \
+         rarer and a one-shard blip wider.</figcaption>\n</figure>\n</section>\n",
         failures = budget.concurrent_failures,
     );
+
+    if let Some(rows) = analysis::plan::traffic_rows(&plan.rows) {
+        let chart = charts::fully_down_and_degraded(
+            &rows,
+            budget.max_degraded,
+            budget.max_fully_down,
+            budget.concurrent_failures,
+            plan.recommended_by_traffic,
+            "traffic",
+        )?;
+        let _ = write!(
+            page,
+            "<section>\n<h2>Fully down and degraded against k, by share of traffic</h2>\n\
+             <figure id=\"chart-k-traffic\">\n{chart}<figcaption>The same, each tenant weighed by \
+             its traffic: the worst share of traffic fully down when any {failures} shards fail \
+             together (searched over every set on its own, so its worst set may differ from the \
+             count's), and the widest share of traffic degraded when one shard fails. Points on \
+             the bottom line, labelled \u{201c}0 (none)\u{201d}, are exactly zero.</figcaption>\n\
+             </figure>\n</section>\n",
+            failures = budget.concurrent_failures,
+        );
+    }
 
     let chart = charts::shared_counts(&input.overlap.shared_counts, input.expected_shared_counts)?;
     let _ = write!(
@@ -224,7 +320,8 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
                 hottest = load.hottest,
                 ratio = load.max_over_mean,
             );
-            page.push_str(&load_notes(load));
+            page.push_str(&load_notes(load, input.capacity));
+            page.push_str(&whale_table(input.whales, input.k));
         }
         None => page.push_str(
             "<p class=\"note\" id=\"no-weights\">The population had no weights, so there is no \
@@ -238,6 +335,9 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
 
     if let Some(sweep) = input.sweep {
         page.push_str(&sweep_summary(sweep, input.tenants, input.k));
+    }
+    if !input.zone_outages.is_empty() {
+        page.push_str(&zone_outage_table(input.zone_outages, input.tenants));
     }
 
     page.push_str("</body>\n</html>\n");
@@ -320,7 +420,7 @@ fn shared_counts_table(measured: &[f64], expected: Option<&[f64]>) -> String {
 }
 
 /// Load figures the chart does not show: capacity and failover.
-fn load_notes(load: &LoadReport) -> String {
+fn load_notes(load: &LoadReport, capacity: Option<f64>) -> String {
     let mut notes = String::from("<ul id=\"load-notes\">\n");
     let _ = writeln!(
         notes,
@@ -334,14 +434,27 @@ fn load_notes(load: &LoadReport) -> String {
                 .unwrap_or(0.0)
         ),
     );
-    if load.over_capacity.is_empty() {
-        notes.push_str("<li>No shard is over capacity in steady state.</li>\n");
-    } else {
-        let _ = writeln!(
-            notes,
-            "<li>Over capacity in steady state: {}.</li>",
-            shard_set(&load.over_capacity)
-        );
+    // Without a capacity nothing was compared, so nothing may be claimed.
+    match capacity {
+        None => notes.push_str(
+            "<li id=\"capacity-note\">No capacity was given (--capacity), so no shard was \
+             checked against one.</li>\n",
+        ),
+        Some(capacity) if load.over_capacity.is_empty() => {
+            let _ = writeln!(
+                notes,
+                "<li id=\"capacity-note\">No shard is over the capacity of {} in steady state.</li>",
+                fmt_load(capacity)
+            );
+        }
+        Some(capacity) => {
+            let _ = writeln!(
+                notes,
+                "<li id=\"capacity-note\">Over the capacity of {} in steady state: {}.</li>",
+                fmt_load(capacity),
+                shard_set(&load.over_capacity)
+            );
+        }
     }
     if let Some(worst) = load
         .failover
@@ -363,6 +476,75 @@ fn load_notes(load: &LoadReport) -> String {
     }
     notes.push_str("</ul>\n");
     notes
+}
+
+/// The whales, named, with a suggested `--tenant-k` or dedicated shards.
+fn whale_table(whales: &[WhaleRow], k: u32) -> String {
+    if whales.is_empty() {
+        return format!(
+            "<p class=\"note\" id=\"whales\">No tenant carries more than {} of any of its \
+             shards' load at k = {k}.</p>\n",
+            percent(analysis::load::WHALE_SHARE)
+        );
+    }
+    let mut table = format!(
+        "<h3>Whales</h3>\n<p class=\"note\">Tenants carrying more than {} of one of their \
+         shards' load at k = {k}, heaviest first, with what would bring each down to that share \
+         of a mean shard.</p>\n<table id=\"whales\">\n<thead><tr><th class=\"text\">tenant</th>\
+         <th>k</th><th>share of all traffic</th><th>share of shard</th>\
+         <th class=\"text\">suggestion</th></tr></thead>\n<tbody>\n",
+        percent(analysis::load::WHALE_SHARE)
+    );
+    for row in whales {
+        let whale = &row.whale;
+        let suggestion = match (whale.suggested_k, whale.dedicated_shards) {
+            (Some(k), _) => format!("--tenant-k {}={k}", row.tenant),
+            (None, Some(shards)) => format!(
+                "dedicated shards: its traffic fills {shards} mean shards, more than half the \
+                 fleet could spread"
+            ),
+            (None, None) => "—".to_owned(),
+        };
+        let _ = writeln!(
+            table,
+            "<tr><td class=\"text\">{}</td><td>{}</td><td>{}</td><td>{} of shard {}</td>\
+             <td class=\"text\"><code>{}</code></td></tr>",
+            escape(&row.tenant),
+            whale.k,
+            percent(whale.traffic_share),
+            percent(whale.shard_share),
+            whale.shard,
+            escape(&suggestion),
+        );
+    }
+    table.push_str("</tbody>\n</table>\n");
+    table
+}
+
+/// Each zone failed in turn.
+fn zone_outage_table(outages: &[ZoneOutage], tenants: u64) -> String {
+    let share = |count: u64| percent(count as f64 / tenants.max(1) as f64);
+    let mut table = String::from(
+        "<section id=\"zone-outage\">\n<h2>Zone outages</h2>\n<table>\n<thead><tr>\
+         <th class=\"text\">zone down</th><th>shards</th><th>fully down</th><th>degraded</th>\
+         <th>capacity lost per degraded tenant</th></tr></thead>\n<tbody>\n",
+    );
+    for outage in outages {
+        let impact = &outage.impact;
+        let _ = writeln!(
+            table,
+            "<tr><td class=\"text\">{}</td><td>{}</td><td>{} ({})</td><td>{} ({})</td><td>{}</td></tr>",
+            escape(&outage.zone),
+            impact.failed.len(),
+            count(impact.fully_down),
+            share(impact.fully_down),
+            count(impact.degraded),
+            share(impact.degraded),
+            percent(impact.capacity_lost),
+        );
+    }
+    table.push_str("</tbody>\n</table>\n</section>\n");
+    table
 }
 
 /// The plan as a table, the recommended row marked.
@@ -422,16 +604,26 @@ fn sweep_summary(sweep: &Sweep, tenants: u64, k: u32) -> String {
     let _ = write!(
         section,
         "<section id=\"sweep\">\n<h2>Failure sweep</h2>\n<p>At k = {k}, {how} {sets} sets of \
-         {failures} failed shards.</p>\n<table>\n<thead><tr><th class=\"text\">figure</th>\
-         <th>worst</th><th class=\"text\">worst set</th><th>mean</th><th>p50</th><th>p99</th>\
+         {failures} failed shards.{bound}</p>\n<table>\n<thead><tr><th class=\"text\">figure</th>\
+         <th>{worst}</th><th class=\"text\">worst set</th><th>mean</th><th>p50</th><th>p99</th>\
          </tr></thead>\n<tbody>\n",
         how = if sweep.sampled {
-            "a seeded random sample of"
+            "a seeded random sample (distinct sets) of"
         } else {
             "every one of the"
         },
         sets = count(sweep.sets),
         failures = sweep.failures,
+        bound = if sweep.sampled {
+            " The worst of a sample is a lower bound: the worst of all sets may be higher."
+        } else {
+            ""
+        },
+        worst = if sweep.sampled {
+            "worst seen (lower bound)"
+        } else {
+            "worst"
+        },
     );
     for (name, figure) in [
         ("fully down", &sweep.fully_down),

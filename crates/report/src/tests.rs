@@ -16,6 +16,7 @@ fn plan() -> Plan {
         capacity_lost: 1.0 / f64::from(k),
         overlap: degraded * 2.0,
         meets_budget: meets,
+        traffic: None,
     };
     Plan {
         budget: Budget {
@@ -31,6 +32,8 @@ fn plan() -> Plan {
         ],
         recommended: Some(3),
         verdict: "k = 3 is the smallest k that keeps <everything> in budget.".into(),
+        recommended_by_traffic: None,
+        traffic_verdict: None,
     }
 }
 
@@ -94,6 +97,12 @@ fn fleet_input<'a>(plan: &'a Plan, overlap: &'a Overlap) -> ReportInput<'a> {
         expected_shared_counts: None,
         load: None,
         sweep: None,
+        capacity: None,
+        zones: &[],
+        generated: "2026-12-04 14:00:00 UTC",
+        key: "--key-file fleet.key, version v3",
+        whales: &[],
+        zone_outages: &[],
     }
 }
 
@@ -296,4 +305,131 @@ fn an_empty_plan_is_refused_and_degenerate_data_still_renders() {
     })
     .unwrap();
     assert_eq!(html.matches("<figure").count(), 3);
+}
+
+#[test]
+fn the_capacity_line_says_only_what_was_checked() {
+    // Issue 21: "No shard is over capacity" was printed with no capacity.
+    let html = render_with("fleet", true, false).unwrap();
+    assert!(!html.contains("No shard is over"), "no capacity was given");
+    assert!(html.contains("No capacity was given (--capacity)"));
+    assert!(html.contains("<dd id=\"capacity\">not given"));
+    let (plan, overlap) = (plan(), overlap());
+    // The load's over-capacity shards come from the analysis with the same
+    // capacity: none under a large one, shard 3 under a small one.
+    let mut under = load();
+    under.over_capacity.clear();
+    let over = load();
+    for (capacity, load, says) in [
+        (1e9, &under, "No shard is over the capacity of"),
+        (4.0, &over, "Over the capacity of 4"),
+    ] {
+        let html = render(&ReportInput {
+            load: Some(load),
+            capacity: Some(capacity),
+            ..fleet_input(&plan, &overlap)
+        })
+        .unwrap();
+        assert!(html.contains(says), "{capacity}: {says}");
+    }
+}
+
+#[test]
+fn the_header_names_zones_key_and_time_and_zero_is_labelled() {
+    let (plan, overlap) = (plan(), overlap());
+    let zones = [("eu-1".to_owned(), 8), ("eu-2".to_owned(), 8)];
+    let outage = ZoneOutage {
+        zone: "eu-1".to_owned(),
+        impact: Impact {
+            failed: (0..8).collect(),
+            fully_down: 0,
+            degraded: 1500,
+            capacity_lost: 0.5,
+        },
+    };
+    let html = render(&ReportInput {
+        zones: &zones,
+        zone_outages: std::slice::from_ref(&outage),
+        ..fleet_input(&plan, &overlap)
+    })
+    .unwrap();
+    assert!(html.contains("<dd id=\"zones\">eu-1 (8 shards), eu-2 (8 shards)</dd>"));
+    assert!(html.contains("<dd id=\"key\">--key-file fleet.key, version v3</dd>"));
+    assert!(html.contains("<dd id=\"generated\">2026-12-04 14:00:00 UTC</dd>"));
+    assert!(html.contains("<section id=\"zone-outage\">"));
+    assert!(html.contains("<td>1,500 (75.0%)</td>"));
+    // k = 3 and 4 down nobody: the log axis's bottom line stands for zero
+    // and is labelled so, not "0" (which reads as the floor's value).
+    let k = figure(&html, "chart-k").unwrap();
+    assert!(k.contains("0 (none)"));
+    assert!(html.contains("labelled \u{201c}0 (none)\u{201d}, are exactly zero"));
+}
+
+#[test]
+fn whales_are_named_with_what_to_do() {
+    let (plan, overlap, load) = (plan(), overlap(), load());
+    let whale = |tenant: &str, suggested_k, dedicated_shards| WhaleRow {
+        tenant: tenant.to_owned(),
+        whale: analysis::load::Whale {
+            tenant: 0,
+            k: 3,
+            traffic_share: 0.2,
+            shard_share: 0.61,
+            shard: 4,
+            suggested_k,
+            dedicated_shards,
+        },
+    };
+    let whales = [whale("acme", Some(6), None), whale("giant", None, Some(5))];
+    let html = render(&ReportInput {
+        load: Some(&load),
+        whales: &whales,
+        ..fleet_input(&plan, &overlap)
+    })
+    .unwrap();
+    assert!(html.contains("<table id=\"whales\">"));
+    assert!(html.contains("<code>--tenant-k acme=6</code>"));
+    assert!(html.contains("dedicated shards: its traffic fills 5 mean shards"));
+    assert!(html.contains("61.0% of shard 4"));
+}
+
+#[test]
+fn a_sampled_sweep_calls_its_worst_a_lower_bound() {
+    let (mut sweep, plan, overlap) = (sweep(), plan(), overlap());
+    sweep.sampled = true;
+    let html = render(&ReportInput {
+        sweep: Some(&sweep),
+        ..fleet_input(&plan, &overlap)
+    })
+    .unwrap();
+    assert!(html.contains("worst seen (lower bound)"));
+    let exact = render_with("fleet", true, true).unwrap();
+    assert!(!exact.contains("lower bound"));
+}
+
+#[test]
+fn with_weights_the_recommendation_and_chart_are_by_traffic_too() {
+    let mut plan = plan();
+    for row in &mut plan.rows {
+        row.traffic = Some(analysis::plan::TrafficRow {
+            worst_fully_down: Some(row.worst_fully_down.unwrap_or(0.0) * 3.0),
+            worst_failed: vec![2, 5],
+            degraded_one_failure: row.degraded_one_failure * 1.5,
+            meets_budget: row.k == 4,
+        });
+    }
+    plan.recommended_by_traffic = Some(4);
+    plan.traffic_verdict = Some("k = 4 is the smallest k by traffic.".into());
+    let overlap = overlap();
+    let html = render(&fleet_input(&plan, &overlap)).unwrap();
+    assert!(html.contains("By tenant count: k = 3 is the smallest k"));
+    assert!(html.contains(
+        "<p class=\"verdict\" id=\"verdict-traffic\">By share of traffic (tenant weights): k = 4 is the smallest k by traffic.</p>"
+    ));
+    let chart = figure(&html, "chart-k-traffic").unwrap();
+    assert!(chart.contains("% of traffic (log scale)"));
+    assert!(chart.contains("recommended k = 4"));
+    // Unweighted: neither appears.
+    let plain = render_with("fleet", false, false).unwrap();
+    assert!(!plain.contains("chart-k-traffic") && !plain.contains("By tenant count"));
 }

@@ -1,5 +1,5 @@
 //! Opens a report built from a real analysis in headless Chromium and checks
-//! that the browser sees the charts: the parsed DOM holds the three figures
+//! that the browser sees the charts: the parsed DOM holds the figures
 //! with plotted SVG, and a screenshot of the page is a real image.
 //!
 //! Chromium comes from `$CHROMIUM` or `chromium` / `chromium-browser` on the
@@ -79,6 +79,12 @@ fn realistic_report() -> String {
         expected_shared_counts: Some(&expected),
         load: Some(&load),
         sweep: Some(&sweep),
+        capacity: Some(400.0),
+        zones: &[],
+        generated: "2026-12-04 14:00:00 UTC",
+        key: "the public recipe key",
+        whales: &[],
+        zone_outages: &[],
     })
     .unwrap()
 }
@@ -111,6 +117,7 @@ fn chromium_renders_the_report_charts() {
     assert!(dom.contains("class=\"recommended\""));
     for (id, mark, at_least) in [
         ("chart-k", "<polyline", 2),
+        ("chart-k-traffic", "<polyline", 2),
         ("chart-overlap", "<rect", 8),
         ("chart-load", "<rect", SHARDS as usize),
     ] {
