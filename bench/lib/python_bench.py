@@ -38,6 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from paired_ci import paired_interval  # noqa: E402
+from report import cpu_model  # noqa: E402
 
 KEY = b"shuffle-shard-v1"
 N, K = 64, 3
@@ -50,17 +51,9 @@ def timed(work) -> tuple[float, object]:
 
 
 def machine() -> dict:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
         "cpus": os.cpu_count(),
-        "cpu_model": model,
+        "cpu_model": cpu_model(),
         "loadavg": list(os.getloadavg()),
         "python": platform.python_version(),
         "kernel": platform.release(),
@@ -163,6 +156,16 @@ def main() -> int:
     return 0
 
 
+def rounds_table(first: str, last: str, rounds: int, rows: dict[str, str], values: dict, medians: dict,
+                 digits: int) -> list[str]:
+    """A table with a row per measured thing: its value in each round, then its median."""
+    table = [f"| {first} | " + " | ".join(f"round {i + 1}" for i in range(rounds)) + f" | {last} |",
+             "|---|" + "---:|" * (rounds + 1)]
+    for name, label in rows.items():
+        table.append(f"| {label} | " + " | ".join(f"{v:.{digits}f}" for v in values[name]) + f" | {medians[name]:.0f} |")
+    return table
+
+
 def markdown(doc: dict) -> list[str]:
     s = doc["settings"]
     per = doc["batch_median_ns_per_tenant"]
@@ -175,8 +178,6 @@ def markdown(doc: dict) -> list[str]:
         "",
         f"Batch: {s['tenants']:,} tenants, n = {s['n']}, k = {s['k']}, the recipe's key; {s['rounds']} rounds, seconds per round.",
         "",
-        "| what | " + " | ".join(f"round {i + 1}" for i in range(s["rounds"])) + " | median ns/tenant |",
-        "|---|" + "---:|" * (s["rounds"] + 1),
     ]
     names = {
         "recipe": "chapter's `shuffle_shards` (pure Python)",
@@ -184,8 +185,7 @@ def markdown(doc: dict) -> list[str]:
         "place_array": "`Placer(..., algorithm=\"hmac-modulo\").place_array` (NumPy)",
         "rendezvous": "`Placer(...).place` (rendezvous)",
     }
-    for name, label in names.items():
-        rows.append(f"| {label} | " + " | ".join(f"{v:.3f}" for v in doc["batch_s"][name]) + f" | {per[name]:.0f} |")
+    rows += rounds_table("what", "median ns/tenant", s["rounds"], names, doc["batch_s"], per, 3)
     for name in ["place", "place_array"]:
         sp = doc["speedup"][name]
         rows += ["", f"`{name}` is {sp['median']:.1f}× faster than the recipe (median of per-round ratios; bootstrap 95 % interval {sp['low']:.1f}–{sp['high']:.1f}×)."]
@@ -195,8 +195,6 @@ def markdown(doc: dict) -> list[str]:
         "",
         f"Per call, one at a time ({s['calls']:,} calls; the recipe over a quarter of them), median ns:",
         "",
-        "| call | " + " | ".join(f"round {i + 1}" for i in range(s["rounds"])) + " | median |",
-        "|---|" + "---:|" * (s["rounds"] + 1),
     ]
     call_names = {
         "shuffle_shards": "`shuffle_shard.shuffle_shards(t, 64, 3, key=KEY)`",
@@ -204,8 +202,7 @@ def markdown(doc: dict) -> list[str]:
         "recipe": "chapter's `shuffle_shards`",
         "empty_function": "an empty Python function, same arguments",
     }
-    for name, label in call_names.items():
-        rows.append(f"| {label} | " + " | ".join(f"{v:.0f}" for v in doc["per_call_ns"][name]) + f" | {calls[name]:.0f} |")
+    rows += rounds_table("call", "median", s["rounds"], call_names, doc["per_call_ns"], calls, 0)
     return rows
 
 

@@ -36,18 +36,21 @@ def run(*command: str) -> str:
         return ""
 
 
-def machine(settings: dict) -> dict:
-    model = "unknown"
+def cpu_model() -> str:
+    """The first CPU's model name from /proc/cpuinfo, or "unknown"."""
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):
             if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return "unknown"
+
+
+def machine(settings: dict) -> dict:
     return {
         "nproc": int(run("nproc") or os.cpu_count() or 0),
-        "cpu_model": model,
+        "cpu_model": cpu_model(),
         "kernel": platform.release(),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "loadavg_before": settings.get("load_before", ""),
