@@ -39,6 +39,8 @@ enum Answer {
     /// As `Echo` for one message, then the connection is dropped without
     /// a close frame.
     EchoOnceThenDrop,
+    /// As `Echo` for one message, then the connection is reset (RST).
+    EchoOnceThenReset,
     /// This status and no switch.
     Status(u16),
     /// 101, but to another protocol than WebSocket.
@@ -195,7 +197,7 @@ async fn serve(
             derive_accept_key(key.as_bytes())
         );
         match answer {
-            Answer::Echo | Answer::EchoOnceThenDrop => {
+            Answer::Echo | Answer::EchoOnceThenDrop | Answer::EchoOnceThenReset => {
                 let mut first = switch.into_bytes();
                 first.extend_from_slice(WELCOME);
                 if stream.write_all(&first).await.is_err() {
@@ -214,6 +216,10 @@ async fn serve(
                         return;
                     }
                     if matches!(answer, Answer::EchoOnceThenDrop) {
+                        return;
+                    }
+                    if matches!(answer, Answer::EchoOnceThenReset) {
+                        let _ = socket.get_ref().set_zero_linger();
                         return;
                     }
                 }
@@ -738,4 +744,351 @@ async fn a_websocket_over_the_tls_listener_echoes_both_ways() {
     let upgrades = shard.upgrades();
     assert_eq!(upgrades.len(), 1);
     assert_eq!(values(&upgrades[0], "x-shuffle-tenant"), [tenant.as_str()]);
+}
+
+/// The admin token [`WsShard::gateway`] sets.
+const ADMIN_TOKEN: &str = "websocket-test-admin-token-0123";
+
+/// `tenant`'s requests in flight as its limits count them (0 when its
+/// in-flight requests are not limited).
+fn tenant_in_flight(fixture: &Fixture, tenant: &str) -> u64 {
+    let snapshot = fixture.running.gateway.snapshot();
+    let position = snapshot.tenants.get(tenant).unwrap().position;
+    snapshot
+        .limits
+        .of(position)
+        .map_or(0, |limit| limit.state.in_flight())
+}
+
+/// Waits until `tenant` has `count` requests in flight, failing after
+/// [`HANG`].
+async fn tenant_in_flight_becomes(fixture: &Fixture, tenant: &str, count: u64) {
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        let now = tenant_in_flight(fixture, tenant);
+        if now == count {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{tenant} has {now} requests in flight, never {count}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A tunnel as `tenant` that opened and echoes.
+async fn open_tunnel(fixture: &Fixture, tenant: &str) -> Client {
+    let (mut client, response) = connect(fixture, Some(tenant), &[])
+        .await
+        .expect("the upgrade succeeds");
+    assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+    echoes(&mut client, Message::text("open")).await;
+    client
+}
+
+/// Asserts that an upgrade as `tenant` now is refused for its in-flight
+/// limit, as any request over it is: 429, `Retry-After: 1`, the JSON error
+/// naming the limit; and that it opened nothing.
+async fn upgrade_is_refused_in_flight(fixture: &Fixture, tenant: &str) {
+    let response = raw_request(fixture.running.addr, &raw_upgrade(fixture, tenant, &[], b"")).await;
+    assert_eq!(response.status, 429, "{}", response.head);
+    assert_eq!(response.header("retry-after"), Some("1"));
+    let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+    assert_eq!(body["status"], 429);
+    assert!(
+        body["error"].as_str().unwrap().contains("in flight"),
+        "{body}"
+    );
+}
+
+/// Asserts that `tenant` (limited to `max` in flight, with nothing in
+/// flight) has room for exactly `max` tunnels: they open, the next is
+/// refused, and once they are closed nothing of theirs is left in flight.
+/// A place given back twice would leave room for one more; one never
+/// given back, room for one fewer.
+async fn room_for_exactly(fixture: &Fixture, tenant: &str, max: u64) {
+    let mut open = Vec::new();
+    for _ in 0..max {
+        open.push(open_tunnel(fixture, tenant).await);
+    }
+    assert_eq!(tenant_in_flight(fixture, tenant), max);
+    upgrade_is_refused_in_flight(fixture, tenant).await;
+    for client in &mut open {
+        client.close(None).await.unwrap();
+        assert!(ends(client).await);
+    }
+    tenant_in_flight_becomes(fixture, tenant, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_limited_to_two_is_refused_a_third_tunnel_and_listed_under_limited() {
+    let shard = WsShard::start(Answer::Echo).await;
+    let fixture = shard.gateway("[limits.tenant]\nmax_in_flight = 2\n").await;
+    let tenant = fixture.tenants[0].0.clone();
+    let mut first = open_tunnel(&fixture, &tenant).await;
+    let mut second = open_tunnel(&fixture, &tenant).await;
+    assert_eq!(tenant_in_flight(&fixture, &tenant), 2);
+
+    // The third, through a WebSocket client: 429, and no shard asked.
+    assert_eq!(refused(connect(&fixture, Some(&tenant), &[]).await), 429);
+    upgrade_is_refused_in_flight(&fixture, &tenant).await;
+    assert_eq!(shard.upgrades().len(), 2);
+
+    // Listed as limited, with its tunnels in flight.
+    let view = fixture.admin_json("GET", "/admin/tenants?limited=5").await;
+    let rows = view["tenants"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{view}");
+    assert_eq!(rows[0]["tenant"], tenant.as_str());
+    assert_eq!(rows[0]["in_flight_limited"], 2);
+    assert_eq!(rows[0]["rate_limited"], 0);
+    assert_eq!(rows[0]["in_flight"], 2);
+    assert_eq!(rows[0]["max_in_flight"], 2);
+    let metrics = fixture.scrape().await;
+    assert_eq!(
+        metrics.value(
+            "shuffle_tenant_limited_total",
+            &[("cell", "default"), ("limit", "in_flight")]
+        ),
+        2.0
+    );
+    let refused_upgrades = [("cell", "default"), ("outcome", "client_error")];
+    assert_eq!(
+        metrics.value("shuffle_websocket_upgrades_total", &refused_upgrades),
+        2.0
+    );
+    assert_eq!(open_tunnels(&metrics), 2.0);
+
+    // One closed gives one place back, once: another opens, and a fourth
+    // is refused again.
+    first.close(None).await.unwrap();
+    assert!(ends(&mut first).await);
+    tenant_in_flight_becomes(&fixture, &tenant, 1).await;
+    let mut again = open_tunnel(&fixture, &tenant).await;
+    upgrade_is_refused_in_flight(&fixture, &tenant).await;
+    echoes(&mut second, Message::text("still open")).await;
+    for client in [&mut second, &mut again] {
+        client.close(None).await.unwrap();
+        assert!(ends(client).await);
+    }
+    tenant_in_flight_becomes(&fixture, &tenant, 0).await;
+    scraped_until(&fixture, |m| open_tunnels(m) == 0.0 && in_flight(m) == 0.0).await;
+    room_for_exactly(&fixture, &tenant, 2).await;
+    assert_eq!(shard.upgrades().len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_a_tunnel_ends_gives_its_tenants_place_back_exactly_once() {
+    let shard = WsShard::start(Answer::Echo).await;
+    let fixture = shard.gateway("[limits.tenant]\nmax_in_flight = 2\n").await;
+    let tenant = fixture.tenants[0].0.clone();
+
+    // The client closes cleanly.
+    let mut client = open_tunnel(&fixture, &tenant).await;
+    assert_eq!(tenant_in_flight(&fixture, &tenant), 1);
+    client.close(None).await.unwrap();
+    assert!(ends(&mut client).await);
+    tenant_in_flight_becomes(&fixture, &tenant, 0).await;
+    room_for_exactly(&fixture, &tenant, 2).await;
+
+    // The client resets its connection.
+    let client = open_tunnel(&fixture, &tenant).await;
+    assert_eq!(tenant_in_flight(&fixture, &tenant), 1);
+    client.get_ref().set_zero_linger().unwrap();
+    drop(client);
+    tenant_in_flight_becomes(&fixture, &tenant, 0).await;
+    room_for_exactly(&fixture, &tenant, 2).await;
+
+    // The shard closes, then resets, mid-tunnel.
+    for answer in [Answer::EchoOnceThenDrop, Answer::EchoOnceThenReset] {
+        shard.answer(answer);
+        let mut client = open_tunnel(&fixture, &tenant).await;
+        assert!(ends(&mut client).await, "{answer:?}");
+        tenant_in_flight_becomes(&fixture, &tenant, 0).await;
+        shard.answer(Answer::Echo);
+        room_for_exactly(&fixture, &tenant, 2).await;
+    }
+
+    // Open across a reload that changes the tenant's limit: still counted
+    // after it, and given back once under the new limit.
+    let config = fixture.config_path();
+    let text = std::fs::read_to_string(&config).unwrap();
+    let mut client = open_tunnel(&fixture, &tenant).await;
+    std::fs::write(
+        &config,
+        text.replace("max_in_flight = 2", "max_in_flight = 3"),
+    )
+    .unwrap();
+    let reloaded = fixture.admin_json("POST", "/admin/reload").await;
+    assert_eq!(reloaded["reloaded"], true, "{reloaded}");
+    assert_eq!(tenant_in_flight(&fixture, &tenant), 1);
+    let mut two = open_tunnel(&fixture, &tenant).await;
+    let mut three = open_tunnel(&fixture, &tenant).await;
+    upgrade_is_refused_in_flight(&fixture, &tenant).await;
+    for client in [&mut client, &mut two, &mut three] {
+        client.close(None).await.unwrap();
+        assert!(ends(client).await);
+    }
+    tenant_in_flight_becomes(&fixture, &tenant, 0).await;
+    room_for_exactly(&fixture, &tenant, 3).await;
+
+    // The idle timeout, set by a reload: it applies to tunnels opened
+    // afterwards.
+    std::fs::write(
+        &config,
+        format!("{text}\n[limits]\ntunnel_idle_timeout_ms = 1000\n"),
+    )
+    .unwrap();
+    let reloaded = fixture.admin_json("POST", "/admin/reload").await;
+    assert_eq!(reloaded["reloaded"], true, "{reloaded}");
+    let mut client = open_tunnel(&fixture, &tenant).await;
+    assert!(ends(&mut client).await, "the idle tunnel was closed");
+    tenant_in_flight_becomes(&fixture, &tenant, 0).await;
+    room_for_exactly(&fixture, &tenant, 2).await;
+    let metrics = fixture.scrape().await;
+    assert_eq!(
+        metrics.value(
+            "shuffle_websocket_tunnels_closed_total",
+            &[("cell", "default"), ("reason", "idle")]
+        ),
+        1.0
+    );
+    assert_eq!(open_tunnels(&metrics), 0.0);
+    assert_eq!(in_flight(&metrics), 0.0);
+
+    // Gateway shutdown, after its grace period (and no idle timeout
+    // before it).
+    std::fs::write(
+        &config,
+        format!("{text}\n[limits]\nshutdown_grace_ms = 100\n"),
+    )
+    .unwrap();
+    let reloaded = fixture.admin_json("POST", "/admin/reload").await;
+    assert_eq!(reloaded["reloaded"], true, "{reloaded}");
+    let _open = [
+        open_tunnel(&fixture, &tenant).await,
+        open_tunnel(&fixture, &tenant).await,
+    ];
+    assert_eq!(tenant_in_flight(&fixture, &tenant), 2);
+    let limit = {
+        let snapshot = fixture.running.gateway.snapshot();
+        let position = snapshot.tenants.get(&tenant).unwrap().position;
+        Arc::clone(&snapshot.limits.of(position).unwrap().state)
+    };
+    let Fixture { running, .. } = fixture;
+    tokio::time::timeout(HANG, running.shutdown())
+        .await
+        .expect("shutdown finished");
+    assert_eq!(limit.in_flight(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_tunnels_cannot_take_the_shards_last_places_from_other_tenants() {
+    let shard = WsShard::start(Answer::Echo).await;
+    // Room on the shard for three; each tenant may have two in flight.
+    let fixture = shard
+        .gateway("[limits.tenant]\nmax_in_flight = 2\n[limits.shard]\nmax_in_flight = 3\n")
+        .await;
+    let (whale, other) = (fixture.tenants[0].0.clone(), fixture.tenants[1].0.clone());
+    let mut whales = vec![
+        open_tunnel(&fixture, &whale).await,
+        open_tunnel(&fixture, &whale).await,
+    ];
+    // However often it asks, the whale gets 429 for more, never the
+    // shard's last place, and no shard hears of it.
+    for _ in 0..5 {
+        assert_eq!(refused(connect(&fixture, Some(&whale), &[]).await), 429);
+    }
+    assert_eq!(shard.upgrades().len(), 2);
+    // The other tenant is served: a plain request, then a tunnel in the
+    // last place.
+    let (status, body) = fixture.get(&other, "/plain").await;
+    assert_eq!((status, &body[..]), (StatusCode::OK, &b"ok"[..]));
+    let plain = shard.plain();
+    assert_eq!(plain.len(), 1);
+    assert_eq!(values(&plain[0], "x-shuffle-tenant"), [other.as_str()]);
+    let mut others = open_tunnel(&fixture, &other).await;
+    let upgrades = shard.upgrades();
+    assert_eq!(upgrades.len(), 3);
+    assert_eq!(values(&upgrades[2], "x-shuffle-tenant"), [other.as_str()]);
+    assert_eq!(in_flight(&fixture.scrape().await), 3.0);
+    echoes(&mut others, Message::text("mine")).await;
+    for client in whales.iter_mut().chain([&mut others]) {
+        client.close(None).await.unwrap();
+        assert!(ends(client).await);
+    }
+    scraped_until(&fixture, |m| open_tunnels(m) == 0.0 && in_flight(m) == 0.0).await;
+    tenant_in_flight_becomes(&fixture, &whale, 0).await;
+    tenant_in_flight_becomes(&fixture, &other, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_tunnel_is_closed_at_the_tunnel_idle_timeout_and_one_with_traffic_is_not() {
+    let shard = WsShard::start(Answer::Echo).await;
+    // Traffic every 50 ms against a 1.5 s timeout: only a machine stalled
+    // for over a second could close the busy tunnel.
+    let fixture = shard
+        .gateway("[limits]\ntunnel_idle_timeout_ms = 1500\n[limits.tenant]\nmax_in_flight = 2\n")
+        .await;
+    let tenant = fixture.tenants[0].0.clone();
+    let mut quiet = open_tunnel(&fixture, &tenant).await;
+    let mut busy = open_tunnel(&fixture, &tenant).await;
+    let started = tokio::time::Instant::now();
+    let mut round = 0;
+    // Three timeouts' worth of traffic on the busy one.
+    while started.elapsed() < Duration::from_millis(4500) {
+        echoes(&mut busy, Message::text(format!("{round}"))).await;
+        round += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ends(&mut quiet).await, "the quiet tunnel was closed");
+    echoes(&mut busy, Message::text("still open")).await;
+    tenant_in_flight_becomes(&fixture, &tenant, 1).await;
+    let metrics = scraped_until(&fixture, |m| open_tunnels(m) == 1.0).await;
+    assert_eq!(
+        metrics.value(
+            "shuffle_websocket_tunnels_closed_total",
+            &[("cell", "default"), ("reason", "idle")]
+        ),
+        1.0
+    );
+    assert_eq!(in_flight(&metrics), 1.0);
+    busy.close(None).await.unwrap();
+    assert!(ends(&mut busy).await);
+    tenant_in_flight_becomes(&fixture, &tenant, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_with_a_bad_tunnel_idle_timeout_is_refused_naming_the_key() {
+    let shard = WsShard::start(Answer::Echo).await;
+    let fixture = shard.gateway("").await;
+    let config = fixture.config_path();
+    let good = std::fs::read_to_string(&config).unwrap();
+    for (limits, expected) in [
+        (
+            "tunnel_idle_timeout_ms = 0",
+            "limits.tunnel_idle_timeout_ms: 0 is out of range; use a value from 1 to 86400000",
+        ),
+        (
+            "tunnel_idle_timeout_ms = 1000\nwebsocket_idle_timeout_ms = 1000",
+            "remove limits.websocket_idle_timeout_ms",
+        ),
+    ] {
+        std::fs::write(&config, format!("{good}\n[limits]\n{limits}\n")).unwrap();
+        let (status, _, body) = fixture
+            .admin("POST", "/admin/reload", Some(ADMIN_TOKEN))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let answer: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.contains(expected), "{error}");
+        assert!(!error.contains('\n'), "{error}");
+    }
+    // The old configuration still serves.
+    assert_eq!(
+        fixture.config().limits().tunnel_idle_timeout,
+        Duration::from_secs(300)
+    );
+    let tenant = fixture.tenants[0].0.clone();
+    open_tunnel(&fixture, &tenant).await;
 }

@@ -284,9 +284,10 @@ pub struct LimitSettings {
     /// default) for no limit, as in nginx: set it to catch a shard that
     /// trickles.
     pub backend_body_timeout: Option<Duration>,
-    /// How long a WebSocket (an upgraded connection) may carry no byte in
-    /// either direction before both sides are closed.
-    pub websocket_idle_timeout: Duration,
+    /// How long a tunnel (a WebSocket: an upgraded connection) may carry no
+    /// byte in either direction before both sides are closed
+    /// (`limits.tunnel_idle_timeout_ms`, once `websocket_idle_timeout_ms`).
+    pub tunnel_idle_timeout: Duration,
     /// The in-flight cap of shards that set none of their own
     /// (`limits.shard.max_in_flight`); `None`: no cap.
     pub shard_max_in_flight: Option<u64>,
@@ -699,6 +700,8 @@ struct RawLimits {
     backend_idle_timeout_ms: Option<u64>,
     client_write_timeout_ms: Option<u64>,
     backend_body_timeout_ms: Option<u64>,
+    tunnel_idle_timeout_ms: Option<u64>,
+    /// `tunnel_idle_timeout_ms`'s old name, still read.
     websocket_idle_timeout_ms: Option<u64>,
     #[serde(default)]
     tenant: RawTenantLimits,
@@ -1521,11 +1524,9 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
             0..=24 * MAX_MS,
         )?)
         .filter(|limit| !limit.is_zero()),
-        websocket_idle_timeout: millis(
-            "limits.websocket_idle_timeout_ms",
+        tunnel_idle_timeout: tunnel_idle_timeout(
+            l.tunnel_idle_timeout_ms,
             l.websocket_idle_timeout_ms,
-            300_000,
-            1..=24 * MAX_MS,
         )?,
         shard_max_in_flight: l
             .shard
@@ -1533,6 +1534,22 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
             .map(|cap| within("limits.shard.max_in_flight", cap, 1..=MAX_SHARD_IN_FLIGHT))
             .transpose()?,
     })
+}
+
+/// `limits.tunnel_idle_timeout_ms`, or its old name
+/// `limits.websocket_idle_timeout_ms` (configurations written before the
+/// rename keep working); both at once is refused, since which one wins
+/// would be a guess.
+fn tunnel_idle_timeout(current: Option<u64>, old: Option<u64>) -> Result<Duration, KeyProblem> {
+    const RANGE: std::ops::RangeInclusive<u64> = 1..=24 * MAX_MS;
+    match (current, old) {
+        (Some(_), Some(_)) => Err((
+            "limits.tunnel_idle_timeout_ms",
+            "set twice, also by its old name limits.websocket_idle_timeout_ms; remove limits.websocket_idle_timeout_ms".into(),
+        )),
+        (None, Some(old)) => millis("limits.websocket_idle_timeout_ms", Some(old), 0, RANGE),
+        (current, None) => millis("limits.tunnel_idle_timeout_ms", current, 300_000, RANGE),
+    }
 }
 
 /// The largest in-flight cap a shard may be given: beyond it a cap is a
@@ -2062,5 +2079,43 @@ mod tests {
                 .to_string();
             assert!(error.contains(key), "{line}: {error}");
         }
+    }
+
+    #[test]
+    fn the_tunnel_idle_timeout_defaults_validates_and_reads_its_old_name() {
+        let idle = |extra: &str| load_with(extra).unwrap().limits.tunnel_idle_timeout;
+        assert_eq!(idle(""), Duration::from_secs(300));
+        assert_eq!(
+            idle("[limits]\ntunnel_idle_timeout_ms = 250"),
+            Duration::from_millis(250)
+        );
+        // Configurations written before the rename keep working.
+        assert_eq!(
+            idle("[limits]\nwebsocket_idle_timeout_ms = 400"),
+            Duration::from_millis(400)
+        );
+        for (extra, key) in [
+            ("tunnel_idle_timeout_ms = 0", "limits.tunnel_idle_timeout_ms"),
+            (
+                "tunnel_idle_timeout_ms = 86400001",
+                "limits.tunnel_idle_timeout_ms",
+            ),
+            (
+                "websocket_idle_timeout_ms = 0",
+                "limits.websocket_idle_timeout_ms",
+            ),
+        ] {
+            let error = refused(&format!("[limits]\n{extra}"));
+            assert!(error.contains(key), "{extra}: {error}");
+            assert!(error.contains("use a value from 1 to 86400000"), "{error}");
+            assert!(!error.contains('\n'), "one line: {error}");
+        }
+        let error = refused("[limits]\ntunnel_idle_timeout_ms = 1000\nwebsocket_idle_timeout_ms = 1000");
+        assert!(
+            error.contains("limits.tunnel_idle_timeout_ms")
+                && error.contains("remove limits.websocket_idle_timeout_ms"),
+            "{error}"
+        );
+        assert!(!error.contains('\n'), "one line: {error}");
     }
 }

@@ -90,7 +90,8 @@ impl LimitState {
 }
 
 /// One of a tenant's requests in flight, counted until dropped (with the
-/// response body it moves into, when a backend answered).
+/// response body it moves into, when a backend answered, or the WebSocket
+/// tunnel, until both its directions end).
 #[derive(Debug)]
 pub struct TenantInFlight(Arc<LimitState>);
 

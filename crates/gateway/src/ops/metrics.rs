@@ -927,7 +927,7 @@ pub(crate) struct UpgradeLabels {
 pub(crate) struct TunnelCloseLabels {
     pub(crate) cell: String,
     /// `closed`: both sides ended (each half-close passed on); `idle`: no
-    /// byte either way for `limits.websocket_idle_timeout_ms`; `error`: a
+    /// byte either way for `limits.tunnel_idle_timeout_ms`; `error`: a
     /// side failed (a reset, or a client that accepted nothing for
     /// `limits.client_write_timeout_ms`).
     pub(crate) reason: &'static str,
@@ -970,7 +970,7 @@ impl WebSocketMetrics {
         let closed = Family::<TunnelCloseLabels, Counter>::default();
         registry.register(
             "websocket_tunnels_closed",
-            "WebSocket tunnels closed by cell and reason: closed (both sides ended), idle (limits.websocket_idle_timeout_ms), error (a side failed)",
+            "WebSocket tunnels closed by cell and reason: closed (both sides ended), idle (limits.tunnel_idle_timeout_ms), error (a side failed)",
             closed.clone(),
         );
         Self {

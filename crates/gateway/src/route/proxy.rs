@@ -581,10 +581,12 @@ async fn route(
                     && let Some(client) = websocket.take()
                 {
                     let cell = attempts.cell_name();
+                    // The tunnel holds the tenant's in-flight place as it
+                    // holds the shard's, until both directions end.
                     let tunnel = tunnel::open(
                         response,
                         client,
-                        attempt.in_flight,
+                        (attempt.in_flight, tenant_in_flight),
                         gateway,
                         cell,
                         attempt.shard,

@@ -15,11 +15,14 @@
 //! `limits.max_connections`, and gateway shutdown ends the tunnel after its
 //! grace period as it ends any request still running.
 //!
-//! While open, a tunnel counts in its shard's in-flight requests (the
-//! attempt's guard moves into it) and in its cell's
+//! While open, a tunnel counts in its shard's in-flight requests and in its
+//! tenant's (the attempt's guard and the limits step's move into it, so a
+//! tenant's tunnels take places under its `max_in_flight` and the shard's
+//! cap until they end, and each place is given back once, when the
+//! [`Tunnel`] is dropped, however it ends), and in its cell's
 //! `shuffle_websocket_tunnels_open`; it ends when both sides have closed
 //! (each half-close passed on), when one fails, or when no byte has moved
-//! either way for `limits.websocket_idle_timeout_ms` ([`splice`]).
+//! either way for `limits.tunnel_idle_timeout_ms` ([`splice`]).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -30,6 +33,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
+use crate::limit::TenantInFlight;
 use crate::protocol::fields::Fields;
 use crate::route::response::{InFlight, ResponseBody, full};
 use crate::route::splice::{Ended, splice};
@@ -92,11 +96,12 @@ fn lists(value: &[u8], token: &[u8]) -> bool {
 /// keeps `Sec-WebSocket-Accept`, `-Protocol` and `-Extensions`, and the
 /// gateway's own `Connection: upgrade` and `Upgrade: websocket`. The shard
 /// answered the handshake as asked, which counts as a success for outlier
-/// detection; `in_flight` keeps it busy until the tunnel closes.
+/// detection; `in_flight` (the shard's place, and the tenant's when its
+/// in-flight requests are limited) keeps both busy until the tunnel closes.
 pub(crate) fn open(
     answer: Response<UpstreamBody>,
     requested: Requested,
-    in_flight: InFlight,
+    (in_flight, tenant_in_flight): (InFlight, Option<TenantInFlight>),
     gateway: &Arc<Gateway>,
     cell: &str,
     shard: &ShardRuntime,
@@ -113,8 +118,9 @@ pub(crate) fn open(
     let tunnel = Tunnel {
         client: requested.client,
         shard: switched,
-        idle: gateway.snapshot().config.limits.websocket_idle_timeout,
+        idle: gateway.snapshot().config.limits.tunnel_idle_timeout,
         in_flight,
+        tenant_in_flight,
         gateway: Arc::clone(gateway),
         cell: cell.to_owned(),
         shard_id: shard.id.clone(),
@@ -134,10 +140,12 @@ pub(crate) fn open(
 pub struct Tunnel {
     client: OnUpgrade,
     shard: Switched,
-    /// `limits.websocket_idle_timeout_ms`, as it was when the tunnel opened.
+    /// `limits.tunnel_idle_timeout_ms`, as it was when the tunnel opened.
     idle: Duration,
     /// Keeps the shard busy while the tunnel is open.
     in_flight: InFlight,
+    /// Keeps the tenant's place under its `max_in_flight`, when it has one.
+    tenant_in_flight: Option<TenantInFlight>,
     gateway: Arc<Gateway>,
     cell: String,
     shard_id: String,
@@ -153,6 +161,7 @@ impl Tunnel {
             shard: Switched { mut stream, early },
             idle,
             in_flight,
+            tenant_in_flight,
             gateway,
             cell,
             shard_id,
@@ -176,7 +185,7 @@ impl Tunnel {
         }
         // Closed here, before the counts that say they are open.
         drop((client, stream));
-        drop((open, in_flight));
+        drop((open, in_flight, tenant_in_flight));
     }
 }
 
