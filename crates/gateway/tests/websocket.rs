@@ -791,7 +791,11 @@ async fn open_tunnel(fixture: &Fixture, tenant: &str) -> Client {
 /// limit, as any request over it is: 429, `Retry-After: 1`, the JSON error
 /// naming the limit; and that it opened nothing.
 async fn upgrade_is_refused_in_flight(fixture: &Fixture, tenant: &str) {
-    let response = raw_request(fixture.running.addr, &raw_upgrade(fixture, tenant, &[], b"")).await;
+    let response = raw_request(
+        fixture.running.addr,
+        &raw_upgrade(fixture, tenant, &[], b""),
+    )
+    .await;
     assert_eq!(response.status, 429, "{}", response.head);
     assert_eq!(response.header("retry-after"), Some("1"));
     let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
@@ -990,7 +994,7 @@ async fn a_tenants_tunnels_cannot_take_the_shards_last_places_from_other_tenants
         .gateway("[limits.tenant]\nmax_in_flight = 2\n[limits.shard]\nmax_in_flight = 3\n")
         .await;
     let (whale, other) = (fixture.tenants[0].0.clone(), fixture.tenants[1].0.clone());
-    let mut whales = vec![
+    let mut whales = [
         open_tunnel(&fixture, &whale).await,
         open_tunnel(&fixture, &whale).await,
     ];

@@ -2095,7 +2095,10 @@ mod tests {
             Duration::from_millis(400)
         );
         for (extra, key) in [
-            ("tunnel_idle_timeout_ms = 0", "limits.tunnel_idle_timeout_ms"),
+            (
+                "tunnel_idle_timeout_ms = 0",
+                "limits.tunnel_idle_timeout_ms",
+            ),
             (
                 "tunnel_idle_timeout_ms = 86400001",
                 "limits.tunnel_idle_timeout_ms",
@@ -2110,7 +2113,8 @@ mod tests {
             assert!(error.contains("use a value from 1 to 86400000"), "{error}");
             assert!(!error.contains('\n'), "one line: {error}");
         }
-        let error = refused("[limits]\ntunnel_idle_timeout_ms = 1000\nwebsocket_idle_timeout_ms = 1000");
+        let error =
+            refused("[limits]\ntunnel_idle_timeout_ms = 1000\nwebsocket_idle_timeout_ms = 1000");
         assert!(
             error.contains("limits.tunnel_idle_timeout_ms")
                 && error.contains("remove limits.websocket_idle_timeout_ms"),
