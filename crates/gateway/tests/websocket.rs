@@ -1096,3 +1096,57 @@ async fn a_reload_with_a_bad_tunnel_idle_timeout_is_refused_naming_the_key() {
     let tenant = fixture.tenants[0].0.clone();
     open_tunnel(&fixture, &tenant).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_removes_a_tenant_closes_its_tunnels_and_no_others() {
+    let shard = WsShard::start(Answer::Echo).await;
+    let fixture = shard.gateway("[limits.tenant]\nmax_in_flight = 2\n").await;
+    let (revoked, kept) = (fixture.tenants[0].0.clone(), fixture.tenants[1].0.clone());
+    let mut gone = open_tunnel(&fixture, &revoked).await;
+    let mut staying = open_tunnel(&fixture, &kept).await;
+    let limit = {
+        let snapshot = fixture.running.gateway.snapshot();
+        let position = snapshot.tenants.get(&revoked).unwrap().position;
+        Arc::clone(&snapshot.limits.of(position).unwrap().state)
+    };
+    // A reload that keeps both tenants closes nothing.
+    let reloaded = fixture.admin_json("POST", "/admin/reload").await;
+    assert_eq!(reloaded["reloaded"], true, "{reloaded}");
+    echoes(&mut gone, Message::text("still mine")).await;
+
+    // The operator revokes the first tenant.
+    std::fs::write(
+        fixture.dir.path().join("tenants.toml"),
+        gateway::config::writer::tenants_toml(&fixture.tenants[1..]),
+    )
+    .unwrap();
+    let reloaded = fixture.admin_json("POST", "/admin/reload").await;
+    assert_eq!(reloaded["reloaded"], true, "{reloaded}");
+    assert!(
+        ends(&mut gone).await,
+        "the revoked tenant's tunnel was closed"
+    );
+    assert_eq!(refused(connect(&fixture, Some(&revoked), &[]).await), 401);
+    // The other tenant's tunnel is untouched.
+    echoes(&mut staying, Message::text("still here")).await;
+    let metrics = scraped_until(&fixture, |m| open_tunnels(m) == 1.0 && in_flight(m) == 1.0).await;
+    assert_eq!(
+        metrics.value(
+            "shuffle_websocket_tunnels_closed_total",
+            &[("cell", "default"), ("reason", "revoked")]
+        ),
+        1.0
+    );
+    let deadline = tokio::time::Instant::now() + HANG;
+    while limit.in_flight() != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "its place was never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(tenant_in_flight(&fixture, &kept), 1);
+    staying.close(None).await.unwrap();
+    assert!(ends(&mut staying).await);
+    scraped_until(&fixture, |m| open_tunnels(m) == 0.0 && in_flight(m) == 0.0).await;
+}

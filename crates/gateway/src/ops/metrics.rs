@@ -929,7 +929,8 @@ pub(crate) struct TunnelCloseLabels {
     /// `closed`: both sides ended (each half-close passed on); `idle`: no
     /// byte either way for `limits.tunnel_idle_timeout_ms`; `error`: a
     /// side failed (a reset, or a client that accepted nothing for
-    /// `limits.client_write_timeout_ms`).
+    /// `limits.client_write_timeout_ms`); `revoked`: a reload removed the
+    /// tenant that opened it.
     pub(crate) reason: &'static str,
 }
 
@@ -970,7 +971,7 @@ impl WebSocketMetrics {
         let closed = Family::<TunnelCloseLabels, Counter>::default();
         registry.register(
             "websocket_tunnels_closed",
-            "WebSocket tunnels closed by cell and reason: closed (both sides ended), idle (limits.tunnel_idle_timeout_ms), error (a side failed)",
+            "WebSocket tunnels closed by cell and reason: closed (both sides ended), idle (limits.tunnel_idle_timeout_ms), error (a side failed), revoked (a reload removed its tenant)",
             closed.clone(),
         );
         Self {

@@ -588,7 +588,7 @@ async fn route(
                         client,
                         (attempt.in_flight, tenant_in_flight),
                         gateway,
-                        cell,
+                        (cell, &tenant.id),
                         attempt.shard,
                     );
                     let response = tunnel.unwrap_or_else(|| {

@@ -41,6 +41,9 @@ pub(crate) enum Ended {
     Idle,
     /// Reading or writing failed on one side.
     Failed(io::Error),
+    /// Never a splice's own end: its tunnel was closed because a reload
+    /// removed the tenant that opened it.
+    Revoked,
 }
 
 impl Ended {
@@ -50,6 +53,7 @@ impl Ended {
             Ended::Closed => "closed",
             Ended::Idle => "idle",
             Ended::Failed(_) => "error",
+            Ended::Revoked => "revoked",
         }
     }
 }

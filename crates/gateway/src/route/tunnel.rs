@@ -22,7 +22,9 @@
 //! [`Tunnel`] is dropped, however it ends), and in its cell's
 //! `shuffle_websocket_tunnels_open`; it ends when both sides have closed
 //! (each half-close passed on), when one fails, or when no byte has moved
-//! either way for `limits.tunnel_idle_timeout_ms` ([`splice`]).
+//! either way for `limits.tunnel_idle_timeout_ms` ([`splice`]), and when a
+//! reload removes its tenant from the tenants file (how an operator
+//! revokes a tenant: what its credential opened must not outlive it).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -32,6 +34,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use tokio::sync::watch;
 
 use crate::limit::TenantInFlight;
 use crate::protocol::fields::Fields;
@@ -97,13 +100,14 @@ fn lists(value: &[u8], token: &[u8]) -> bool {
 /// gateway's own `Connection: upgrade` and `Upgrade: websocket`. The shard
 /// answered the handshake as asked, which counts as a success for outlier
 /// detection; `in_flight` (the shard's place, and the tenant's when its
-/// in-flight requests are limited) keeps both busy until the tunnel closes.
+/// in-flight requests are limited) keeps both busy until the tunnel closes,
+/// which a reload that removes `tenant` brings about.
 pub(crate) fn open(
     answer: Response<UpstreamBody>,
     requested: Requested,
     (in_flight, tenant_in_flight): (InFlight, Option<TenantInFlight>),
     gateway: &Arc<Gateway>,
-    cell: &str,
+    (cell, tenant): (&str, &str),
     shard: &ShardRuntime,
 ) -> Option<Response<ResponseBody>> {
     let (_, body) = answer.into_parts();
@@ -115,6 +119,10 @@ pub(crate) fn open(
     Gateway::record_success(shard);
     client_headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     client_headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    // Watched from now on; seen as changed at once, so that a reload since
+    // the request was admitted is looked at too.
+    let mut reloads = gateway.reloads();
+    reloads.mark_changed();
     let tunnel = Tunnel {
         client: requested.client,
         shard: switched,
@@ -124,6 +132,8 @@ pub(crate) fn open(
         gateway: Arc::clone(gateway),
         cell: cell.to_owned(),
         shard_id: shard.id.clone(),
+        tenant: tenant.to_owned(),
+        reloads,
     };
     let mut response = Response::new(full(Bytes::new()));
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -149,6 +159,10 @@ pub struct Tunnel {
     gateway: Arc<Gateway>,
     cell: String,
     shard_id: String,
+    /// The tenant that opened it.
+    tenant: String,
+    /// Reloads, to close the tunnel once one removes its tenant.
+    reloads: watch::Receiver<u64>,
 }
 
 impl Tunnel {
@@ -165,6 +179,8 @@ impl Tunnel {
             gateway,
             cell,
             shard_id,
+            tenant,
+            reloads,
         } = self;
         // The client hung up before its 101 was written: nothing opened.
         let Ok(client) = client.await else {
@@ -173,7 +189,10 @@ impl Tunnel {
         let websockets = &gateway.metrics.websockets;
         let open = websockets.open(&cell);
         let mut client = TokioIo::new(client);
-        let ended = splice(&mut client, &mut stream, &early, idle).await;
+        let ended = tokio::select! {
+            ended = splice(&mut client, &mut stream, &early, idle) => ended,
+            () = revoked(&gateway, &tenant, reloads) => Ended::Revoked,
+        };
         websockets.closed(&cell, ended.name());
         match &ended {
             Ended::Failed(error) => {
@@ -187,6 +206,19 @@ impl Tunnel {
         drop((client, stream));
         drop((open, in_flight, tenant_in_flight));
     }
+}
+
+/// Completes once a reload has removed `tenant` from the tenants file (its
+/// credential names nobody any more); pending for as long as it is there.
+async fn revoked(gateway: &Gateway, tenant: &str, mut reloads: watch::Receiver<u64>) {
+    // An error: the gateway, which holds the sender, is gone; the tunnel
+    // ends with its connection's task.
+    while reloads.changed().await.is_ok() {
+        if gateway.snapshot().tenants.get(tenant).is_none() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// How a 101 carries its tunnel to the connection (a response's extensions
