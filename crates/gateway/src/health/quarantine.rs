@@ -417,3 +417,205 @@ impl Suspects {
         self.tenants.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+    const RULES: Rules = Rules {
+        poison_after: 2,
+        strike_life: Duration::from_secs(10),
+        quarantine: MINUTE,
+    };
+
+    fn struck<'s>(tenant: &'s str, shard: &'s str, request: u64, stopped: bool) -> Struck<'s> {
+        Struck {
+            cell: "main",
+            tenant,
+            shard,
+            request,
+            stopped,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn strikes_of_different_requests_add_up_to_a_suspect() {
+        let suspects = Suspects::new();
+        assert!(!suspects.any());
+        let now = Instant::now();
+        assert_eq!(suspects.record(struck("t", "s2", 1, false), now, RULES), None);
+        assert!(suspects.any(), "a strike is looked up");
+        assert!(suspects.get("t", now).is_none(), "one strike is no suspect");
+        assert_eq!(
+            suspects.standing("t", now, 2),
+            Some(Standing {
+                suspect: false,
+                only: None
+            })
+        );
+        assert_eq!(
+            suspects.record(struck("t", "s1", 2, false), now, RULES),
+            Some(Marked::New)
+        );
+        let suspect = suspects.get("t", now).expect("suspect");
+        assert_eq!(suspect.shards, ["s1", "s2"]);
+        assert_eq!((suspect.stops, suspect.strikes), (1, 2));
+        assert_eq!(
+            suspects.standing("t", now, 2),
+            Some(Standing {
+                suspect: true,
+                only: Some(vec!["s1".into(), "s2".into()])
+            })
+        );
+        assert!(suspects.get("other", now).is_none());
+
+        tokio::time::advance(MINUTE - Duration::from_millis(1)).await;
+        assert!(suspects.get("t", Instant::now()).is_some(), "still suspect");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(suspects.get("t", Instant::now()).is_none(), "expired");
+        assert!(!suspects.any(), "the expired entry was swept");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_request_marks_its_tenant_at_once_and_strikes_extend_a_quarantine() {
+        let suspects = Suspects::new();
+        let start = Instant::now();
+        assert_eq!(
+            suspects.record(struck("t", "s1", 1, true), start, RULES),
+            Some(Marked::New)
+        );
+        tokio::time::advance(Duration::from_secs(50)).await;
+        let later = Instant::now();
+        assert_eq!(
+            suspects.record(struck("t", "s2", 2, false), later, RULES),
+            Some(Marked::Again)
+        );
+        tokio::time::advance(Duration::from_secs(50)).await;
+        let suspect = suspects.get("t", Instant::now()).expect("extended");
+        assert_eq!((suspect.stops, suspect.strikes), (1, 2));
+        assert_eq!(suspect.shards, ["s1", "s2"]);
+        assert_eq!(suspect.until, later + MINUTE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_strike_that_never_reaches_poison_after_runs_out() {
+        let suspects = Suspects::new();
+        suspects.record(struck("t", "s1", 1, false), Instant::now(), RULES);
+        tokio::time::advance(RULES.strike_life - Duration::from_millis(1)).await;
+        assert!(suspects.standing("t", Instant::now(), 2).is_some());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(suspects.standing("t", Instant::now(), 2), None);
+        assert!(!suspects.any());
+        // A second strike after the first ran out starts the count again.
+        suspects.record(struck("t", "s2", 2, false), Instant::now(), RULES);
+        assert!(suspects.get("t", Instant::now()).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn racing_attempts_reach_at_most_poison_after_members() {
+        let suspects = Suspects::new();
+        let now = Instant::now();
+        assert_eq!(suspects.begin("t", "s1", now, 2), Begun::Free, "no strikes");
+        suspects.record(struck("t", "s1", 1, false), now, RULES);
+        assert_eq!(suspects.begin("t", "s1", now, 2), Begun::Free, "struck");
+        assert_eq!(suspects.begin("t", "s2", now, 2), Begun::Probe);
+        assert_eq!(suspects.begin("t", "s3", now, 2), Begun::Refused);
+        assert_eq!(suspects.begin("t", "s2", now, 2), Begun::Probe);
+        assert_eq!(
+            suspects.standing("t", now, 2).unwrap().only,
+            Some(vec!["s1".into(), "s2".into()])
+        );
+        suspects.end("t", "s2", now);
+        assert_eq!(suspects.begin("t", "s3", now, 2), Begun::Refused, "one left");
+        suspects.end("t", "s2", now);
+        assert_eq!(suspects.standing("t", now, 2).unwrap().only, None);
+        assert_eq!(suspects.begin("t", "s3", now, 2), Begun::Probe);
+        suspects.end("t", "s3", now);
+        // A probe outlives the strikes: the entry goes with the last one.
+        assert_eq!(suspects.begin("t", "s4", now, 2), Begun::Probe);
+        tokio::time::advance(RULES.strike_life).await;
+        assert!(suspects.standing("t", Instant::now(), 2).is_some());
+        suspects.end("t", "s4", Instant::now());
+        assert!(!suspects.any());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_request_takes_its_strikes_back() {
+        let suspects = Suspects::new();
+        let now = Instant::now();
+        suspects.record(struck("t", "s1", 1, false), now, RULES);
+        suspects.record(struck("t", "s2", 2, false), now, RULES);
+        assert!(suspects.get("t", now).is_some());
+        suspects.record(struck("u", "s1", 3, false), now, RULES);
+        suspects.withdraw("u", 3, now);
+        suspects.withdraw("u", 3, now);
+        assert_eq!(suspects.standing("u", now, 2), None);
+        suspects.record(struck("u", "s1", 4, false), now, RULES);
+        suspects.withdraw("u", 5, now);
+        assert!(suspects.standing("u", now, 2).is_some(), "another request's");
+        // A suspect's strikes stay.
+        suspects.withdraw("t", 1, now);
+        assert!(suspects.get("t", now).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_failing_another_tenant_within_the_window_is_a_shared_fault() {
+        let suspects = Suspects::new();
+        let window = Duration::from_secs(1);
+        let start = Instant::now();
+        assert!(!suspects.shared_fault("s1", "a", start, window));
+        assert!(!suspects.shared_fault("s1", "a", start, window), "its own");
+        assert!(suspects.shared_fault("s1", "b", start, window));
+        assert!(!suspects.shared_fault("s2", "b", start, window), "another shard");
+        tokio::time::advance(window).await;
+        assert!(suspects.shared_fault("s1", "a", Instant::now(), window));
+        // b's failure is now over the window old (a's is a's own).
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!suspects.shared_fault("s1", "a", Instant::now(), window));
+        // Two slots keep the latest failure of any other tenant.
+        let now = Instant::now();
+        assert!(!suspects.shared_fault("s3", "c", now, window));
+        suspects.shared_fault("s3", "d", now, window);
+        suspects.shared_fault("s3", "e", now, window);
+        assert!(suspects.shared_fault("s3", "c", now, window));
+        assert!(suspects.shared_fault("s3", "e", now, window));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clearing_lifts_a_quarantine_and_a_listing_sweeps_expired_ones() {
+        let suspects = Suspects::new();
+        let now = Instant::now();
+        suspects.record(struck("a", "s1", 1, true), now, RULES);
+        let long = Rules {
+            quarantine: 2 * MINUTE,
+            ..RULES
+        };
+        suspects.record(struck("b", "s3", 2, true), now, long);
+        suspects.record(struck("c", "s3", 3, false), now, RULES);
+        assert!(suspects.clear("a", now));
+        assert!(!suspects.clear("a", now), "cleared already");
+        assert!(!suspects.clear("c", now), "strikes are no quarantine");
+        assert_eq!(suspects.standing("c", now, 2), None, "but are cleared too");
+        assert_eq!(suspects.list(now).len(), 1);
+        tokio::time::advance(2 * MINUTE).await;
+        assert!(!suspects.clear("b", Instant::now()), "expired already");
+        suspects.record(struck("b", "s3", 4, true), now, RULES);
+        assert!(suspects.list(Instant::now()).is_empty());
+        assert!(!suspects.any());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tenant_marked_again_after_expiry_starts_afresh() {
+        let suspects = Suspects::new();
+        suspects.record(struck("t", "s1", 1, true), Instant::now(), RULES);
+        tokio::time::advance(2 * MINUTE).await;
+        assert_eq!(
+            suspects.record(struck("t", "s3", 2, true), Instant::now(), RULES),
+            Some(Marked::New)
+        );
+        let suspect = suspects.get("t", Instant::now()).unwrap();
+        assert_eq!(suspect.shards, ["s3"], "the old strikes are gone");
+        assert_eq!(suspect.stops, 1);
+    }
+}
