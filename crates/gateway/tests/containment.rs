@@ -476,7 +476,13 @@ async fn poison_sent_at_once_after_a_strike_crashes_at_most_poison_after_members
     // A poison request that may not fail over (a POST) crashes one member
     // and leaves its tenant one strike, not yet suspect.
     let (status, _, _) = fixture
-        .send(Some(&poisoner), "POST", "/poison", &[(POISON_HEADER, "1")], b"")
+        .send(
+            Some(&poisoner),
+            "POST",
+            "/poison",
+            &[(POISON_HEADER, "1")],
+            b"",
+        )
         .await;
     assert!(status.is_server_error(), "{status}");
     assert_eq!(crashed(&fixture).len(), 1);
@@ -633,9 +639,11 @@ async fn a_tenant_timing_out_on_shards_another_tenant_hangs_is_not_made_suspect(
     );
     // ...and is seen failing on both.
     assert!(
-        eventually(DEADLINE, || ["w0", "w1"]
-            .iter()
-            .all(|id| fixture.shard(id).failures.load(Ordering::SeqCst) > 0))
+        eventually(DEADLINE, || ["w0", "w1"].iter().all(|id| fixture
+            .shard(id)
+            .failures
+            .load(Ordering::SeqCst)
+            > 0))
         .await,
         "the hanging tenant's requests time out on both shards"
     );

@@ -150,7 +150,11 @@ impl Entry {
 
     /// Drops what has run out at `now`; whether nothing is left.
     fn expire(&mut self, now: Instant) -> bool {
-        if self.suspect.as_ref().is_some_and(|suspect| suspect.until <= now) {
+        if self
+            .suspect
+            .as_ref()
+            .is_some_and(|suspect| suspect.until <= now)
+        {
             self.suspect = None;
         }
         self.strikes.retain(|strike| strike.until > now);
@@ -381,7 +385,10 @@ impl Suspects {
         let mut tenants = self.lock();
         let was_suspect = tenants.get_mut(tenant).is_some_and(|entry| {
             entry.strikes.clear();
-            entry.suspect.take().is_some_and(|suspect| suspect.until > now)
+            entry
+                .suspect
+                .take()
+                .is_some_and(|suspect| suspect.until > now)
         });
         self.sweep(&mut tenants, tenant, now);
         was_suspect
@@ -404,7 +411,9 @@ impl Suspects {
     /// Expires the tenant's entry at `now`, removing it when nothing is
     /// left; whether it is gone (or was never there).
     fn sweep(&self, tenants: &mut HashMap<String, Entry>, tenant: &str, now: Instant) -> bool {
-        let gone = tenants.get_mut(tenant).is_none_or(|entry| entry.expire(now));
+        let gone = tenants
+            .get_mut(tenant)
+            .is_none_or(|entry| entry.expire(now));
         if gone && tenants.remove(tenant).is_some() {
             self.count.store(tenants.len(), Ordering::Relaxed);
         }
@@ -444,7 +453,10 @@ mod tests {
         let suspects = Suspects::new();
         assert!(!suspects.any());
         let now = Instant::now();
-        assert_eq!(suspects.record(struck("t", "s2", 1, false), now, RULES), None);
+        assert_eq!(
+            suspects.record(struck("t", "s2", 1, false), now, RULES),
+            None
+        );
         assert!(suspects.any(), "a strike is looked up");
         assert!(suspects.get("t", now).is_none(), "one strike is no suspect");
         assert_eq!(
@@ -527,7 +539,11 @@ mod tests {
             Some(vec!["s1".into(), "s2".into()])
         );
         suspects.end("t", "s2", now);
-        assert_eq!(suspects.begin("t", "s3", now, 2), Begun::Refused, "one left");
+        assert_eq!(
+            suspects.begin("t", "s3", now, 2),
+            Begun::Refused,
+            "one left"
+        );
         suspects.end("t", "s2", now);
         assert_eq!(suspects.standing("t", now, 2).unwrap().only, None);
         assert_eq!(suspects.begin("t", "s3", now, 2), Begun::Probe);
@@ -553,7 +569,10 @@ mod tests {
         assert_eq!(suspects.standing("u", now, 2), None);
         suspects.record(struck("u", "s1", 4, false), now, RULES);
         suspects.withdraw("u", 5, now);
-        assert!(suspects.standing("u", now, 2).is_some(), "another request's");
+        assert!(
+            suspects.standing("u", now, 2).is_some(),
+            "another request's"
+        );
         // A suspect's strikes stay.
         suspects.withdraw("t", 1, now);
         assert!(suspects.get("t", now).is_some());
@@ -567,7 +586,10 @@ mod tests {
         assert!(!suspects.shared_fault("s1", "a", start, window));
         assert!(!suspects.shared_fault("s1", "a", start, window), "its own");
         assert!(suspects.shared_fault("s1", "b", start, window));
-        assert!(!suspects.shared_fault("s2", "b", start, window), "another shard");
+        assert!(
+            !suspects.shared_fault("s2", "b", start, window),
+            "another shard"
+        );
         tokio::time::advance(window).await;
         assert!(suspects.shared_fault("s1", "a", Instant::now(), window));
         // b's failure is now over the window old (a's is a's own).

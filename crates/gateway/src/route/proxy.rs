@@ -16,11 +16,14 @@
 //!
 //! Survivor protection: a member at its in-flight cap is skipped, and a
 //! request whose every remaining member is at its cap is shed (`503`),
-//! which is no shard's failure. Poison containment: a request whose
-//! attempts failed crash-like (reset, or the per-try timeout) on
-//! `routing.poison_after` members is stopped (`502`) and its tenant made
-//! suspect; a suspect tenant is served only by the members it struck, and
-//! fails over only when nothing was sent.
+//! which is no shard's failure. Poison containment: every crash-like
+//! failure (reset, or the per-try timeout, unless the member is failing
+//! other tenants too) is a strike against the tenant, shared by all its
+//! requests and read before every attempt; a tenant whose strikes reach
+//! `routing.poison_after` members is made suspect and the request that got
+//! there stopped (`502`); a suspect tenant is served only by the members it
+//! struck, and fails over only when nothing was sent
+//! ([`crate::health::quarantine`] has the rules).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
