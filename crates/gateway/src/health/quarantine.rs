@@ -191,7 +191,13 @@ pub struct Suspects {
     recent: Mutex<HashMap<String, Recent>>,
     /// The last request token handed out.
     requests: AtomicU64,
+    /// When every expired entry is swept next (taken under `tenants`).
+    next_sweep: Mutex<Option<Instant>>,
 }
+
+/// How often a lookup of a tenant without an entry sweeps every expired
+/// entry: a tenant gone quiet must not keep every request looking up.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl Suspects {
     /// No suspects.
@@ -227,6 +233,7 @@ impl Suspects {
     pub fn standing(&self, tenant: &str, now: Instant, poison_after: usize) -> Option<Standing> {
         let mut tenants = self.lock();
         if self.sweep(&mut tenants, tenant, now) {
+            self.sweep_all(&mut tenants, now);
             return None;
         }
         let entry = tenants.get(tenant)?;
@@ -420,6 +427,20 @@ impl Suspects {
         gone
     }
 
+    /// Sweeps every expired entry, at most once every [`SWEEP_EVERY`].
+    fn sweep_all(&self, tenants: &mut HashMap<String, Entry>, now: Instant) {
+        let mut next = self
+            .next_sweep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if next.is_some_and(|next| now < next) {
+            return;
+        }
+        *next = Some(now + SWEEP_EVERY);
+        tenants.retain(|_, entry| !entry.expire(now));
+        self.count.store(tenants.len(), Ordering::Relaxed);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         // Nothing panics while holding the lock; a poisoned one holds a
         // consistent map all the same.
@@ -554,6 +575,17 @@ mod tests {
         assert!(suspects.standing("t", Instant::now(), 2).is_some());
         suspects.end("t", "s4", Instant::now());
         assert!(!suspects.any());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_tenants_expired_entry_is_swept_by_another_tenants_lookup() {
+        let suspects = Suspects::new();
+        suspects.record(struck("quiet", "s1", 1, false), Instant::now(), RULES);
+        assert_eq!(suspects.standing("busy", Instant::now(), 2), None);
+        assert!(suspects.any());
+        tokio::time::advance(RULES.strike_life).await;
+        assert_eq!(suspects.standing("busy", Instant::now(), 2), None);
+        assert!(!suspects.any(), "every request stops looking up");
     }
 
     #[tokio::test(start_paused = true)]
