@@ -1,10 +1,13 @@
-//! Noisy neighbours and poison tenants (issue 20, points 3 and 4), through
-//! real sockets: a failover wave cannot push the survivors of a failed
-//! shard past their in-flight caps (the excess is shed with 503, which is
-//! no shard's failure), and a tenant whose requests crash the test shards
-//! (`crash-on-poison`) crashes at most `routing.poison_after` members of
-//! its subset, is listed as suspect and can be cleared, while every other
-//! tenant is served throughout.
+//! Noisy neighbours and poison tenants (issue 20, points 3 and 4; issue
+//! 28, point 3 and the neighbour's quarantine of 8), through real sockets:
+//! a failover wave cannot push the survivors of a failed shard past their
+//! in-flight caps (the excess is shed with 503, which is no shard's
+//! failure), and a tenant whose requests crash the test shards
+//! (`crash-on-poison`), one after another or all at once, crashes at most
+//! `routing.poison_after` members of its subset, is listed as suspect and
+//! can be cleared, while every other tenant is served throughout; a tenant
+//! whose requests time out on shards another tenant hangs is not made
+//! suspect.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use std::time::Duration;
 
 use backend::{Mode, POISON_HEADER};
 use http::StatusCode;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use crate::util::{CustomShard, Fixture, Options, eventually, text};
 
@@ -214,6 +217,11 @@ async fn a_shard_cap_is_reloadable_and_a_shards_own_cap_wins() {
 /// crashed), k = 4, with `routing.poison_after = after`: enough shards
 /// that some tenants share no member with the poisoner.
 async fn poison_fleet(after: u32) -> Fixture {
+    poison_fleet_down(after, Duration::from_secs(60)).await
+}
+
+/// [`poison_fleet`] with shards down for `down` once crashed.
+async fn poison_fleet_down(after: u32, down: Duration) -> Fixture {
     let fixture = Fixture::start(Options {
         shards: 12,
         tenants: 60,
@@ -224,7 +232,7 @@ async fn poison_fleet(after: u32) -> Fixture {
     })
     .await;
     for backend in &fixture.backends {
-        backend.set_mode(Mode::CrashOnPoison(Duration::from_secs(60)));
+        backend.set_mode(Mode::CrashOnPoison(down));
     }
     fixture
 }
@@ -409,4 +417,261 @@ async fn without_containment_a_poison_tenant_crashes_its_whole_subset_and_nobody
     assert_eq!(listed["suspects"].as_array().unwrap().len(), 0);
     let metrics = fixture.scrape().await;
     assert_eq!(metrics.count("shuffle_poison_stops_total", &[]), 0.0);
+}
+
+/// `count` poison requests of `tenant`, all at once: their statuses.
+async fn poison_at_once(fixture: &Arc<Fixture>, tenant: &str, count: usize) -> Vec<StatusCode> {
+    let (go, ready) = watch::channel(false);
+    let requests: Vec<_> = (0..count)
+        .map(|_| {
+            let (fixture, tenant, mut ready) =
+                (Arc::clone(fixture), tenant.to_owned(), ready.clone());
+            tokio::spawn(async move {
+                let _ = ready.wait_for(|go| *go).await;
+                poison(&fixture, &tenant).await
+            })
+        })
+        .collect();
+    go.send(true).unwrap();
+    let mut statuses = Vec::new();
+    for request in requests {
+        statuses.push(request.await.unwrap());
+    }
+    statuses
+}
+
+/// The members the suspect `tenant` is listed with, if it is listed.
+async fn listed_suspect(fixture: &Fixture, tenant: &str) -> Option<serde_json::Value> {
+    let listed = fixture.admin_json("GET", "/admin/tenants?suspects=1").await;
+    listed["suspects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|suspect| suspect["tenant"] == tenant)
+        .cloned()
+}
+
+/// The suspect `tenant`'s struck members, as listed.
+async fn struck_members(fixture: &Fixture, tenant: &str) -> BTreeSet<String> {
+    let suspect = listed_suspect(fixture, tenant)
+        .await
+        .unwrap_or_else(|| panic!("{tenant} is not suspect"));
+    suspect["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_sent_at_once_after_a_strike_crashes_at_most_poison_after_members() {
+    // Shards come back 1.5 s after a crash, so that the repeat finds them
+    // up; a strike counts for `request_timeout_ms` (3 s).
+    let fixture = Arc::new(poison_fleet_down(2, Duration::from_millis(1500)).await);
+    let (poisoner, subset, others) = poisoner_and_others(&fixture);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = background_load(&fixture, &others, &stop);
+
+    // A poison request that may not fail over (a POST) crashes one member
+    // and leaves its tenant one strike, not yet suspect.
+    let (status, _, _) = fixture
+        .send(
+            Some(&poisoner),
+            "POST",
+            "/poison",
+            &[(POISON_HEADER, "1")],
+            b"",
+        )
+        .await;
+    assert!(status.is_server_error(), "{status}");
+    assert_eq!(crashed(&fixture).len(), 1);
+    assert!(listed_suspect(&fixture, &poisoner).await.is_none());
+
+    // Sixteen at once: each reads the tenant's strikes before it goes
+    // anywhere, and together they try one member more, not three.
+    let statuses = poison_at_once(&fixture, &poisoner, 16).await;
+    let first = crashed(&fixture);
+    assert_eq!(
+        first.len(),
+        2,
+        "16 poison requests at once crashed {first:?} of {subset:?} (statuses {statuses:?})"
+    );
+    assert!(first.is_subset(&subset));
+    for status in &statuses {
+        assert!(status.is_server_error(), "{statuses:?}");
+    }
+    // Suspect at once, with the members it struck: those it crashed.
+    assert_eq!(struck_members(&fixture, &poisoner).await, first);
+    let metrics = fixture.scrape().await;
+    assert_eq!(
+        metrics.count("shuffle_tenants_suspected_total", &[("cell", "default")]),
+        1.0
+    );
+    assert!(metrics.count("shuffle_poison_stops_total", &[("cell", "default")]) >= 1.0);
+
+    // Later, the crashed members are back and every strike has run out:
+    // the quarantine alone holds the poisoner, and the same burst again
+    // lands only where the damage was done.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let statuses = poison_at_once(&fixture, &poisoner, 16).await;
+    assert_eq!(
+        crashed(&fixture),
+        first,
+        "the repeat crashed a new member (statuses {statuses:?})"
+    );
+    assert_eq!(struck_members(&fixture, &poisoner).await, first);
+
+    no_other_tenant_erred(&stop, load, others.len()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_sent_at_once_from_cold_makes_its_tenant_suspect_at_once() {
+    let fixture = Arc::new(poison_fleet(2).await);
+    let (poisoner, subset, others) = poisoner_and_others(&fixture);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = background_load(&fixture, &others, &stop);
+
+    // Requests sent before the gateway has seen any of them fail cannot
+    // be called back (see docs/gateway.md): the first burst may reach
+    // every member. But their strikes add up, and the tenant is suspect.
+    let statuses = poison_at_once(&fixture, &poisoner, 16).await;
+    let first = crashed(&fixture);
+    assert!(first.is_subset(&subset), "{first:?}");
+    let struck = struck_members(&fixture, &poisoner).await;
+    assert!(
+        struck.len() >= 2 && struck.is_subset(&first),
+        "struck {struck:?}, crashed {first:?}, statuses {statuses:?}"
+    );
+    // ...so a normal request of it goes nowhere else.
+    assert_eq!(
+        fixture.get(&poisoner, "/plain").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    no_other_tenant_erred(&stop, load, others.len()).await;
+}
+
+/// A shard with one worker: `/hang` takes it until `released` (a request
+/// that hangs the shard), every other request waits for it and is
+/// answered. Counts the `/hang` requests holding it.
+struct OneWorkerShard {
+    server: CustomShard,
+    hanging: Arc<AtomicUsize>,
+}
+
+impl OneWorkerShard {
+    async fn start(released: watch::Receiver<bool>) -> Self {
+        let worker = Arc::new(Semaphore::new(1));
+        let hanging = Arc::new(AtomicUsize::new(0));
+        let h = Arc::clone(&hanging);
+        let server = CustomShard::start(move |request| {
+            let (worker, hanging, mut released) =
+                (Arc::clone(&worker), Arc::clone(&h), released.clone());
+            async move {
+                let Ok(permit) = worker.acquire_owned().await else {
+                    return text(500, "closed");
+                };
+                if request.uri().path() == "/hang" && !*released.borrow() {
+                    // The worker stays taken whether or not the gateway
+                    // still waits for the answer.
+                    hanging.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(async move {
+                        let _ = released.wait_for(|released| *released).await;
+                        drop(permit);
+                    });
+                    std::future::pending::<()>().await;
+                }
+                text(200, "served")
+            }
+        })
+        .await;
+        Self { server, hanging }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_timing_out_on_shards_another_tenant_hangs_is_not_made_suspect() {
+    let (release, released) = watch::channel(false);
+    let shards = [
+        OneWorkerShard::start(released.clone()).await,
+        OneWorkerShard::start(released.clone()).await,
+    ];
+    let fixture = Arc::new(
+        Fixture::start(Options {
+            shards: 0,
+            tenants: 4,
+            k: 2,
+            custom_shards: shards
+                .iter()
+                .enumerate()
+                .map(|(i, shard)| (format!("w{i}"), format!("http://{}", shard.server.addr)))
+                .collect(),
+            // per_try_timeout_ms = 300 and request_timeout_ms = 3000.
+            routing: "poison_after = 2\nquarantine_seconds = 600\n".into(),
+            // Timeouts must not eject the shards out of the way.
+            outlier: "consecutive_failures = 1000000\n".into(),
+            admin_token: Some(TOKEN.into()),
+            ..Options::default()
+        })
+        .await,
+    );
+    let (hanger, victim) = (fixture.tenants[0].0.clone(), fixture.tenants[1].0.clone());
+
+    // The hanging tenant keeps both shards' one worker taken, as an
+    // attacker would, for as long as the victim is asked about.
+    let stop = Arc::new(AtomicBool::new(false));
+    let hangers: Vec<_> = (0..2)
+        .map(|_| {
+            let (fixture, hanger, stop) = (Arc::clone(&fixture), hanger.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    fixture.get(&hanger, "/hang").await;
+                }
+            })
+        })
+        .collect();
+    assert!(
+        eventually(DEADLINE, || shards
+            .iter()
+            .all(|shard| shard.hanging.load(Ordering::SeqCst) == 1))
+        .await,
+        "both shards hang"
+    );
+    // ...and is seen failing on both.
+    assert!(
+        eventually(DEADLINE, || ["w0", "w1"].iter().all(|id| fixture
+            .shard(id)
+            .failures
+            .load(Ordering::SeqCst)
+            > 0))
+        .await,
+        "the hanging tenant's requests time out on both shards"
+    );
+
+    // The victim's requests time out on both members: the shards' fault,
+    // not the victim's.
+    for _ in 0..3 {
+        let (status, body) = fixture.get(&victim, "/plain").await;
+        assert_eq!(
+            status,
+            StatusCode::GATEWAY_TIMEOUT,
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    assert!(
+        listed_suspect(&fixture, &victim).await.is_none(),
+        "the victim of a hung shard was made suspect"
+    );
+    stop.store(true, Ordering::SeqCst);
+    release.send(true).unwrap();
+    for hanger in hangers {
+        hanger.await.unwrap();
+    }
+
+    // Its requests are served again once the shards are free.
+    for _ in 0..4 {
+        let (status, body) = fixture.get(&victim, "/plain").await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    }
 }

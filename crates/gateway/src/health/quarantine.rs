@@ -1,17 +1,31 @@
-//! Poison containment's memory: the tenants marked *suspect* because one of
-//! their requests failed crash-like (reset, closed before a complete
-//! answer, or timed out) on `routing.poison_after` distinct members, and
-//! the members each of them struck.
+//! Poison containment's memory: each tenant's *strikes* (crash-like
+//! failures of its requests: reset, closed before a complete answer, or
+//! timed out), the members its requests are trying for the first time
+//! while it has strikes, and the tenants marked *suspect* because their
+//! strikes reached `routing.poison_after` distinct members.
+//!
+//! Strikes are shared by all of a tenant's requests and recorded as they
+//! happen, and every attempt asks first ([`Suspects::standing`] and
+//! [`Suspects::begin`]), so requests in flight together cannot each crash
+//! `poison_after` members of their own: once a tenant has a strike, the
+//! members it may reach are those it struck plus those a request of it is
+//! already waiting on, and only while they number fewer than
+//! `poison_after` may a new one be tried. A strike counts for
+//! `routing.request_timeout` (the longest any request that was in flight
+//! with the one that struck can last), and a request that was answered
+//! after striking takes its strikes back: what a member answered was not
+//! poison. The failure of a member that is failing other tenants' requests
+//! too is the member's, not the tenant's ([`Suspects::shared_fault`]).
 //!
 //! A suspect tenant stays suspect for `routing.quarantine_seconds` after
-//! its last stopped request, unless an operator clears it. The request
-//! path asks [`Suspects::any`] (one atomic load) on every request and
-//! looks a tenant up only when some tenant is suspect, so a gateway with
-//! no suspects pays nothing more. Every transition takes `now`
-//! explicitly, so expiry is tested with a paused clock.
+//! its last strike, unless an operator clears it. The request path asks
+//! [`Suspects::any`] (one atomic load) on every request and looks a tenant
+//! up only when some tenant has strikes or is suspect, so a gateway with
+//! neither pays nothing more. Every transition takes `now` explicitly, so
+//! expiry is tested with a paused clock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -37,23 +51,153 @@ pub struct Suspect {
     pub until: Instant,
 }
 
-/// Every suspect tenant, by tenant id.
-#[derive(Debug, Default)]
-pub struct Suspects {
-    /// Entries in `tenants`, expired ones included until they are swept:
-    /// the one thing every request reads.
-    count: AtomicUsize,
-    tenants: Mutex<HashMap<String, Suspect>>,
+/// What containment decides by, from `[routing]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// How many distinct members struck make a tenant suspect
+    /// (`routing.poison_after`, above 0: at 0 nothing is recorded).
+    pub poison_after: usize,
+    /// How long a strike counts toward `poison_after`
+    /// (`routing.request_timeout`).
+    pub strike_life: Duration,
+    /// How long a tenant stays suspect after its last strike
+    /// (`routing.quarantine_seconds`).
+    pub quarantine: Duration,
+}
+
+/// One crash-like failure that was the tenant's own, as recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct Struck<'s> {
+    /// The tenant's cell.
+    pub cell: &'s str,
+    /// The tenant.
+    pub tenant: &'s str,
+    /// The member it failed on.
+    pub shard: &'s str,
+    /// The request that failed ([`Suspects::request`]).
+    pub request: u64,
+    /// The request has now failed crash-like on `poison_after` members of
+    /// its own, and is stopped.
+    pub stopped: bool,
 }
 
 /// What one crash-like failure did to its tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Marked {
-    /// The tenant became suspect.
+    /// The tenant became suspect (the request that struck is stopped).
     New,
     /// The tenant was suspect already; its quarantine starts again.
     Again,
 }
+
+/// Where a tenant with strikes, or a suspect one, may be served now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    /// The tenant is suspect.
+    pub suspect: bool,
+    /// The only members its next attempt may go to, when it is narrowed:
+    /// a suspect's struck members, or, for a tenant with strikes, the
+    /// members it struck or is being tried on once they number
+    /// `poison_after`.
+    pub only: Option<Vec<String>>,
+}
+
+/// Whether an attempt may begin on a member ([`Suspects::begin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Begun {
+    /// Nothing to track: the tenant has no strikes, is suspect (narrowed
+    /// by [`Standing`]), or struck the member already.
+    Free,
+    /// The attempt is a probe of a member the tenant has not struck: end
+    /// it with [`Suspects::end`] once its outcome is known.
+    Probe,
+    /// The tenant has reached `poison_after` members with strikes and
+    /// probes: it may not try another one now.
+    Refused,
+}
+
+/// One strike that counts toward `poison_after`.
+#[derive(Debug, Clone)]
+struct Strike {
+    shard: String,
+    /// When it stops counting.
+    until: Instant,
+    /// The request that struck.
+    request: u64,
+}
+
+/// Everything containment holds about one tenant.
+#[derive(Debug)]
+struct Entry {
+    cell: String,
+    /// Strikes while not suspect (folded into the suspect when it is).
+    strikes: Vec<Strike>,
+    /// Members a request of the tenant is being tried on for the first
+    /// time since it has strikes, with how many attempts.
+    probes: Vec<(String, u32)>,
+    suspect: Option<Suspect>,
+}
+
+impl Entry {
+    fn new(cell: &str) -> Self {
+        Self {
+            cell: cell.to_owned(),
+            strikes: Vec::new(),
+            probes: Vec::new(),
+            suspect: None,
+        }
+    }
+
+    /// Drops what has run out at `now`; whether nothing is left.
+    fn expire(&mut self, now: Instant) -> bool {
+        if self
+            .suspect
+            .as_ref()
+            .is_some_and(|suspect| suspect.until <= now)
+        {
+            self.suspect = None;
+        }
+        self.strikes.retain(|strike| strike.until > now);
+        self.suspect.is_none() && self.strikes.is_empty() && self.probes.is_empty()
+    }
+
+    /// The distinct members struck, then those probed.
+    fn reached(&self) -> Vec<String> {
+        let mut reached: Vec<String> = Vec::new();
+        let struck = self.strikes.iter().map(|strike| &strike.shard);
+        for shard in struck.chain(self.probes.iter().map(|(shard, _)| shard)) {
+            if !reached.contains(shard) {
+                reached.push(shard.clone());
+            }
+        }
+        reached
+    }
+}
+
+/// The last crash-like failure of a member for each of the last two
+/// tenants it failed: enough to know the latest failure of any tenant
+/// other than a given one.
+type Recent = Vec<(String, Instant)>;
+
+/// Every tenant with strikes or suspect, by tenant id, and each member's
+/// recent failures.
+#[derive(Debug, Default)]
+pub struct Suspects {
+    /// Entries in `tenants`, expired ones included until they are swept:
+    /// the one thing every request reads.
+    count: AtomicUsize,
+    tenants: Mutex<HashMap<String, Entry>>,
+    /// By shard (its window key).
+    recent: Mutex<HashMap<String, Recent>>,
+    /// The last request token handed out.
+    requests: AtomicU64,
+    /// When every expired entry is swept next (taken under `tenants`).
+    next_sweep: Mutex<Option<Instant>>,
+}
+
+/// How often a lookup of a tenant without an entry sweeps every expired
+/// entry: a tenant gone quiet must not keep every request looking up.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl Suspects {
     /// No suspects.
@@ -61,108 +205,243 @@ impl Suspects {
         Self::default()
     }
 
-    /// Whether any tenant may be suspect (expired entries count until a
-    /// lookup or a listing sweeps them).
+    /// Whether any tenant may have strikes or be suspect (expired entries
+    /// count until a lookup or a listing sweeps them).
     #[inline]
     pub fn any(&self) -> bool {
         self.count.load(Ordering::Relaxed) != 0
+    }
+
+    /// A token naming one request's strikes, so that they can be taken
+    /// back ([`Suspects::withdraw`]).
+    pub fn request(&self) -> u64 {
+        self.requests.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// The tenant's entry if it is suspect at `now`; an expired entry is
     /// removed.
     pub fn get(&self, tenant: &str, now: Instant) -> Option<Suspect> {
         let mut tenants = self.lock();
-        let suspect = tenants.get(tenant)?;
-        if suspect.until > now {
-            return Some(suspect.clone());
-        }
-        tenants.remove(tenant);
-        self.count.store(tenants.len(), Ordering::Relaxed);
-        None
+        let entry = tenants.get_mut(tenant)?;
+        let suspect = entry.suspect.clone().filter(|suspect| suspect.until > now);
+        self.sweep(&mut tenants, tenant, now);
+        suspect
     }
 
-    /// Records that a request of `tenant` (in `cell`) failed crash-like on
-    /// `shards`: `stopped` when containment stopped it (the first stop
-    /// makes the tenant suspect), else a failure of a tenant that is
-    /// suspect already. Either way the quarantine runs `quarantine` from
-    /// `now`. Returns `None` when the tenant is not suspect and the
-    /// request was not stopped (nothing to record).
-    pub fn strike<'s>(
-        &self,
-        cell: &str,
-        tenant: &str,
-        shards: impl IntoIterator<Item = &'s str>,
-        stopped: bool,
-        now: Instant,
-        quarantine: Duration,
-    ) -> Option<Marked> {
-        let wall = SystemTime::now();
+    /// Where `tenant` may be served at `now`; `None` when it has neither
+    /// strikes nor a quarantine (it may use any member).
+    pub fn standing(&self, tenant: &str, now: Instant, poison_after: usize) -> Option<Standing> {
         let mut tenants = self.lock();
-        let live = tenants
-            .get(tenant)
-            .is_some_and(|suspect| suspect.until > now);
-        if !live && !stopped {
+        if self.sweep(&mut tenants, tenant, now) {
+            self.sweep_all(&mut tenants, now);
             return None;
         }
-        let marked = if live { Marked::Again } else { Marked::New };
-        let suspect = match tenants.get_mut(tenant) {
-            Some(suspect) if live => suspect,
-            _ => {
-                tenants.insert(
-                    tenant.to_owned(),
-                    Suspect {
-                        cell: cell.to_owned(),
-                        shards: Vec::new(),
-                        stops: 0,
-                        strikes: 0,
-                        since: wall,
-                        last: wall,
-                        until: now,
-                    },
-                );
-                tenants.get_mut(tenant).expect("just inserted")
+        let entry = tenants.get(tenant)?;
+        Some(match &entry.suspect {
+            Some(suspect) => Standing {
+                suspect: true,
+                only: Some(suspect.shards.clone()),
+            },
+            None => {
+                let reached = entry.reached();
+                Standing {
+                    suspect: false,
+                    only: (reached.len() >= poison_after).then_some(reached),
+                }
             }
-        };
-        let before = suspect.shards.len();
-        for shard in shards {
-            suspect.strikes += 1;
-            if !suspect.shards.iter().any(|known| known == shard) {
-                suspect.shards.push(shard.to_owned());
-            }
-        }
-        if suspect.shards.len() != before {
-            suspect.shards.sort();
-        }
-        suspect.stops += u64::from(stopped);
-        suspect.last = wall;
-        suspect.until = now + quarantine;
-        self.count.store(tenants.len(), Ordering::Relaxed);
-        Some(marked)
+        })
     }
 
-    /// Lifts the tenant's quarantine; whether it was suspect at `now`.
+    /// Asks, as an attempt of `tenant` on `shard` begins at `now`, whether
+    /// it may: a tenant with strikes may try a member it has not struck
+    /// only while the members it struck or is trying number fewer than
+    /// `poison_after`. Decided under the lock, so racing requests cannot
+    /// together go past it.
+    pub fn begin(&self, tenant: &str, shard: &str, now: Instant, poison_after: usize) -> Begun {
+        let mut tenants = self.lock();
+        if self.sweep(&mut tenants, tenant, now) {
+            return Begun::Free;
+        }
+        let Some(entry) = tenants.get_mut(tenant) else {
+            return Begun::Free;
+        };
+        if entry.suspect.is_some() || entry.strikes.iter().any(|strike| strike.shard == shard) {
+            return Begun::Free;
+        }
+        if let Some((_, attempts)) = entry.probes.iter_mut().find(|(probed, _)| probed == shard) {
+            *attempts += 1;
+            return Begun::Probe;
+        }
+        if entry.reached().len() >= poison_after {
+            return Begun::Refused;
+        }
+        entry.probes.push((shard.to_owned(), 1));
+        Begun::Probe
+    }
+
+    /// Ends a probe [`Suspects::begin`] started.
+    pub fn end(&self, tenant: &str, shard: &str, now: Instant) {
+        let mut tenants = self.lock();
+        let Some(entry) = tenants.get_mut(tenant) else {
+            return;
+        };
+        if let Some(position) = entry.probes.iter().position(|(probed, _)| probed == shard) {
+            entry.probes[position].1 -= 1;
+            if entry.probes[position].1 == 0 {
+                entry.probes.swap_remove(position);
+            }
+        }
+        self.sweep(&mut tenants, tenant, now);
+    }
+
+    /// Records a crash-like failure that was the tenant's own. A tenant
+    /// not suspect becomes suspect when the request is `stopped` or its
+    /// strikes reach `poison_after` distinct members; a suspect one has
+    /// its quarantine start again (`rules.quarantine` from `now`).
+    /// Returns `None` when the strike made nobody suspect.
+    pub fn record(&self, struck: Struck<'_>, now: Instant, rules: Rules) -> Option<Marked> {
+        let wall = SystemTime::now();
+        let mut tenants = self.lock();
+        let entry = tenants
+            .entry(struck.tenant.to_owned())
+            .or_insert_with(|| Entry::new(struck.cell));
+        entry.expire(now);
+        let marked = if let Some(suspect) = &mut entry.suspect {
+            suspect.strikes += 1;
+            if !suspect.shards.iter().any(|known| known == struck.shard) {
+                suspect.shards.push(struck.shard.to_owned());
+                suspect.shards.sort();
+            }
+            suspect.stops += u64::from(struck.stopped);
+            suspect.last = wall;
+            suspect.until = now + rules.quarantine;
+            Some(Marked::Again)
+        } else {
+            entry.strikes.push(Strike {
+                shard: struck.shard.to_owned(),
+                until: now + rules.strike_life,
+                request: struck.request,
+            });
+            let mut shards: Vec<String> = Vec::new();
+            for strike in &entry.strikes {
+                if !shards.contains(&strike.shard) {
+                    shards.push(strike.shard.clone());
+                }
+            }
+            if struck.stopped || shards.len() >= rules.poison_after {
+                shards.sort();
+                // The strikes are the suspect's now; its members are
+                // where it is served, so its probes no longer bound it.
+                entry.suspect = Some(Suspect {
+                    cell: entry.cell.clone(),
+                    shards,
+                    stops: 1,
+                    strikes: entry.strikes.len() as u64,
+                    since: wall,
+                    last: wall,
+                    until: now + rules.quarantine,
+                });
+                entry.strikes.clear();
+                Some(Marked::New)
+            } else {
+                None
+            }
+        };
+        self.count.store(tenants.len(), Ordering::Relaxed);
+        marked
+    }
+
+    /// Takes back the strikes of `request` (it was answered after all, so
+    /// what it sent was not poison). A suspect's strikes stay.
+    pub fn withdraw(&self, tenant: &str, request: u64, now: Instant) {
+        let mut tenants = self.lock();
+        let Some(entry) = tenants.get_mut(tenant) else {
+            return;
+        };
+        entry.strikes.retain(|strike| strike.request != request);
+        self.sweep(&mut tenants, tenant, now);
+    }
+
+    /// Notes that `shard` (its window key) failed a request of `tenant`
+    /// crash-like at `now`, and says whether it failed a request of any
+    /// other tenant within `window` before: a member failing several
+    /// tenants at once is what fails, not the tenant's request.
+    pub fn shared_fault(&self, shard: &str, tenant: &str, now: Instant, window: Duration) -> bool {
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        let failures = match recent.get_mut(shard) {
+            Some(failures) => failures,
+            None => recent.entry(shard.to_owned()).or_default(),
+        };
+        let shared = failures
+            .iter()
+            .any(|(other, at)| other != tenant && now.saturating_duration_since(*at) <= window);
+        // Keep the latest failure of each of the last two tenants.
+        if let Some(own) = failures.iter_mut().find(|(other, _)| other == tenant) {
+            own.1 = now;
+        } else if failures.len() < 2 {
+            failures.push((tenant.to_owned(), now));
+        } else if let Some(oldest) = failures.iter_mut().min_by_key(|(_, at)| *at) {
+            *oldest = (tenant.to_owned(), now);
+        }
+        shared
+    }
+
+    /// Lifts the tenant's quarantine and forgets its strikes; whether it
+    /// was suspect at `now`.
     pub fn clear(&self, tenant: &str, now: Instant) -> bool {
         let mut tenants = self.lock();
-        let removed = tenants.remove(tenant);
-        self.count.store(tenants.len(), Ordering::Relaxed);
-        removed.is_some_and(|suspect| suspect.until > now)
+        let was_suspect = tenants.get_mut(tenant).is_some_and(|entry| {
+            entry.strikes.clear();
+            entry
+                .suspect
+                .take()
+                .is_some_and(|suspect| suspect.until > now)
+        });
+        self.sweep(&mut tenants, tenant, now);
+        was_suspect
     }
 
     /// Every tenant suspect at `now`, by tenant id (expired entries are
     /// swept).
     pub fn list(&self, now: Instant) -> Vec<(String, Suspect)> {
         let mut tenants = self.lock();
-        tenants.retain(|_, suspect| suspect.until > now);
+        tenants.retain(|_, entry| !entry.expire(now));
         self.count.store(tenants.len(), Ordering::Relaxed);
         let mut listed: Vec<(String, Suspect)> = tenants
             .iter()
-            .map(|(tenant, suspect)| (tenant.clone(), suspect.clone()))
+            .filter_map(|(tenant, entry)| Some((tenant.clone(), entry.suspect.clone()?)))
             .collect();
         listed.sort_by(|a, b| a.0.cmp(&b.0));
         listed
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Suspect>> {
+    /// Expires the tenant's entry at `now`, removing it when nothing is
+    /// left; whether it is gone (or was never there).
+    fn sweep(&self, tenants: &mut HashMap<String, Entry>, tenant: &str, now: Instant) -> bool {
+        let gone = tenants
+            .get_mut(tenant)
+            .is_none_or(|entry| entry.expire(now));
+        if gone && tenants.remove(tenant).is_some() {
+            self.count.store(tenants.len(), Ordering::Relaxed);
+        }
+        gone
+    }
+
+    /// Sweeps every expired entry, at most once every [`SWEEP_EVERY`].
+    fn sweep_all(&self, tenants: &mut HashMap<String, Entry>, now: Instant) {
+        let mut next = self
+            .next_sweep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if next.is_some_and(|next| now < next) {
+            return;
+        }
+        *next = Some(now + SWEEP_EVERY);
+        tenants.retain(|_, entry| !entry.expire(now));
+        self.count.store(tenants.len(), Ordering::Relaxed);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         // Nothing panics while holding the lock; a poisoned one holds a
         // consistent map all the same.
         self.tenants.lock().unwrap_or_else(PoisonError::into_inner)
@@ -174,20 +453,54 @@ mod tests {
     use super::*;
 
     const MINUTE: Duration = Duration::from_secs(60);
+    const RULES: Rules = Rules {
+        poison_after: 2,
+        strike_life: Duration::from_secs(10),
+        quarantine: MINUTE,
+    };
+
+    fn struck<'s>(tenant: &'s str, shard: &'s str, request: u64, stopped: bool) -> Struck<'s> {
+        Struck {
+            cell: "main",
+            tenant,
+            shard,
+            request,
+            stopped,
+        }
+    }
 
     #[tokio::test(start_paused = true)]
-    async fn a_stop_marks_a_tenant_suspect_until_the_quarantine_runs_out() {
+    async fn strikes_of_different_requests_add_up_to_a_suspect() {
         let suspects = Suspects::new();
         assert!(!suspects.any());
         let now = Instant::now();
         assert_eq!(
-            suspects.strike("main", "t", ["s2", "s1"], true, now, MINUTE),
+            suspects.record(struck("t", "s2", 1, false), now, RULES),
+            None
+        );
+        assert!(suspects.any(), "a strike is looked up");
+        assert!(suspects.get("t", now).is_none(), "one strike is no suspect");
+        assert_eq!(
+            suspects.standing("t", now, 2),
+            Some(Standing {
+                suspect: false,
+                only: None
+            })
+        );
+        assert_eq!(
+            suspects.record(struck("t", "s1", 2, false), now, RULES),
             Some(Marked::New)
         );
-        assert!(suspects.any());
         let suspect = suspects.get("t", now).expect("suspect");
         assert_eq!(suspect.shards, ["s1", "s2"]);
         assert_eq!((suspect.stops, suspect.strikes), (1, 2));
+        assert_eq!(
+            suspects.standing("t", now, 2),
+            Some(Standing {
+                suspect: true,
+                only: Some(vec!["s1".into(), "s2".into()])
+            })
+        );
         assert!(suspects.get("other", now).is_none());
 
         tokio::time::advance(MINUTE - Duration::from_millis(1)).await;
@@ -198,41 +511,150 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_failure_that_is_not_a_stop_marks_nobody_but_extends_a_quarantine() {
+    async fn a_stopped_request_marks_its_tenant_at_once_and_strikes_extend_a_quarantine() {
         let suspects = Suspects::new();
         let start = Instant::now();
         assert_eq!(
-            suspects.strike("main", "t", ["s1"], false, start, MINUTE),
-            None
+            suspects.record(struck("t", "s1", 1, true), start, RULES),
+            Some(Marked::New)
         );
-        assert!(!suspects.any());
-
-        suspects.strike("main", "t", ["s1", "s2"], true, start, MINUTE);
         tokio::time::advance(Duration::from_secs(50)).await;
         let later = Instant::now();
         assert_eq!(
-            suspects.strike("main", "t", ["s1"], false, later, MINUTE),
+            suspects.record(struck("t", "s2", 2, false), later, RULES),
             Some(Marked::Again)
         );
         tokio::time::advance(Duration::from_secs(50)).await;
         let suspect = suspects.get("t", Instant::now()).expect("extended");
-        assert_eq!((suspect.stops, suspect.strikes), (1, 3));
+        assert_eq!((suspect.stops, suspect.strikes), (1, 2));
         assert_eq!(suspect.shards, ["s1", "s2"]);
         assert_eq!(suspect.until, later + MINUTE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_strike_that_never_reaches_poison_after_runs_out() {
+        let suspects = Suspects::new();
+        suspects.record(struck("t", "s1", 1, false), Instant::now(), RULES);
+        tokio::time::advance(RULES.strike_life - Duration::from_millis(1)).await;
+        assert!(suspects.standing("t", Instant::now(), 2).is_some());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(suspects.standing("t", Instant::now(), 2), None);
+        assert!(!suspects.any());
+        // A second strike after the first ran out starts the count again.
+        suspects.record(struck("t", "s2", 2, false), Instant::now(), RULES);
+        assert!(suspects.get("t", Instant::now()).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn racing_attempts_reach_at_most_poison_after_members() {
+        let suspects = Suspects::new();
+        let now = Instant::now();
+        assert_eq!(suspects.begin("t", "s1", now, 2), Begun::Free, "no strikes");
+        suspects.record(struck("t", "s1", 1, false), now, RULES);
+        assert_eq!(suspects.begin("t", "s1", now, 2), Begun::Free, "struck");
+        assert_eq!(suspects.begin("t", "s2", now, 2), Begun::Probe);
+        assert_eq!(suspects.begin("t", "s3", now, 2), Begun::Refused);
+        assert_eq!(suspects.begin("t", "s2", now, 2), Begun::Probe);
+        assert_eq!(
+            suspects.standing("t", now, 2).unwrap().only,
+            Some(vec!["s1".into(), "s2".into()])
+        );
+        suspects.end("t", "s2", now);
+        assert_eq!(
+            suspects.begin("t", "s3", now, 2),
+            Begun::Refused,
+            "one left"
+        );
+        suspects.end("t", "s2", now);
+        assert_eq!(suspects.standing("t", now, 2).unwrap().only, None);
+        assert_eq!(suspects.begin("t", "s3", now, 2), Begun::Probe);
+        suspects.end("t", "s3", now);
+        // A probe outlives the strikes: the entry goes with the last one.
+        assert_eq!(suspects.begin("t", "s4", now, 2), Begun::Probe);
+        tokio::time::advance(RULES.strike_life).await;
+        assert!(suspects.standing("t", Instant::now(), 2).is_some());
+        suspects.end("t", "s4", Instant::now());
+        assert!(!suspects.any());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_tenants_expired_entry_is_swept_by_another_tenants_lookup() {
+        let suspects = Suspects::new();
+        suspects.record(struck("quiet", "s1", 1, false), Instant::now(), RULES);
+        assert_eq!(suspects.standing("busy", Instant::now(), 2), None);
+        assert!(suspects.any());
+        tokio::time::advance(RULES.strike_life).await;
+        assert_eq!(suspects.standing("busy", Instant::now(), 2), None);
+        assert!(!suspects.any(), "every request stops looking up");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_request_takes_its_strikes_back() {
+        let suspects = Suspects::new();
+        let now = Instant::now();
+        suspects.record(struck("t", "s1", 1, false), now, RULES);
+        suspects.record(struck("t", "s2", 2, false), now, RULES);
+        assert!(suspects.get("t", now).is_some());
+        suspects.record(struck("u", "s1", 3, false), now, RULES);
+        suspects.withdraw("u", 3, now);
+        suspects.withdraw("u", 3, now);
+        assert_eq!(suspects.standing("u", now, 2), None);
+        suspects.record(struck("u", "s1", 4, false), now, RULES);
+        suspects.withdraw("u", 5, now);
+        assert!(
+            suspects.standing("u", now, 2).is_some(),
+            "another request's"
+        );
+        // A suspect's strikes stay.
+        suspects.withdraw("t", 1, now);
+        assert!(suspects.get("t", now).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_failing_another_tenant_within_the_window_is_a_shared_fault() {
+        let suspects = Suspects::new();
+        let window = Duration::from_secs(1);
+        let start = Instant::now();
+        assert!(!suspects.shared_fault("s1", "a", start, window));
+        assert!(!suspects.shared_fault("s1", "a", start, window), "its own");
+        assert!(suspects.shared_fault("s1", "b", start, window));
+        assert!(
+            !suspects.shared_fault("s2", "b", start, window),
+            "another shard"
+        );
+        tokio::time::advance(window).await;
+        assert!(suspects.shared_fault("s1", "a", Instant::now(), window));
+        // b's failure is now over the window old (a's is a's own).
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(!suspects.shared_fault("s1", "a", Instant::now(), window));
+        // Two slots keep the latest failure of any other tenant.
+        let now = Instant::now();
+        assert!(!suspects.shared_fault("s3", "c", now, window));
+        suspects.shared_fault("s3", "d", now, window);
+        suspects.shared_fault("s3", "e", now, window);
+        assert!(suspects.shared_fault("s3", "c", now, window));
+        assert!(suspects.shared_fault("s3", "e", now, window));
     }
 
     #[tokio::test(start_paused = true)]
     async fn clearing_lifts_a_quarantine_and_a_listing_sweeps_expired_ones() {
         let suspects = Suspects::new();
         let now = Instant::now();
-        suspects.strike("main", "a", ["s1", "s2"], true, now, MINUTE);
-        suspects.strike("main", "b", ["s3", "s4"], true, now, 2 * MINUTE);
+        suspects.record(struck("a", "s1", 1, true), now, RULES);
+        let long = Rules {
+            quarantine: 2 * MINUTE,
+            ..RULES
+        };
+        suspects.record(struck("b", "s3", 2, true), now, long);
+        suspects.record(struck("c", "s3", 3, false), now, RULES);
         assert!(suspects.clear("a", now));
         assert!(!suspects.clear("a", now), "cleared already");
-        assert!(suspects.any());
+        assert!(!suspects.clear("c", now), "strikes are no quarantine");
+        assert_eq!(suspects.standing("c", now, 2), None, "but are cleared too");
+        assert_eq!(suspects.list(now).len(), 1);
         tokio::time::advance(2 * MINUTE).await;
         assert!(!suspects.clear("b", Instant::now()), "expired already");
-        suspects.strike("main", "b", ["s3", "s4"], true, now, MINUTE);
+        suspects.record(struck("b", "s3", 4, true), now, RULES);
         assert!(suspects.list(Instant::now()).is_empty());
         assert!(!suspects.any());
     }
@@ -240,14 +662,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_tenant_marked_again_after_expiry_starts_afresh() {
         let suspects = Suspects::new();
-        suspects.strike("main", "t", ["s1", "s2"], true, Instant::now(), MINUTE);
+        suspects.record(struck("t", "s1", 1, true), Instant::now(), RULES);
         tokio::time::advance(2 * MINUTE).await;
         assert_eq!(
-            suspects.strike("main", "t", ["s3", "s4"], true, Instant::now(), MINUTE),
+            suspects.record(struck("t", "s3", 2, true), Instant::now(), RULES),
             Some(Marked::New)
         );
         let suspect = suspects.get("t", Instant::now()).unwrap();
-        assert_eq!(suspect.shards, ["s3", "s4"], "the old strikes are gone");
+        assert_eq!(suspect.shards, ["s3"], "the old strikes are gone");
         assert_eq!(suspect.stops, 1);
     }
 }

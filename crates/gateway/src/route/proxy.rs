@@ -16,11 +16,14 @@
 //!
 //! Survivor protection: a member at its in-flight cap is skipped, and a
 //! request whose every remaining member is at its cap is shed (`503`),
-//! which is no shard's failure. Poison containment: a request whose
-//! attempts failed crash-like (reset, or the per-try timeout) on
-//! `routing.poison_after` members is stopped (`502`) and its tenant made
-//! suspect; a suspect tenant is served only by the members it struck, and
-//! fails over only when nothing was sent.
+//! which is no shard's failure. Poison containment: every crash-like
+//! failure (reset, or the per-try timeout, unless the member is failing
+//! other tenants too) is a strike against the tenant, shared by all its
+//! requests and read before every attempt; a tenant whose strikes reach
+//! `routing.poison_after` members is made suspect and the request that got
+//! there stopped (`502`); a suspect tenant is served only by the members it
+//! struck, and fails over only when nothing was sent
+//! ([`crate::health::quarantine`] has the rules).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -38,7 +41,7 @@ use tokio::time::Instant;
 
 use crate::config::tenants::TenantRecord;
 use crate::config::{AccessLog, GatewayConfig};
-use crate::health::quarantine::Marked;
+use crate::health::quarantine::{Begun, Marked, Rules, Struck, Suspects};
 use crate::limit::{Refusal, TenantLimit};
 use crate::ops::metrics::Metrics;
 use crate::protocol::client_wire::json_error_body;
@@ -384,12 +387,6 @@ async fn route(
     };
     let cell = route.cell;
     let mut served = Served::new(&snapshot, cell, tenant.position);
-    // One load when nobody is suspect (almost always).
-    let containment = if gateway.suspects.any() {
-        quarantined(gateway, &snapshot, cell, &route.subset, &tenant.id)
-    } else {
-        None
-    };
 
     // The tenant's limits (one branch for a tenant without any); the
     // global bucket's call is boxed, so that requests without it do not
@@ -517,6 +514,7 @@ async fn route(
         shards: &snapshot.shards[cell],
         cell,
         subset: route.subset.as_slice(),
+        tenant: &tenant.id,
         // The head as every attempt sends it; each sets its shard's target,
         // `Host` and `x-shuffle-shard`.
         client: RequestHead {
@@ -541,7 +539,7 @@ async fn route(
         kind,
         out_of_time: false,
         caps: snapshot.caps[cell].as_deref(),
-        containment,
+        containment: None,
         shed: false,
         logged_tried,
     };
@@ -577,6 +575,9 @@ async fn route(
         match (attempts.judge(&attempt, &result), result) {
             (None, Ok(response)) => {
                 served.answered_at = Some(attempts.now);
+                if attempts.containment.is_some() {
+                    attempts.answered();
+                }
                 if response.status() == StatusCode::SWITCHING_PROTOCOLS
                     && let Some(client) = websocket.take()
                 {
@@ -610,8 +611,10 @@ async fn route(
             }
             (Some(failure), result) => {
                 if failure.crash_like() {
-                    attempts.crashed(attempt.shard_index, &tenant.id);
+                    attempts.crashed(attempt.shard_index, failure);
                 }
+                // Its probe, if any, ends only now: a strike it made is
+                // recorded first, so the member is never left uncounted.
                 drop(attempt);
                 attempts.last_failure = Some((failure, result.ok()));
             }
@@ -873,6 +876,8 @@ struct Attempts<'a> {
     shards: &'a [Arc<ShardRuntime>],
     /// The tenant's subset.
     subset: &'a [ShardIndex],
+    /// The tenant's id.
+    tenant: &'a str,
     /// The client's head, the target and the body every attempt sends.
     client: RequestHead<'a>,
     uri: &'a Uri,
@@ -895,8 +900,8 @@ struct Attempts<'a> {
     /// Each shard's in-flight cap by index, when the cell has any.
     caps: Option<&'a [u64]>,
     /// Poison containment's state for this request, once it has any (a
-    /// crash-like failure, or a suspect tenant): boxed, so that the
-    /// request's future does not grow by what it rarely needs.
+    /// crash-like failure, or a tenant with strikes or suspect): boxed, so
+    /// that the request's future does not grow by what it rarely needs.
     containment: Option<Box<Containment>>,
     /// Every member left was at its in-flight cap.
     shed: bool,
@@ -909,42 +914,42 @@ struct Attempts<'a> {
 struct Containment {
     /// The tenant is suspect.
     suspect: bool,
-    /// The members a suspect tenant may use (those it struck, in its
-    /// subset); empty: no narrowing (none of them is in the subset now).
-    pinned: SmallVec<[ShardIndex; 8]>,
-    /// The members this request failed crash-like on.
+    /// The only members the next attempt may go to (in the subset), when
+    /// the tenant is narrowed: a suspect's struck members (none of them in
+    /// the subset now: not narrowed), or those a tenant with strikes has
+    /// struck or is being tried on once they number `poison_after`.
+    pinned: Option<SmallVec<[ShardIndex; 8]>>,
+    /// The members this request failed crash-like on, as the tenant's own.
     crashed: SmallVec<[ShardIndex; 8]>,
+    /// The token naming this request's strikes (0: none asked for yet).
+    request: u64,
     /// The request was stopped: no member more is tried.
     stopped: bool,
 }
 
-/// A suspect tenant's containment, when the tenant is suspect: the members
-/// of `subset` it struck. Looked up only while some tenant is suspect.
-#[cold]
-#[inline(never)]
-fn quarantined(
-    gateway: &Gateway,
-    snapshot: &Snapshot,
-    cell: usize,
-    subset: &[ShardIndex],
-    tenant: &str,
-) -> Option<Box<Containment>> {
-    let suspect = gateway.suspects.get(tenant, Instant::now())?;
-    let shards = &snapshot.shards[cell];
-    let pinned = subset
-        .iter()
-        .copied()
-        .filter(|&index| suspect.shards.contains(&shards[index as usize].id))
-        .collect();
-    Some(Box::new(Containment {
-        suspect: true,
-        pinned,
-        ..Containment::default()
-    }))
+/// An attempt's probe of a member its tenant has not struck, while the
+/// tenant has strikes ([`Suspects::begin`]); ends with the attempt, however
+/// it ends (a client that hangs up drops it too).
+struct Probe<'a> {
+    suspects: &'a Suspects,
+    tenant: &'a str,
+    shard: &'a str,
 }
 
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        self.suspects.end(self.tenant, self.shard, Instant::now());
+    }
+}
+
+/// How many times one attempt's member is chosen again because racing
+/// requests of its tenant took the last member it could try first: each
+/// time the tenant's standing is read afresh and narrows the choice, so a
+/// second pick almost always stands.
+const PROBE_RACES: usize = 4;
+
 /// The member the next attempt goes to.
-struct Member {
+struct Member<'a> {
     index: ShardIndex,
     /// It is outside the subset.
     spill: bool,
@@ -954,6 +959,8 @@ struct Member {
     backoff: Option<Duration>,
     /// Its in-flight place, taken already under its cap.
     reserved: Option<InFlight>,
+    /// Its probe, when the tenant has strikes and had not struck it.
+    probe: Option<Probe<'a>>,
 }
 
 /// One attempt under way.
@@ -965,6 +972,8 @@ struct Attempt<'a> {
     /// Counted until the response has been sent, or until this request is
     /// dropped (a client that hangs up cancels it mid-attempt).
     in_flight: InFlight,
+    /// Poison containment's probe of the member, if any.
+    _probe: Option<Probe<'a>>,
 }
 
 impl<'a> Attempts<'a> {
@@ -976,33 +985,52 @@ impl<'a> Attempts<'a> {
     /// The member step: the shard the next attempt goes to, if another
     /// attempt may be made.
     #[inline]
-    fn member(&mut self) -> Option<Member> {
-        let mut narrowed = Narrowed {
-            caps: self.caps,
-            pinned: None,
-        };
-        if let Some(containment) = &self.containment {
-            if containment.stopped {
-                return None;
-            }
-            if !containment.pinned.is_empty() {
-                narrowed.pinned = Some(&containment.pinned);
-            }
+    fn member(&mut self) -> Option<Member<'a>> {
+        // Poison containment reads the tenant's strikes before every
+        // attempt: one load while no tenant has any (almost always).
+        if self.gateway.suspects.any() || self.containment.is_some() {
+            self.contain();
         }
-        let choice = member::pick(
-            self.subset,
-            &self.tried,
-            self.shards,
-            self.config,
-            self.now,
-            narrowed,
-        );
-        let (index, spill) = match choice.pick {
-            Pick::Member(index) => (index, false),
-            Pick::Spill(index) => (index, true),
-            Pick::Exhausted => {
-                self.shed |= choice.full;
-                return None;
+        let mut races = 0;
+        let (choice, index, spill, probe) = loop {
+            let mut narrowed = Narrowed {
+                caps: self.caps,
+                pinned: None,
+            };
+            if let Some(containment) = &self.containment {
+                if containment.stopped {
+                    return None;
+                }
+                narrowed.pinned = containment.pinned.as_deref();
+            }
+            let choice = member::pick(
+                self.subset,
+                &self.tried,
+                self.shards,
+                self.config,
+                self.now,
+                narrowed,
+            );
+            let (index, spill) = match choice.pick {
+                Pick::Member(index) => (index, false),
+                Pick::Spill(index) => (index, true),
+                Pick::Exhausted => {
+                    self.shed |= choice.full;
+                    return None;
+                }
+            };
+            if self.containment.is_none() {
+                break (choice, index, spill, None);
+            }
+            match self.probe(index) {
+                Ok(probe) => break (choice, index, spill, probe),
+                // Racing requests of the tenant took the last member it
+                // could try first: read its standing again.
+                Err(()) if races < PROBE_RACES => {
+                    races += 1;
+                    self.contain();
+                }
+                Err(()) => return None,
             }
         };
         let backoff = if self.tried.is_empty() {
@@ -1016,44 +1044,140 @@ impl<'a> Attempts<'a> {
             steered: choice.steered,
             backoff,
             reserved: choice.reserved,
+            probe,
         })
     }
 
-    /// Poison containment after a crash-like failure on the shard at
-    /// `index`: counts it, stops the request at `routing.poison_after`
-    /// members and makes `tenant` suspect (or extends a suspect's
-    /// quarantine).
+    /// Poison containment before an attempt: where the tenant's strikes
+    /// or quarantine let it be served now (shared by all its requests, so
+    /// read afresh every time).
     #[cold]
     #[inline(never)]
-    fn crashed(&mut self, index: usize, tenant: &str) {
+    fn contain(&mut self) {
+        let poison_after = self.config.routing.poison_after as usize;
+        let standing = if poison_after == 0 {
+            None
+        } else {
+            self.gateway
+                .suspects
+                .standing(self.tenant, self.now, poison_after)
+        };
+        let Some(standing) = standing else {
+            if let Some(containment) = &mut self.containment {
+                containment.suspect = false;
+                containment.pinned = None;
+            }
+            return;
+        };
+        let shards = self.shards;
+        let pinned = standing.only.map(|only| {
+            self.subset
+                .iter()
+                .copied()
+                .filter(|&index| only.contains(&shards[index as usize].id))
+                .collect::<SmallVec<[ShardIndex; 8]>>()
+        });
+        let containment = self.containment.get_or_insert_with(Box::default);
+        containment.suspect = standing.suspect;
+        // A suspect none of whose struck members is in its subset now (a
+        // reload moved it) is not narrowed: nowhere else is safer.
+        containment.pinned = pinned.filter(|pinned| !(standing.suspect && pinned.is_empty()));
+    }
+
+    /// Poison containment as an attempt on the shard at `index` begins:
+    /// its probe when the tenant has strikes and had not struck it, or
+    /// `Err` when racing requests of the tenant have reached
+    /// `routing.poison_after` members meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn probe(&self, index: ShardIndex) -> Result<Option<Probe<'a>>, ()> {
+        let suspects = &self.gateway.suspects;
+        let shard = self.shards[index as usize].id.as_str();
+        let poison_after = self.config.routing.poison_after as usize;
+        if poison_after == 0 {
+            return Ok(None);
+        }
+        match suspects.begin(self.tenant, shard, self.now, poison_after) {
+            Begun::Free => Ok(None),
+            Begun::Probe => Ok(Some(Probe {
+                suspects,
+                tenant: self.tenant,
+                shard,
+            })),
+            Begun::Refused => Err(()),
+        }
+    }
+
+    /// Poison containment when an attempt was answered after this request
+    /// struck: what a member answered was not poison, so its strikes are
+    /// taken back.
+    #[cold]
+    #[inline(never)]
+    fn answered(&self) {
+        if let Some(containment) = &self.containment
+            && containment.request != 0
+        {
+            self.gateway
+                .suspects
+                .withdraw(self.tenant, containment.request, self.now);
+        }
+    }
+
+    /// Poison containment after a crash-like `failure` on the shard at
+    /// `index`: unless the member is timing out other tenants too (its
+    /// fault, not the tenant's), records the tenant's strike at once (its
+    /// other requests see it before their next attempt), stops the request
+    /// at `routing.poison_after` members of its own or when the strike made
+    /// the tenant suspect, and extends a suspect's quarantine.
+    #[cold]
+    #[inline(never)]
+    fn crashed(&mut self, index: usize, failure: Failure) {
         let (gateway, routing) = (self.gateway, &self.config.routing);
         if routing.poison_after == 0 {
             return;
         }
-        let containment = self.containment.get_or_insert_with(Box::default);
-        containment.crashed.push(index as ShardIndex);
-        let stopped = containment.crashed.len() >= routing.poison_after as usize;
-        if !stopped && !containment.suspect {
+        let shard = &self.shards[index];
+        let cell = &self.config.cells[self.cell].name;
+        let now = Instant::now();
+        // A member that hangs for several tenants at once is what fails.
+        // Only a timeout is excused so: a crash breaks every request the
+        // member holds, the poison's among them, and a tenant whose request
+        // is answered elsewhere takes its strike back (`answered`).
+        let window = routing.per_try_timeout.saturating_mul(2);
+        if gateway
+            .suspects
+            .shared_fault(shard.window_key(), self.tenant, now, window)
+            && failure == Failure::Timeout
+        {
+            tracing::debug!(cell = %cell, shard = %shard.id, "a per-try timeout on a shard that is failing other tenants too: no strike");
             return;
         }
-        containment.stopped |= stopped;
-        let struck: &[ShardIndex] = if stopped {
-            &containment.crashed
-        } else {
-            &containment.crashed[containment.crashed.len() - 1..]
-        };
-        let cell = &self.config.cells[self.cell].name;
-        let marked = gateway.suspects.strike(
-            cell,
-            tenant,
-            struck
-                .iter()
-                .map(|&index| self.shards[index as usize].id.as_str()),
-            stopped,
-            Instant::now(),
-            routing.quarantine,
+        let containment = self.containment.get_or_insert_with(Box::default);
+        containment.crashed.push(index as ShardIndex);
+        if containment.request == 0 {
+            containment.request = gateway.suspects.request();
+        }
+        let own_stop = containment.crashed.len() >= routing.poison_after as usize;
+        let marked = gateway.suspects.record(
+            Struck {
+                cell,
+                tenant: self.tenant,
+                shard: &shard.id,
+                request: containment.request,
+                stopped: own_stop,
+            },
+            now,
+            Rules {
+                poison_after: routing.poison_after as usize,
+                strike_life: routing.request_timeout,
+                quarantine: routing.quarantine,
+            },
         );
         let new_suspect = marked == Some(Marked::New);
+        let stopped = own_stop || new_suspect;
+        containment.stopped |= stopped;
+        // A request of a suspect obeys its containment from now on.
+        containment.suspect |= marked.is_some();
         if stopped {
             Metrics::cell_event(&gateway.metrics.poison_stops, cell);
         }
@@ -1062,7 +1186,7 @@ impl<'a> Attempts<'a> {
         }
         if stopped || new_suspect {
             // One line for both: they are usually the same moment.
-            let what = match (stopped, new_suspect) {
+            let what = match (own_stop, new_suspect) {
                 (true, true) => {
                     "a request failed crash-like on routing.poison_after members: no further member is tried, and its tenant is suspect (served only by the members it struck, without failover after a request was sent)"
                 }
@@ -1070,12 +1194,12 @@ impl<'a> Attempts<'a> {
                     "a request failed crash-like on routing.poison_after members: no further member is tried"
                 }
                 _ => {
-                    "tenant is suspect of poisoning its shards: it is served only by the members it struck, without failover after a request was sent"
+                    "tenant is suspect of poisoning its shards: its requests failed crash-like on routing.poison_after members together; it is served only by the members it struck, without failover after a request was sent"
                 }
             };
             tracing::warn!(
                 cell = %cell,
-                tenant = %tenant,
+                tenant = %self.tenant,
                 members = containment.crashed.len(),
                 quarantine_seconds = routing.quarantine.as_secs(),
                 "{what}"
@@ -1150,7 +1274,7 @@ impl<'a> Attempts<'a> {
     /// The attempt step begins: counts the attempt on `member` and starts
     /// its clock, unless the deadline has passed.
     #[inline]
-    fn start(&mut self, member: Member, served: &mut Served) -> Option<Attempt<'a>> {
+    fn start(&mut self, member: Member<'a>, served: &mut Served) -> Option<Attempt<'a>> {
         let gateway = self.gateway;
         if self.tried.is_empty() && member.steered {
             // The tenant is being steered around a member that is out: a
@@ -1185,6 +1309,7 @@ impl<'a> Attempts<'a> {
             shard_index: member.index as usize,
             started,
             in_flight,
+            _probe: member.probe,
         })
     }
 
