@@ -11,6 +11,7 @@ use backend::Mode;
 use clap::{ArgGroup, Args, ValueEnum};
 use drill::poison::{PoisonPlan, PoisonReport};
 use drill::properties::fully_down_sentence;
+use drill::rolling::{RollingPlan, RollingReport};
 use drill::run::{DrillReport, Fault, PhaseSummary};
 use drill::{
     AdminClient, LoadShape, Properties, Session, SetCheck, ShardControl, Status, Thresholds,
@@ -71,6 +72,14 @@ any other status is the service's answer and counts as served. For faults \
 that strike after a call was sent (blackhole, reset, errors:503:RATE) the \
 gateway fails over only methods in routing.grpc_idempotent_methods.
 
+--rolling-restart ID=CONTROL_URL,... restarts the shards in the order \
+given, one at a time, through their control APIs while every tenant sends \
+requests without a pause: each is killed for --down-ms (and until the \
+gateway's health checks have seen it fail), brought back, and the next goes \
+down as soon as the gateway's checks pass on it again, as a deploy waits \
+for readiness. It reports each tenant's errors and passes when no tenant \
+with two or more members saw one and every shard is back in rotation.
+
 --poison TENANT sends requests carrying `x-poison: 1` as TENANT (which must \
 be in the tenants file) while every other tenant runs its load, against \
 shards run as `shuffle-shard backend --mode crash-on-poison:MS`. It reports \
@@ -85,7 +94,7 @@ contained worst case. Give MS longer than a phase of load.";
 #[derive(Debug, Args)]
 #[command(after_help = AFTER_HELP)]
 // Exactly one way to make the fault: `--fail`, `--kill` or `--break`.
-#[command(group(ArgGroup::new("fault").required(true).args(["fail", "kill", "break", "poison"])))]
+#[command(group(ArgGroup::new("fault").required(true).args(["fail", "kill", "break", "poison", "rolling_restart"])))]
 pub struct DrillArgs {
     /// The gateway's data URL
     #[arg(long, value_name = "URL")]
@@ -133,6 +142,17 @@ pub struct DrillArgs {
     /// With --poison: check the gateway's containment (routing.poison_after = A) instead of the uncontained model
     #[arg(long, value_name = "A", requires = "poison")]
     poison_after: Option<usize>,
+    /// Restart these shards one at a time under load through their control APIs (`backend --control`), in the order given
+    #[arg(long, value_name = "ID=CONTROL_URL", value_delimiter = ',')]
+    rolling_restart: Vec<String>,
+    /// With --rolling-restart: how long each shard stays down, in milliseconds
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 2000,
+        requires = "rolling_restart"
+    )]
+    down_ms: u64,
     /// How long to wait for the gateway to report the fault, and the recovery
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     wait_seconds: u64,
@@ -190,9 +210,10 @@ pub fn run(args: DrillArgs) -> Result<()> {
     if args.requests_per_tenant == 0 || args.concurrency == 0 {
         bail!("--requests-per-tenant and --concurrency must be at least 1");
     }
-    let fault = match &args.poison {
-        Some(_) => None,
-        None => Some(fault(&args)?),
+    let rolling = rolling_plan(&args)?;
+    let fault = match (&args.poison, &rolling) {
+        (None, None) => Some(fault(&args)?),
+        _ => None,
     };
     let poison = poison_plan(&args)?;
     let token = std::fs::read_to_string(&args.admin_token_file).with_context(|| {
@@ -227,8 +248,16 @@ pub fn run(args: DrillArgs) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let admin = AdminClient::new(&admin_url, token.trim());
-    let (passed, violations) = match (fault, poison) {
-        (Some(fault), _) => {
+    let (passed, violations) = match (fault, poison, rolling) {
+        (_, _, Some(plan)) => {
+            let report = runtime.block_on(async {
+                let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
+                drill::rolling::run(&session, &plan, &say).await
+            })?;
+            let _flow = print_answer(args.json, &report, render_rolling)?;
+            (report.passed, report.violations)
+        }
+        (Some(fault), _, None) => {
             let report = runtime.block_on(async {
                 let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
                 drill::run::run(&session, &fault, thresholds, &say).await
@@ -236,7 +265,7 @@ pub fn run(args: DrillArgs) -> Result<()> {
             let _flow = print_answer(args.json, &report, render)?;
             (report.passed, report.violations)
         }
-        (None, Some(plan)) => {
+        (None, Some(plan), None) => {
             let report = runtime.block_on(async {
                 let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
                 drill::poison::run(&session, &plan, thresholds, &say).await
@@ -244,7 +273,9 @@ pub fn run(args: DrillArgs) -> Result<()> {
             let _flow = print_answer(args.json, &report, render_poison)?;
             (report.passed, report.violations)
         }
-        (None, None) => bail!("give a fault: --fail, --kill, --break or --poison"),
+        (None, None, None) => {
+            bail!("give a fault: --fail, --kill, --break, --poison or --rolling-restart")
+        }
     };
     if passed {
         Ok(())
@@ -258,6 +289,21 @@ pub fn run(args: DrillArgs) -> Result<()> {
 /// leaves nobody to tell.
 fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// The rolling restart the arguments ask for, if any.
+fn rolling_plan(args: &DrillArgs) -> Result<Option<RollingPlan>> {
+    if args.rolling_restart.is_empty() {
+        return Ok(None);
+    }
+    if args.down_ms == 0 {
+        bail!("--down-ms 0 restarts nothing; give each shard some time down, e.g. --down-ms 2000");
+    }
+    Ok(Some(RollingPlan {
+        shards: parse_controls("--rolling-restart", &args.rolling_restart)?,
+        down: Duration::from_millis(args.down_ms),
+        timeout: Duration::from_secs(args.wait_seconds),
+    }))
 }
 
 /// The poison drill the arguments ask for, if any.
@@ -485,6 +531,75 @@ fn render_poison(report: &PoisonReport) -> String {
         Some(&verdict.properties),
         &report.violations,
     ));
+    out
+}
+
+fn render_rolling(report: &RollingReport) -> String {
+    let mut out = format!(
+        "Rolling restart: {} tenants, {} shards restarted one at a time\n{}\n\n{}\n",
+        report.tenants,
+        report.restarts.len(),
+        report.baseline.describe(),
+        phase_table(&report.phases).render(2)
+    );
+    let mut restarts = Table::new(&[
+        ("shard", Align::Left),
+        ("seen down after s", Align::Right),
+        ("checks pass after s", Align::Right),
+        ("gateway then", Align::Left),
+    ]);
+    let secs = |s: Option<f64>| s.map_or("never".to_owned(), |s| format!("{s:.1}"));
+    for restart in &report.restarts {
+        restarts.row(vec![
+            restart.shard.clone(),
+            secs(restart.seen_down_after_s),
+            secs(restart.ready_after_s),
+            restart
+                .health_when_ready
+                .clone()
+                .unwrap_or_else(|| "-".to_owned()),
+        ]);
+    }
+    out.push_str(&format!("\n{}", restarts.render(2)));
+    out.push_str(&format!(
+        "\n  At most {} shards out of rotation at once.\n",
+        report.most_out
+    ));
+    if report.single_member_errors > 0 {
+        out.push_str(&format!(
+            "  Tenants with a single member had {} errors (expected: their shard was down).\n",
+            report.single_member_errors
+        ));
+    }
+    if report.failing.is_empty() {
+        out.push_str("  No tenant with two or more members saw an error.\n");
+    } else {
+        let mut failing = Table::new(&[
+            ("tenant", Align::Left),
+            ("subset", Align::Left),
+            ("errors", Align::Right),
+            ("requests", Align::Right),
+        ]);
+        for tenant in report.failing.iter().take(20) {
+            failing.row(vec![
+                tenant.tenant.clone(),
+                tenant.subset.join(", "),
+                tenant.errors.to_string(),
+                tenant.requests.to_string(),
+            ]);
+        }
+        out.push_str(&format!(
+            "\n  Tenants with two or more members that saw errors ({}):\n{}",
+            report.failing.len(),
+            failing.render(2)
+        ));
+    }
+    out.push('\n');
+    out.push_str(&if report.passed {
+        "PASS: no tenant with two or more members saw an error.\n".to_owned()
+    } else {
+        verdict_lines(false, None, &report.violations)
+    });
     out
 }
 
@@ -722,6 +837,59 @@ mod tests {
         );
         let failed = verdict_lines(false, None, &["one".into(), "two".into()]);
         assert_eq!(failed, "FAIL:\n  - one\n  - two\n");
+    }
+
+    #[test]
+    fn the_rolling_report_names_each_restart_and_every_failing_tenant() {
+        use drill::rolling::{Restart, TenantErrors};
+        let mut report = RollingReport {
+            tenants: 3,
+            baseline: drill::preconditions::Baseline {
+                cells: vec!["main".into()],
+                shards_up: 2,
+                requests: 30,
+                errors: 0,
+            },
+            restarts: vec![Restart {
+                shard: "main/s0".into(),
+                seen_down_after_s: Some(1.25),
+                ready_after_s: None,
+                health_when_ready: None,
+            }],
+            phases: Vec::new(),
+            most_out: 2,
+            failing: vec![TenantErrors {
+                tenant: "acme".into(),
+                subset: vec!["s0".into(), "s1".into()],
+                requests: 40,
+                errors: 3,
+            }],
+            single_member_errors: 7,
+            violations: vec!["acme saw errors".into()],
+            passed: false,
+        };
+        let text = render_rolling(&report);
+        assert!(text.contains("main/s0"), "{text}");
+        assert!(text.contains("1.2") && text.contains("never"), "{text}");
+        assert!(
+            text.contains("At most 2 shards out of rotation at once."),
+            "{text}"
+        );
+        assert!(text.contains("had 7 errors (expected"), "{text}");
+        assert!(text.contains("acme") && text.contains("s0, s1"), "{text}");
+        assert!(text.ends_with("FAIL:\n  - acme saw errors\n"), "{text}");
+        report.failing.clear();
+        report.violations.clear();
+        report.passed = true;
+        let text = render_rolling(&report);
+        assert!(
+            text.contains("No tenant with two or more members saw an error."),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("PASS: no tenant with two or more members saw an error.\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! (`routing.poison_after = 0`) and downs exactly the tenants `blast
 //! --poison` counts, while `--poison-after 2` reports the failed
 //! containment; with containment on (the default, 2) it crashes at most two
-//! of its shards and `--poison-after 2` passes.
+//! of its shards and `--poison-after 2` passes. A rolling restart of all
+//! eight shards under load costs no tenant (k = 2) an error.
 
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::process::{Command, Stdio};
@@ -588,6 +589,72 @@ async fn a_shard_broken_through_its_control_api_is_routed_around_and_healed() {
         Mode::Healthy,
         "the drill healed s3"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_costs_no_tenant_with_two_members_an_error() {
+    // Quick checks with the product's rise and fall, and the product's
+    // ejections (10 s base, longer than each restart takes).
+    let setup = setup_with(
+        "",
+        "interval_ms = 100\ntimeout_ms = 200\nfall = 2\nrise = 2",
+    )
+    .await;
+    let shards: Vec<String> = setup
+        .controls
+        .iter()
+        .enumerate()
+        .map(|(i, control)| format!("s{i}={control}"))
+        .collect();
+    let (code, report, stderr) = drill_with(
+        &setup,
+        &format!(
+            "--rolling-restart {} --down-ms 1000 --wait-seconds 30 --concurrency 8",
+            shards.join(",")
+        ),
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    assert_eq!(report["passed"], true, "{report:#}");
+    assert_eq!(report["failing"], serde_json::json!([]), "{report:#}");
+    let restarts = report["restarts"].as_array().unwrap();
+    assert_eq!(restarts.len(), 8, "{report:#}");
+    for (i, restart) in restarts.iter().enumerate() {
+        assert_eq!(restart["shard"], format!("main/s{i}"));
+        assert!(restart["seen_down_after_s"].is_number(), "{restart}");
+        // Back in rotation as soon as its checks passed: the 10 s
+        // ejection ended at the first passing check.
+        assert_eq!(restart["health_when_ready"], "up", "{report:#}");
+    }
+    assert_eq!(report["most_out"], 1, "{report:#}");
+    let during = &report["phases"][1];
+    assert_eq!(during["name"], "restarts");
+    assert_eq!(during["errors"], 0, "{report:#}");
+    assert!(during["requests"].as_u64().unwrap() > 1000, "{report:#}");
+    // Every shard was really down, and serves again.
+    for backend in &setup.backends {
+        assert_eq!(backend.mode(), Mode::Healthy, "{}", backend.id());
+    }
+    assert!(stderr.contains("Taking main/s7 down."), "{stderr}");
+}
+
+#[test]
+fn a_rolling_restart_without_control_urls_exits_2_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "t").unwrap();
+    std::fs::write(dir.path().join("tenants.tsv"), "acme\tkey\n").unwrap();
+    let output = drill_to_nowhere()
+        .args(["--rolling-restart", "s3"])
+        .arg("--admin-token-file")
+        .arg(dir.path().join("token"))
+        .arg("--tenants-file")
+        .arg(dir.path().join("tenants.tsv"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("--rolling-restart \"s3\""), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
 /// gRPC shards checked with the gRPC health protocol, quickly.

@@ -33,6 +33,13 @@ pub struct ShardState {
     pub id: String,
     /// `up`, `failed`, `ejected`, …
     pub health: String,
+    /// What the gateway's active checks say (`presumed`, `healthy`,
+    /// `unhealthy`), whatever ejections say; `None` from a gateway that
+    /// does not report it.
+    pub active: Option<String>,
+    /// The last active check's result (`pass` or `fail`); `None` before
+    /// the first, or from a gateway that does not report it.
+    pub last_check: Option<String>,
 }
 
 impl AdminClient {
@@ -107,6 +114,8 @@ impl AdminClient {
                 cell: shard["cell"].as_str().unwrap_or("").to_owned(),
                 id: shard["id"].as_str().unwrap_or("").to_owned(),
                 health: shard["health"].as_str().unwrap_or("").to_owned(),
+                active: shard["active"].as_str().map(str::to_owned),
+                last_check: shard["last_check"].as_str().map(str::to_owned),
             })
             .collect())
     }

@@ -3,7 +3,9 @@
 //! gateway really failed over, tenant by tenant against the analyser's
 //! prediction for the same failure set. The poison drill ([`poison`]) has
 //! one tenant crash the shards that serve it and compares what went down
-//! with the analyser's poison model.
+//! with the analyser's poison model. The rolling-restart drill
+//! ([`rolling`]) restarts every shard in turn under load and passes when
+//! no tenant with two or more members saw an error.
 //!
 //! The crate talks to a running gateway over HTTP only (its data listener
 //! and its admin API), and to test shards' control APIs when it breaks them
@@ -19,6 +21,7 @@ pub mod load;
 pub mod poison;
 pub mod preconditions;
 pub mod properties;
+pub mod rolling;
 pub mod run;
 pub mod session;
 

@@ -3,7 +3,7 @@
 //! tenant's successes and latencies.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -82,6 +82,31 @@ pub async fn drive(
     tenants: &[TenantCredential],
     shape: LoadShape,
 ) -> Vec<TenantSample> {
+    let total = tenants.len() * shape.requests_per_tenant;
+    drive_while(gateway, tenants, shape, total, None).await
+}
+
+/// Sends requests round after round over every tenant, without a pause,
+/// until `stop` is set (the requests in flight then finish): the load under
+/// a rolling restart, which lasts as long as the restarts do.
+pub async fn drive_until(
+    gateway: &str,
+    tenants: &[TenantCredential],
+    shape: LoadShape,
+    stop: Arc<AtomicBool>,
+) -> Vec<TenantSample> {
+    drive_while(gateway, tenants, shape, usize::MAX, Some(stop)).await
+}
+
+/// Sends up to `total` requests, interleaved over the tenants, until
+/// `stop` (if any) is set.
+async fn drive_while(
+    gateway: &str,
+    tenants: &[TenantCredential],
+    shape: LoadShape,
+    total: usize,
+    stop: Option<Arc<AtomicBool>>,
+) -> Vec<TenantSample> {
     let sender = match shape.protocol {
         Protocol::Http => Sender::Http(Client::builder(TokioExecutor::new()).build_http()),
         Protocol::Grpc => match grpc_channel(gateway) {
@@ -91,21 +116,30 @@ pub async fn drive(
             None => return failed(tenants.len(), shape.requests_per_tenant),
         },
     };
-    let total = tenants.len() * shape.requests_per_tenant;
+    if tenants.is_empty() {
+        return Vec::new();
+    }
     let next = Arc::new(AtomicUsize::new(0));
     let tenants: Arc<Vec<TenantCredential>> = Arc::new(tenants.to_vec());
     let url = format!("{}/drill", gateway.trim_end_matches('/'));
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..shape.concurrency.max(1) {
-        let (sender, next, tenants, url) = (
+        let (sender, next, tenants, url, stop) = (
             sender.clone(),
             Arc::clone(&next),
             Arc::clone(&tenants),
             url.clone(),
+            stop.clone(),
         );
         workers.spawn(async move {
             let mut results: Vec<(usize, bool, u32)> = Vec::new();
             loop {
+                if stop
+                    .as_ref()
+                    .is_some_and(|stop| stop.load(Ordering::Relaxed))
+                {
+                    return results;
+                }
                 let job = next.fetch_add(1, Ordering::Relaxed);
                 if job >= total {
                     return results;

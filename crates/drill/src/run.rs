@@ -198,7 +198,10 @@ pub(crate) fn summarize(name: &str, phase: &Phase) -> PhaseSummary {
 }
 
 /// Resolves shard ids to `(cell, id)` using the admin API's shard list.
-async fn resolve(session: &Session, ids: &[String]) -> Result<Vec<ShardRef>, DrillError> {
+pub(crate) async fn resolve(
+    session: &Session,
+    ids: &[String],
+) -> Result<Vec<ShardRef>, DrillError> {
     let shards = session.admin().shards().await?;
     ids.iter()
         .map(|id| {
@@ -232,7 +235,7 @@ fn touches_someone(session: &Session, failed: &[ShardRef]) -> Result<(), DrillEr
 }
 
 /// Shards as `cell/id, …`.
-fn names(shards: &[ShardRef]) -> String {
+pub(crate) fn names(shards: &[ShardRef]) -> String {
     shards
         .iter()
         .map(|(cell, id)| format!("{cell}/{id}"))

@@ -230,6 +230,11 @@ impl Session {
         self.tenants.iter().position(|t| t.tenant == tenant)
     }
 
+    /// Every tenant's credential, in session order.
+    pub fn credentials(&self) -> &[TenantCredential] {
+        &self.tenants
+    }
+
     /// Tenant `t`'s credential.
     pub fn credential(&self, t: usize) -> &TenantCredential {
         &self.tenants[t]

@@ -465,6 +465,9 @@ pub struct Gateway {
     /// itself by the configuration (the health checkers) looks again at
     /// once instead of after its old interval.
     reloads: tokio::sync::watch::Sender<u64>,
+    /// Held while an ejection is judged against its cell's cap
+    /// (`outlier.max_ejection_percent`).
+    ejecting: Mutex<()>,
 }
 
 impl Gateway {
@@ -485,6 +488,7 @@ impl Gateway {
             shard_windows: crate::ops::window::ShardWindows::new(window, Instant::now()),
             suspects: crate::health::quarantine::Suspects::new(),
             reloads: tokio::sync::watch::Sender::new(0),
+            ejecting: Mutex::new(()),
         })
     }
 
@@ -507,11 +511,54 @@ impl Gateway {
         now: Instant,
     ) {
         shard.failures.fetch_add(1, Ordering::Relaxed);
-        let ejected = {
+        let due = {
             let mut health = shard.health.lock().expect("health lock");
             shard.failing.store(true, Ordering::Relaxed);
-            health.record_attempt(false, now, outlier)
+            health.record_failure(now, outlier)
         };
+        let Some(due) = due else {
+            return;
+        };
+        // An ejection is due (rare): judged against the whole cell, one
+        // decision at a time, so two shards due together cannot both fit
+        // under the cap. No shard's lock is held while another's is taken.
+        let _one_at_a_time = self.ejecting.lock().expect("ejection lock");
+        let snapshot = self.snapshot();
+        let (shards, others_out) = snapshot
+            .shards
+            .iter()
+            .find(|cell| cell.iter().any(|other| std::ptr::eq(&**other, shard)))
+            .map_or((1, 0), |cell| {
+                let out = cell
+                    .iter()
+                    .filter(|other| !std::ptr::eq(&***other, shard))
+                    .filter(|other| {
+                        other.availability_at(&snapshot.config, now) != Availability::Up
+                    })
+                    .count();
+                (cell.len(), out)
+            });
+        let allowed = crate::health::ejection_allowed(others_out, shards, outlier);
+        let ejected = {
+            let mut health = shard.health.lock().expect("health lock");
+            if allowed {
+                health.eject(due, now, outlier)
+            } else {
+                health.skip_ejection();
+                None
+            }
+        };
+        if !allowed {
+            self.metrics
+                .ejections_skipped
+                .get_or_create(&crate::ops::metrics::ShardLabels {
+                    cell: shard.cell.clone(),
+                    shard: shard.id.clone(),
+                })
+                .inc();
+            tracing::warn!(cell = %shard.cell, shard = %shard.id, others_out, shards, "shard not ejected: the cell is at outlier.max_ejection_percent");
+            return;
+        }
         if let Some(reason) = ejected {
             self.metrics
                 .ejections

@@ -219,6 +219,8 @@ async fn every_route_needs_the_right_token() {
                 "id",
                 "zone",
                 "health",
+                "active",
+                "last_check",
                 "ejected",
                 "ejections",
                 "failed",
@@ -231,6 +233,14 @@ async fn every_route_needs_the_right_token() {
         assert_eq!(shard["id"], backend.id());
         assert!(shard["zone"].is_string());
         assert_eq!(shard["health"], "up");
+        assert!(
+            ["presumed", "healthy"].contains(&shard["active"].as_str().unwrap()),
+            "{shard}"
+        );
+        assert!(
+            shard["last_check"].is_null() || shard["last_check"] == "pass",
+            "{shard}"
+        );
         assert_eq!(shard["ejected"], false);
         assert_eq!(shard["failed"], false);
         assert_eq!(shard["drained"], false);

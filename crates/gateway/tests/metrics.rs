@@ -89,7 +89,9 @@ async fn every_family_is_exported_with_values_that_match_the_traffic() {
         // Only passive ejection and the test move shards: health checks
         // run once at start, and ejections outlast the test.
         health: "interval_ms = 60000\ntimeout_ms = 2000\n".into(),
-        outlier: "consecutive_failures = 3\nbase_ejection_ms = 60000\nmax_ejection_ms = 60000\n"
+        // Two of the eight shards are ejected below, which the default cap
+        // (10 %, one shard) would not allow.
+        outlier: "consecutive_failures = 3\nbase_ejection_ms = 60000\nmax_ejection_ms = 60000\nmax_ejection_percent = 25\n"
             .into(),
         routing: "exhausted = \"spill\"\n".into(),
         // No retries after a request may have reached a backend; failover

@@ -20,6 +20,7 @@ mod logs;
 mod metrics;
 mod reload;
 mod replicas;
+mod rolling;
 mod routing;
 mod second_look;
 mod status_page;

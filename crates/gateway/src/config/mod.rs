@@ -252,8 +252,13 @@ pub struct OutlierSettings {
     pub consecutive_failures: u32,
     /// First ejection's length; multiplied by the number of ejections.
     pub base_ejection: Duration,
-    /// Longest ejection.
+    /// Longest ejection; also how long a shard must go without one for
+    /// its multiplier to drop by one.
     pub max_ejection: Duration,
+    /// The largest share of a cell's shards, in percent, that passive
+    /// ejection holds out at once (shards out for other reasons count);
+    /// one shard may always be ejected.
+    pub max_ejection_percent: u8,
 }
 
 /// Connection and size limits.
@@ -687,6 +692,9 @@ struct RawOutlier {
     consecutive_failures: Option<u32>,
     base_ejection_ms: Option<u64>,
     max_ejection_ms: Option<u64>,
+    // Wider than the 0-100 it takes (and signed), so 300 or -1 is refused
+    // by name and range rather than by serde's type error.
+    max_ejection_percent: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1401,6 +1409,12 @@ fn outlier_settings(o: RawOutlier) -> Result<OutlierSettings, KeyProblem> {
         )?,
         base_ejection,
         max_ejection,
+        max_ejection_percent: u8::try_from(within(
+            "outlier.max_ejection_percent",
+            o.max_ejection_percent.unwrap_or(10),
+            0..=100,
+        )?)
+        .unwrap_or(100),
     })
 }
 
@@ -1873,6 +1887,22 @@ mod tests {
         let error = refused("[limits]\nmax_connections = 0");
         assert!(error.contains("gateway.toml"), "{error}");
         assert!(error.contains("limits.max_connections"), "{error}");
+    }
+
+    #[test]
+    fn max_ejection_percent_defaults_to_10_and_refuses_over_100_by_name() {
+        assert_eq!(load_with("").unwrap().outlier.max_ejection_percent, 10);
+        for (value, expected) in [(0, 0), (100, 100), (35, 35)] {
+            let outlier = load_with(&format!("[outlier]\nmax_ejection_percent = {value}"))
+                .unwrap()
+                .outlier;
+            assert_eq!(outlier.max_ejection_percent, expected);
+        }
+        for bad in ["101", "300", "-1"] {
+            let error = refused(&format!("[outlier]\nmax_ejection_percent = {bad}"));
+            assert!(error.contains("outlier.max_ejection_percent"), "{error}");
+            assert_eq!(error.lines().count(), 1, "{error}");
+        }
     }
 
     #[test]

@@ -306,6 +306,11 @@ struct ShardView {
     id: String,
     zone: Option<String>,
     health: &'static str,
+    /// What active checks say (`presumed`, `healthy`, `unhealthy`),
+    /// whatever ejections and operators say.
+    active: &'static str,
+    /// The last check's result (`pass`, `fail`), `None` before the first.
+    last_check: Option<&'static str>,
     ejected: bool,
     ejections: u32,
     failed: bool,
@@ -323,6 +328,10 @@ fn shard_view(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime) -> S
         id: shard.id.clone(),
         zone: shard.zone.clone(),
         health: availability.name(),
+        active: health.active().name(),
+        last_check: health
+            .last_check_passed()
+            .map(|passed| if passed { "pass" } else { "fail" }),
         ejected: health.is_ejected(now),
         ejections: health.ejections(),
         failed: health.failed,

@@ -359,6 +359,9 @@ pub struct Metrics {
     /// `shuffle_suspect_tenants`, set when scraped.
     pub(crate) suspect_tenants: Gauge,
     pub(crate) ejections: Family<EjectionLabels, Counter>,
+    /// `shuffle_ejections_skipped_total{cell,shard}`: ejections that were
+    /// due and not made, as the cell was at `outlier.max_ejection_percent`.
+    pub(crate) ejections_skipped: Family<ShardLabels, Counter>,
     pub(crate) request_seconds: Family<CellLabels, Histogram>,
     pub(crate) attempt_seconds: Family<ShardLabels, Histogram>,
     pub(crate) shard_healthy: Family<ShardLabels, Gauge>,
@@ -485,6 +488,12 @@ impl Metrics {
             "ejections",
             "Shard ejections by passive outlier detection",
             ejections.clone(),
+        );
+        let ejections_skipped = Family::<ShardLabels, Counter>::default();
+        registry.register(
+            "ejections_skipped",
+            "Ejections due but not made: the cell was at outlier.max_ejection_percent",
+            ejections_skipped.clone(),
         );
         let request_seconds = Family::<CellLabels, Histogram>::new_with_constructor(
             latency_histogram as fn() -> Histogram,
@@ -696,6 +705,7 @@ impl Metrics {
             suspects_marked,
             suspect_tenants,
             ejections,
+            ejections_skipped,
             request_seconds,
             attempt_seconds,
             shard_healthy,
@@ -766,6 +776,10 @@ impl Metrics {
         }
         for shard in shards {
             self.shard_handles(cell, shard);
+            drop(self.ejections_skipped.get_or_create(&ShardLabels {
+                cell: cell.to_owned(),
+                shard: (*shard).to_owned(),
+            }));
             for &reason in eject_reasons {
                 drop(self.ejections.get_or_create(&EjectionLabels {
                     cell: cell.to_owned(),
