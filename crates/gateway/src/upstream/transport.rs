@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::config::{ShardProtocol, UpstreamTlsSettings};
+use crate::config::{ShardProtocol, ShardUrl, UpstreamTlsSettings};
 
 /// One open connection to a shard.
 pub(crate) enum Transport {
@@ -218,35 +218,38 @@ impl fmt::Debug for Connector {
 
 impl Connector {
     /// The connector for a shard's URL (`http://host[:port]/...` or
-    /// `https://host[:port]/...`, port 80 or 443 by default). An `https://`
-    /// shard is reached with `tls` (which the configuration provides
-    /// whenever a shard is `https://`), and its certificate must carry
-    /// `server_name`, or else the URL's host (a DNS name or an IP address).
+    /// `https://host[:port]/...`, port 80 or 443 when none is written), as
+    /// [`Connector::for_shard`] for HTTP/1.1. A URL that is not a shard's
+    /// (a port that does not parse, user information: see [`ShardUrl`])
+    /// reaches nothing, rather than a port nobody wrote.
     pub(crate) fn for_url(
         url: &http::Uri,
         server_name: Option<&ServerName<'static>>,
         tls: Option<&UpstreamTlsSettings>,
     ) -> Self {
-        Self::for_shard(url, server_name, tls, ShardProtocol::Http1)
+        match ShardUrl::from_uri(url) {
+            Ok(url) => Self::for_shard(&url, server_name, tls, ShardProtocol::Http1),
+            Err(_) => Connector::Unreachable,
+        }
     }
 
-    /// The same, speaking `protocol` (which the configuration has matched
-    /// with the URL's scheme: `h2c` over `http://`, `h2` over `https://`).
+    /// The connector for a shard's checked URL, speaking `protocol` (which
+    /// the configuration has matched with the URL's scheme: `h2c` over
+    /// `http://`, `h2` over `https://`). An `https://` shard is reached
+    /// with `tls` (which the configuration provides whenever a shard is
+    /// `https://`), and its certificate must carry `server_name`, or else
+    /// the URL's host (a DNS name or an IP address). The address is the
+    /// one [`ShardUrl`] parsed: there is no port to guess here.
     pub(crate) fn for_shard(
-        url: &http::Uri,
+        url: &ShardUrl,
         server_name: Option<&ServerName<'static>>,
         tls: Option<&UpstreamTlsSettings>,
         protocol: ShardProtocol,
     ) -> Self {
         let http2 = protocol.is_http2();
-        let Some(host) = url.host() else {
-            return Connector::Unreachable;
-        };
-        let https = url.scheme_str() == Some("https");
-        let address = format!(
-            "{host}:{}",
-            url.port_u16().unwrap_or(if https { 443 } else { 80 })
-        );
+        let host = url.host();
+        let https = url.is_https();
+        let address = url.address().to_owned();
         if !https {
             return Connector::Tcp { address, http2 };
         }
@@ -468,10 +471,11 @@ mod tests {
         let path = GatewayToml::one_shard(shard, extra).write(dir).unwrap();
         let config = GatewayConfig::load(&path).unwrap();
         let shard = &config.cells()[0].shards[0];
-        Connector::for_url(
+        Connector::for_shard(
             &shard.url,
             shard.server_name.as_ref(),
             config.upstream_tls(),
+            ShardProtocol::Http1,
         )
     }
 
@@ -479,6 +483,18 @@ mod tests {
     fn urls_give_addresses_with_their_default_ports_and_names_for_tls() {
         let plain = Connector::for_url(&"http://shard.internal/api".parse().unwrap(), None, None);
         assert_eq!(plain.address(), Some("shard.internal:80"));
+        // A port that does not parse is no reason to use 80 (or 443).
+        for bad in [
+            "http://127.0.0.1:99999",
+            "http://127.0.0.1:notaport",
+            "https://127.0.0.1:0",
+        ] {
+            let connector = Connector::for_url(&bad.parse().unwrap(), None, None);
+            assert!(
+                matches!(connector, Connector::Unreachable),
+                "{bad}: {connector:?}"
+            );
+        }
         // Without TLS settings nobody could be verified: nothing is reached.
         let https: http::Uri = "https://[::1]/api".parse().unwrap();
         assert!(matches!(
