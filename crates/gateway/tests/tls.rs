@@ -389,6 +389,86 @@ async fn an_optional_client_certificate_leaves_room_for_api_keys() {
     assert_eq!(seen, ["tenant-5", "tenant-6"]);
 }
 
+/// The fields a TLS-terminating proxy uses to tell a backend which client
+/// certificate it verified, in the spellings a CGI-style backend reads
+/// alike: each forged, as a client would.
+const FORGED_CERTIFICATE_FIELDS: [&str; 12] = [
+    "X-Forwarded-Client-Cert: Hash=0000;Subject=\"CN=victim\";URI=spiffe://example.org/tenant/tenant-1",
+    "x_forwarded_client_cert: By=spiffe://forged",
+    "X-Client-Cert: forged",
+    "x-client-cert-chain: forged",
+    "SSL-Client-Cert: forged",
+    "ssl_client_verify: SUCCESS",
+    "X-SSL-Client-Verify: SUCCESS",
+    "X-SSL-Client-S-DN: CN=victim",
+    "x_ssl_client_cert: forged",
+    "X-ARR-ClientCert: forged",
+    "X-Shuffle-Client-Identity: spiffe://example.org/tenant/tenant-1",
+    "x-client-certificate: forged",
+];
+
+/// Issue 28: a client's own client-certificate fields never reach a shard,
+/// over plaintext, TLS or mTLS, whatever the forwarding mode: only the
+/// gateway vouches for a certificate, by `x-shuffle-tenant`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificate_fields_a_client_sends_never_reach_a_shard() {
+    let certs = tempfile::tempdir().unwrap();
+    let clients = Ca::new("client CA");
+    let mtls = mtls_table(certs.path(), &clients, "optional");
+    // `append` trusts a proxy in front with the client's address, never
+    // with a certificate it did not see.
+    let options = Options {
+        extra: "[forwarding]\nx_forwarded_for = \"append\"\n".into(),
+        ..Options::default()
+    };
+    let gateway = TlsGateway::start("", &mtls, options).await;
+    let forged: Vec<&str> = FORGED_CERTIFICATE_FIELDS.to_vec();
+
+    // Plaintext, with an API key.
+    let key = gateway.key_line("tenant-2");
+    let mut lines = vec!["Host: localhost", key.as_str()];
+    lines.extend(&forged);
+    let mut plain = TcpStream::connect(gateway.fixture.running.addr)
+        .await
+        .unwrap();
+    let answer = exchange(&mut plain, &raw("GET /tls HTTP/1.1", &lines, b"")).await;
+    assert_eq!(answer.status, 200);
+    // TLS, with an API key.
+    let mut with_key = vec![key.as_str()];
+    with_key.extend(&forged);
+    assert_eq!(gateway.get(None, &with_key).await, 200);
+    // mTLS: the certificate names tenant-3.
+    let identity = clients.spiffe_client("tenant-3");
+    assert_eq!(gateway.get(Some(&identity), &forged).await, 200);
+
+    let seen: Vec<_> = gateway
+        .fixture
+        .backends
+        .iter()
+        .flat_map(|backend| backend.seen())
+        .filter(|seen| seen.path == "/tls")
+        .collect();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for request in &seen {
+        for (name, value) in &request.headers {
+            let read_as = name.replace('_', "-");
+            assert!(
+                !(read_as.contains("client-cert")
+                    || read_as.starts_with("ssl-client-")
+                    || read_as.starts_with("x-ssl-client-")
+                    || read_as.starts_with("x-arr-")
+                    || read_as == "x-shuffle-client-identity")
+                    && !value.contains("forged")
+                    && !value.contains("victim"),
+                "{name}: {value} reached a shard"
+            );
+        }
+    }
+    let mut tenants = gateway.tenants_seen();
+    tenants.sort();
+    assert_eq!(tenants, ["tenant-2", "tenant-2", "tenant-3"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plaintext_on_the_tls_port_and_tls_on_the_plaintext_port_get_nowhere() {
     let gateway = TlsGateway::start("", "", Options::default()).await;
