@@ -734,3 +734,149 @@ async fn a_grpc_call_over_h2_takes_its_tenant_from_the_client_certificate() {
         .sum::<usize>();
     assert_eq!(reached, 1, "the refused call reached no shard");
 }
+
+/// One `GET /tls` through `openssl s_client` (a client the gateway's own
+/// TLS stack did not write) at `version` (`-tls1_3`, `-tls1_2`), with
+/// `extra` arguments (`-sess_out`, `-sess_in`, `-cert`…): its whole output.
+async fn s_client(
+    addr: std::net::SocketAddr,
+    server_ca: &std::path::Path,
+    version: &str,
+    extra: Vec<String>,
+) -> String {
+    let mut args: Vec<String> = vec![
+        "s_client".into(),
+        "-connect".into(),
+        addr.to_string(),
+        "-servername".into(),
+        "localhost".into(),
+        "-CAfile".into(),
+        server_ca.display().to_string(),
+        version.into(),
+        "-ign_eof".into(),
+    ];
+    args.extend(extra);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = std::process::Command::new("openssl")
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("openssl is installed");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"GET /tls HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        // The gateway closes after its answer (or the handshake fails):
+        // openssl then exits. The deadline only bounds a hang.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "openssl s_client hung"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let output = child.wait_with_output().unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// Issue 28: a TLS session (a TLS 1.2 session id or ticket, a TLS 1.3
+/// ticket) is resumed only under the client CAs and certificates it was
+/// issued under. After `auth.mtls.ca_file` is replaced and reloaded, a
+/// session from a certificate of the old CA is not resumed, so the client
+/// must show a certificate the new CA issued, and is not served as the
+/// tenant; a reload that changes nothing keeps resumption working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_change_ends_resumption_of_sessions_issued_before_it() {
+    let certs = tempfile::tempdir().unwrap();
+    let old_ca = Ca::new("client CA");
+    let mtls = mtls_table(certs.path(), &old_ca, "required");
+    let gateway = TlsGateway::start("", &mtls, Options::default()).await;
+    let dir = certs.path();
+    let server_ca = dir.join("server-ca.pem");
+    std::fs::write(&server_ca, gateway.ca.pem()).unwrap();
+    let (cert, key) = old_ca.spiffe_client("tenant-3").write(dir, "tenant-3");
+    let ca_file = dir.join("clients-ca.pem");
+    let served = || gateway.tenants_seen().len();
+
+    for version in ["-tls1_3", "-tls1_2"] {
+        std::fs::write(&ca_file, old_ca.pem()).unwrap();
+        gateway.fixture.running.gateway.reload(false).unwrap();
+        let session = dir.join(format!("session{version}.pem"));
+        let with =
+            |flag: &str, path: &std::path::Path| vec![flag.to_owned(), path.display().to_string()];
+        let mut first = with("-cert", &cert);
+        first.extend(with("-key", &key));
+        first.extend(with("-sess_out", &session));
+        let output = s_client(gateway.addr(), &server_ca, version, first).await;
+        assert!(output.contains("HTTP/1.1 200"), "{version}: {output}");
+        assert!(session.exists(), "{version}: no session written: {output}");
+
+        // Resumed without showing the certificate again: served as the
+        // tenant the session's certificate named, across a reload that
+        // changes nothing.
+        let before = served();
+        let output = s_client(
+            gateway.addr(),
+            &server_ca,
+            version,
+            with("-sess_in", &session),
+        )
+        .await;
+        assert!(output.contains("Reused,"), "{version}: {output}");
+        assert!(output.contains("HTTP/1.1 200"), "{version}: {output}");
+        gateway.fixture.running.gateway.reload(false).unwrap();
+        let output = s_client(
+            gateway.addr(),
+            &server_ca,
+            version,
+            with("-sess_in", &session),
+        )
+        .await;
+        assert!(
+            output.contains("Reused,"),
+            "{version} after a reload: {output}"
+        );
+        assert!(output.contains("HTTP/1.1 200"), "{version}: {output}");
+        assert_eq!(served(), before + 2);
+
+        // The operator replaces the client CA: the old session is not
+        // resumed, and without a certificate the new CA issued nobody is
+        // served.
+        std::fs::write(&ca_file, Ca::new("new client CA").pem()).unwrap();
+        gateway.fixture.running.gateway.reload(false).unwrap();
+        let output = s_client(
+            gateway.addr(),
+            &server_ca,
+            version,
+            with("-sess_in", &session),
+        )
+        .await;
+        assert!(
+            !output.contains("Reused,"),
+            "{version}: resumed after a CA change: {output}"
+        );
+        assert!(
+            !output.contains("HTTP/1.1 200"),
+            "{version}: served after a CA change: {output}"
+        );
+        // Nor with the old certificate in a full handshake.
+        let mut again = with("-cert", &cert);
+        again.extend(with("-key", &key));
+        let output = s_client(gateway.addr(), &server_ca, version, again).await;
+        assert!(!output.contains("HTTP/1.1 200"), "{version}: {output}");
+        assert_eq!(served(), before + 2, "{version}");
+    }
+}
