@@ -739,3 +739,58 @@ async fn both_idle_timeouts_are_reloadable() {
     // the new 300 ms.
     unread_huge_answer(&fixture, &huge, "c0", &dropped, &on("c0")).await;
 }
+
+/// Issue 28: a shard that sends bytes after a complete response (here a
+/// second copy of tenant A's answer, 1 ms late) never has them read as
+/// another tenant's answer: once they are in, the pooled connection they
+/// came on is not reused, and every one of tenant B's answers is B's own,
+/// for the path B asked. (Bytes sent after B's request went out on that
+/// connection could not be told from B's answer by any HTTP/1.1 pool; the
+/// test sends B's requests once A's late copy has been written.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_bytes_from_a_shard_never_become_another_tenants_answer() {
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        k: 1,
+        tenants: 2,
+        ..Options::default()
+    })
+    .await;
+    let shard = &fixture.backends[0];
+    shard.set_mode("late-bytes:1".parse().unwrap());
+    let (a, b) = ("tenant-0", "tenant-1");
+    let mut wrong = Vec::new();
+    let rounds = 40;
+    for round in 0..rounds {
+        let late = shard.late_answers();
+        let (status, _, _) = fixture
+            .send(
+                Some(a),
+                "GET",
+                &format!("/a/{round}"),
+                &[("x-late-bytes", "1")],
+                b"",
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            eventually(Duration::from_secs(30), || shard.late_answers() > late).await,
+            "the shard never sent its late copy"
+        );
+        for i in 0..5 {
+            let path = format!("/b/{round}/{i}");
+            let (status, body) = fixture.get(b, &path).await;
+            let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            if status != StatusCode::OK || answer["tenant"] != b || answer["path"] != path.as_str()
+            {
+                wrong.push((path, status, String::from_utf8_lossy(&body).into_owned()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} answers to {b} were not its own: {wrong:?}",
+        wrong.len(),
+        rounds * 5
+    );
+}

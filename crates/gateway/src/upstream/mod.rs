@@ -19,9 +19,14 @@
 //! A request a connection never took (the first write failed, so the
 //! backend received nothing, and the body was not touched) can go out on
 //! another connection whatever its method. A pooled connection the backend closed
-//! while it sat idle is noticed before it is used, without a system call
-//! when the event loop has seen nothing; what happens after a request may
-//! have been sent is for the attempt to judge.
+//! while it sat idle, or sent anything on (bytes beyond a response's end
+//! read with it, or arriving any time before the connection is taken
+//! again), is never reused: the kernel is asked, with one non-blocking
+//! peek, just before the request would be written, since bytes there would
+//! be read as that request's answer, and the request may be another
+//! tenant's. Bytes a shard sends after the next request went out cannot be
+//! told from its answer (HTTP/1.1 has no request ids); what happens after a
+//! request may have been sent is for the attempt to judge.
 //!
 //! A connection is plain TCP or TLS ([`transport`]); both are pooled alike.
 //! An HTTP/2 shard (`h2c`, `h2`) is one multiplexed connection (or a few)

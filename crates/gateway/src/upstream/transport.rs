@@ -19,7 +19,7 @@ use std::fmt;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -54,8 +54,8 @@ impl fmt::Debug for Transport {
 
 impl Transport {
     /// Whether the backend left the connection open while it sat idle (it
-    /// neither closed it nor sent anything unasked). Only a connection the
-    /// event loop has seen become readable costs a system call to check.
+    /// neither closed it nor sent anything unasked, as far as the kernel
+    /// knows now): one system call.
     #[inline]
     pub(crate) fn is_open(&mut self) -> bool {
         match self {
@@ -80,18 +80,20 @@ fn tls_is_open(stream: &mut TlsStream<TcpStream>) -> bool {
 }
 
 /// Whether nothing can be read from `stream` (no bytes, no end of stream,
-/// no error).
+/// no error), asked of the kernel itself. Tokio's readiness is not enough:
+/// it is as old as the event loop's last turn, and bytes a shard sent
+/// since (a late tail of the last response, or a whole response nobody
+/// asked for) would then be read as the answer to the next request, which
+/// may be another tenant's. One non-blocking `recv(MSG_PEEK)` per reuse
+/// answers for the socket as it is now; the byte it may see stays unread,
+/// and the connection is dropped.
 #[inline]
 fn socket_is_quiet(stream: &TcpStream) -> bool {
-    let mut cx = Context::from_waker(Waker::noop());
-    match stream.poll_read_ready(&mut cx) {
-        Poll::Pending => true,
-        Poll::Ready(Err(_)) => false,
-        Poll::Ready(Ok(())) => {
-            let mut probe = [0_u8; 1];
-            matches!(stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
-        }
-    }
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    matches!(
+        socket2::SockRef::from(stream).peek(&mut probe),
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock
+    )
 }
 
 impl AsyncRead for Transport {
