@@ -66,7 +66,8 @@ pub enum Mode {
     CrashOnPoison(Duration),
     /// Data path: answers every request; one that carries the late-bytes
     /// marker ([`LATE_BYTES_HEADER`]) is followed, this long after its
-    /// answer, by a second copy of that answer nobody asked for, on the
+    /// answer (at 0, at once, in a write of its own), by a second copy of
+    /// that answer nobody asked for, on the
     /// same kept-alive connection (a shard whose responses run past their
     /// end). A pool that reused the connection would read the copy as the
     /// next request's answer.

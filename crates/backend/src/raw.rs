@@ -130,7 +130,10 @@ pub(crate) async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> io::Res
                 let answer = healthy_answer(&shared, &head, body_len);
                 stream.write_all(&answer).await?;
                 if head.header(LATE_BYTES_HEADER).is_some() {
-                    tokio::time::sleep(after).await;
+                    // At 0 the copy follows at once, in a write of its own.
+                    if !after.is_zero() {
+                        tokio::time::sleep(after).await;
+                    }
                     stream.write_all(&answer).await?;
                     shared
                         .late_answers

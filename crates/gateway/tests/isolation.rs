@@ -746,7 +746,11 @@ async fn both_idle_timeouts_are_reloadable() {
 /// came on is not reused, and every one of tenant B's answers is B's own,
 /// for the path B asked. (Bytes sent after B's request went out on that
 /// connection could not be told from B's answer by any HTTP/1.1 pool; the
-/// test sends B's requests once A's late copy has been written.)
+/// test sends B's requests once A's late copy has been written.) Through a
+/// whole gateway the event loop has mostly seen the bytes by then, so this
+/// passed before the pool asked the kernel too; the case that needed it,
+/// bytes the event loop has not yet seen, is pinned by
+/// `upstream::late_bytes_in_the_kernel_retire_a_pooled_connection_the_event_loop_has_not_seen_them_on`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_bytes_from_a_shard_never_become_another_tenants_answer() {
     let fixture = Fixture::start(Options {
