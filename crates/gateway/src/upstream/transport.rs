@@ -52,48 +52,64 @@ impl fmt::Debug for Transport {
     }
 }
 
+/// What became of a connection while it sat idle in the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WhileIdle {
+    /// Nothing: it may carry the next exchange.
+    Quiet,
+    /// The shard closed it (or reset it): an ordinary end.
+    Closed,
+    /// The shard sent data nobody asked for: a shard whose answers run
+    /// past their end.
+    Unasked,
+}
+
 impl Transport {
-    /// Whether the backend left the connection open while it sat idle (it
-    /// neither closed it nor sent anything unasked, as far as the kernel
-    /// knows now): one system call.
+    /// What the backend did with the connection while it sat idle, as far
+    /// as the kernel knows now: one system call.
     #[inline]
-    pub(crate) fn is_open(&mut self) -> bool {
+    pub(crate) fn while_idle(&mut self) -> WhileIdle {
         match self {
-            Transport::Tcp(stream) => socket_is_quiet(stream),
-            Transport::Tls(stream) => tls_is_open(stream),
+            Transport::Tcp(stream) => socket_while_idle(stream),
+            Transport::Tls(stream) => tls_while_idle(stream),
         }
     }
 }
 
-/// [`Transport::is_open`] for TLS, out of the plain path's way.
+/// [`Transport::while_idle`] for TLS, out of the plain path's way.
 #[inline(never)]
-fn tls_is_open(stream: &mut TlsStream<TcpStream>) -> bool {
+fn tls_while_idle(stream: &mut TlsStream<TcpStream>) -> WhileIdle {
     let (socket, session) = stream.get_mut();
-    // Anything the session took in while the connection sat idle (data, or
-    // the shard's close_notify) retires it, as unasked bytes on a plain
-    // socket do; so does anything readable on the socket, a close_notify
-    // included.
-    let settled = session
-        .process_new_packets()
-        .is_ok_and(|state| state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed());
-    settled && socket_is_quiet(socket)
+    // Data the session took in while the connection sat idle is unasked,
+    // as on a plain socket; the shard's close_notify is an end. Bytes still
+    // on the socket may be either (a close_notify is a record like any
+    // other), so they retire the connection without blaming the shard.
+    match session.process_new_packets() {
+        Ok(state) if state.plaintext_bytes_to_read() > 0 => WhileIdle::Unasked,
+        Ok(state) if !state.peer_has_closed() => match socket_while_idle(socket) {
+            WhileIdle::Quiet => WhileIdle::Quiet,
+            WhileIdle::Closed | WhileIdle::Unasked => WhileIdle::Closed,
+        },
+        _ => WhileIdle::Closed,
+    }
 }
 
-/// Whether nothing can be read from `stream` (no bytes, no end of stream,
-/// no error), asked of the kernel itself. Tokio's readiness is not enough:
-/// it is as old as the event loop's last turn, and bytes a shard sent
-/// since (a late tail of the last response, or a whole response nobody
-/// asked for) would then be read as the answer to the next request, which
-/// may be another tenant's. One non-blocking `recv(MSG_PEEK)` per reuse
-/// answers for the socket as it is now; the byte it may see stays unread,
-/// and the connection is dropped.
+/// What can be read from `stream` now, asked of the kernel itself: nothing,
+/// its end (or an error), or data. Tokio's readiness is not enough: it is
+/// as old as the event loop's last turn, and bytes a shard sent since (a
+/// late tail of the last response, or a whole response nobody asked for)
+/// would then be read as the answer to the next request, which may be
+/// another tenant's. One non-blocking `recv(MSG_PEEK)` per reuse answers
+/// for the socket as it is now; the byte it may see stays unread, and the
+/// connection is dropped.
 #[inline]
-fn socket_is_quiet(stream: &TcpStream) -> bool {
+fn socket_while_idle(stream: &TcpStream) -> WhileIdle {
     let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
-    matches!(
-        socket2::SockRef::from(stream).peek(&mut probe),
-        Err(error) if error.kind() == io::ErrorKind::WouldBlock
-    )
+    match socket2::SockRef::from(stream).peek(&mut probe) {
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock => WhileIdle::Quiet,
+        Ok(1..) => WhileIdle::Unasked,
+        Ok(0) | Err(_) => WhileIdle::Closed,
+    }
 }
 
 impl AsyncRead for Transport {
