@@ -35,7 +35,9 @@ mod mode;
 mod raw;
 
 pub use grpc::{PROTOCOL_SYNTAX, Protocol, UnsupportedMode};
-pub use mode::{DEFAULT_CRASH, MODE_SYNTAX, Mode, POISON_HEADER, ParseModeError};
+pub use mode::{
+    DEFAULT_CRASH, LATE_BYTES_HEADER, MODE_SYNTAX, Mode, POISON_HEADER, ParseModeError,
+};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -107,6 +109,8 @@ struct Shared {
     requests: AtomicU64,
     /// Crashes caused by the poison marker so far.
     crashes: AtomicU64,
+    /// Unasked copies of answers written so far ([`Mode::LateBytes`]).
+    late_answers: AtomicU64,
     /// Raised by a handler that saw the poison marker; the supervisor
     /// carries the crash out, as it owns the listener and the connections.
     crash: Notify,
@@ -237,6 +241,7 @@ impl Backend {
             seen: Mutex::new(Vec::new()),
             requests: AtomicU64::new(0),
             crashes: AtomicU64::new(0),
+            late_answers: AtomicU64::new(0),
             crash: Notify::new(),
         });
         let task = tokio::spawn(supervise(listener, addr, Arc::clone(&shared), mode_rx));
@@ -309,6 +314,12 @@ impl Backend {
     /// ([`Mode::CrashOnPoison`]).
     pub fn crashes(&self) -> u64 {
         self.shared.crashes.load(Ordering::Relaxed)
+    }
+
+    /// How many unasked copies of answers this backend has written
+    /// ([`Mode::LateBytes`]): each is in the client's socket once counted.
+    pub fn late_answers(&self) -> u64 {
+        self.shared.late_answers.load(Ordering::Relaxed)
     }
 
     /// Every non-health request seen so far; always empty when started

@@ -64,6 +64,14 @@ pub enum Mode {
     /// drops every open connection (that request's included, unanswered)
     /// and refuses new ones for this long, then comes back.
     CrashOnPoison(Duration),
+    /// Data path: answers every request; one that carries the late-bytes
+    /// marker ([`LATE_BYTES_HEADER`]) is followed, this long after its
+    /// answer (at 0, at once, in a write of its own), by a second copy of
+    /// that answer nobody asked for, on the
+    /// same kept-alive connection (a shard whose responses run past their
+    /// end). A pool that reused the connection would read the copy as the
+    /// next request's answer.
+    LateBytes(Duration),
 }
 
 /// The request header that crashes a shard in [`Mode::CrashOnPoison`]
@@ -71,13 +79,17 @@ pub enum Mode {
 /// `x-shuffle-` namespace, so the gateway forwards it like any other.
 pub const POISON_HEADER: &str = "x-poison";
 
+/// The request header that makes a [`Mode::LateBytes`] shard send its
+/// answer twice (with any value, e.g. `x-late-bytes: 1`).
+pub const LATE_BYTES_HEADER: &str = "x-late-bytes";
+
 /// How long a `crash-on-poison` shard stays down when no period is given.
 pub const DEFAULT_CRASH: Duration = Duration::from_millis(1000);
 
 /// Every mode's spelling, for help texts and error messages.
 pub const MODE_SYNTAX: &str = "healthy, killed, blackhole, slow:MS, errors:STATUS:RATE, \
 flapping:MS, reset, stall-body, trickle:MS, close-after-head, health-no-head, health-stall, \
-health-trickle:MS, health-huge:BYTES, health-garbage, unread, crash-on-poison[:MS]";
+health-trickle:MS, health-huge:BYTES, health-garbage, unread, crash-on-poison[:MS], late-bytes:MS";
 
 impl Mode {
     /// Whether hyper cannot act this mode out, so connections are served by
@@ -94,6 +106,7 @@ impl Mode {
                 | Self::HealthHuge(_)
                 | Self::HealthGarbage
                 | Self::Unread
+                | Self::LateBytes(_)
         )
     }
 }
@@ -212,6 +225,7 @@ impl FromStr for Mode {
             ["unread"] => Self::Unread,
             ["crash-on-poison"] => Self::CrashOnPoison(DEFAULT_CRASH),
             ["crash-on-poison", ms] => Self::CrashOnPoison(period(ms)?),
+            ["late-bytes", ms] => Self::LateBytes(millis(ms)?),
             _ => return Err(ParseModeError::Unknown { text: owned() }),
         };
         Ok(mode)
@@ -240,6 +254,7 @@ impl fmt::Display for Mode {
             Self::HealthGarbage => f.write_str("health-garbage"),
             Self::Unread => f.write_str("unread"),
             Self::CrashOnPoison(down) => write!(f, "crash-on-poison:{}", down.as_millis()),
+            Self::LateBytes(after) => write!(f, "late-bytes:{}", after.as_millis()),
         }
     }
 }
@@ -282,6 +297,8 @@ mod tests {
             Mode::Unread,
             Mode::CrashOnPoison(ms(1)),
             Mode::CrashOnPoison(ms(2500)),
+            Mode::LateBytes(ms(0)),
+            Mode::LateBytes(ms(1)),
         ];
         for mode in modes {
             let text = mode.to_string();
@@ -311,6 +328,8 @@ mod tests {
             ("crash-on-poison:0", "ZeroPeriod"),
             ("crash-on-poison:x", "Millis"),
             ("crash-on-poison:1:2", "Unknown"),
+            ("late-bytes", "Unknown"),
+            ("late-bytes:x", "Millis"),
         ];
         for (text, variant) in cases {
             let error = text.parse::<Mode>().unwrap_err();

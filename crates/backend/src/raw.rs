@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::{Mode, Seen, Shared};
+use crate::{LATE_BYTES_HEADER, Mode, Seen, Shared};
 
 /// Largest request head accepted; the gateway's heads are far smaller.
 const MAX_HEAD: usize = 64 * 1024;
@@ -48,6 +48,7 @@ pub(crate) fn affects(mode: &Mode, is_health: bool) -> bool {
         | Mode::HealthHuge(_)
         | Mode::HealthGarbage => is_health,
         Mode::Unread => true,
+        Mode::LateBytes(_) => !is_health,
         _ => false,
     }
 }
@@ -125,6 +126,23 @@ pub(crate) async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> io::Res
                 stream.write_all(STALL_HEAD).await?;
                 return stream.shutdown().await;
             }
+            Mode::LateBytes(after) => {
+                let answer = healthy_answer(&shared, &head, body_len);
+                stream.write_all(&answer).await?;
+                if head.header(LATE_BYTES_HEADER).is_some() {
+                    // At 0 the copy follows at once, in a write of its own.
+                    if !after.is_zero() {
+                        tokio::time::sleep(after).await;
+                    }
+                    stream.write_all(&answer).await?;
+                    shared
+                        .late_answers
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                if head.close {
+                    return stream.shutdown().await;
+                }
+            }
             Mode::HealthNoHead => return hold(stream).await,
             Mode::HealthHuge(bytes) => huge(&mut stream, bytes).await?,
             Mode::HealthGarbage => {
@@ -145,6 +163,13 @@ async fn answer_healthy(
     head: &Head,
     body_len: usize,
 ) -> io::Result<()> {
+    stream
+        .write_all(&healthy_answer(shared, head, body_len))
+        .await
+}
+
+/// The bytes of [`answer_healthy`]'s answer.
+fn healthy_answer(shared: &Shared, head: &Head, body_len: usize) -> Vec<u8> {
     let tenant = head.header("x-shuffle-tenant").unwrap_or("");
     let body = shared.answer(tenant, &head.method, head.path(), body_len);
     let mut answer = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n", body.len());
@@ -155,7 +180,7 @@ async fn answer_healthy(
     if head.method != "HEAD" {
         answer.push_str(&body);
     }
-    stream.write_all(answer.as_bytes()).await
+    answer.into_bytes()
 }
 
 /// Keeps the connection open and says nothing more, reading (and dropping)

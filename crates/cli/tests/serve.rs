@@ -789,3 +789,51 @@ async fn sigusr1_reopens_the_access_log_file_for_logrotate() {
     assert_eq!(before.len() + after.len(), 1 + sent);
     terminate(child, "serve");
 }
+
+/// Issue 28: a shard URL whose port does not parse (or is 0), with a
+/// password in it, without a host or with a fragment is refused by
+/// `serve --check` and by `serve` itself, exit 2, with one line naming the
+/// key and the fix, and never the password. (Before, `:99999` and
+/// `:notaport` passed, and requests went to port 80.)
+#[test]
+fn serve_and_check_refuse_a_shard_url_that_would_reach_somewhere_unwritten() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backends: Vec<Backend> = (0..4)
+        .map(|i| runtime.block_on(Backend::start(&format!("s{i}"))).unwrap())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &backends, &random_bytes(32));
+    let config = dir.path().join("gateway.toml");
+    let good = std::fs::read_to_string(&config).unwrap();
+    let third = backends[2].url();
+    assert_eq!(good.matches(&third).count(), 1, "{good}");
+
+    for (url, says) in [
+        ("http://127.0.0.1:99999", "1 to 65535"),
+        ("http://127.0.0.1:notaport", "1 to 65535"),
+        ("http://127.0.0.1:0", "1 to 65535"),
+        ("http://ops:hunter2@127.0.0.1:9100", "user information"),
+        ("http://127.0.0.1:9100/#top", "fragment"),
+    ] {
+        std::fs::write(&config, good.replace(&third, url)).unwrap();
+        for args in [
+            &["serve", "--check", "--config"][..],
+            &["serve", "--config"][..],
+        ] {
+            let output = Command::new(binary())
+                .args(args)
+                .arg(&config)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{args:?} {url}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{args:?} {url}: {stderr}");
+            assert!(
+                stderr.contains("cells[0].shards[2].url") && stderr.contains(says),
+                "{args:?} {url}: {stderr}"
+            );
+            assert!(!stderr.contains("hunter2"), "{stderr}");
+        }
+    }
+}

@@ -126,10 +126,11 @@ impl ShardRuntime {
     fn new(
         cell: &str,
         id: &str,
-        url: &http::Uri,
+        url: &crate::config::ShardUrl,
         zone: Option<&str>,
         connector: Connector,
     ) -> Self {
+        let url = url.uri();
         Self {
             cell: cell.to_owned(),
             id: id.to_owned(),
@@ -250,7 +251,7 @@ impl Snapshot {
                     .map(|shard| {
                         previous
                             .and_then(|p| p.find_shard(&cell.name, &shard.id))
-                            .filter(|old| old.url == shard.url)
+                            .filter(|old| old.url == *shard.url.uri())
                             .cloned()
                             .unwrap_or_else(|| {
                                 Arc::new(ShardRuntime::new(

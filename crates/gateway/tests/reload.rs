@@ -427,3 +427,39 @@ async fn growth_goes_through_with_allow_growth_and_a_loss_still_does_not() {
     still_serving(&fixture, &grown, per_try).await;
     assert_eq!(fixture.config().cells()[0].k, 3);
 }
+
+/// Issue 28: a reload whose shard URL has a port that does not parse (or
+/// is 0), a password, no host or a fragment is refused naming the key,
+/// never echoes the password, and the old configuration keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_with_a_shard_url_that_would_reach_somewhere_unwritten_is_refused() {
+    let fixture = Fixture::start(options()).await;
+    let config = fixture.dir.path().join("gateway.toml");
+    let good = std::fs::read_to_string(&config).unwrap();
+    let before = routing(&fixture);
+    let per_try = fixture.config().routing().per_try_timeout;
+    let second = fixture.backends[1].url();
+    assert_eq!(good.matches(&second).count(), 1, "{good}");
+
+    for (url, says) in [
+        ("http://127.0.0.1:99999", "1 to 65535"),
+        ("http://127.0.0.1:notaport", "1 to 65535"),
+        ("http://127.0.0.1:0", "1 to 65535"),
+        ("http://ops:hunter2@127.0.0.1:9100", "user information"),
+        ("http://127.0.0.1:9100/#top", "fragment"),
+    ] {
+        std::fs::write(&config, good.replace(&second, url)).unwrap();
+        let (status, answer) = reload(&fixture, "").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{url}: {answer}");
+        let message = answer["error"].as_str().unwrap();
+        assert!(
+            message.contains("cells[0].shards[1].url") && message.contains(says),
+            "{url}: {message}"
+        );
+        assert!(!answer.to_string().contains("hunter2"), "{answer}");
+        still_serving(&fixture, &before, per_try).await;
+    }
+    std::fs::write(&config, &good).unwrap();
+    let (status, answer) = reload(&fixture, "").await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+}

@@ -389,6 +389,86 @@ async fn an_optional_client_certificate_leaves_room_for_api_keys() {
     assert_eq!(seen, ["tenant-5", "tenant-6"]);
 }
 
+/// The fields a TLS-terminating proxy uses to tell a backend which client
+/// certificate it verified, in the spellings a CGI-style backend reads
+/// alike: each forged, as a client would.
+const FORGED_CERTIFICATE_FIELDS: [&str; 12] = [
+    "X-Forwarded-Client-Cert: Hash=0000;Subject=\"CN=victim\";URI=spiffe://example.org/tenant/tenant-1",
+    "x_forwarded_client_cert: By=spiffe://forged",
+    "X-Client-Cert: forged",
+    "x-client-cert-chain: forged",
+    "SSL-Client-Cert: forged",
+    "ssl_client_verify: SUCCESS",
+    "X-SSL-Client-Verify: SUCCESS",
+    "X-SSL-Client-S-DN: CN=victim",
+    "x_ssl_client_cert: forged",
+    "X-ARR-ClientCert: forged",
+    "X-Shuffle-Client-Identity: spiffe://example.org/tenant/tenant-1",
+    "x-client-certificate: forged",
+];
+
+/// Issue 28: a client's own client-certificate fields never reach a shard,
+/// over plaintext, TLS or mTLS, whatever the forwarding mode: only the
+/// gateway vouches for a certificate, by `x-shuffle-tenant`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificate_fields_a_client_sends_never_reach_a_shard() {
+    let certs = tempfile::tempdir().unwrap();
+    let clients = Ca::new("client CA");
+    let mtls = mtls_table(certs.path(), &clients, "optional");
+    // `append` trusts a proxy in front with the client's address, never
+    // with a certificate it did not see.
+    let options = Options {
+        extra: "[forwarding]\nx_forwarded_for = \"append\"\n".into(),
+        ..Options::default()
+    };
+    let gateway = TlsGateway::start("", &mtls, options).await;
+    let forged: Vec<&str> = FORGED_CERTIFICATE_FIELDS.to_vec();
+
+    // Plaintext, with an API key.
+    let key = gateway.key_line("tenant-2");
+    let mut lines = vec!["Host: localhost", key.as_str()];
+    lines.extend(&forged);
+    let mut plain = TcpStream::connect(gateway.fixture.running.addr)
+        .await
+        .unwrap();
+    let answer = exchange(&mut plain, &raw("GET /tls HTTP/1.1", &lines, b"")).await;
+    assert_eq!(answer.status, 200);
+    // TLS, with an API key.
+    let mut with_key = vec![key.as_str()];
+    with_key.extend(&forged);
+    assert_eq!(gateway.get(None, &with_key).await, 200);
+    // mTLS: the certificate names tenant-3.
+    let identity = clients.spiffe_client("tenant-3");
+    assert_eq!(gateway.get(Some(&identity), &forged).await, 200);
+
+    let seen: Vec<_> = gateway
+        .fixture
+        .backends
+        .iter()
+        .flat_map(|backend| backend.seen())
+        .filter(|seen| seen.path == "/tls")
+        .collect();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for request in &seen {
+        for (name, value) in &request.headers {
+            let read_as = name.replace('_', "-");
+            let certificate_field = read_as.contains("client-cert")
+                || read_as.starts_with("ssl-client-")
+                || read_as.starts_with("x-ssl-client-")
+                || read_as.starts_with("x-arr-")
+                || read_as == "x-shuffle-client-identity";
+            let forged = value.contains("forged") || value.contains("victim");
+            assert!(
+                !certificate_field && !forged,
+                "{name}: {value} reached a shard"
+            );
+        }
+    }
+    let mut tenants = gateway.tenants_seen();
+    tenants.sort();
+    assert_eq!(tenants, ["tenant-2", "tenant-2", "tenant-3"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plaintext_on_the_tls_port_and_tls_on_the_plaintext_port_get_nowhere() {
     let gateway = TlsGateway::start("", "", Options::default()).await;
@@ -653,4 +733,150 @@ async fn a_grpc_call_over_h2_takes_its_tenant_from_the_client_certificate() {
         .map(|backend| backend.seen().len())
         .sum::<usize>();
     assert_eq!(reached, 1, "the refused call reached no shard");
+}
+
+/// One `GET /tls` through `openssl s_client` (a client the gateway's own
+/// TLS stack did not write) at `version` (`-tls1_3`, `-tls1_2`), with
+/// `extra` arguments (`-sess_out`, `-sess_in`, `-cert`…): its whole output.
+async fn s_client(
+    addr: std::net::SocketAddr,
+    server_ca: &std::path::Path,
+    version: &str,
+    extra: Vec<String>,
+) -> String {
+    let mut args: Vec<String> = vec![
+        "s_client".into(),
+        "-connect".into(),
+        addr.to_string(),
+        "-servername".into(),
+        "localhost".into(),
+        "-CAfile".into(),
+        server_ca.display().to_string(),
+        version.into(),
+        "-ign_eof".into(),
+    ];
+    args.extend(extra);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = std::process::Command::new("openssl")
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("openssl is installed");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"GET /tls HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        // The gateway closes after its answer (or the handshake fails):
+        // openssl then exits. The deadline only bounds a hang.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "openssl s_client hung"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let output = child.wait_with_output().unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// Issue 28: a TLS session (a TLS 1.2 session id or ticket, a TLS 1.3
+/// ticket) is resumed only under the client CAs and certificates it was
+/// issued under. After `auth.mtls.ca_file` is replaced and reloaded, a
+/// session from a certificate of the old CA is not resumed, so the client
+/// must show a certificate the new CA issued, and is not served as the
+/// tenant; a reload that changes nothing keeps resumption working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_change_ends_resumption_of_sessions_issued_before_it() {
+    let certs = tempfile::tempdir().unwrap();
+    let old_ca = Ca::new("client CA");
+    let mtls = mtls_table(certs.path(), &old_ca, "required");
+    let gateway = TlsGateway::start("", &mtls, Options::default()).await;
+    let dir = certs.path();
+    let server_ca = dir.join("server-ca.pem");
+    std::fs::write(&server_ca, gateway.ca.pem()).unwrap();
+    let (cert, key) = old_ca.spiffe_client("tenant-3").write(dir, "tenant-3");
+    let ca_file = dir.join("clients-ca.pem");
+    let served = || gateway.tenants_seen().len();
+
+    for version in ["-tls1_3", "-tls1_2"] {
+        std::fs::write(&ca_file, old_ca.pem()).unwrap();
+        gateway.fixture.running.gateway.reload(false).unwrap();
+        let session = dir.join(format!("session{version}.pem"));
+        let with =
+            |flag: &str, path: &std::path::Path| vec![flag.to_owned(), path.display().to_string()];
+        let mut first = with("-cert", &cert);
+        first.extend(with("-key", &key));
+        first.extend(with("-sess_out", &session));
+        let output = s_client(gateway.addr(), &server_ca, version, first).await;
+        assert!(output.contains("HTTP/1.1 200"), "{version}: {output}");
+        assert!(session.exists(), "{version}: no session written: {output}");
+
+        // Resumed without showing the certificate again: served as the
+        // tenant the session's certificate named, across a reload that
+        // changes nothing.
+        let before = served();
+        let output = s_client(
+            gateway.addr(),
+            &server_ca,
+            version,
+            with("-sess_in", &session),
+        )
+        .await;
+        assert!(output.contains("Reused,"), "{version}: {output}");
+        assert!(output.contains("HTTP/1.1 200"), "{version}: {output}");
+        gateway.fixture.running.gateway.reload(false).unwrap();
+        let output = s_client(
+            gateway.addr(),
+            &server_ca,
+            version,
+            with("-sess_in", &session),
+        )
+        .await;
+        assert!(
+            output.contains("Reused,"),
+            "{version} after a reload: {output}"
+        );
+        assert!(output.contains("HTTP/1.1 200"), "{version}: {output}");
+        assert_eq!(served(), before + 2);
+
+        // The operator replaces the client CA: the old session is not
+        // resumed, and without a certificate the new CA issued nobody is
+        // served.
+        std::fs::write(&ca_file, Ca::new("new client CA").pem()).unwrap();
+        gateway.fixture.running.gateway.reload(false).unwrap();
+        let output = s_client(
+            gateway.addr(),
+            &server_ca,
+            version,
+            with("-sess_in", &session),
+        )
+        .await;
+        assert!(
+            !output.contains("Reused,"),
+            "{version}: resumed after a CA change: {output}"
+        );
+        assert!(
+            !output.contains("HTTP/1.1 200"),
+            "{version}: served after a CA change: {output}"
+        );
+        // Nor with the old certificate in a full handshake.
+        let mut again = with("-cert", &cert);
+        again.extend(with("-key", &key));
+        let output = s_client(gateway.addr(), &server_ca, version, again).await;
+        assert!(!output.contains("HTTP/1.1 200"), "{version}: {output}");
+        assert_eq!(served(), before + 2, "{version}");
+    }
 }

@@ -679,6 +679,87 @@ async fn bytes_arriving_after_a_pooled_response_are_noticed_before_reuse() {
     assert_eq!(server.accepted(), 2);
 }
 
+/// Issue 28: bytes a shard sends on a pooled connection after its response
+/// (a late tail, or a whole answer nobody asked for) retire it when they
+/// are in the kernel before the next request would go out, even when the
+/// event loop has not turned since they came (the pool used to trust its
+/// view, and read them as the next request's answer: 42 % wrong answers
+/// for the next tenant with bytes 1 ms late). The test runs on one thread
+/// and blocks it while the bytes arrive, so the event loop cannot have
+/// seen them when the pool is asked for a connection.
+#[tokio::test]
+async fn late_bytes_in_the_kernel_retire_a_pooled_connection_the_event_loop_has_not_seen_them_on() {
+    // A shard on threads of its own, with blocking sockets: it answers
+    // every request `ok`; on its first connection, when the test says so,
+    // it also sends an answer nobody asked for.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (late_tx, late_rx) = std::sync::mpsc::channel::<()>();
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel::<SocketAddr>();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        let mut late = Some((late_rx, sent_tx));
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut late = late.take();
+            std::thread::spawn(move || {
+                use std::io::{Read as _, Write as _};
+                let mut buffer = Vec::new();
+                let mut chunk = [0_u8; 4096];
+                loop {
+                    while !buffer.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let end = buffer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                    buffer.drain(..end + 4);
+                    if stream.write_all(OK).is_err() {
+                        return;
+                    }
+                    if let Some((go, sent)) = late.take() {
+                        go.recv().unwrap();
+                        stream
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nevil")
+                            .unwrap();
+                        sent.send(stream.peer_addr().unwrap()).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let uri: Uri = format!("http://{addr}").parse().unwrap();
+    let upstream = Arc::new(Upstream::new(&uri));
+    assert_eq!(get_ok(&upstream, &uri).await.data, b"ok");
+    assert_eq!(upstream.idle_count(), 1);
+
+    // From here to the next request nothing awaits: the event loop does
+    // not turn.
+    late_tx.send(()).unwrap();
+    let client = sent_rx.recv_timeout(DEADLINE).unwrap();
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while socket_table(client, addr).is_some_and(|(_, received)| received == 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the late bytes never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+
+    // The next request does not read them as its answer: it goes on a new
+    // connection. And a shard caught sending bytes nobody asked for gets
+    // no connection reused for a while: each request has its own.
+    for _ in 0..3 {
+        assert_eq!(get_ok(&upstream, &uri).await.data, b"ok");
+        assert_eq!(upstream.idle_count(), 0);
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 4);
+}
+
 // ---------------------------------------------------------------------------
 // Failures: each one is reported as what it is, and the connection goes.
 

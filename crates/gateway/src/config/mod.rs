@@ -8,6 +8,8 @@
 
 // The tenants file, validated against this configuration.
 pub mod tenants;
+// A shard's URL, parsed once into the address connected to.
+pub mod shard_url;
 // The TLS sections: the TLS listener, client certificates, TLS to shards.
 pub mod tls;
 // Writing a configuration (the demo's and the tests').
@@ -28,6 +30,7 @@ use crate::protocol::grpc::{Code, CodeSet, MethodPattern};
 /// The JWT signature algorithms, re-exported so callers need not depend on
 /// `jsonwebtoken` to configure one.
 pub use jsonwebtoken::Algorithm as JwtAlgorithm;
+pub use shard_url::{ShardUrl, ShardUrlError};
 pub use tls::{ClientCertificate, MtlsSettings, TenantFrom, TlsSettings, UpstreamTlsSettings};
 
 /// The shortest placement key the gateway serves with. Shorter keys can be
@@ -102,8 +105,8 @@ pub struct ShardSettings {
     /// Stable id, unique within the cell.
     pub id: String,
     /// Base URL, `http://host:port` or `https://host:port` (an optional
-    /// path prefix is kept).
-    pub url: http::Uri,
+    /// path prefix is kept), with the port it is reached on.
+    pub url: ShardUrl,
     /// For an `https://` shard: the name its certificate must carry and the
     /// SNI sent, when not the URL's host.
     pub server_name: Option<ServerName<'static>>,
@@ -866,7 +869,7 @@ impl GatewayConfig {
         let any_https = cells
             .iter()
             .flat_map(|cell| &cell.shards)
-            .any(|shard| shard.url.scheme_str() == Some("https"));
+            .any(|shard| shard.url.is_https());
         let upstream_tls =
             tls::upstream_tls_settings(raw.upstream, any_https, &resolve).map_err(tls_err)?;
         let jwt = jwt_settings(raw.auth, &resolve).map_err(err)?;
@@ -1106,12 +1109,12 @@ fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettin
                 format!("shard id {:?} is used twice in this cell", shard.id),
             ));
         }
-        let url = parse_backend_url(&shard.url).map_err(|p| (format!("{key}.url"), p))?;
+        let url = ShardUrl::parse(&shard.url).map_err(|p| (format!("{key}.url"), p.to_string()))?;
         let server_name = match shard.server_name {
-            None if url.scheme_str() == Some("https") => {
+            None if url.is_https() => {
                 // The URL's host is then the name: one a certificate cannot
                 // carry would fail every handshake, so it is refused here.
-                let host = url.host().unwrap_or_default();
+                let host = url.host();
                 let bare = host
                     .strip_prefix('[')
                     .and_then(|host| host.strip_suffix(']'))
@@ -1125,7 +1128,7 @@ fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettin
                 None
             }
             None => None,
-            Some(_) if url.scheme_str() != Some("https") => {
+            Some(_) if !url.is_https() => {
                 return Err((
                     format!("{key}.server_name"),
                     "applies to https:// shards only; remove it or use an https:// url".into(),
@@ -1138,7 +1141,7 @@ fn shard_settings(position: usize, raw: Vec<RawShard>) -> Result<Vec<ShardSettin
         let protocol = shard.protocol.unwrap_or_default();
         // h2 is negotiated by ALPN inside TLS, h2c has no TLS to negotiate
         // in: either on the other scheme is a shard no connection reaches.
-        let https = url.scheme_str() == Some("https");
+        let https = url.is_https();
         match protocol {
             ShardProtocol::H2 if !https => {
                 return Err((
@@ -1717,24 +1720,6 @@ fn parse_addr(text: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{text:?} is not an address; write IP:PORT, e.g. \"127.0.0.1:8080\""))
 }
 
-fn parse_backend_url(text: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a URL; write e.g. \"http://127.0.0.1:9100\""))?;
-    if !matches!(uri.scheme_str(), Some("http" | "https")) {
-        return Err(format!(
-            "{text:?}: a backend URL is http:// or https://, e.g. \"https://shard-1.internal:9443\""
-        ));
-    }
-    if uri.authority().is_none() {
-        return Err(format!("{text:?} has no host"));
-    }
-    if uri.query().is_some() {
-        return Err(format!("{text:?}: a backend URL cannot have a query"));
-    }
-    Ok(uri)
-}
-
 /// Loads a serving key: raw bytes, at least [`MIN_KEY_BYTES`], not the
 /// recipe's public default.
 fn load_key(path: &Path) -> Result<PlacementKey, String> {
@@ -1786,6 +1771,35 @@ mod tests {
         );
         std::fs::write(&path, text).unwrap();
         GatewayConfig::load(&path)
+    }
+
+    #[test]
+    fn a_shard_url_that_would_reach_somewhere_unwritten_is_refused_by_its_key() {
+        let good = "{ id = \"a\", url = \"http://127.0.0.1:9\" }";
+        for (url, says) in [
+            ("http://127.0.0.1:99999", "1 to 65535"),
+            ("http://127.0.0.1:notaport", "1 to 65535"),
+            ("https://127.0.0.1:0", "1 to 65535"),
+            ("http://ops:s3cret@127.0.0.1:9100", "user information"),
+            ("http://:9100", "host"),
+            ("http://127.0.0.1:9100/api#frag", "fragment"),
+        ] {
+            let shards = format!("{good}, {{ id = \"b\", url = \"{url}\" }}");
+            let error = load_shards(&shards, "").unwrap_err();
+            assert_eq!(error.key, "cells[0].shards[1].url", "{url}: {error}");
+            assert!(error.problem.contains(says), "{url}: {error}");
+            let line = error.to_string();
+            assert_eq!(line.lines().count(), 1, "{line}");
+            assert!(!line.contains("s3cret") && !line.contains("ops:"), "{line}");
+        }
+        // The port a shard is reached on is the one written, or the scheme's.
+        let config = load_shards("{ id = \"a\", url = \"http://127.0.0.1:9\" }, { id = \"b\", url = \"http://127.0.0.1\" }", "").unwrap();
+        let ports: Vec<u16> = config.cells[0]
+            .shards
+            .iter()
+            .map(|shard| shard.url.port())
+            .collect();
+        assert_eq!(ports, [9, 80]);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rustls::client::WebPkiServerVerifier;
@@ -270,18 +270,95 @@ fn roots_of(
     Ok(roots)
 }
 
-/// Session resumption state shared by every configuration the process
-/// builds, so that a reload does not turn every resumption into a full
-/// handshake.
-fn resumption() -> (
+/// Session resumption state (the session cache for TLS 1.2 session ids and
+/// the ticket keys for both versions) shared by every configuration the
+/// process builds under the same `binding`, so that a reload that changes
+/// nothing a session vouches for does not turn every resumption into a
+/// full handshake.
+///
+/// A resumed session is not verified again: it carries the client
+/// certificate it was first verified with. So sessions are bound to what
+/// they were issued under ([`TlsBinding`]: the client-certificate mode,
+/// the client CAs and the listener's certificates). A reload that changes
+/// any of them builds a fresh cache and fresh ticket keys, and no session
+/// or ticket from before can be resumed: the client does a full handshake
+/// and its certificate is judged by the CAs in force. Entries live only
+/// as long as a configuration that uses them (a weak reference here), so
+/// two gateways in one process (tests) keep theirs apart too.
+fn resumption(
+    binding: &TlsBinding,
+) -> (
     Arc<ServerSessionMemoryCache>,
     Option<Arc<dyn ProducesTickets>>,
 ) {
-    static SESSIONS: OnceLock<Arc<ServerSessionMemoryCache>> = OnceLock::new();
-    static TICKETER: OnceLock<Option<Arc<dyn ProducesTickets>>> = OnceLock::new();
-    let sessions = SESSIONS.get_or_init(|| ServerSessionMemoryCache::new(4096));
-    let ticketer = TICKETER.get_or_init(|| rustls::crypto::ring::Ticketer::new().ok());
-    (Arc::clone(sessions), ticketer.clone())
+    type Shared = (
+        std::sync::Weak<ServerSessionMemoryCache>,
+        Option<std::sync::Weak<dyn ProducesTickets>>,
+    );
+    static BY_BINDING: Mutex<Vec<([u8; 32], Shared)>> = Mutex::new(Vec::new());
+    let mut shared = BY_BINDING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    // Those no configuration holds any more are gone.
+    shared.retain(|(_, (sessions, _))| sessions.strong_count() > 0);
+    if let Some((_, (sessions, ticketer))) = shared.iter().find(|(key, _)| *key == binding.0)
+        && let Some(sessions) = sessions.upgrade()
+    {
+        // The configuration that holds the cache holds the ticketer too.
+        let ticketer = ticketer.as_ref().and_then(std::sync::Weak::upgrade);
+        return (sessions, ticketer);
+    }
+    let sessions = ServerSessionMemoryCache::new(4096);
+    let ticketer = rustls::crypto::ring::Ticketer::new().ok();
+    shared.retain(|(key, _)| *key != binding.0);
+    shared.push((
+        binding.0,
+        (
+            Arc::downgrade(&sessions),
+            ticketer.as_ref().map(Arc::downgrade),
+        ),
+    ));
+    (sessions, ticketer)
+}
+
+/// What a resumed TLS session vouches for, as a digest: the
+/// client-certificate mode, the client CAs' certificates, and every
+/// certificate the listener serves. Two configurations with the same
+/// binding may resume each other's sessions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TlsBinding([u8; 32]);
+
+impl TlsBinding {
+    fn new(
+        client_certificate: ClientCertificate,
+        client_cas: &[CertificateDer<'_>],
+        served: &[&CertifiedKey],
+    ) -> Self {
+        let mut digest = Sha256::new();
+        let mut field = |tag: &[u8], bytes: &[u8]| {
+            // Lengths keep the fields apart.
+            digest.update(tag);
+            digest.update((bytes.len() as u64).to_be_bytes());
+            digest.update(bytes);
+        };
+        field(
+            b"mode",
+            match client_certificate {
+                ClientCertificate::Required => b"required",
+                ClientCertificate::Optional => b"optional",
+                ClientCertificate::Off => b"off",
+            },
+        );
+        for ca in client_cas {
+            field(b"ca", ca.as_ref());
+        }
+        for key in served {
+            for certificate in &key.cert {
+                field(b"served", certificate.as_ref());
+            }
+        }
+        Self(digest.finalize().into())
+    }
 }
 
 /// The TLS listener's settings, with the client verifier `[auth.mtls]` asks
@@ -343,9 +420,14 @@ pub(crate) fn tls_settings(
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|error| problem("tls", error.to_string()))?;
+    let mut client_cas = Vec::new();
+    let mut client_certificate = ClientCertificate::Off;
     let builder = match mtls {
         Some(mtls) if mtls.client_certificate != ClientCertificate::Off => {
-            let roots = read_roots("auth.mtls.ca_file", &mtls.ca_file)?;
+            client_certificate = mtls.client_certificate;
+            let chain = read_chain("auth.mtls.ca_file", &mtls.ca_file)?;
+            client_cas.clone_from(&chain);
+            let roots = roots_of("auth.mtls.ca_file", &mtls.ca_file, chain)?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
             let verifier = match mtls.client_certificate {
                 ClientCertificate::Optional => verifier.allow_unauthenticated(),
@@ -358,6 +440,10 @@ pub(crate) fn tls_settings(
         }
         _ => builder.with_no_client_auth(),
     };
+    let served: Vec<&CertifiedKey> = std::iter::once(&*default)
+        .chain(by_name.iter().map(|(_, key)| &**key))
+        .collect();
+    let binding = TlsBinding::new(client_certificate, &client_cas, &served);
     let mut server = builder.with_cert_resolver(Arc::new(SniResolver { default, by_name }));
     // HTTP/2 first when it is on: a client offering both gets it.
     server.alpn_protocols = if http2 {
@@ -365,7 +451,7 @@ pub(crate) fn tls_settings(
     } else {
         vec![b"http/1.1".to_vec()]
     };
-    let (sessions, ticketer) = resumption();
+    let (sessions, ticketer) = resumption(&binding);
     server.session_storage = sessions;
     if let Some(ticketer) = ticketer {
         server.ticketer = ticketer;
@@ -630,5 +716,64 @@ mod tests {
         let (key, problem) = mtls_settings(raw("subject_cn"), &resolve).unwrap_err();
         assert_eq!(key, "auth.mtls.ca_file");
         assert!(problem.contains("/nonexistent/ca.pem"), "{problem}");
+    }
+    /// A self-signed certificate (CA or server) and its key, as PEM.
+    fn pem_pair(ca: bool) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        if ca {
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        }
+        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn sessions_are_shared_only_under_the_same_client_cas_mode_and_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        let resolve = |file: &str| dir.path().join(file);
+        let (server_cert, server_key) = pem_pair(false);
+        write("server.pem", &server_cert);
+        write("server.key", &server_key);
+        write("ca.pem", &pem_pair(true).0);
+        let build = |mode: ClientCertificate| {
+            let raw = RawTls {
+                listen: "127.0.0.1:0".into(),
+                cert_file: "server.pem".into(),
+                key_file: "server.key".into(),
+                handshake_timeout_ms: None,
+                sni: Vec::new(),
+            };
+            let mtls = MtlsSettings {
+                client_certificate: mode,
+                tenant_from: TenantFrom::SubjectCn,
+                ca_file: dir.path().join("ca.pem"),
+            };
+            tls_settings(raw, Some(&mtls), false, &resolve).unwrap()
+        };
+        // The session cache a configuration resumes from, by address.
+        let cache =
+            |settings: &TlsSettings| Arc::as_ptr(&settings.server.session_storage).cast::<()>();
+        let first = build(ClientCertificate::Required);
+        // Read again, unchanged (a reload): the same sessions.
+        let same = build(ClientCertificate::Required);
+        assert_eq!(cache(&first), cache(&same));
+        // Another mode, another CA, another certificate: fresh ones.
+        let optional = build(ClientCertificate::Optional);
+        assert_ne!(cache(&first), cache(&optional));
+        write("ca.pem", &pem_pair(true).0);
+        let new_ca = build(ClientCertificate::Required);
+        assert_ne!(cache(&first), cache(&new_ca));
+        let (server_cert, server_key) = pem_pair(false);
+        write("server.pem", &server_cert);
+        write("server.key", &server_key);
+        let new_certificate = build(ClientCertificate::Required);
+        assert_ne!(cache(&new_ca), cache(&new_certificate));
+        // Once no configuration holds the old ones, they are gone.
+        drop((first, same, optional));
+        assert_eq!(
+            cache(&build(ClientCertificate::Required)),
+            cache(&new_certificate)
+        );
     }
 }

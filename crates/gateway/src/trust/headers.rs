@@ -143,6 +143,50 @@ const CLIENT_ORIGIN: [&[u8]; 24] = [
     b"x-azure-clientip",
 ];
 
+/// Fields through which a TLS-terminating proxy tells a backend which
+/// client certificate it verified: Envoy's `x-forwarded-client-cert`,
+/// nginx and HAProxy recipes' `x-ssl-client-*` and `x-client-cert`,
+/// Apache's `ssl-client-*`, IIS ARR's `x-arr-clientcert`. A backend that
+/// reads one believes a certificate was verified, so a client's own copy
+/// never passes, whatever [`ForwardedFor`] says and whether or not the
+/// client used mTLS (Envoy's default, `SANITIZE`, does the same): the
+/// gateway vouches only for what it verified itself, which reaches the
+/// shard as `x-shuffle-tenant`. Whole names, then prefixes (each also
+/// spelled with `_`, in any case).
+const CLIENT_CERTIFICATE: [&[u8]; 3] = [
+    b"x-forwarded-client-cert",
+    b"x-arr-clientcert",
+    b"x-arr-ssl",
+];
+
+/// Prefixes of [`CLIENT_CERTIFICATE`] fields: `x-client-cert` covers
+/// `x-client-cert-chain` and `x-client-certificate`.
+const CLIENT_CERTIFICATE_PREFIXES: [&[u8]; 3] =
+    [b"x-ssl-client-", b"ssl-client-", b"x-client-cert"];
+
+/// Whether a name reads (to a CGI-style backend) as one of
+/// [`CLIENT_CERTIFICATE`] or starts like one of its prefixes. Every field
+/// of every request passes here, so names that cannot be one (most: they
+/// start with neither `x` nor `s`) cost one comparison.
+#[inline]
+fn describes_client_certificate(name: &[u8]) -> bool {
+    if !matches!(name.first(), Some(b'x' | b'X' | b's' | b'S')) || name.len() < 9 {
+        return false;
+    }
+    client_certificate_field(name)
+}
+
+#[inline(never)]
+fn client_certificate_field(name: &[u8]) -> bool {
+    CLIENT_CERTIFICATE
+        .iter()
+        .any(|field| spelled_like(name, field))
+        || CLIENT_CERTIFICATE_PREFIXES.iter().any(|prefix| {
+            name.get(..prefix.len())
+                .is_some_and(|start| spelled_like(start, prefix))
+        })
+}
+
 /// Fields through which IIS, Symfony and other frameworks let a proxy in
 /// front override the request's path. Behind a shard's path prefix they
 /// would undo it (`/api` + `X-Original-URL: /admin`), so there they never
@@ -409,6 +453,7 @@ impl Inbound {
                 // In every spelling a CGI-style backend reads as it.
                 || spelled_like(name, crate::trust::credential::API_KEY_HEADER.as_bytes())
                 || spelled_like(name, b"x-forwarded-host")
+                || describes_client_certificate(name)
                 || (self.drops_forwarded_for && describes_client_origin(name))
                 || (self.prefixed && overrides_path(name))
                 || (self.replaces_request_id && spelled_like(name, b"x-request-id"))
@@ -511,6 +556,53 @@ mod tests {
         assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
         assert_eq!(headers["accept"], "*/*");
         assert_eq!(headers["x-shufflers"], "kept");
+    }
+
+    #[test]
+    fn client_certificate_fields_never_pass_in_any_spelling_or_mode() {
+        let gone = [
+            "x-forwarded-client-cert",
+            "X-Forwarded-Client-Cert",
+            "x_forwarded_client_cert",
+            "x-client-cert",
+            "X_Client_Cert",
+            "x-client-cert-chain",
+            "x-client-certificate",
+            "ssl-client-cert",
+            "SSL_CLIENT_CERT",
+            "ssl-client-verify",
+            "x-ssl-client-cert",
+            "X-SSL-Client-Verify",
+            "x_ssl_client_s_dn",
+            "x-arr-clientcert",
+            "X-ARR-ClientCert",
+            "x-arr-ssl",
+        ];
+        for mode in [
+            ForwardedFor::Append,
+            ForwardedFor::Replace,
+            ForwardedFor::Off,
+        ] {
+            let fields = Fields::default();
+            let inbound = Inbound::new(&fields, mode, false);
+            for name in gone {
+                assert!(
+                    !inbound.forwards(name.as_bytes()),
+                    "{name} passed under {mode:?}"
+                );
+            }
+            // Near misses are ordinary fields.
+            for kept in [
+                "x-ssl-client",
+                "x-client",
+                "ssl-client",
+                "x-arr",
+                "accept",
+                "x-sslclient-cert",
+            ] {
+                assert!(inbound.forwards(kept.as_bytes()), "{kept} under {mode:?}");
+            }
+        }
     }
 
     #[test]
@@ -695,7 +787,13 @@ mod tests {
                     "x-original-url",
                     "x-rewrite-url",
                 ];
+                let certificate = ["x-forwarded-client-cert", "x-arr-clientcert", "x-arr-ssl"];
+                let certificate_prefixes = ["x-ssl-client-", "ssl-client-", "x-client-cert"];
                 name == "x-forwarded-host"
+                    || certificate.contains(&name.as_str())
+                    || certificate_prefixes
+                        .iter()
+                        .any(|prefix| name.starts_with(prefix))
                     || (origin.contains(&name.as_str())
                         && forwarding.x_forwarded_for != ForwardedFor::Append)
             })
@@ -797,6 +895,13 @@ mod tests {
             Just("x-forwarded-prefix".to_owned()),
             Just("CF-Connecting-IP".to_owned()),
             Just("x_original_url".to_owned()),
+            Just("X-Forwarded-Client-Cert".to_owned()),
+            Just("x_ssl_client_s_dn".to_owned()),
+            Just("SSL_CLIENT_CERT".to_owned()),
+            Just("x-client-cert-chain".to_owned()),
+            Just("X-ARR-ClientCert".to_owned()),
+            Just("x-client-certs".to_owned()),
+            Just("x-ssl-client".to_owned()),
             Just("accept".to_owned()),
             "x[-_]shuffle[-_][a-z]{0,6}",
             "x-[a-z]{1,8}",

@@ -19,9 +19,16 @@
 //! A request a connection never took (the first write failed, so the
 //! backend received nothing, and the body was not touched) can go out on
 //! another connection whatever its method. A pooled connection the backend closed
-//! while it sat idle is noticed before it is used, without a system call
-//! when the event loop has seen nothing; what happens after a request may
-//! have been sent is for the attempt to judge.
+//! while it sat idle, or sent anything on (bytes beyond a response's end
+//! read with it, or arriving any time before the connection is taken
+//! again), is never reused: the kernel is asked, with one non-blocking
+//! peek, just before the request would be written, since bytes there would
+//! be read as that request's answer, and the request may be another
+//! tenant's. Bytes a shard sends after the next request went out cannot be
+//! told from its answer (HTTP/1.1 has no request ids), so a shard caught
+//! sending bytes nobody asked for gets no connection reused for
+//! [`NO_REUSE_AFTER_UNASKED_BYTES`]. What happens after a request may have
+//! been sent is for the attempt to judge.
 //!
 //! A connection is plain TCP or TLS ([`transport`]); both are pooled alike.
 //! An HTTP/2 shard (`h2c`, `h2`) is one multiplexed connection (or a few)
@@ -60,13 +67,19 @@ use crate::protocol::wire::{
 use crate::trust::headers::{self, Inbound};
 use crate::upstream::body::{AttemptBody, AttemptBodyError};
 use crate::upstream::idle::{Expired, IdleTimer};
-use crate::upstream::transport::{Connector, Transport};
+use crate::upstream::transport::{Connector, Transport, WhileIdle};
 
 /// How long an idle connection may wait to be reused before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Idle connections kept per shard; more are closed as they come back.
 pub const MAX_IDLE: usize = 512;
+
+/// How long a shard caught sending bytes nobody asked for (after a
+/// response's end, or on an idle connection) gets none of its connections
+/// reused: each exchange has a connection of its own, so bytes it sends
+/// late cannot be read as another request's answer.
+pub const NO_REUSE_AFTER_UNASKED_BYTES: Duration = Duration::from_secs(60);
 
 /// Bytes a read asks for at least: responses that fit come in one read.
 const READ_SIZE: usize = 8 * 1024;
@@ -173,9 +186,9 @@ impl Connection {
         }
     }
 
-    /// Whether the backend left the connection open while it sat idle.
-    fn is_open(&mut self) -> bool {
-        self.stream.is_open()
+    /// What the backend did with the connection while it sat idle.
+    fn while_idle(&mut self) -> WhileIdle {
+        self.stream.while_idle()
     }
 }
 
@@ -202,6 +215,20 @@ pub struct Upstream {
     http2: AtomicBool,
     /// The HTTP/2 connections, for a shard that speaks it.
     h2: h2::Pool,
+    /// Until when (milliseconds on [`clock_ms`]'s clock; 0 for never) no
+    /// connection is reused: the shard was caught sending bytes nobody
+    /// asked for. Read on every checkin, as one atomic load.
+    no_reuse_until: AtomicU64,
+}
+
+/// Milliseconds since the first call, at least 1, on tokio's clock (which
+/// tests may pause).
+fn clock_ms(now: Instant) -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    u64::try_from(now.saturating_duration_since(base).as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
 }
 
 impl std::fmt::Debug for Upstream {
@@ -250,6 +277,7 @@ impl Upstream {
             idle: Mutex::new(Vec::new()),
             idle_timeout,
             h2: h2::Pool::default(),
+            no_reuse_until: AtomicU64::new(0),
         }
     }
 
@@ -351,10 +379,45 @@ impl Upstream {
                 idle.drain(..expired);
                 idle.pop()
             }?;
-            if self.current(&connection) && connection.is_open() {
-                return Some(connection);
+            if !self.current(&connection) {
+                continue;
+            }
+            match connection.while_idle() {
+                WhileIdle::Quiet => return Some(connection),
+                WhileIdle::Closed => {}
+                WhileIdle::Unasked => {
+                    drop(connection);
+                    self.caught_sending_unasked(now);
+                    return None;
+                }
             }
         }
+    }
+
+    /// The shard sent bytes nobody asked for: what it sends late could be
+    /// read as another request's answer (another tenant's, maybe), and a
+    /// check before reuse cannot see bytes that come after the request
+    /// went out. So for [`NO_REUSE_AFTER_UNASKED_BYTES`] none of its
+    /// connections is reused, and those pooled now are closed.
+    fn caught_sending_unasked(&self, now: Instant) {
+        let until = clock_ms(now).saturating_add(NO_REUSE_AFTER_UNASKED_BYTES.as_millis() as u64);
+        let before = self.no_reuse_until.fetch_max(until, Ordering::Relaxed);
+        self.idle.lock().expect("idle connections").clear();
+        if before < clock_ms(now) {
+            tracing::warn!(
+                address = self.connector.load().address(),
+                "a shard sent bytes nobody asked for on a kept-alive connection; none of its connections is reused for {} s",
+                NO_REUSE_AFTER_UNASKED_BYTES.as_secs()
+            );
+        }
+    }
+
+    /// Whether connections may be reused at `now` (see
+    /// [`Upstream::caught_sending_unasked`]).
+    #[inline]
+    fn reuse_barred(&self, now: Instant) -> bool {
+        let until = self.no_reuse_until.load(Ordering::Relaxed);
+        until != 0 && clock_ms(now) < until
     }
 
     /// A new connection, made by `deadline`.
@@ -479,13 +542,17 @@ impl Upstream {
 
     /// Takes a connection back after its exchange.
     fn checkin(&self, connection: Connection) {
+        let now = Instant::now();
+        if self.reuse_barred(now) {
+            return;
+        }
         let mut idle = self.idle.lock().expect("idle connections");
         // Compared under the lock, so a connection cannot slip in after
         // `reach` has emptied the pool.
         if idle.len() < MAX_IDLE && self.current(&connection) {
             idle.push(Idle {
                 connection,
-                since: Instant::now(),
+                since: now,
             });
         }
     }
@@ -722,9 +789,14 @@ impl UpstreamBody {
         self.state = BodyState::Done;
         if let Some(connection) = self.connection.take()
             && self.reusable
-            && connection.read.is_empty()
         {
-            self.upstream.checkin(connection);
+            if connection.read.is_empty() {
+                self.upstream.checkin(connection);
+            } else {
+                // Bytes beyond the response's end came with it.
+                drop(connection);
+                self.upstream.caught_sending_unasked(Instant::now());
+            }
         }
     }
 

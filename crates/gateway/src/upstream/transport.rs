@@ -19,7 +19,7 @@ use std::fmt;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::config::{ShardProtocol, UpstreamTlsSettings};
+use crate::config::{ShardProtocol, ShardUrl, UpstreamTlsSettings};
 
 /// One open connection to a shard.
 pub(crate) enum Transport {
@@ -52,45 +52,63 @@ impl fmt::Debug for Transport {
     }
 }
 
+/// What became of a connection while it sat idle in the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WhileIdle {
+    /// Nothing: it may carry the next exchange.
+    Quiet,
+    /// The shard closed it (or reset it): an ordinary end.
+    Closed,
+    /// The shard sent data nobody asked for: a shard whose answers run
+    /// past their end.
+    Unasked,
+}
+
 impl Transport {
-    /// Whether the backend left the connection open while it sat idle (it
-    /// neither closed it nor sent anything unasked). Only a connection the
-    /// event loop has seen become readable costs a system call to check.
+    /// What the backend did with the connection while it sat idle, as far
+    /// as the kernel knows now: one system call.
     #[inline]
-    pub(crate) fn is_open(&mut self) -> bool {
+    pub(crate) fn while_idle(&mut self) -> WhileIdle {
         match self {
-            Transport::Tcp(stream) => socket_is_quiet(stream),
-            Transport::Tls(stream) => tls_is_open(stream),
+            Transport::Tcp(stream) => socket_while_idle(stream),
+            Transport::Tls(stream) => tls_while_idle(stream),
         }
     }
 }
 
-/// [`Transport::is_open`] for TLS, out of the plain path's way.
+/// [`Transport::while_idle`] for TLS, out of the plain path's way.
 #[inline(never)]
-fn tls_is_open(stream: &mut TlsStream<TcpStream>) -> bool {
+fn tls_while_idle(stream: &mut TlsStream<TcpStream>) -> WhileIdle {
     let (socket, session) = stream.get_mut();
-    // Anything the session took in while the connection sat idle (data, or
-    // the shard's close_notify) retires it, as unasked bytes on a plain
-    // socket do; so does anything readable on the socket, a close_notify
-    // included.
-    let settled = session
-        .process_new_packets()
-        .is_ok_and(|state| state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed());
-    settled && socket_is_quiet(socket)
+    // Data the session took in while the connection sat idle is unasked,
+    // as on a plain socket; the shard's close_notify is an end. Bytes still
+    // on the socket may be either (a close_notify is a record like any
+    // other), so they retire the connection without blaming the shard.
+    match session.process_new_packets() {
+        Ok(state) if state.plaintext_bytes_to_read() > 0 => WhileIdle::Unasked,
+        Ok(state) if !state.peer_has_closed() => match socket_while_idle(socket) {
+            WhileIdle::Quiet => WhileIdle::Quiet,
+            WhileIdle::Closed | WhileIdle::Unasked => WhileIdle::Closed,
+        },
+        _ => WhileIdle::Closed,
+    }
 }
 
-/// Whether nothing can be read from `stream` (no bytes, no end of stream,
-/// no error).
+/// What can be read from `stream` now, asked of the kernel itself: nothing,
+/// its end (or an error), or data. Tokio's readiness is not enough: it is
+/// as old as the event loop's last turn, and bytes a shard sent since (a
+/// late tail of the last response, or a whole response nobody asked for)
+/// would then be read as the answer to the next request, which may be
+/// another tenant's. One non-blocking `recv(MSG_PEEK)` per reuse answers
+/// for the socket as it is now; the byte it may see stays unread, and the
+/// connection is dropped.
 #[inline]
-fn socket_is_quiet(stream: &TcpStream) -> bool {
-    let mut cx = Context::from_waker(Waker::noop());
-    match stream.poll_read_ready(&mut cx) {
-        Poll::Pending => true,
-        Poll::Ready(Err(_)) => false,
-        Poll::Ready(Ok(())) => {
-            let mut probe = [0_u8; 1];
-            matches!(stream.try_read(&mut probe), Err(error) if error.kind() == io::ErrorKind::WouldBlock)
-        }
+fn socket_while_idle(stream: &TcpStream) -> WhileIdle {
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    match socket2::SockRef::from(stream).peek(&mut probe) {
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock => WhileIdle::Quiet,
+        Ok(1..) => WhileIdle::Unasked,
+        Ok(0) | Err(_) => WhileIdle::Closed,
     }
 }
 
@@ -218,35 +236,38 @@ impl fmt::Debug for Connector {
 
 impl Connector {
     /// The connector for a shard's URL (`http://host[:port]/...` or
-    /// `https://host[:port]/...`, port 80 or 443 by default). An `https://`
-    /// shard is reached with `tls` (which the configuration provides
-    /// whenever a shard is `https://`), and its certificate must carry
-    /// `server_name`, or else the URL's host (a DNS name or an IP address).
+    /// `https://host[:port]/...`, port 80 or 443 when none is written), as
+    /// [`Connector::for_shard`] for HTTP/1.1. A URL that is not a shard's
+    /// (a port that does not parse, user information: see [`ShardUrl`])
+    /// reaches nothing, rather than a port nobody wrote.
     pub(crate) fn for_url(
         url: &http::Uri,
         server_name: Option<&ServerName<'static>>,
         tls: Option<&UpstreamTlsSettings>,
     ) -> Self {
-        Self::for_shard(url, server_name, tls, ShardProtocol::Http1)
+        match ShardUrl::from_uri(url) {
+            Ok(url) => Self::for_shard(&url, server_name, tls, ShardProtocol::Http1),
+            Err(_) => Connector::Unreachable,
+        }
     }
 
-    /// The same, speaking `protocol` (which the configuration has matched
-    /// with the URL's scheme: `h2c` over `http://`, `h2` over `https://`).
+    /// The connector for a shard's checked URL, speaking `protocol` (which
+    /// the configuration has matched with the URL's scheme: `h2c` over
+    /// `http://`, `h2` over `https://`). An `https://` shard is reached
+    /// with `tls` (which the configuration provides whenever a shard is
+    /// `https://`), and its certificate must carry `server_name`, or else
+    /// the URL's host (a DNS name or an IP address). The address is the
+    /// one [`ShardUrl`] parsed: there is no port to guess here.
     pub(crate) fn for_shard(
-        url: &http::Uri,
+        url: &ShardUrl,
         server_name: Option<&ServerName<'static>>,
         tls: Option<&UpstreamTlsSettings>,
         protocol: ShardProtocol,
     ) -> Self {
         let http2 = protocol.is_http2();
-        let Some(host) = url.host() else {
-            return Connector::Unreachable;
-        };
-        let https = url.scheme_str() == Some("https");
-        let address = format!(
-            "{host}:{}",
-            url.port_u16().unwrap_or(if https { 443 } else { 80 })
-        );
+        let host = url.host();
+        let https = url.is_https();
+        let address = url.address().to_owned();
         if !https {
             return Connector::Tcp { address, http2 };
         }
@@ -468,10 +489,11 @@ mod tests {
         let path = GatewayToml::one_shard(shard, extra).write(dir).unwrap();
         let config = GatewayConfig::load(&path).unwrap();
         let shard = &config.cells()[0].shards[0];
-        Connector::for_url(
+        Connector::for_shard(
             &shard.url,
             shard.server_name.as_ref(),
             config.upstream_tls(),
+            ShardProtocol::Http1,
         )
     }
 
@@ -479,6 +501,18 @@ mod tests {
     fn urls_give_addresses_with_their_default_ports_and_names_for_tls() {
         let plain = Connector::for_url(&"http://shard.internal/api".parse().unwrap(), None, None);
         assert_eq!(plain.address(), Some("shard.internal:80"));
+        // A port that does not parse is no reason to use 80 (or 443).
+        for bad in [
+            "http://127.0.0.1:99999",
+            "http://127.0.0.1:notaport",
+            "https://127.0.0.1:0",
+        ] {
+            let connector = Connector::for_url(&bad.parse().unwrap(), None, None);
+            assert!(
+                matches!(connector, Connector::Unreachable),
+                "{bad}: {connector:?}"
+            );
+        }
         // Without TLS settings nobody could be verified: nothing is reached.
         let https: http::Uri = "https://[::1]/api".parse().unwrap();
         assert!(matches!(
