@@ -287,6 +287,9 @@ pub struct LimitSettings {
     /// How long a WebSocket (an upgraded connection) may carry no byte in
     /// either direction before both sides are closed.
     pub websocket_idle_timeout: Duration,
+    /// How long an HTTP/2 connection may have no open stream before it is
+    /// closed, whatever PINGs or SETTINGS it exchanges.
+    pub http2_idle_timeout: Duration,
     /// The in-flight cap of shards that set none of their own
     /// (`limits.shard.max_in_flight`); `None`: no cap.
     pub shard_max_in_flight: Option<u64>,
@@ -700,6 +703,7 @@ struct RawLimits {
     client_write_timeout_ms: Option<u64>,
     backend_body_timeout_ms: Option<u64>,
     websocket_idle_timeout_ms: Option<u64>,
+    http2_idle_timeout_ms: Option<u64>,
     #[serde(default)]
     tenant: RawTenantLimits,
     #[serde(default)]
@@ -1526,6 +1530,13 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
             l.websocket_idle_timeout_ms,
             300_000,
             1..=24 * MAX_MS,
+        )?,
+        // Envoy's `idle_timeout`, nginx's keep-alive timeout on HTTP/2.
+        http2_idle_timeout: millis(
+            "limits.http2_idle_timeout_ms",
+            l.http2_idle_timeout_ms,
+            60_000,
+            1..=MAX_MS,
         )?,
         shard_max_in_flight: l
             .shard
