@@ -6,8 +6,9 @@
 //! `limits.max_connections`; a stream whose client grants no flow-control
 //! window is reset at `limits.client_write_timeout_ms`, releasing its shard;
 //! and a client that stops reading is closed with a reset, so the kernel
-//! keeps nothing queued for it. Real sockets, raw frames and the `h2`
-//! crate's client.
+//! keeps nothing queued for it. Also what HTTP/2 leaves to the request
+//! deadline (a stalled request body) and to one stream (a malformed
+//! request). Real sockets, raw frames and the `h2` crate's client.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -174,7 +175,9 @@ async fn reset_when_it_stops_reading(
         "the backend's response was never dropped after the client stopped reading"
     );
     assert!(
-        eventually(DEADLINE, || socket_state(gateway_side, client_side).is_none()).await,
+        eventually(DEADLINE, || socket_state(gateway_side, client_side)
+            .is_none())
+        .await,
         "the gateway's socket is still there (state {:?}): its unsent bytes stay queued in the kernel",
         socket_state(gateway_side, client_side)
     );
@@ -252,14 +255,19 @@ async fn http2_connections_without_requests_or_streams_are_closed_and_free_their
     // waiting behind them is served.
     let (status, _) = tokio::time::timeout(DEADLINE, fixture.get("tenant-2", "/after"))
         .await
-        .expect("a GET from another client was never answered: the six connections kept every place");
+        .expect(
+            "a GET from another client was never answered: the six connections kept every place",
+        );
     assert_eq!(status, StatusCode::OK);
     assert!(closed_by_peer(&mut partial).await, "partial preface");
     assert!(
         closed_by_peer(&mut no_settings).await,
         "preface without SETTINGS"
     );
-    assert!(closed_by_peer(&mut no_request).await, "SETTINGS, no request");
+    assert!(
+        closed_by_peer(&mut no_request).await,
+        "SETTINGS, no request"
+    );
     assert!(
         closed_by_peer(&mut silent_tls).await,
         "TLS with h2, nothing sent"
@@ -372,4 +380,156 @@ async fn a_client_that_stops_reading_is_reset_over_http_1_1_and_http_2() {
     stream.write_all(&greedy_get(&key)).await.unwrap();
     reset_when_it_stops_reading(&fixture, &dropped, stream, 2).await;
     assert_eq!(shard.seen().len(), 2);
+}
+
+/// Reads frames off `stream` until `done` says so, the peer closes, or
+/// [`DEADLINE`] passes: `(type, flags, stream id, payload)` each.
+async fn frames_until(
+    stream: &mut TcpStream,
+    mut done: impl FnMut(&(u8, u8, u32, Vec<u8>)) -> bool,
+) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut frames = Vec::new();
+    let _ = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let mut head = [0_u8; 9];
+            if stream.read_exact(&mut head).await.is_err() {
+                return;
+            }
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+            let mut payload = vec![0_u8; len];
+            if stream.read_exact(&mut payload).await.is_err() {
+                return;
+            }
+            let frame = (head[3], head[4], id, payload);
+            let stop = done(&frame);
+            frames.push(frame);
+            if stop {
+                return;
+            }
+        }
+    })
+    .await;
+    frames
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_stalled_over_http2_is_answered_408_and_frees_the_shard() {
+    // A shard that reads each request's whole body before it answers.
+    let shard = CustomShard::start(|request: Request<hyper::body::Incoming>| async move {
+        let _ = request.into_body().collect().await;
+        Response::new(crate::util::full("read"))
+    })
+    .await;
+    let fixture = Fixture::start(Options {
+        tenants: 4,
+        routing: "request_timeout_ms = 1000\n".into(),
+        extra: "[limits.shard]\nmax_in_flight = 1\n".into(),
+        ..shard.options()
+    })
+    .await;
+    let c0 = fixture.shard("c0");
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    // Half a body, then nothing: the shard's one place is held.
+    let request = Request::post("http://localhost/upload")
+        .header("x-api-key", fixture.api_key("tenant-1"))
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    body.send_data(Bytes::from_static(b"half a body"), false)
+        .unwrap();
+    assert!(eventually(DEADLINE, || c0.in_flight() == 1).await);
+    // The stalled client is answered at the request's deadline, and the
+    // place is released for the other tenants.
+    let response = tokio::time::timeout(DEADLINE, response)
+        .await
+        .expect("a stalled request body was never answered")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    assert!(eventually(DEADLINE, || c0.in_flight() == 0).await);
+    let (status, _) = fixture.get("tenant-2", "/after").await;
+    assert_eq!(status, StatusCode::OK);
+    drop(body);
+}
+
+/// The request HEADERS block of a `GET path` as `key`, with `extra`
+/// fields (literals, as written) before the credential.
+fn get_block(path: &str, key: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86, 0x04];
+    hpack_string(&mut block, path);
+    block.push(0x01);
+    hpack_string(&mut block, "localhost");
+    for (name, value) in extra {
+        block.push(0x00);
+        hpack_string(&mut block, name);
+        hpack_string(&mut block, value);
+    }
+    block.push(0x00);
+    hpack_string(&mut block, "x-api-key");
+    hpack_string(&mut block, key);
+    block
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_request_fails_its_own_stream_and_the_next_stream_is_served() {
+    let fixture = Fixture::start(Options::default()).await;
+    let key = fixture.api_key("tenant-1").to_owned();
+    // What RFC 9113 makes a malformed request (a stream error), and a
+    // `host` that disagrees with `:authority` (the gateway's 400).
+    let cases: [(&str, &[(&str, &str)]); 5] = [
+        (
+            "a connection-specific field",
+            &[("connection", "keep-alive")],
+        ),
+        ("te other than trailers", &[("te", "gzip")]),
+        ("a response pseudo-header", &[(":status", "200")]),
+        ("transfer-encoding", &[("transfer-encoding", "chunked")]),
+        ("host against :authority", &[("host", "elsewhere.example")]),
+    ];
+    for (what, extra) in cases {
+        let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend(frame(0x4, 0, 0, &[]));
+        bytes.extend(frame(0x1, 0x5, 1, &get_block("/malformed", &key, extra)));
+        bytes.extend(frame(0x1, 0x5, 3, &get_block("/next", &key, &[])));
+        stream.write_all(&bytes).await.unwrap();
+        let frames = frames_until(&mut stream, |(kind, flags, id, _)| {
+            // The next stream's answer ends, or the connection goes away.
+            (*kind == 0x0 && *id == 3 && flags & 0x1 != 0) || *kind == 0x7
+        })
+        .await;
+        assert!(
+            frames.iter().all(|(kind, ..)| *kind != 0x7),
+            "{what}: the connection was closed with GOAWAY"
+        );
+        let first_failed = frames.iter().any(|(kind, _, id, payload)| {
+            *id == 1
+                && match kind {
+                    // RST_STREAM with PROTOCOL_ERROR.
+                    0x3 => payload[..] == [0, 0, 0, 1],
+                    // The gateway's own answer: a 400 (`:status` 400 is
+                    // HPACK's static entry 12).
+                    0x1 => payload.first() == Some(&0x8c),
+                    _ => false,
+                }
+        });
+        assert!(first_failed, "{what}: stream 1 was not refused: {frames:?}");
+        assert!(
+            frames
+                .iter()
+                .any(|(kind, flags, id, _)| *kind == 0x0 && *id == 3 && flags & 0x1 != 0),
+            "{what}: the next stream was not answered"
+        );
+    }
+    // Only the well-formed requests reached a shard.
+    let seen: Vec<_> = fixture
+        .backends
+        .iter()
+        .flat_map(|backend| backend.seen())
+        .map(|seen| seen.path)
+        .filter(|path| path == "/malformed" || path == "/next")
+        .collect();
+    assert_eq!(seen, vec!["/next"; 5]);
 }
