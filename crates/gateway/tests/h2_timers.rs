@@ -533,3 +533,43 @@ async fn a_malformed_request_fails_its_own_stream_and_the_next_stream_is_served(
         .collect();
     assert_eq!(seen, vec!["/next"; 5]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http2_idle_timeout_is_reloadable() {
+    let fixture = Fixture::start(Options {
+        extra: "[limits]\nhttp2_idle_timeout_ms = 3600000\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    let path = fixture.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replace(
+        "http2_idle_timeout_ms = 3600000",
+        "http2_idle_timeout_ms = 300",
+    );
+    assert_ne!(text, edited);
+    std::fs::write(&path, edited).unwrap();
+    let (status, _, body) = fixture.admin("POST", "/admin/reload", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        fixture.config().limits().http2_idle_timeout,
+        Duration::from_millis(300)
+    );
+    // A connection accepted after the reload is closed once idle.
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let request = Request::get("http://localhost/")
+        .header("x-api-key", fixture.api_key("tenant-1"))
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    assert_eq!(response.await.unwrap().status(), StatusCode::OK);
+    tokio::time::timeout(DEADLINE, connection)
+        .await
+        .expect("an idle connection outlived the reloaded http2_idle_timeout_ms")
+        .unwrap()
+        .unwrap();
+    drop(client);
+}
