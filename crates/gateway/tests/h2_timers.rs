@@ -196,12 +196,13 @@ async fn http2_connections_without_requests_or_streams_are_closed_and_free_their
     let ca = Ca::new("h2 timers CA");
     let (cert, key) = ca.server(&["localhost"]).write(certs.path(), "server");
     // Six places, one for each kind of client that holds one without
-    // asking for anything; the gateway PINGs idle connections every 100 ms.
+    // asking for anything (a second for the header timeout, so that the
+    // served client's request is in before it on a busy machine); the gateway PINGs idle connections every 100 ms.
     // A PING unanswered, and the TLS handshake's own timeout, would close a
     // connection only long after the test: the new timers must.
     let fixture = Fixture::start(Options {
         extra: format!(
-            "[limits]\nmax_connections = 6\nheader_read_timeout_ms = 300\nhttp2_idle_timeout_ms = 500\n\n\
+            "[limits]\nmax_connections = 6\nheader_read_timeout_ms = 1000\nhttp2_idle_timeout_ms = 1000\n\n\
              [http2]\nkeep_alive_interval_ms = 100\nkeep_alive_timeout_ms = 3600000\n\n\
              [tls]\nlisten = \"127.0.0.1:0\"\ncert_file = {cert:?}\nkey_file = {key:?}\n\
              handshake_timeout_ms = 60000\n"
