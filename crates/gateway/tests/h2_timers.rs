@@ -297,7 +297,8 @@ async fn a_stream_that_gets_no_window_is_reset_and_its_shards_place_released() {
     let (shard, dropped) = huge_shard().await;
     let fixture = Fixture::start(Options {
         tenants: 4,
-        extra: "[limits]\nclient_write_timeout_ms = 300\n\n[limits.shard]\nmax_in_flight = 2\n"
+        extra: "[limits]\nclient_write_timeout_ms = 300\n\n[limits.shard]\nmax_in_flight = 2\n\n\
+                [limits.tenant]\nmax_in_flight = 2\n"
             .into(),
         admin_token: Some(TOKEN.into()),
         ..shard.options()
@@ -349,8 +350,11 @@ async fn a_stream_that_gets_no_window_is_reset_and_its_shards_place_released() {
     assert!(client_timeouts(&fixture).await >= 2.0);
     // Only the streams: the connection is still open.
     assert!(!connection.is_finished());
-    // Another tenant on the same shard is served, not shed.
+    // Another tenant on the same shard is served, not shed; and the
+    // victim's own in-flight places are back (its limit is 2).
     let (status, _) = fixture.get("tenant-2", "/after").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = fixture.get("tenant-1", "/again").await;
     assert_eq!(status, StatusCode::OK);
     drop(client);
 }
