@@ -13,6 +13,7 @@ mod dashboards;
 mod deploy;
 mod grpc;
 mod h2_shards;
+mod h2_timers;
 mod http2;
 mod isolation;
 mod limits;

@@ -296,6 +296,9 @@ pub struct LimitSettings {
     /// byte in either direction before both sides are closed
     /// (`limits.tunnel_idle_timeout_ms`, once `websocket_idle_timeout_ms`).
     pub tunnel_idle_timeout: Duration,
+    /// How long an HTTP/2 connection may have no open stream before it is
+    /// closed, whatever PINGs or SETTINGS it exchanges.
+    pub http2_idle_timeout: Duration,
     /// The in-flight cap of shards that set none of their own
     /// (`limits.shard.max_in_flight`); `None`: no cap.
     pub shard_max_in_flight: Option<u64>,
@@ -714,6 +717,7 @@ struct RawLimits {
     tunnel_idle_timeout_ms: Option<u64>,
     /// `tunnel_idle_timeout_ms`'s old name, still read.
     websocket_idle_timeout_ms: Option<u64>,
+    http2_idle_timeout_ms: Option<u64>,
     #[serde(default)]
     tenant: RawTenantLimits,
     #[serde(default)]
@@ -1544,6 +1548,13 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
         tunnel_idle_timeout: tunnel_idle_timeout(
             l.tunnel_idle_timeout_ms,
             l.websocket_idle_timeout_ms,
+        )?,
+        // Envoy's `idle_timeout`, nginx's keep-alive timeout on HTTP/2.
+        http2_idle_timeout: millis(
+            "limits.http2_idle_timeout_ms",
+            l.http2_idle_timeout_ms,
+            60_000,
+            1..=MAX_MS,
         )?,
         shard_max_in_flight: l
             .shard

@@ -27,15 +27,16 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::{Method, Response, header};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming};
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
 use crate::config::{Http2Settings, LimitSettings};
+use crate::listen::http2;
 use crate::listen::shutdown::ShutdownWatch;
 use crate::protocol::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::protocol::fields::Fields;
@@ -85,7 +86,13 @@ pub async fn serve(
         let simple =
             match read_request(&mut io, &mut buf, &limits, &mut head_timer, &shutdown).await {
                 Next::Request(simple) => simple,
-                Next::HandOff => return hand_off(gateway, io, buf, peer, shutdown).await,
+                Next::HandOff(deadline) => {
+                    // A head read without waiting (pipelined) has its
+                    // deadline from now.
+                    let deadline =
+                        deadline.unwrap_or_else(|| Instant::now() + limits.header_read_timeout);
+                    return hand_off(gateway, io, buf, peer, shutdown, deadline).await;
+                }
                 Next::Close => return,
             };
         let SimpleRequest {
@@ -127,7 +134,8 @@ pub async fn serve(
 )]
 enum Next {
     Request(SimpleRequest),
-    HandOff,
+    /// To hyper, with the header-read deadline if one was set.
+    HandOff(Option<Instant>),
     Close,
 }
 
@@ -144,7 +152,7 @@ async fn read_request(
     loop {
         match client_wire::read_head(buf, limits.max_header_bytes) {
             HeadRead::Simple(simple) => return Next::Request(simple),
-            HeadRead::HandOff => return Next::HandOff,
+            HeadRead::HandOff => return Next::HandOff(deadline),
             HeadRead::Partial => {}
         }
         // The clock is read only when a head has to be waited for.
@@ -331,13 +339,16 @@ pub(crate) fn client_io(
     Lingering::new(stream, slot, write_timeout, bytes)
 }
 
-/// Gives the connection to hyper, with what has been read of it.
+/// Gives the connection to hyper, with what has been read of it. An
+/// HTTP/2 connection's first request must still be complete by
+/// `header_deadline`.
 async fn hand_off(
     gateway: Arc<Gateway>,
     io: Lingering,
     read: BytesMut,
     peer: Peer,
     shutdown: ShutdownWatch,
+    header_deadline: Instant,
 ) {
     // HTTP/2 with prior knowledge (h2c) opens with its preface, whose
     // first line reads as a head `PRI * HTTP/2.0` the loop does not serve.
@@ -351,7 +362,7 @@ async fn hand_off(
         prefix: read.freeze(),
         inner: io,
     };
-    serve_with_hyper(gateway, io, peer, shutdown, protocol).await;
+    serve_with_hyper(gateway, io, peer, shutdown, protocol, header_deadline).await;
 }
 
 /// The start of the HTTP/2 connection preface (RFC 9113 §3.4), as much of
@@ -370,25 +381,33 @@ pub(crate) enum Protocol {
 /// path hands off, and every TLS connection. At shutdown an HTTP/1.1
 /// connection finishes its request and closes; an HTTP/2 one sends
 /// `GOAWAY` and finishes the streams it has.
+///
+/// An HTTP/2 connection also keeps the timers hyper's server lacks
+/// ([`http2`]): its first request must be complete by `header_deadline`,
+/// and it is closed once no stream has been open for
+/// `limits.http2_idle_timeout_ms`. (hyper's HTTP/1.1 server keeps its own
+/// header-read timeout.)
 pub(crate) async fn serve_with_hyper<Io>(
     gateway: Arc<Gateway>,
     io: Io,
     peer: Peer,
     shutdown: ShutdownWatch,
     protocol: Protocol,
+    header_deadline: Instant,
 ) where
     Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let snapshot = gateway.snapshot();
     let io = TokioIo::new(io);
     let tunnel = tunnel::Slot::default();
-    let service = service(gateway, peer, tunnel.clone());
     // The two connection types share no trait for graceful shutdown. Each
     // is boxed so that it can be dropped before a tunnel runs: until then
     // a connection that failed still holds what the tunnel waits on.
     macro_rules! drive {
-        ($connection:expr) => {{
+        ($connection:expr, $quiet:expr, $goaway_for:expr) => {{
             let mut connection = Box::pin($connection);
+            let quiet = $quiet;
+            tokio::pin!(quiet);
             tokio::select! {
                 // Errors here are the client's doing (a reset, a bad
                 // request, a header timeout); hyper has already answered
@@ -398,6 +417,16 @@ pub(crate) async fn serve_with_hyper<Io>(
                     connection.as_mut().graceful_shutdown();
                     let _ = connection.as_mut().await;
                 }
+                why = &mut quiet => {
+                    if why == http2::Quiet::Idle {
+                        // A client that was served is told with GOAWAY;
+                        // one that does not answer its PING is not waited
+                        // for longer than a request head would be.
+                        connection.as_mut().graceful_shutdown();
+                        let _ = tokio::time::timeout($goaway_for, connection.as_mut()).await;
+                    }
+                    // One that never sent a request is just closed.
+                }
             }
         }};
     }
@@ -405,12 +434,30 @@ pub(crate) async fn serve_with_hyper<Io>(
         Protocol::Http1 => {
             let builder = builder(&snapshot.config.limits);
             drop(snapshot);
-            drive!(builder.serve_connection(io, service).with_upgrades());
+            let service = service(gateway, peer, tunnel.clone(), std::convert::identity);
+            drive!(
+                builder.serve_connection(io, service).with_upgrades(),
+                std::future::pending::<http2::Quiet>(),
+                Duration::ZERO
+            );
         }
         Protocol::Http2 => {
-            let builder = http2_builder(&snapshot.config.limits, &snapshot.config.http2);
+            let limits = &snapshot.config.limits;
+            let (executor, mut watcher) = http2::timers(
+                header_deadline,
+                limits.http2_idle_timeout,
+                limits.client_write_timeout,
+                gateway.metrics.client_stalls.clone(),
+            );
+            let goaway_for = limits.header_read_timeout;
+            let builder = http2_builder(executor, limits, &snapshot.config.http2);
             drop(snapshot);
-            drive!(builder.serve_connection(io, service));
+            let service = service(gateway, peer, tunnel.clone(), http2::WatchedBody::new);
+            drive!(
+                builder.serve_connection(io, service),
+                watcher.quiet(),
+                goaway_for
+            );
         }
     }
     // A WebSocket upgrade's 101 went out and hyper handed the connection
@@ -421,14 +468,19 @@ pub(crate) async fn serve_with_hyper<Io>(
     }
 }
 
-/// hyper's HTTP/2 server with the configured limits. A header list over
+/// hyper's HTTP/2 server with the configured limits, spawning streams
+/// through `executor`. A header list over
 /// `limits.max_header_bytes` is refused by the request path, in the shape
 /// the request needs (a gRPC call's `RESOURCE_EXHAUSTED`); hyper itself
 /// answers 431 on that stream only past twice the limit, so no client can
 /// make the gateway hold an unbounded list. More streams than allowed are
 /// refused with `REFUSED_STREAM`.
-fn http2_builder(limits: &LimitSettings, http2: &Http2Settings) -> http2::Builder<TokioExecutor> {
-    let mut builder = http2::Builder::new(TokioExecutor::new());
+fn http2_builder(
+    executor: http2::Executor,
+    limits: &LimitSettings,
+    http2: &Http2Settings,
+) -> hyper::server::conn::http2::Builder<http2::Executor> {
+    let mut builder = hyper::server::conn::http2::Builder::new(executor);
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(http2.max_concurrent_streams)
@@ -456,16 +508,22 @@ fn builder(limits: &LimitSettings) -> http1::Builder {
     builder
 }
 
-fn service(
+/// The request path as hyper's service; `body` wraps each response's body
+/// (an HTTP/2 stream's is watched by its stream's task).
+fn service<B>(
     gateway: Arc<Gateway>,
     peer: Peer,
     tunnel: tunnel::Slot,
+    body: fn(ResponseBody) -> B,
 ) -> impl hyper::service::Service<
     http::Request<Incoming>,
-    Response = Response<ResponseBody>,
+    Response = Response<B>,
     Error = std::convert::Infallible,
-    Future = impl Future<Output = Result<Response<ResponseBody>, std::convert::Infallible>> + Send,
-> + Clone {
+    Future = impl Future<Output = Result<Response<B>, std::convert::Infallible>> + Send,
+> + Clone
+where
+    B: Body + Send + 'static,
+{
     service_fn(move |request: http::Request<Incoming>| {
         let gateway = Arc::clone(&gateway);
         let peer = peer.clone();
@@ -478,7 +536,7 @@ fn service(
             let request = request.map(ClientBody::Streamed);
             let mut response = proxy::handle(gateway, request, &fields, &peer).await;
             tunnel.keep(&mut response);
-            Ok(with_header_map(response, kind))
+            Ok(with_header_map(response, kind).map(body))
         }
     })
 }
@@ -612,6 +670,10 @@ pub(crate) struct Lingering {
     stream: Option<TcpStream>,
     /// The client has closed its side: nothing is left to drain.
     client_closed: bool,
+    /// The client stopped reading: the socket is closed with a reset, so
+    /// that nothing the client will never read stays queued in the kernel
+    /// (nginx's `reset_timedout_connection`).
+    reset: bool,
     /// The connection's place under `limits.max_connections`, held until
     /// the socket is closed, lingering included: otherwise a flood of
     /// requests answered early would hold sockets beyond the cap.
@@ -683,6 +745,7 @@ impl Lingering {
         Self {
             stream: Some(stream),
             client_closed: false,
+            reset: false,
             slot: Some(slot),
             write_timeout,
             bytes,
@@ -705,8 +768,10 @@ impl Lingering {
         ready!(self.write_timeout.timer.poll_expired(cx));
         self.write_timeout.expired.inc();
         // Nothing more is read from or written to a client that stopped
-        // reading: no lingering either.
+        // reading: no lingering either, and what is queued for it is
+        // dropped with a reset when the connection closes.
         self.client_closed = true;
+        self.reset = true;
         Poll::Ready(Err(io::Error::new(
             io::ErrorKind::TimedOut,
             "the client accepted nothing for limits.client_write_timeout_ms",
@@ -728,6 +793,14 @@ impl Drop for Lingering {
         let Some(mut stream) = self.stream.take() else {
             return;
         };
+        if self.reset {
+            // SO_LINGER 0: the close sends RST and frees the send buffer at
+            // once, instead of the kernel holding it (up to megabytes,
+            // outside `limits.max_connections`) while it retries a peer
+            // that reads nothing.
+            let _ = stream.set_zero_linger();
+            return;
+        }
         if self.client_closed {
             return;
         }

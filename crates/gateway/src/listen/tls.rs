@@ -1,5 +1,6 @@
-//! One TLS client connection: the handshake, under its own timeout and
-//! inside the connection's slot, then HTTP/1.1 over it.
+//! One TLS client connection: the handshake, under its own timeout (and
+//! the header-read timeout, which runs from accept) and inside the
+//! connection's slot, then HTTP/1.1 or HTTP/2 over it.
 //!
 //! The certificates in force are read from the snapshot when the
 //! connection is accepted, so a reload (`SIGHUP`, `POST /admin/reload`)
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::ClientCertificate;
@@ -36,6 +38,7 @@ pub(crate) async fn serve(
     shutdown: ShutdownWatch,
     slot: OwnedSemaphorePermit,
 ) {
+    let accepted = Instant::now();
     let snapshot = gateway.snapshot();
     // A reload cannot remove `[tls]` (the listener is bound at start), so
     // this is always there.
@@ -44,6 +47,11 @@ pub(crate) async fn serve(
     };
     let acceptor = TlsAcceptor::from(Arc::clone(&tls.server));
     let handshake_timeout = tls.handshake_timeout;
+    // The request head is due `limits.header_read_timeout_ms` after accept,
+    // the handshake included: a client that has negotiated nothing by then
+    // is closed, whatever `tls.handshake_timeout_ms` allows.
+    let header_deadline = accepted + snapshot.config.limits.header_read_timeout;
+    let handshake_deadline = header_deadline.min(accepted + handshake_timeout);
     let tenant_from = snapshot
         .config
         .mtls
@@ -53,7 +61,7 @@ pub(crate) async fn serve(
     drop(snapshot);
 
     let io = connection::client_io(&gateway, stream, slot);
-    let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(io));
+    let handshake = tokio::time::timeout_at(handshake_deadline, acceptor.accept(io));
     let outcome = tokio::select! {
         outcome = handshake => outcome,
         () = shutdown.stopping() => return,
@@ -76,7 +84,7 @@ pub(crate) async fn serve(
         }
         Err(_) => {
             count("timeout");
-            tracing::debug!(%addr, ?handshake_timeout, "TLS handshake timed out");
+            tracing::debug!(%addr, "TLS handshake not finished within tls.handshake_timeout_ms or limits.header_read_timeout_ms");
             return;
         }
     };
@@ -95,5 +103,5 @@ pub(crate) async fn serve(
         Some(b"h2") => Protocol::Http2,
         _ => Protocol::Http1,
     };
-    connection::serve_with_hyper(gateway, stream, peer, shutdown, protocol).await;
+    connection::serve_with_hyper(gateway, stream, peer, shutdown, protocol, header_deadline).await;
 }

@@ -1,0 +1,580 @@
+//! HTTP/2's timers and what a client that stops reading leaves behind:
+//! connections that send no request (a partial preface, a preface without
+//! SETTINGS, a TLS client that negotiated `h2` or nothing) are closed at the
+//! header-read timeout and one that only answers PINGs at
+//! `limits.http2_idle_timeout_ms`, so they cannot hold every place under
+//! `limits.max_connections`; a stream whose client grants no flow-control
+//! window is reset at `limits.client_write_timeout_ms`, releasing its shard;
+//! and a client that stops reading is closed with a reset, so the kernel
+//! keeps nothing queued for it. Also what HTTP/2 leaves to the request
+//! deadline (a stalled request body) and to one stream (a malformed
+//! request). Real sockets, raw frames and the `h2` crate's client.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::pki::{Ca, client_config};
+use crate::util::{CustomShard, Fixture, Options, TestBody, eventually};
+
+/// How long anything that must happen may take: it bounds a hang, never a
+/// timing (the timeouts under test are a few hundred milliseconds).
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The admin token the tests scrape metrics with.
+const TOKEN: &str = "h2-timers-admin-token-5c1e9a07";
+
+/// A response far larger than any socket buffer.
+const HUGE: usize = 64 << 20;
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// A shard answering every request with [`HUGE`] bytes; the counter says
+/// how many of its response bodies have been dropped (sent whole, or their
+/// connection gone).
+async fn huge_shard() -> (CustomShard, Arc<AtomicUsize>) {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&dropped);
+    let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+    let shard = CustomShard::start(move |_request| {
+        let body = TestBody::filler(chunk.clone(), HUGE, true).counting_drops(Arc::clone(&counter));
+        async move { Response::new(body.boxed()) }
+    })
+    .await;
+    (shard, dropped)
+}
+
+/// `shuffle_stream_timeouts_total{side="client"}`.
+async fn client_timeouts(fixture: &Fixture) -> f64 {
+    fixture
+        .scrape()
+        .await
+        .count("shuffle_stream_timeouts_total", &[("side", "client")])
+}
+
+/// Whether `stream` is closed by its peer (EOF or an error) within
+/// [`DEADLINE`], whatever it sends first.
+async fn closed_by_peer(stream: &mut (impl tokio::io::AsyncRead + Unpin)) -> bool {
+    let mut sink = vec![0_u8; 64 * 1024];
+    tokio::time::timeout(DEADLINE, async {
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// One HTTP/2 frame.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).unwrap();
+    let mut frame = len.to_be_bytes()[1..].to_vec();
+    frame.extend_from_slice(&[kind, flags]);
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// An HPACK string literal, not Huffman-coded (short strings only).
+fn hpack_string(out: &mut Vec<u8>, value: &str) {
+    out.push(u8::try_from(value.len()).unwrap());
+    out.extend_from_slice(value.as_bytes());
+}
+
+/// The opening of a client that will take anything: the preface, SETTINGS
+/// with the largest stream window, and the connection window opened to
+/// the largest too; then a `GET /work` as `key` on stream 1.
+fn greedy_get(key: &str) -> Vec<u8> {
+    const MAX_WINDOW: u32 = (1 << 31) - 1;
+    let mut bytes = PREFACE.to_vec();
+    let mut settings = vec![0x00, 0x04];
+    settings.extend_from_slice(&MAX_WINDOW.to_be_bytes());
+    bytes.extend(frame(0x4, 0, 0, &settings));
+    bytes.extend(frame(0x8, 0, 0, &(MAX_WINDOW - 65_535).to_be_bytes()));
+    // :method GET, :scheme http, then :path, :authority and x-api-key as
+    // literals without indexing.
+    let mut block = vec![0x82, 0x86, 0x04];
+    hpack_string(&mut block, "/work");
+    block.push(0x01);
+    hpack_string(&mut block, "localhost");
+    block.push(0x00);
+    hpack_string(&mut block, "x-api-key");
+    hpack_string(&mut block, key);
+    // END_STREAM | END_HEADERS.
+    bytes.extend(frame(0x1, 0x5, 1, &block));
+    bytes
+}
+
+/// The kernel's state of the TCP socket from `local` to `remote`
+/// (`/proc/net/tcp`'s `st`), if there is one.
+fn socket_state(local: SocketAddr, remote: SocketAddr) -> Option<String> {
+    let hex = |addr: SocketAddr| {
+        let SocketAddr::V4(v4) = addr else {
+            panic!("IPv4 only: {addr}")
+        };
+        format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(v4.ip().octets()),
+            v4.port()
+        )
+    };
+    let (local, remote) = (hex(local), hex(remote));
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields[1] == local && fields[2] == remote).then(|| fields[3].to_owned())
+        })
+}
+
+/// Reads `stream` to its end; the error that ended it, if one did.
+async fn read_to_end(stream: &mut TcpStream) -> Option<std::io::ErrorKind> {
+    let mut sink = vec![0_u8; 256 * 1024];
+    tokio::time::timeout(DEADLINE, async {
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(error) => return Some(error.kind()),
+            }
+        }
+    })
+    .await
+    .expect("the gateway neither finished nor closed the connection")
+}
+
+/// Checks that the client on `stream`, which asked for a [`HUGE`] answer
+/// and stopped reading (the `nth` to, and the `nth` huge answer), is given
+/// up on at the write timeout with a reset:
+/// the gateway's socket is gone at once (nothing left queued in the
+/// kernel), and the client, once it reads what reached it, sees
+/// `ECONNRESET`, not the end of a stream.
+async fn reset_when_it_stops_reading(
+    fixture: &Fixture,
+    dropped: &AtomicUsize,
+    mut stream: TcpStream,
+    nth: usize,
+) {
+    let gateway_side = stream.peer_addr().unwrap();
+    let client_side = stream.local_addr().unwrap();
+    assert!(
+        eventually(DEADLINE, || dropped.load(Ordering::SeqCst) >= nth).await,
+        "the backend's response was never dropped after the client stopped reading"
+    );
+    assert!(
+        eventually(DEADLINE, || socket_state(gateway_side, client_side)
+            .is_none())
+        .await,
+        "the gateway's socket is still there (state {:?}): its unsent bytes stay queued in the kernel",
+        socket_state(gateway_side, client_side)
+    );
+    assert!(client_timeouts(fixture).await >= nth as f64);
+    let ended = read_to_end(&mut stream).await;
+    assert_eq!(
+        ended,
+        Some(std::io::ErrorKind::ConnectionReset),
+        "the client's connection ended without a reset"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_connections_without_requests_or_streams_are_closed_and_free_their_places() {
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new("h2 timers CA");
+    let (cert, key) = ca.server(&["localhost"]).write(certs.path(), "server");
+    // Six places, one for each kind of client that holds one without
+    // asking for anything (a second for the header timeout, so that the
+    // served client's request is in before it on a busy machine); the gateway PINGs idle connections every 100 ms.
+    // A PING unanswered, and the TLS handshake's own timeout, would close a
+    // connection only long after the test: the new timers must.
+    let fixture = Fixture::start(Options {
+        extra: format!(
+            "[limits]\nmax_connections = 6\nheader_read_timeout_ms = 1000\nhttp2_idle_timeout_ms = 1000\n\n\
+             [http2]\nkeep_alive_interval_ms = 100\nkeep_alive_timeout_ms = 3600000\n\n\
+             [tls]\nlisten = \"127.0.0.1:0\"\ncert_file = {cert:?}\nkey_file = {key:?}\n\
+             handshake_timeout_ms = 60000\n"
+        ),
+        ..Options::default()
+    })
+    .await;
+    let addr = fixture.running.addr;
+    let tls_addr = fixture.running.tls_addr.unwrap();
+
+    // 1. The first 20 bytes of the h2c preface, then nothing.
+    let mut partial = TcpStream::connect(addr).await.unwrap();
+    partial.write_all(&PREFACE[..20]).await.unwrap();
+    // 2. The whole preface without SETTINGS.
+    let mut no_settings = TcpStream::connect(addr).await.unwrap();
+    no_settings.write_all(PREFACE).await.unwrap();
+    // 3. The preface and SETTINGS, and no request.
+    let mut no_request = TcpStream::connect(addr).await.unwrap();
+    no_request.write_all(PREFACE).await.unwrap();
+    no_request.write_all(&frame(0x4, 0, 0, &[])).await.unwrap();
+    // 4. TLS with ALPN h2, then nothing.
+    let mut config = (*client_config(&[ca.der()], None, &[])).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let mut silent_tls = crate::pki::connect(tls_addr, "localhost", Arc::new(config))
+        .await
+        .unwrap();
+    assert_eq!(silent_tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    // 5. A TCP connection to the TLS port that never starts its handshake.
+    let mut no_handshake = TcpStream::connect(tls_addr).await.unwrap();
+    // 6. A client served once that then only answers the gateway's PINGs.
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let idle = tokio::spawn(connection);
+    let request = Request::get("http://localhost/once")
+        .header("x-api-key", fixture.api_key("tenant-1"))
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    let response = tokio::time::timeout(DEADLINE, response)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    while let Some(data) = body.data().await {
+        let data = data.unwrap();
+        let _ = body.flow_control().release_capacity(data.len());
+    }
+
+    // Every place is taken; each is given back by its timer, and a client
+    // waiting behind them is served.
+    let (status, _) = tokio::time::timeout(DEADLINE, fixture.get("tenant-2", "/after"))
+        .await
+        .expect(
+            "a GET from another client was never answered: the six connections kept every place",
+        );
+    assert_eq!(status, StatusCode::OK);
+    assert!(closed_by_peer(&mut partial).await, "partial preface");
+    assert!(
+        closed_by_peer(&mut no_settings).await,
+        "preface without SETTINGS"
+    );
+    assert!(
+        closed_by_peer(&mut no_request).await,
+        "SETTINGS, no request"
+    );
+    assert!(
+        closed_by_peer(&mut silent_tls).await,
+        "TLS with h2, nothing sent"
+    );
+    assert!(
+        closed_by_peer(&mut no_handshake).await,
+        "TLS handshake never started"
+    );
+    let ended = tokio::time::timeout(DEADLINE, idle)
+        .await
+        .expect("the idle connection answering PINGs was never closed");
+    assert!(ended.unwrap().is_ok(), "closed with GOAWAY, not an error");
+    drop(client);
+    // The backend saw the one request that was made, and nothing else.
+    let seen: Vec<_> = fixture
+        .backends
+        .iter()
+        .flat_map(|backend| backend.seen())
+        .filter(|seen| seen.path == "/once")
+        .collect();
+    assert_eq!(seen.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_gets_no_window_is_reset_and_its_shards_place_released() {
+    let (shard, dropped) = huge_shard().await;
+    let fixture = Fixture::start(Options {
+        tenants: 4,
+        extra: "[limits]\nclient_write_timeout_ms = 300\n\n[limits.shard]\nmax_in_flight = 2\n\n\
+                [limits.tenant]\nmax_in_flight = 2\n"
+            .into(),
+        admin_token: Some(TOKEN.into()),
+        ..shard.options()
+    })
+    .await;
+    let c0 = fixture.shard("c0");
+    // The victim grants no window at all, and asks for two huge answers:
+    // the shard's two places.
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, Bytes>(tcp)
+        .await
+        .unwrap();
+    let connection = tokio::spawn(connection);
+    let mut bodies = Vec::new();
+    for i in 0..2 {
+        let request = Request::get(format!("http://localhost/huge/{i}"))
+            .header("x-api-key", fixture.api_key("tenant-1"))
+            .body(())
+            .unwrap();
+        let (response, _) = client.send_request(request, true).unwrap();
+        let response = tokio::time::timeout(DEADLINE, response)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        bodies.push(response.into_body());
+    }
+    assert_eq!(shard.seen().len(), 2);
+    // The streams cannot move: each is reset, and its backend connection
+    // and place are released.
+    for mut body in bodies {
+        let ended = tokio::time::timeout(DEADLINE, body.data())
+            .await
+            .expect("a stream without window was never reset");
+        let error = ended.expect("reset, not ended").unwrap_err();
+        assert_eq!(error.reason(), Some(h2::Reason::CANCEL), "{error}");
+    }
+    assert!(
+        eventually(DEADLINE, || c0.in_flight() == 0).await,
+        "c0 still has {} in flight",
+        c0.in_flight()
+    );
+    assert!(
+        eventually(DEADLINE, || dropped.load(Ordering::SeqCst) >= 2).await,
+        "the backend's responses were not dropped"
+    );
+    assert!(client_timeouts(&fixture).await >= 2.0);
+    // Only the streams: the connection is still open.
+    assert!(!connection.is_finished());
+    // Another tenant on the same shard is served, not shed; and the
+    // victim's own in-flight places are back (its limit is 2).
+    let (status, _) = fixture.get("tenant-2", "/after").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = fixture.get("tenant-1", "/again").await;
+    assert_eq!(status, StatusCode::OK);
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_reset_over_http_1_1_and_http_2() {
+    let (shard, dropped) = huge_shard().await;
+    let fixture = Fixture::start(Options {
+        extra: "[limits]\nclient_write_timeout_ms = 300\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..shard.options()
+    })
+    .await;
+    let key = fixture.api_key("tenant-1").to_owned();
+
+    // HTTP/1.1 (the gateway's own loop).
+    let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET /work HTTP/1.1\r\nhost: gateway\r\nx-api-key: {key}\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    reset_when_it_stops_reading(&fixture, &dropped, stream, 1).await;
+
+    // HTTP/2, with every window open, so what blocks is the socket.
+    let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
+    stream.write_all(&greedy_get(&key)).await.unwrap();
+    reset_when_it_stops_reading(&fixture, &dropped, stream, 2).await;
+    assert_eq!(shard.seen().len(), 2);
+}
+
+/// Reads frames off `stream` until `done` says so, the peer closes, or
+/// [`DEADLINE`] passes: `(type, flags, stream id, payload)` each.
+async fn frames_until(
+    stream: &mut TcpStream,
+    mut done: impl FnMut(&(u8, u8, u32, Vec<u8>)) -> bool,
+) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut frames = Vec::new();
+    let _ = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let mut head = [0_u8; 9];
+            if stream.read_exact(&mut head).await.is_err() {
+                return;
+            }
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+            let mut payload = vec![0_u8; len];
+            if stream.read_exact(&mut payload).await.is_err() {
+                return;
+            }
+            let frame = (head[3], head[4], id, payload);
+            let stop = done(&frame);
+            frames.push(frame);
+            if stop {
+                return;
+            }
+        }
+    })
+    .await;
+    frames
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_stalled_over_http2_is_answered_408_and_frees_the_shard() {
+    // A shard that reads each request's whole body before it answers.
+    let shard = CustomShard::start(|request: Request<hyper::body::Incoming>| async move {
+        let _ = request.into_body().collect().await;
+        Response::new(crate::util::full("read"))
+    })
+    .await;
+    let fixture = Fixture::start(Options {
+        tenants: 4,
+        routing: "request_timeout_ms = 1000\n".into(),
+        extra: "[limits.shard]\nmax_in_flight = 1\n".into(),
+        ..shard.options()
+    })
+    .await;
+    let c0 = fixture.shard("c0");
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    // Half a body, then nothing: the shard's one place is held.
+    let request = Request::post("http://localhost/upload")
+        .header("x-api-key", fixture.api_key("tenant-1"))
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    body.send_data(Bytes::from_static(b"half a body"), false)
+        .unwrap();
+    assert!(eventually(DEADLINE, || c0.in_flight() == 1).await);
+    // The stalled client is answered at the request's deadline, and the
+    // place is released for the other tenants.
+    let response = tokio::time::timeout(DEADLINE, response)
+        .await
+        .expect("a stalled request body was never answered")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
+    assert!(eventually(DEADLINE, || c0.in_flight() == 0).await);
+    let (status, _) = fixture.get("tenant-2", "/after").await;
+    assert_eq!(status, StatusCode::OK);
+    drop(body);
+}
+
+/// The request HEADERS block of a `GET path` as `key`, with `extra`
+/// fields (literals, as written) before the credential.
+fn get_block(path: &str, key: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86, 0x04];
+    hpack_string(&mut block, path);
+    block.push(0x01);
+    hpack_string(&mut block, "localhost");
+    for (name, value) in extra {
+        block.push(0x00);
+        hpack_string(&mut block, name);
+        hpack_string(&mut block, value);
+    }
+    block.push(0x00);
+    hpack_string(&mut block, "x-api-key");
+    hpack_string(&mut block, key);
+    block
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_request_fails_its_own_stream_and_the_next_stream_is_served() {
+    let fixture = Fixture::start(Options::default()).await;
+    let key = fixture.api_key("tenant-1").to_owned();
+    // What RFC 9113 makes a malformed request (a stream error), and a
+    // `host` that disagrees with `:authority` (the gateway's 400).
+    let cases: [(&str, &[(&str, &str)]); 5] = [
+        (
+            "a connection-specific field",
+            &[("connection", "keep-alive")],
+        ),
+        ("te other than trailers", &[("te", "gzip")]),
+        ("a response pseudo-header", &[(":status", "200")]),
+        ("transfer-encoding", &[("transfer-encoding", "chunked")]),
+        ("host against :authority", &[("host", "elsewhere.example")]),
+    ];
+    for (what, extra) in cases {
+        let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
+        let mut bytes = PREFACE.to_vec();
+        bytes.extend(frame(0x4, 0, 0, &[]));
+        bytes.extend(frame(0x1, 0x5, 1, &get_block("/malformed", &key, extra)));
+        bytes.extend(frame(0x1, 0x5, 3, &get_block("/next", &key, &[])));
+        stream.write_all(&bytes).await.unwrap();
+        let frames = frames_until(&mut stream, |(kind, flags, id, _)| {
+            // The next stream's answer ends, or the connection goes away.
+            (*kind == 0x0 && *id == 3 && flags & 0x1 != 0) || *kind == 0x7
+        })
+        .await;
+        assert!(
+            frames.iter().all(|(kind, ..)| *kind != 0x7),
+            "{what}: the connection was closed with GOAWAY"
+        );
+        let first_failed = frames.iter().any(|(kind, _, id, payload)| {
+            *id == 1
+                && match kind {
+                    // RST_STREAM with PROTOCOL_ERROR.
+                    0x3 => payload[..] == [0, 0, 0, 1],
+                    // The gateway's own answer: a 400 (`:status` 400 is
+                    // HPACK's static entry 12).
+                    0x1 => payload.first() == Some(&0x8c),
+                    _ => false,
+                }
+        });
+        assert!(first_failed, "{what}: stream 1 was not refused: {frames:?}");
+        assert!(
+            frames
+                .iter()
+                .any(|(kind, flags, id, _)| *kind == 0x0 && *id == 3 && flags & 0x1 != 0),
+            "{what}: the next stream was not answered"
+        );
+    }
+    // Only the well-formed requests reached a shard.
+    let seen: Vec<_> = fixture
+        .backends
+        .iter()
+        .flat_map(|backend| backend.seen())
+        .map(|seen| seen.path)
+        .filter(|path| path == "/malformed" || path == "/next")
+        .collect();
+    assert_eq!(seen, vec!["/next"; 5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http2_idle_timeout_is_reloadable() {
+    let fixture = Fixture::start(Options {
+        extra: "[limits]\nhttp2_idle_timeout_ms = 3600000\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    let path = fixture.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replace(
+        "http2_idle_timeout_ms = 3600000",
+        "http2_idle_timeout_ms = 300",
+    );
+    assert_ne!(text, edited);
+    std::fs::write(&path, edited).unwrap();
+    let (status, _, body) = fixture.admin("POST", "/admin/reload", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        fixture.config().limits().http2_idle_timeout,
+        Duration::from_millis(300)
+    );
+    // A connection accepted after the reload is closed once idle.
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let request = Request::get("http://localhost/")
+        .header("x-api-key", fixture.api_key("tenant-1"))
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    assert_eq!(response.await.unwrap().status(), StatusCode::OK);
+    tokio::time::timeout(DEADLINE, connection)
+        .await
+        .expect("an idle connection outlived the reloaded http2_idle_timeout_ms")
+        .unwrap()
+        .unwrap();
+    drop(client);
+}
