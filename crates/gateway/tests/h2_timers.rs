@@ -202,7 +202,7 @@ async fn http2_connections_without_requests_or_streams_are_closed_and_free_their
     // connection only long after the test: the new timers must.
     let fixture = Fixture::start(Options {
         extra: format!(
-            "[limits]\nmax_connections = 6\nheader_read_timeout_ms = 1000\nhttp2_idle_timeout_ms = 1000\n\n\
+            "[limits]\nmax_connections = 6\nheader_read_timeout_ms = 2000\nhttp2_idle_timeout_ms = 1000\n\n\
              [http2]\nkeep_alive_interval_ms = 100\nkeep_alive_timeout_ms = 3600000\n\n\
              [tls]\nlisten = \"127.0.0.1:0\"\ncert_file = {cert:?}\nkey_file = {key:?}\n\
              handshake_timeout_ms = 60000\n"

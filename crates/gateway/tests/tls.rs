@@ -392,7 +392,7 @@ async fn an_optional_client_certificate_leaves_room_for_api_keys() {
 /// The fields a TLS-terminating proxy uses to tell a backend which client
 /// certificate it verified, in the spellings a CGI-style backend reads
 /// alike: each forged, as a client would.
-const FORGED_CERTIFICATE_FIELDS: [&str; 12] = [
+const FORGED_CERTIFICATE_FIELDS: [&str; 17] = [
     "X-Forwarded-Client-Cert: Hash=0000;Subject=\"CN=victim\";URI=spiffe://example.org/tenant/tenant-1",
     "x_forwarded_client_cert: By=spiffe://forged",
     "X-Client-Cert: forged",
@@ -405,6 +405,11 @@ const FORGED_CERTIFICATE_FIELDS: [&str; 12] = [
     "X-ARR-ClientCert: forged",
     "X-Shuffle-Client-Identity: spiffe://example.org/tenant/tenant-1",
     "x-client-certificate: forged",
+    "X-Forwarded-Tls-Client-Cert: forged",
+    "X-Amzn-Mtls-Clientcert-Leaf: forged",
+    "X-SSL-Cert: forged",
+    "X-Client-Verify: SUCCESS",
+    "X-Client-DN: CN=victim",
 ];
 
 /// Issue 28: a client's own client-certificate fields never reach a shard,

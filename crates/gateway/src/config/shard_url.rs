@@ -198,20 +198,15 @@ impl std::str::FromStr for ShardUrl {
     }
 }
 
-/// `text` with whatever stands between `://` and the last `@` of the
-/// authority replaced by `***`, so a password never reaches an error.
+/// `text` with whatever stands between `://` and its last `@` replaced by
+/// `***`, so a password never reaches an error. The last `@` anywhere, not
+/// only in the authority: a refused URL's authority may not end where a
+/// parser would end it (`http://u:pa/ss@h`, `http://u:p#ss@h`), and hiding
+/// part of a path in an error costs less than showing a password.
 fn redacted(text: &str) -> String {
-    let Some(start) = text.find("://").map(|at| at + 3) else {
-        // No authority to speak of; an `@` anywhere is still hidden.
-        return match text.rfind('@') {
-            Some(at) => format!("***{}", &text[at..]),
-            None => text.to_owned(),
-        };
-    };
-    let rest = &text[start..];
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => format!("{}***{}", &text[..start], &rest[at..]),
+    let start = text.find("://").map_or(0, |at| at + 3);
+    match text[start..].rfind('@') {
+        Some(at) => format!("{}***{}", &text[..start], &text[start + at..]),
         None => text.to_owned(),
     }
 }
@@ -326,8 +321,13 @@ mod tests {
 
     #[test]
     fn redaction_hides_user_information_only() {
-        assert_eq!(redacted("http://u:p@h:1/a@b"), "http://***@h:1/a@b");
-        assert_eq!(redacted("http://h:1/a@b"), "http://h:1/a@b");
+        assert_eq!(redacted("http://u:p@h:1/a"), "http://***@h:1/a");
+        assert_eq!(redacted("http://h:1/a"), "http://h:1/a");
+        // A password whose authority a parser would end early is hidden all
+        // the same.
+        assert_eq!(redacted("http://u:pa/ss@h:99999"), "http://***@h:99999");
+        assert_eq!(redacted("http://u:p#ss@h"), "http://***@h");
+        assert_eq!(redacted("http://u:p?ss@h"), "http://***@h");
         assert_eq!(redacted("u:p@h"), "***@h");
     }
 }

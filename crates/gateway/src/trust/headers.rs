@@ -146,23 +146,36 @@ const CLIENT_ORIGIN: [&[u8]; 24] = [
 /// Fields through which a TLS-terminating proxy tells a backend which
 /// client certificate it verified: Envoy's `x-forwarded-client-cert`,
 /// nginx and HAProxy recipes' `x-ssl-client-*` and `x-client-cert`,
-/// Apache's `ssl-client-*`, IIS ARR's `x-arr-clientcert`. A backend that
+/// Apache's `ssl-client-*`, IIS ARR's `x-arr-clientcert`, Traefik's
+/// `x-forwarded-tls-client-cert(-info)`, AWS ALB's `x-amzn-mtls-clientcert*`,
+/// and the `x-ssl-cert`, `x-ssl-subject`, `x-ssl-issuer`, `x-client-verify`
+/// and `x-client-dn` of nginx and HAProxy recipes. A backend that
 /// reads one believes a certificate was verified, so a client's own copy
 /// never passes, whatever [`ForwardedFor`] says and whether or not the
 /// client used mTLS (Envoy's default, `SANITIZE`, does the same): the
 /// gateway vouches only for what it verified itself, which reaches the
 /// shard as `x-shuffle-tenant`. Whole names, then prefixes (each also
 /// spelled with `_`, in any case).
-const CLIENT_CERTIFICATE: [&[u8]; 3] = [
+const CLIENT_CERTIFICATE: [&[u8]; 8] = [
     b"x-forwarded-client-cert",
     b"x-arr-clientcert",
     b"x-arr-ssl",
+    b"x-ssl-cert",
+    b"x-ssl-subject",
+    b"x-ssl-issuer",
+    b"x-client-verify",
+    b"x-client-dn",
 ];
 
 /// Prefixes of [`CLIENT_CERTIFICATE`] fields: `x-client-cert` covers
 /// `x-client-cert-chain` and `x-client-certificate`.
-const CLIENT_CERTIFICATE_PREFIXES: [&[u8]; 3] =
-    [b"x-ssl-client-", b"ssl-client-", b"x-client-cert"];
+const CLIENT_CERTIFICATE_PREFIXES: [&[u8]; 5] = [
+    b"x-ssl-client-",
+    b"ssl-client-",
+    b"x-client-cert",
+    b"x-forwarded-tls-client-cert",
+    b"x-amzn-mtls-clientcert",
+];
 
 /// Whether a name reads (to a CGI-style backend) as one of
 /// [`CLIENT_CERTIFICATE`] or starts like one of its prefixes. Every field
@@ -577,6 +590,15 @@ mod tests {
             "x-arr-clientcert",
             "X-ARR-ClientCert",
             "x-arr-ssl",
+            "X-Forwarded-Tls-Client-Cert",
+            "x-forwarded-tls-client-cert-info",
+            "X-Amzn-Mtls-Clientcert",
+            "x-amzn-mtls-clientcert-subject",
+            "X-SSL-Cert",
+            "x_ssl_subject",
+            "x-ssl-issuer",
+            "X-Client-Verify",
+            "x-client-dn",
         ];
         for mode in [
             ForwardedFor::Append,
