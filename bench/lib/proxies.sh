@@ -18,8 +18,15 @@ to_us() {
 }
 
 # build_cli: builds the release binary and sets BIN to it (ROOT is the
-# repository).
+# repository); with BENCH_BIN set, uses that binary instead and
+# builds nothing (to measure an older build against the same proxies).
 build_cli() {
+    if [[ -n ${BENCH_BIN:-} ]]; then
+        BIN=$BENCH_BIN
+        [[ -x $BIN ]] || die "BENCH_BIN=$BIN is not an executable"
+        say "using BENCH_BIN=$BIN (nothing built)"
+        return
+    fi
     say "building: cargo build --release -p shuffle-shard-cli"
     cargo build --release -p shuffle-shard-cli >&2
     BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/shuffle-shard"
