@@ -174,10 +174,21 @@ impl Entry {
     }
 }
 
-/// The last crash-like failure of a member for each of the last two
-/// tenants it failed: enough to know the latest failure of any tenant
-/// other than a given one.
-type Recent = Vec<(String, Instant)>;
+/// A member's crash-like failures of each of the last two tenants it
+/// failed, as a run: the first and the last of failures no further than
+/// the window apart. Enough to know whether any tenant other than a given
+/// one was failing on it before a given moment; the latest failure alone
+/// would forget the one before an attempt was sent as soon as another
+/// came after.
+type Recent = Vec<FailingRun>;
+
+/// One tenant's run of failures on a member.
+#[derive(Debug)]
+struct FailingRun {
+    tenant: String,
+    first: Instant,
+    last: Instant,
+}
 
 /// Every tenant with strikes or suspect, by tenant id, and each member's
 /// recent failures.
@@ -363,25 +374,48 @@ impl Suspects {
     }
 
     /// Notes that `shard` (its window key) failed a request of `tenant`
-    /// crash-like at `now`, and says whether it failed a request of any
-    /// other tenant within `window` before: a member failing several
-    /// tenants at once is what fails, not the tenant's request.
-    pub fn shared_fault(&self, shard: &str, tenant: &str, now: Instant, window: Duration) -> bool {
+    /// crash-like at `now`, on an attempt `sent` then, and says whether it
+    /// had failed a request of any other tenant within `window` before the
+    /// attempt was sent: a member that was failing other tenants before
+    /// the tenant's request reached it is what fails, not that request.
+    /// Failures after `sent` do not count: a poison that hangs a member
+    /// makes the requests already on it time out first.
+    pub fn shared_fault(
+        &self,
+        shard: &str,
+        tenant: &str,
+        (sent, now): (Instant, Instant),
+        window: Duration,
+    ) -> bool {
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         let failures = match recent.get_mut(shard) {
             Some(failures) => failures,
             None => recent.entry(shard.to_owned()).or_default(),
         };
-        let shared = failures
-            .iter()
-            .any(|(other, at)| other != tenant && now.saturating_duration_since(*at) <= window);
-        // Keep the latest failure of each of the last two tenants.
-        if let Some(own) = failures.iter_mut().find(|(other, _)| other == tenant) {
-            own.1 = now;
-        } else if failures.len() < 2 {
-            failures.push((tenant.to_owned(), now));
-        } else if let Some(oldest) = failures.iter_mut().min_by_key(|(_, at)| *at) {
-            *oldest = (tenant.to_owned(), now);
+        // Failing before the attempt was sent, and not long before.
+        let shared = failures.iter().any(|run| {
+            run.tenant != tenant
+                && run.first <= sent
+                && sent.saturating_duration_since(run.last.min(sent)) <= window
+        });
+        // Keep a run for each of the last two tenants; a failure further
+        // than the window from its tenant's last starts a new run.
+        if let Some(own) = failures.iter_mut().find(|run| run.tenant == tenant) {
+            if now.saturating_duration_since(own.last) > window {
+                own.first = now;
+            }
+            own.last = now;
+        } else {
+            let run = FailingRun {
+                tenant: tenant.to_owned(),
+                first: now,
+                last: now,
+            };
+            if failures.len() < 2 {
+                failures.push(run);
+            } else if let Some(oldest) = failures.iter_mut().min_by_key(|run| run.last) {
+                *oldest = run;
+            }
         }
         shared
     }
@@ -614,26 +648,75 @@ mod tests {
     async fn a_member_failing_another_tenant_within_the_window_is_a_shared_fault() {
         let suspects = Suspects::new();
         let window = Duration::from_secs(1);
+        // An attempt sent at the moment it failed.
+        let at = |t: Instant| (t, t);
         let start = Instant::now();
-        assert!(!suspects.shared_fault("s1", "a", start, window));
-        assert!(!suspects.shared_fault("s1", "a", start, window), "its own");
-        assert!(suspects.shared_fault("s1", "b", start, window));
+        assert!(!suspects.shared_fault("s1", "a", at(start), window));
         assert!(
-            !suspects.shared_fault("s2", "b", start, window),
+            !suspects.shared_fault("s1", "a", at(start), window),
+            "its own"
+        );
+        assert!(suspects.shared_fault("s1", "b", at(start), window));
+        assert!(
+            !suspects.shared_fault("s2", "b", at(start), window),
             "another shard"
         );
         tokio::time::advance(window).await;
-        assert!(suspects.shared_fault("s1", "a", Instant::now(), window));
+        assert!(suspects.shared_fault("s1", "a", at(Instant::now()), window));
         // b's failure is now over the window old (a's is a's own).
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(!suspects.shared_fault("s1", "a", Instant::now(), window));
+        assert!(!suspects.shared_fault("s1", "a", at(Instant::now()), window));
         // Two slots keep the latest failure of any other tenant.
         let now = Instant::now();
-        assert!(!suspects.shared_fault("s3", "c", now, window));
-        suspects.shared_fault("s3", "d", now, window);
-        suspects.shared_fault("s3", "e", now, window);
-        assert!(suspects.shared_fault("s3", "c", now, window));
-        assert!(suspects.shared_fault("s3", "e", now, window));
+        assert!(!suspects.shared_fault("s3", "c", at(now), window));
+        suspects.shared_fault("s3", "d", at(now), window);
+        suspects.shared_fault("s3", "e", at(now), window);
+        assert!(suspects.shared_fault("s3", "c", at(now), window));
+        assert!(suspects.shared_fault("s3", "e", at(now), window));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_failing_another_tenant_before_and_after_the_attempt_was_sent_excuses_it() {
+        // The other tenant keeps timing out on the member, before the
+        // victim's attempt was sent and during it: its latest failure
+        // comes after the send, its run began before.
+        let suspects = Suspects::new();
+        let window = Duration::from_secs(1);
+        let step = Duration::from_millis(300);
+        let hung = |suspects: &Suspects| {
+            let now = Instant::now();
+            suspects.shared_fault("s1", "hanger", (now - step, now), window)
+        };
+        hung(&suspects);
+        tokio::time::advance(step).await;
+        let sent = Instant::now();
+        hung(&suspects);
+        tokio::time::advance(step / 2).await;
+        hung(&suspects);
+        tokio::time::advance(step / 2).await;
+        assert!(suspects.shared_fault("s1", "victim", (sent, Instant::now()), window));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_after_the_attempt_was_sent_excuse_nothing() {
+        // A hanging poison sent at `sent`: the requests already on the
+        // member time out before it does, after it was sent. They must not
+        // excuse it, or poison that hangs would never be struck.
+        let suspects = Suspects::new();
+        let window = Duration::from_secs(1);
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(200)).await;
+        let bystander = Instant::now();
+        assert!(!suspects.shared_fault("s1", "bystander", (bystander, bystander), window));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(
+            !suspects.shared_fault("s1", "poisoner", (sent, Instant::now()), window),
+            "a failure seen after the attempt was sent excused it"
+        );
+        // A request sent after the member was seen failing is excused.
+        let later = Instant::now();
+        tokio::time::advance(Duration::from_millis(300)).await;
+        assert!(suspects.shared_fault("s1", "victim", (later, Instant::now()), window));
     }
 
     #[tokio::test(start_paused = true)]

@@ -611,7 +611,7 @@ async fn route(
             }
             (Some(failure), result) => {
                 if failure.crash_like() {
-                    attempts.crashed(attempt.shard_index, failure);
+                    attempts.crashed(attempt.shard_index, failure, attempt.started);
                 }
                 // Its probe, if any, ends only now: a strike it made is
                 // recorded first, so the member is never left uncounted.
@@ -1131,7 +1131,7 @@ impl<'a> Attempts<'a> {
     /// the tenant suspect, and extends a suspect's quarantine.
     #[cold]
     #[inline(never)]
-    fn crashed(&mut self, index: usize, failure: Failure) {
+    fn crashed(&mut self, index: usize, failure: Failure, sent: Instant) {
         let (gateway, routing) = (self.gateway, &self.config.routing);
         if routing.poison_after == 0 {
             return;
@@ -1139,14 +1139,20 @@ impl<'a> Attempts<'a> {
         let shard = &self.shards[index];
         let cell = &self.config.cells[self.cell].name;
         let now = Instant::now();
-        // A member that hangs for several tenants at once is what fails.
-        // Only a timeout is excused so: a crash breaks every request the
-        // member holds, the poison's among them, and a tenant whose request
-        // is answered elsewhere takes its strike back (`answered`).
-        let window = routing.per_try_timeout.saturating_mul(2);
+        // A member that was already failing other tenants when this
+        // attempt was sent is what fails. Only failures seen before the
+        // attempt began count: requests in flight before a hanging poison
+        // time out before it does, and must not excuse it. Only a timeout
+        // is excused so: a crash breaks every request the member holds, the
+        // poison's among them, and a tenant whose request is answered
+        // elsewhere takes its strike back (`answered`).
+        // A hung member fails others only as their attempts time out, one
+        // per try at most: a failure within the longest a request lasts
+        // before this one was sent still says it was failing.
+        let window = routing.request_timeout;
         if gateway
             .suspects
-            .shared_fault(shard.window_key(), self.tenant, now, window)
+            .shared_fault(shard.window_key(), self.tenant, (sent, now), window)
             && failure == Failure::Timeout
         {
             tracing::debug!(cell = %cell, shard = %shard.id, "a per-try timeout on a shard that is failing other tenants too: no strike");
