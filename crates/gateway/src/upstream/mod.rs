@@ -22,7 +22,8 @@
 //! while it sat idle, or sent anything on (bytes beyond a response's end
 //! read with it, or arriving any time before the connection is taken
 //! again), is never reused: the kernel is asked, with one non-blocking
-//! peek, just before the request would be written, since bytes there would
+//! peek (for TLS, a read of its records: [`transport`]), just before the
+//! request would be written, since bytes there would
 //! be read as that request's answer, and the request may be another
 //! tenant's. Bytes a shard sends after the next request went out cannot be
 //! told from its answer (HTTP/1.1 has no request ids), so a shard caught
