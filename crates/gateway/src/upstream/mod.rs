@@ -22,7 +22,8 @@
 //! while it sat idle, or sent anything on (bytes beyond a response's end
 //! read with it, or arriving any time before the connection is taken
 //! again), is never reused: the kernel is asked, with one non-blocking
-//! peek, just before the request would be written, since bytes there would
+//! peek (for TLS, a read of its records: [`transport`]), just before the
+//! request would be written, since bytes there would
 //! be read as that request's answer, and the request may be another
 //! tenant's. Bytes a shard sends after the next request went out cannot be
 //! told from its answer (HTTP/1.1 has no request ids), so a shard caught
@@ -543,13 +544,13 @@ impl Upstream {
     /// Takes a connection back after its exchange.
     fn checkin(&self, connection: Connection) {
         let now = Instant::now();
-        if self.reuse_barred(now) {
-            return;
-        }
+        #[cfg(test)]
+        tests::BEFORE_CHECKIN_LOCK.with_borrow_mut(|hook| hook.take().map(|hook| hook()));
         let mut idle = self.idle.lock().expect("idle connections");
         // Compared under the lock, so a connection cannot slip in after
-        // `reach` has emptied the pool.
-        if idle.len() < MAX_IDLE && self.current(&connection) {
+        // `reach` or `caught_sending_unasked` has emptied the pool (the bar
+        // is set before that lock is taken).
+        if idle.len() < MAX_IDLE && self.current(&connection) && !self.reuse_barred(now) {
             idle.push(Idle {
                 connection,
                 since: now,
@@ -901,5 +902,58 @@ impl Body for UpstreamBody {
             BodyState::Http2(stream) => stream.size_hint(),
             _ => SizeHint::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    thread_local! {
+        /// Run (once) by [`Upstream::checkin`] on this thread just before
+        /// it takes the idle lock: whatever another thread may do there.
+        pub(super) static BEFORE_CHECKIN_LOCK: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    /// A pooled connection to a listener that accepts and says nothing.
+    async fn idle_connection() -> (Connection, tokio::net::TcpListener) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let stream = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        (Connection::new(Transport::Tcp(stream), 0), listener)
+    }
+
+    /// Review of issue 28: `checkin` looked at the bar before it took the
+    /// idle lock, so a shard caught sending bytes nobody asked for between
+    /// the two (on another thread: its pool emptied, the bar set) still
+    /// got this connection pooled, and reused by the next request. The
+    /// interleaving is made here, on one thread, by a hook at that point.
+    #[tokio::test]
+    async fn a_connection_coming_back_while_its_shard_is_caught_is_not_pooled() {
+        let (connection, _listener) = idle_connection().await;
+        let upstream = Arc::new(Upstream::new(&"http://127.0.0.1:1".parse().unwrap()));
+        let caught = Arc::clone(&upstream);
+        BEFORE_CHECKIN_LOCK.with_borrow_mut(|hook| {
+            *hook = Some(Box::new(move || {
+                caught.caught_sending_unasked(Instant::now())
+            }));
+        });
+        upstream.checkin(connection);
+        assert!(upstream.reuse_barred(Instant::now()));
+        assert_eq!(
+            upstream.idle_count(),
+            0,
+            "pooled after its shard was caught"
+        );
+
+        // Without the bar, the same checkin pools it.
+        let (connection, _listener) = idle_connection().await;
+        let fresh = Upstream::new(&"http://127.0.0.1:1".parse().unwrap());
+        fresh.checkin(connection);
+        assert_eq!(fresh.idle_count(), 1);
     }
 }

@@ -66,7 +66,8 @@ pub(crate) enum WhileIdle {
 
 impl Transport {
     /// What the backend did with the connection while it sat idle, as far
-    /// as the kernel knows now: one system call.
+    /// as the kernel knows now: one system call for plain TCP (a few for TLS,
+    /// whose records must be read to be told apart).
     #[inline]
     pub(crate) fn while_idle(&mut self) -> WhileIdle {
         match self {
@@ -77,21 +78,45 @@ impl Transport {
 }
 
 /// [`Transport::while_idle`] for TLS, out of the plain path's way.
+///
+/// A peek cannot say what a TLS record on the socket is: a late answer and
+/// the shard's close_notify look alike until decrypted. So the records in
+/// the kernel now are read into the session (non-blocking, from the socket
+/// itself, whatever tokio's readiness says) and processed: plaintext is
+/// data nobody asked for, and bars the shard as on a plain socket; a
+/// close_notify, the end of the stream or a broken record is an ordinary
+/// end. Records that carry neither (a session ticket, a key update, or part
+/// of a record whose rest is still on its way) retire the connection
+/// without blaming the shard: whatever follows them cannot be told from
+/// the next answer.
 #[inline(never)]
 fn tls_while_idle(stream: &mut TlsStream<TcpStream>) -> WhileIdle {
     let (socket, session) = stream.get_mut();
-    // Data the session took in while the connection sat idle is unasked,
-    // as on a plain socket; the shard's close_notify is an end. Bytes still
-    // on the socket may be either (a close_notify is a record like any
-    // other), so they retire the connection without blaming the shard.
-    match session.process_new_packets() {
-        Ok(state) if state.plaintext_bytes_to_read() > 0 => WhileIdle::Unasked,
-        Ok(state) if !state.peer_has_closed() => match socket_while_idle(socket) {
-            WhileIdle::Quiet => WhileIdle::Quiet,
-            WhileIdle::Closed | WhileIdle::Unasked => WhileIdle::Closed,
-        },
-        _ => WhileIdle::Closed,
+    let socket = socket2::SockRef::from(&*socket);
+    let mut socket: &socket2::Socket = &socket;
+    let mut read_any = false;
+    // Each round takes at most one buffer of records; a shard still
+    // sending after a few is retired anyway.
+    for _ in 0..4 {
+        match session.process_new_packets() {
+            Ok(state) if state.plaintext_bytes_to_read() > 0 => return WhileIdle::Unasked,
+            Ok(state) if !state.peer_has_closed() => {}
+            _ => return WhileIdle::Closed,
+        }
+        match session.read_tls(&mut socket) {
+            Ok(0) => return WhileIdle::Closed,
+            Ok(_) => read_any = true,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                return if read_any {
+                    WhileIdle::Closed
+                } else {
+                    WhileIdle::Quiet
+                };
+            }
+            Err(_) => return WhileIdle::Closed,
+        }
     }
+    WhileIdle::Closed
 }
 
 /// What can be read from `stream` now, asked of the kernel itself: nothing,
