@@ -21,12 +21,18 @@
 //! its last strike, unless an operator clears it. The request path asks
 //! [`Suspects::any`] (one atomic load) on every request and looks a tenant
 //! up only when some tenant has strikes or is suspect, so a gateway with
-//! neither pays nothing more. Every transition takes `now` explicitly, so
-//! expiry is tested with a paused clock.
+//! neither pays nothing more. Even then a tenant without an entry is
+//! answered without the lock: a filter of atomic counts by a hash of the
+//! tenant id says which tenants may have one, so one tenant striking
+//! every few seconds does not put every other tenant's requests on a
+//! global lock. Every transition takes `now` explicitly, so expiry is
+//! tested with a paused clock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::collections::hash_map::{Entry as Slot, RandomState};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError, TryLockError};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -192,23 +198,56 @@ struct FailingRun {
 
 /// Every tenant with strikes or suspect, by tenant id, and each member's
 /// recent failures.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Suspects {
     /// Entries in `tenants`, expired ones included until they are swept:
     /// the one thing every request reads.
     count: AtomicUsize,
+    /// How many entries of `tenants` hash to each slot ([`SLOTS`] of
+    /// them), changed under its lock as entries come and go: a tenant
+    /// whose slot counts none has no entry, which its requests learn
+    /// without the lock. A tenant sharing a slot with one that has an
+    /// entry only looks itself up under the lock, as every tenant did.
+    slots: Box<[AtomicU32]>,
+    /// Keyed afresh per gateway, so tenant ids cannot be picked to share
+    /// one slot.
+    hasher: RandomState,
     tenants: Mutex<HashMap<String, Entry>>,
     /// By shard (its window key).
     recent: Mutex<HashMap<String, Recent>>,
     /// The last request token handed out.
     requests: AtomicU64,
-    /// When every expired entry is swept next (taken under `tenants`).
-    next_sweep: Mutex<Option<Instant>>,
+    /// When every expired entry is swept next, in nanoseconds since
+    /// `epoch` (0: at the next lookup): an atomic, so that deciding
+    /// whether to sweep takes no lock.
+    next_sweep: AtomicU64,
+    /// What `next_sweep` counts from.
+    epoch: Instant,
 }
 
 /// How often a lookup of a tenant without an entry sweeps every expired
 /// entry: a tenant gone quiet must not keep every request looking up.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The filter's slots (a power of two): with n tenants having entries, a
+/// tenant without one shares a slot with one of them with a chance of
+/// about n in 1024, and then takes the lock to learn that it has none.
+const SLOTS: usize = 1024;
+
+impl Default for Suspects {
+    fn default() -> Self {
+        Self {
+            count: AtomicUsize::new(0),
+            slots: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            hasher: RandomState::new(),
+            tenants: Mutex::default(),
+            recent: Mutex::default(),
+            requests: AtomicU64::new(0),
+            next_sweep: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+}
 
 impl Suspects {
     /// No suspects.
@@ -232,6 +271,9 @@ impl Suspects {
     /// The tenant's entry if it is suspect at `now`; an expired entry is
     /// removed.
     pub fn get(&self, tenant: &str, now: Instant) -> Option<Suspect> {
+        if !self.listed(tenant) {
+            return None;
+        }
         let mut tenants = self.lock();
         let entry = tenants.get_mut(tenant)?;
         let suspect = entry.suspect.clone().filter(|suspect| suspect.until > now);
@@ -242,9 +284,25 @@ impl Suspects {
     /// Where `tenant` may be served at `now`; `None` when it has neither
     /// strikes nor a quarantine (it may use any member).
     pub fn standing(&self, tenant: &str, now: Instant, poison_after: usize) -> Option<Standing> {
+        if !self.listed(tenant) {
+            // No entry, known without the lock. Such lookups also sweep
+            // the entries of tenants gone quiet, now and then, when
+            // nobody holds the lock: they never wait for it.
+            if self.sweep_due(now) {
+                let mut tenants = match self.tenants.try_lock() {
+                    Ok(tenants) => tenants,
+                    Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                    Err(TryLockError::WouldBlock) => return None,
+                };
+                self.expire_all(&mut tenants, now);
+            }
+            return None;
+        }
         let mut tenants = self.lock();
         if self.sweep(&mut tenants, tenant, now) {
-            self.sweep_all(&mut tenants, now);
+            if self.sweep_due(now) {
+                self.expire_all(&mut tenants, now);
+            }
             return None;
         }
         let entry = tenants.get(tenant)?;
@@ -269,6 +327,12 @@ impl Suspects {
     /// `poison_after`. Decided under the lock, so racing requests cannot
     /// together go past it.
     pub fn begin(&self, tenant: &str, shard: &str, now: Instant, poison_after: usize) -> Begun {
+        // Nothing to track for a tenant without an entry. Its slot is
+        // counted under the lock before the entry's strike is let go, so
+        // this load misses no strike the lock would have shown.
+        if !self.listed(tenant) {
+            return Begun::Free;
+        }
         let mut tenants = self.lock();
         if self.sweep(&mut tenants, tenant, now) {
             return Begun::Free;
@@ -313,9 +377,13 @@ impl Suspects {
     pub fn record(&self, struck: Struck<'_>, now: Instant, rules: Rules) -> Option<Marked> {
         let wall = SystemTime::now();
         let mut tenants = self.lock();
-        let entry = tenants
-            .entry(struck.tenant.to_owned())
-            .or_insert_with(|| Entry::new(struck.cell));
+        let entry = match tenants.entry(struck.tenant.to_owned()) {
+            Slot::Occupied(entry) => entry.into_mut(),
+            Slot::Vacant(vacant) => {
+                self.slots[self.slot(struck.tenant)].fetch_add(1, Ordering::Relaxed);
+                vacant.insert(Entry::new(struck.cell))
+            }
+        };
         entry.expire(now);
         let marked = if let Some(suspect) = &mut entry.suspect {
             suspect.strikes += 1;
@@ -365,6 +433,9 @@ impl Suspects {
     /// Takes back the strikes of `request` (it was answered after all, so
     /// what it sent was not poison). A suspect's strikes stay.
     pub fn withdraw(&self, tenant: &str, request: u64, now: Instant) {
+        if !self.listed(tenant) {
+            return;
+        }
         let mut tenants = self.lock();
         let Some(entry) = tenants.get_mut(tenant) else {
             return;
@@ -439,8 +510,7 @@ impl Suspects {
     /// swept).
     pub fn list(&self, now: Instant) -> Vec<(String, Suspect)> {
         let mut tenants = self.lock();
-        tenants.retain(|_, entry| !entry.expire(now));
-        self.count.store(tenants.len(), Ordering::Relaxed);
+        self.expire_all(&mut tenants, now);
         let mut listed: Vec<(String, Suspect)> = tenants
             .iter()
             .filter_map(|(tenant, entry)| Some((tenant.clone(), entry.suspect.clone()?)))
@@ -456,23 +526,57 @@ impl Suspects {
             .get_mut(tenant)
             .is_none_or(|entry| entry.expire(now));
         if gone && tenants.remove(tenant).is_some() {
+            self.slots[self.slot(tenant)].fetch_sub(1, Ordering::Relaxed);
             self.count.store(tenants.len(), Ordering::Relaxed);
         }
         gone
     }
 
-    /// Sweeps every expired entry, at most once every [`SWEEP_EVERY`].
-    fn sweep_all(&self, tenants: &mut HashMap<String, Entry>, now: Instant) {
-        let mut next = self
-            .next_sweep
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if next.is_some_and(|next| now < next) {
-            return;
-        }
-        *next = Some(now + SWEEP_EVERY);
-        tenants.retain(|_, entry| !entry.expire(now));
+    /// Whether the sweep of every expired entry is due at `now`, at most
+    /// once every [`SWEEP_EVERY`]: the one lookup that sees it due first
+    /// claims it (and the next one is a period on, whether or not this one
+    /// gets the lock).
+    fn sweep_due(&self, now: Instant) -> bool {
+        let since = |at: Instant| {
+            u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+        };
+        let next = self.next_sweep.load(Ordering::Relaxed);
+        let at = since(now);
+        at >= next
+            && self
+                .next_sweep
+                .compare_exchange(
+                    next,
+                    since(now + SWEEP_EVERY),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// Removes every entry expired at `now`.
+    fn expire_all(&self, tenants: &mut HashMap<String, Entry>, now: Instant) {
+        tenants.retain(|tenant, entry| {
+            let gone = entry.expire(now);
+            if gone {
+                self.slots[self.slot(tenant)].fetch_sub(1, Ordering::Relaxed);
+            }
+            !gone
+        });
         self.count.store(tenants.len(), Ordering::Relaxed);
+    }
+
+    /// The tenant's slot in the filter.
+    #[inline]
+    fn slot(&self, tenant: &str) -> usize {
+        (self.hasher.hash_one(tenant) as usize) & (SLOTS - 1)
+    }
+
+    /// Whether the tenant may have an entry: false only when it has none
+    /// (some other tenant's entry may share its slot). No lock.
+    #[inline]
+    fn listed(&self, tenant: &str) -> bool {
+        self.slots[self.slot(tenant)].load(Ordering::Relaxed) != 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -620,6 +724,100 @@ mod tests {
         tokio::time::advance(RULES.strike_life).await;
         assert_eq!(suspects.standing("busy", Instant::now(), 2), None);
         assert!(!suspects.any(), "every request stops looking up");
+    }
+
+    /// A tenant whose slot counts no entry: any but `noisy`'s.
+    fn quiet_beside(suspects: &Suspects, noisy: &str) -> String {
+        (0..)
+            .map(|i| format!("quiet-{i}"))
+            .find(|quiet| suspects.slot(quiet) != suspects.slot(noisy))
+            .expect("a free slot")
+    }
+
+    /// Issue 28's review: one tenant striking every few seconds must not
+    /// put every other tenant's requests on the global lock (nor on a
+    /// second one for the sweep). Held from another thread, the lock would
+    /// make the lookups below wait for as long as it is held.
+    #[test]
+    fn a_tenant_without_an_entry_is_answered_while_the_lock_is_held() {
+        let suspects = Suspects::new();
+        let now = Instant::now();
+        suspects.record(struck("noisy", "s1", 1, false), now, RULES);
+        assert!(suspects.any(), "another tenant has an entry");
+        let quiet = quiet_beside(&suspects, "noisy");
+        let (held, lock_held) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (answer, answered) = std::sync::mpsc::channel();
+        let (suspects, quiet) = (&suspects, quiet.as_str());
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                let _tenants = suspects.lock();
+                held.send(()).unwrap();
+                // Until the test is done, however it ends.
+                let _ = released.recv();
+            });
+            lock_held.recv().unwrap();
+            scope.spawn(move || {
+                // The first lookup finds the sweep due, too.
+                let standing = suspects.standing(quiet, now, 2);
+                let begun = suspects.begin(quiet, "s2", now, 2);
+                let suspect = suspects.get(quiet, now);
+                suspects.withdraw(quiet, 2, now);
+                let _ = answer.send((standing, begun, suspect));
+            });
+            // Only bounds a hang: the lookups take microseconds.
+            let got = answered.recv_timeout(Duration::from_secs(10));
+            release.send(()).unwrap();
+            assert_eq!(
+                got,
+                Ok((None, Begun::Free, None)),
+                "a tenant without an entry waited for the lock"
+            );
+        });
+        // The noisy tenant still looks itself up.
+        assert!(suspects.standing("noisy", now, 2).is_some());
+    }
+
+    /// How many entries the filter counts.
+    fn counted(suspects: &Suspects) -> usize {
+        let slots = suspects.slots.iter();
+        slots
+            .map(|slot| slot.load(Ordering::Relaxed) as usize)
+            .sum()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_filter_counts_every_entry_however_it_goes() {
+        let suspects = Suspects::new();
+        let entries = |suspects: &Suspects| suspects.lock().len();
+        let start = Instant::now();
+        for (request, tenant) in ["a", "b", "c", "d", "e", "f"].into_iter().enumerate() {
+            let request = request as u64 + 1;
+            suspects.record(struck(tenant, "s1", request, false), start, RULES);
+            suspects.record(struck(tenant, "s1", request, false), start, RULES);
+            assert!(suspects.listed(tenant));
+        }
+        suspects.record(struck("f", "s2", 7, true), start, RULES);
+        assert_eq!((entries(&suspects), counted(&suspects)), (6, 6));
+        // Gone by a withdrawal, a clearing, and an ended probe.
+        suspects.withdraw("a", 1, start);
+        suspects.clear("b", start);
+        assert_eq!(suspects.begin("c", "s3", start, 2), Begun::Probe);
+        suspects.withdraw("c", 3, start);
+        suspects.end("c", "s3", start);
+        assert_eq!((entries(&suspects), counted(&suspects)), (3, 3));
+        // Expired: swept by its own lookup, then by another's.
+        tokio::time::advance(RULES.strike_life).await;
+        assert_eq!(suspects.get("d", Instant::now()), None);
+        assert_eq!((entries(&suspects), counted(&suspects)), (2, 2));
+        let quiet = quiet_beside(&suspects, "e");
+        assert_eq!(suspects.standing(&quiet, Instant::now(), 2), None);
+        assert_eq!((entries(&suspects), counted(&suspects)), (1, 1));
+        // By a listing.
+        tokio::time::advance(MINUTE).await;
+        assert!(suspects.list(Instant::now()).is_empty());
+        assert_eq!((entries(&suspects), counted(&suspects)), (0, 0));
+        assert!(!suspects.any());
     }
 
     #[tokio::test(start_paused = true)]

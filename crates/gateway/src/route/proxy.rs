@@ -987,7 +987,8 @@ impl<'a> Attempts<'a> {
     #[inline]
     fn member(&mut self) -> Option<Member<'a>> {
         // Poison containment reads the tenant's strikes before every
-        // attempt: one load while no tenant has any (almost always).
+        // attempt: one load while no tenant has any (almost always), and
+        // no lock for a tenant without any while others have some.
         if self.gateway.suspects.any() || self.containment.is_some() {
             self.contain();
         }
