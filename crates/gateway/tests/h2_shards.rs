@@ -379,6 +379,12 @@ fn options(shards: Vec<Shard>, k: u32) -> Options {
         shard_entries: shards,
         health: "interval_ms = 60000\n".into(),
         admin: "metrics_without_token = true\n".into(),
+        // A new connection (a TLS handshake, in a debug build, on a busy
+        // machine) must fit in the per-try timeout, or a good shard's
+        // attempt fails as a connect failure and the call finds no member
+        // left: the fixture's 300 ms is too little for that. No test here
+        // waits for a per-try timeout.
+        routing: "per_try_timeout_ms = 10000\nrequest_timeout_ms = 30000\n".into(),
         ..Options::default()
     }
 }
