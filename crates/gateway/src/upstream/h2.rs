@@ -185,6 +185,7 @@ async fn handshake(connector: &Arc<Connector>, deadline: Instant) -> Option<Conn
         seen: [0; FRAME_HEADER],
         have: 0,
         verdict: Some(verdict),
+        settings: false,
     };
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
@@ -231,18 +232,32 @@ const FRAME_HEADER: usize = 9;
 /// A connection whose first bytes from the shard are looked at: they must
 /// be the header of a SETTINGS frame on stream 0 without the ACK flag (RFC
 /// 9113 section 3.4), or the shard does not speak HTTP/2.
+///
+/// A good preface is told only once the connection has taken in what came
+/// with it: at the next read (the connection reads again only after it
+/// has handled every frame it has), or when the connection ends. A shard
+/// that sends `GOAWAY` with its SETTINGS has then been heard before any
+/// stream is sent, so the connection takes none and the request is still
+/// whole for another shard; told at once, the request could race the
+/// `GOAWAY` onto the connection and lose its body to a stream the shard
+/// refused.
 struct PrefaceWatch {
     inner: Transport,
     seen: [u8; FRAME_HEADER],
     have: usize,
-    /// Told the verdict once the frame header has come (or the connection
-    /// ended before it); `None` after.
+    /// Told the verdict (see above), or that the connection ended before
+    /// there was one; `None` after.
     verdict: Option<oneshot::Sender<bool>>,
+    /// A SETTINGS frame header came; the verdict waits for the next read.
+    settings: bool,
 }
 
 impl PrefaceWatch {
     /// Looks at what a read added (`read`, empty at the end of the stream).
     fn observe(&mut self, read: &[u8]) {
+        if self.settings {
+            return;
+        }
         let Some(verdict) = self.verdict.take() else {
             return;
         };
@@ -259,7 +274,30 @@ impl PrefaceWatch {
         }
         let settings =
             self.seen[3] == 0x4 && self.seen[4] & 0x1 == 0 && self.seen[5..9] == [0, 0, 0, 0];
-        let _ = verdict.send(settings);
+        if settings {
+            self.settings = true;
+            self.verdict = Some(verdict);
+        } else {
+            let _ = verdict.send(false);
+        }
+    }
+
+    /// Tells a good preface, if one is waiting to be told.
+    fn tell(&mut self) {
+        if self.settings
+            && let Some(verdict) = self.verdict.take()
+        {
+            let _ = verdict.send(true);
+        }
+    }
+}
+
+impl Drop for PrefaceWatch {
+    fn drop(&mut self) {
+        // The connection ended (a `GOAWAY` and nothing more, say) after a
+        // good preface: it was HTTP/2, and its sender will say it is
+        // closed.
+        self.tell();
     }
 }
 
@@ -270,6 +308,8 @@ impl AsyncRead for PrefaceWatch {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        // Everything read so far has been handled.
+        this.tell();
         let before = buf.filled().len();
         let polled = ready!(Pin::new(&mut this.inner).poll_read(cx, buf));
         if this.verdict.is_some() {
@@ -648,5 +688,65 @@ impl UpstreamBody {
                 Poll::Ready(Some(Err(ExchangeError::Http2(error))))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A watch over the client end of a fresh TCP connection, the server
+    /// end, and where its verdict comes.
+    async fn watched() -> (PrefaceWatch, tokio::net::TcpStream, oneshot::Receiver<bool>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let (verdict, told) = oneshot::channel();
+        let watch = PrefaceWatch {
+            inner: Transport::Tcp(client),
+            seen: [0; FRAME_HEADER],
+            have: 0,
+            verdict: Some(verdict),
+            settings: false,
+        };
+        (watch, server, told)
+    }
+
+    const SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+    const GOAWAY: [u8; 17] = [0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+
+    #[tokio::test]
+    async fn a_good_preface_is_told_only_once_what_came_with_it_was_handled() {
+        let (mut watch, mut server, mut told) = watched().await;
+        let together = [&SETTINGS[..], &GOAWAY[..]].concat();
+        server.write_all(&together).await.unwrap();
+        let mut read = vec![0; together.len()];
+        watch.read_exact(&mut read).await.unwrap();
+        // The connection has the GOAWAY, but has not handled it yet: no
+        // stream may go out on it until it reads again.
+        assert_eq!(told.try_recv(), Err(oneshot::error::TryRecvError::Empty));
+        server.write_all(&[0]).await.unwrap();
+        watch.read_exact(&mut [0]).await.unwrap();
+        assert_eq!(told.try_recv(), Ok(true));
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_ends_after_a_good_preface_is_told_good() {
+        let (mut watch, mut server, told) = watched().await;
+        server.write_all(&SETTINGS).await.unwrap();
+        watch.read_exact(&mut [0; 9]).await.unwrap();
+        drop(watch);
+        assert_eq!(told.await, Ok(true));
+    }
+
+    #[tokio::test]
+    async fn anything_but_settings_is_told_bad_at_once() {
+        let (mut watch, mut server, mut told) = watched().await;
+        server.write_all(b"HTTP/1.1 400 Bad\r\n").await.unwrap();
+        watch.read_exact(&mut [0; 9]).await.unwrap();
+        assert_eq!(told.try_recv(), Ok(false));
     }
 }
