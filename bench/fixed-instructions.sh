@@ -8,6 +8,8 @@
 #   [health] interval_ms (600000 keeps health checks out of the count).
 #   LIMITED=1 gives the tenant requests_per_second = 1 and burst = 1, so
 #   nearly every request is refused with 429: what a refusal costs.
+#   PROTO=h2 sends HTTP/2 with prior knowledge through h2load instead: one
+#   connection with CONNS concurrent streams, CONNS x ROUNDS requests counted.
 #   Prints "label repeat instructions/request instructions-less-software-SHA-256";
 #   callgrind dumps are kept in OUT (default: a temporary directory).
 set -euo pipefail
@@ -59,8 +61,19 @@ for rep in $(seq "$REPEATS"); do
     [[ -n $ok ]] || { echo "gateway $label did not start" >&2; cat "$d/log" >&2; exit 1; }
     # The connections open and warm up before the counters are zeroed, and
     # close after the dump: only requests are counted.
-    taskset -c 1 python3 "$HERE/lib/lockstep_client.py" 127.0.0.1 "$GPORT" "$CONNS" "$WARM" "$ROUNDS" "$AUTH" \
-        "callgrind_control -z $gpid" "callgrind_control -d $gpid"
+    if [[ ${PROTO:-h1} == h2 ]]; then
+      # HTTP/2 with prior knowledge: one connection with CONNS streams at once,
+      # warmed up, then CONNS x ROUNDS requests on fresh connections counted
+      # (a connection's set-up is spread over thousands of requests).
+      taskset -c 1 h2load -t1 -c1 -m"$CONNS" -n $((CONNS * WARM)) -H "$AUTH" "http://127.0.0.1:$GPORT/x" >"$d/h2load.warm" 2>&1
+      callgrind_control -z "$gpid" >/dev/null
+      taskset -c 1 h2load -t1 -c1 -m"$CONNS" -n $((CONNS * ROUNDS)) -H "$AUTH" "http://127.0.0.1:$GPORT/x" >"$d/h2load.out" 2>&1
+      grep -q "$((CONNS * ROUNDS)) succeeded" "$d/h2load.out" || { echo "h2load against $label failed:" >&2; cat "$d/h2load.out" >&2; exit 1; }
+      callgrind_control -d "$gpid" >/dev/null
+    else
+      taskset -c 1 python3 "$HERE/lib/lockstep_client.py" 127.0.0.1 "$GPORT" "$CONNS" "$WARM" "$ROUNDS" "$AUTH" \
+          "callgrind_control -z $gpid" "callgrind_control -d $gpid"
+    fi
     dump=$(ls -t "$prof".* | head -1)
     total=$(awk '/^totals:/ { print $2 }' "$dump")
     n=$((CONNS * ROUNDS))
