@@ -354,6 +354,29 @@ impl Suspects {
         Begun::Probe
     }
 
+    /// The members `tenant` has struck (a suspect's, or its strikes that
+    /// count at `now`), by shard id; `None`, without the lock, when it has
+    /// no entry.
+    pub fn struck(&self, tenant: &str, now: Instant) -> Option<Vec<String>> {
+        if !self.listed(tenant) {
+            return None;
+        }
+        let tenants = self.lock();
+        let entry = tenants.get(tenant)?;
+        let mut struck: Vec<String> = Vec::new();
+        let suspect = entry.suspect.as_ref().filter(|suspect| suspect.until > now);
+        let strikes = entry.strikes.iter().filter(|strike| strike.until > now);
+        let shards = suspect
+            .into_iter()
+            .flat_map(|suspect| suspect.shards.iter());
+        for shard in shards.chain(strikes.map(|strike| &strike.shard)) {
+            if !struck.contains(shard) {
+                struck.push(shard.clone());
+            }
+        }
+        Some(struck)
+    }
+
     /// Ends a probe [`Suspects::begin`] started.
     pub fn end(&self, tenant: &str, shard: &str, now: Instant) {
         let mut tenants = self.lock();
