@@ -675,3 +675,215 @@ async fn a_tenant_timing_out_on_shards_another_tenant_hangs_is_not_made_suspect(
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     }
 }
+
+// ---------------------------------------------------------------------------
+// Poison sent at once from cold (`routing.poison_spread`).
+
+/// A shard that holds every poison request until `crash` is sent, then
+/// drops its connection unanswered (a crash, as the gateway sees it; the
+/// shard itself stays up), and answers anything else at once. Counts the
+/// poison requests it holds now and has ever received.
+struct PoisonHoldingShard {
+    addr: std::net::SocketAddr,
+    held: Arc<AtomicUsize>,
+    poisoned: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PoisonHoldingShard {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PoisonHoldingShard {
+    async fn start(crash: watch::Receiver<bool>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = Arc::new(AtomicUsize::new(0));
+        let poisoned = Arc::new(AtomicUsize::new(0));
+        let (h, p) = (Arc::clone(&held), Arc::clone(&poisoned));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (held, poisoned, crash) = (Arc::clone(&h), Arc::clone(&p), crash.clone());
+                tokio::spawn(Self::serve(stream, held, poisoned, crash));
+            }
+        });
+        Self {
+            addr,
+            held,
+            poisoned,
+            task,
+        }
+    }
+
+    /// One connection: request heads (the test sends no bodies) answered
+    /// one after another until a poison one.
+    async fn serve(
+        mut stream: tokio::net::TcpStream,
+        held: Arc<AtomicUsize>,
+        poisoned: Arc<AtomicUsize>,
+        mut crash: watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buffer = Vec::new();
+        loop {
+            let end = loop {
+                if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break end + 4;
+                }
+                let mut chunk = [0_u8; 4096];
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+            buffer.drain(..end);
+            if head.contains(&format!("\r\n{POISON_HEADER}:")) {
+                poisoned.fetch_add(1, Ordering::SeqCst);
+                held.fetch_add(1, Ordering::SeqCst);
+                let _ = crash.wait_for(|crashed| *crashed).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                // Dropped unanswered.
+                return;
+            }
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nserved";
+            if stream.write_all(answer).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Eight holding shards, k = 4, `poison_after = 2` spread as `spread`;
+/// per-try timeouts long enough that held requests only end by a crash.
+async fn holding_fleet(
+    spread: &str,
+    crash: &watch::Receiver<bool>,
+) -> (Fixture, Vec<PoisonHoldingShard>) {
+    let mut shards = Vec::new();
+    for _ in 0..8 {
+        shards.push(PoisonHoldingShard::start(crash.clone()).await);
+    }
+    let fixture = Fixture::start(Options {
+        shards: 0,
+        tenants: 20,
+        k: 4,
+        custom_shards: shards
+            .iter()
+            .enumerate()
+            .map(|(i, shard)| (format!("p{i}"), format!("http://{}", shard.addr)))
+            .collect(),
+        routing: format!(
+            "poison_after = 2\npoison_spread = \"{spread}\"\nquarantine_seconds = 600\n\
+             per_try_timeout_ms = 30000\nrequest_timeout_ms = 60000\n"
+        ),
+        // Crashes must not eject members out of the way of the count.
+        outlier: "consecutive_failures = 1000000\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    (fixture, shards)
+}
+
+/// The shards (by id) that have received a poison request.
+fn reached_by_poison(shards: &[PoisonHoldingShard]) -> BTreeSet<String> {
+    shards
+        .iter()
+        .enumerate()
+        .filter(|(_, shard)| shard.poisoned.load(Ordering::SeqCst) > 0)
+        .map(|(i, _)| format!("p{i}"))
+        .collect()
+}
+
+/// Poison requests held by `shards` now.
+fn poison_held(shards: &[PoisonHoldingShard]) -> usize {
+    shards
+        .iter()
+        .map(|shard| shard.held.load(Ordering::SeqCst))
+        .sum()
+}
+
+/// `count` poison requests of `tenant` released together: their handles.
+fn poison_burst(
+    fixture: &Arc<Fixture>,
+    tenant: &str,
+    count: usize,
+) -> Vec<tokio::task::JoinHandle<StatusCode>> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(count));
+    (0..count)
+        .map(|_| {
+            let (fixture, tenant, barrier) =
+                (Arc::clone(fixture), tenant.to_owned(), Arc::clone(&barrier));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                poison(&fixture, &tenant).await
+            })
+        })
+        .collect()
+}
+
+/// The burst of eight poison requests of a k = 4 tenant, released at once
+/// and held by the shards until all eight are in (so every one of them
+/// has chosen its member before any fails): the shards it reached, and
+/// the burst's statuses, while every other tenant is served.
+async fn cold_burst(spread: &str) -> (BTreeSet<String>, Vec<StatusCode>) {
+    let (crash, crashes) = watch::channel(false);
+    let (fixture, shards) = holding_fleet(spread, &crashes).await;
+    let fixture = Arc::new(fixture);
+    let poisoner = fixture.tenants[0].0.clone();
+    let subset: BTreeSet<String> = fixture.subset_ids(&poisoner).into_iter().collect();
+    let others: Vec<String> = fixture.tenants[1..]
+        .iter()
+        .map(|(id, _)| id.clone())
+        .filter(|id| !fixture.subset_ids(id).iter().all(|s| subset.contains(s)))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = background_load(&fixture, &others, &stop);
+
+    let burst = poison_burst(&fixture, &poisoner, 8);
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 8).await,
+        "all eight poison requests reach a shard (held {})",
+        poison_held(&shards)
+    );
+    let reached = reached_by_poison(&shards);
+    assert!(reached.is_subset(&subset), "{reached:?} of {subset:?}");
+    crash.send(true).unwrap();
+    let mut statuses = Vec::new();
+    for request in burst {
+        statuses.push(request.await.unwrap());
+    }
+    for status in &statuses {
+        assert!(status.is_server_error(), "{statuses:?}");
+    }
+    no_other_tenant_erred(&stop, load, others.len()).await;
+    // Failover after the crash reached no member more than the burst's:
+    // whatever the spread, the strikes hold the tenant then.
+    (reached_by_poison(&shards), statuses)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_burst_of_poison_crashes_at_most_poison_after_members_when_contained() {
+    let (crashed, statuses) = cold_burst("contained").await;
+    assert!(
+        !crashed.is_empty() && crashed.len() <= 2,
+        "8 poison requests at once, before any failed, reached {crashed:?} (statuses {statuses:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_burst_of_poison_reaches_more_than_poison_after_members_when_free() {
+    // The control: without the cap before a strike, the burst spreads over
+    // the subset, so the contained test above can fail.
+    let (crashed, statuses) = cold_burst("free").await;
+    assert!(
+        crashed.len() > 2,
+        "8 poison requests at once reached only {crashed:?} (statuses {statuses:?})"
+    );
+}

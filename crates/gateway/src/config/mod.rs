@@ -677,7 +677,8 @@ struct RawRouting {
     grpc_idempotent_methods: Option<Vec<String>>,
     retry_on_grpc_status: Option<Vec<GrpcStatusSetting>>,
     poison_after: Option<u32>,
-    poison_spread: Option<String>,
+    /// Any value, so that a number or a table is refused naming the key.
+    poison_spread: Option<toml::Value>,
     quarantine_seconds: Option<u64>,
 }
 
@@ -1300,7 +1301,7 @@ fn routing_settings(r: RawRouting) -> Result<RoutingSettings, KeyProblem> {
         // Two: one crash may be the shard's own bad luck; a second member
         // failing the same request the same way points at the request.
         poison_after: within("routing.poison_after", r.poison_after.unwrap_or(2), 0..=64)?,
-        poison_spread: poison_spread(r.poison_spread.as_deref())?,
+        poison_spread: poison_spread(r.poison_spread.as_ref())?,
         quarantine: Duration::from_secs(within(
             "routing.quarantine_seconds",
             r.quarantine_seconds.unwrap_or(60),
@@ -1310,14 +1311,21 @@ fn routing_settings(r: RawRouting) -> Result<RoutingSettings, KeyProblem> {
 }
 
 /// `routing.poison_spread`: `"contained"` (the default) or `"free"`.
-fn poison_spread(written: Option<&str>) -> Result<PoisonSpread, KeyProblem> {
-    match written {
-        None | Some("contained") => Ok(PoisonSpread::Contained),
-        Some("free") => Ok(PoisonSpread::Free),
-        Some(other) => Err((
+fn poison_spread(written: Option<&toml::Value>) -> Result<PoisonSpread, KeyProblem> {
+    match written.map(|value| value.as_str().ok_or(value)) {
+        None | Some(Ok("contained")) => Ok(PoisonSpread::Contained),
+        Some(Ok("free")) => Ok(PoisonSpread::Free),
+        Some(Ok(other)) => Err((
             "routing.poison_spread",
             format!(
                 "{other:?} is not a spread; use \"contained\" (a tenant's requests in flight use at most routing.poison_after members) or \"free\" (only after a strike)"
+            ),
+        )),
+        Some(Err(other)) => Err((
+            "routing.poison_spread",
+            format!(
+                "a {} is not a spread; use the string \"contained\" or \"free\"",
+                other.type_str()
             ),
         )),
     }
