@@ -681,12 +681,15 @@ async fn a_tenant_timing_out_on_shards_another_tenant_hangs_is_not_made_suspect(
 
 /// A shard that holds every poison request until `crash` is sent, then
 /// drops its connection unanswered (a crash, as the gateway sees it; the
-/// shard itself stays up), and answers anything else at once. Counts the
-/// poison requests it holds now and has ever received.
+/// shard itself stays up); holds `GET /hold` until then too and answers
+/// it; answers anything else at once. Counts the requests it holds now,
+/// the poison ones it has ever received, and the held plain ones it
+/// answered.
 struct PoisonHoldingShard {
     addr: std::net::SocketAddr,
     held: Arc<AtomicUsize>,
     poisoned: Arc<AtomicUsize>,
+    plain: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -702,20 +705,22 @@ impl PoisonHoldingShard {
         let addr = listener.local_addr().unwrap();
         let held = Arc::new(AtomicUsize::new(0));
         let poisoned = Arc::new(AtomicUsize::new(0));
-        let (h, p) = (Arc::clone(&held), Arc::clone(&poisoned));
+        let plain = Arc::new(AtomicUsize::new(0));
+        let counts = [Arc::clone(&held), Arc::clone(&poisoned), Arc::clone(&plain)];
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let (held, poisoned, crash) = (Arc::clone(&h), Arc::clone(&p), crash.clone());
-                tokio::spawn(Self::serve(stream, held, poisoned, crash));
+                let counts = counts.clone();
+                tokio::spawn(Self::serve(stream, counts, crash.clone()));
             }
         });
         Self {
             addr,
             held,
             poisoned,
+            plain,
             task,
         }
     }
@@ -724,8 +729,7 @@ impl PoisonHoldingShard {
     /// one after another until a poison one.
     async fn serve(
         mut stream: tokio::net::TcpStream,
-        held: Arc<AtomicUsize>,
-        poisoned: Arc<AtomicUsize>,
+        [held, poisoned, plain]: [Arc<AtomicUsize>; 3],
         mut crash: watch::Receiver<bool>,
     ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -750,6 +754,13 @@ impl PoisonHoldingShard {
                 held.fetch_sub(1, Ordering::SeqCst);
                 // Dropped unanswered.
                 return;
+            }
+            if head.starts_with("get /hold ") {
+                // A plain request held like the poison, then answered.
+                held.fetch_add(1, Ordering::SeqCst);
+                let _ = crash.wait_for(|crashed| *crashed).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                plain.fetch_add(1, Ordering::SeqCst);
             }
             let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nserved";
             if stream.write_all(answer).await.is_err() {
@@ -885,5 +896,98 @@ async fn a_cold_burst_of_poison_reaches_more_than_poison_after_members_when_free
     assert!(
         crashed.len() > 2,
         "8 poison requests at once reached only {crashed:?} (statuses {statuses:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_burst_of_plain_requests_is_served_by_poison_after_members_when_contained() {
+    let (release, released) = watch::channel(false);
+    let (fixture, shards) = holding_fleet("contained", &released).await;
+    let fixture = Arc::new(fixture);
+    let tenant = fixture.tenants[0].0.clone();
+    let burst: Vec<_> = (0..16)
+        .map(|_| {
+            let (fixture, tenant) = (Arc::clone(&fixture), tenant.clone());
+            tokio::spawn(async move { fixture.get(&tenant, "/hold").await })
+        })
+        .collect();
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 16).await,
+        "all sixteen reach a shard (held {})",
+        poison_held(&shards)
+    );
+    // Concentrated on two of its four members, none refused for it.
+    let holding: Vec<usize> = shards
+        .iter()
+        .map(|shard| shard.held.load(Ordering::SeqCst))
+        .filter(|&held| held > 0)
+        .collect();
+    assert!(
+        !holding.is_empty() && holding.len() <= 2,
+        "16 requests at once were held by {holding:?}"
+    );
+    release.send(true).unwrap();
+    for request in burst {
+        let (status, body) = request.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    }
+    let answered: usize = shards
+        .iter()
+        .map(|shard| shard.plain.load(Ordering::SeqCst))
+        .sum();
+    assert_eq!(answered, 16, "each was sent once");
+    // Once they ended, nothing of the tenant is left in flight.
+    assert!(fixture.running.gateway.spread.in_flight(&tenant).is_empty());
+    // Nobody was made suspect.
+    assert!(listed_suspect(&fixture, &tenant).await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_keeps_the_tenant_keeps_the_members_its_burst_is_on() {
+    let (crash, crashes) = watch::channel(false);
+    let (fixture, shards) = holding_fleet("contained", &crashes).await;
+    let fixture = Arc::new(fixture);
+    let poisoner = fixture.tenants[0].0.clone();
+    let first = poison_burst(&fixture, &poisoner, 4);
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 4).await,
+        "the first four reach a shard"
+    );
+    let before = reached_by_poison(&shards);
+
+    // A reload that changes something and keeps every tenant.
+    let path = fixture.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("quarantine_seconds = 600"), "{text}");
+    std::fs::write(
+        &path,
+        text.replace("quarantine_seconds = 600", "quarantine_seconds = 599"),
+    )
+    .unwrap();
+    let old = fixture.running.gateway.snapshot();
+    fixture.running.gateway.reload(false).unwrap();
+    let new = fixture.running.gateway.snapshot();
+    assert!(!Arc::ptr_eq(&old, &new));
+    assert_eq!(new.config.routing().quarantine, Duration::from_secs(599));
+
+    // Four more, after it: they join the members the first four are on.
+    let second = poison_burst(&fixture, &poisoner, 4);
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 8).await,
+        "the next four reach a shard"
+    );
+    let reached = reached_by_poison(&shards);
+    assert!(
+        reached.len() <= 2 && before.is_subset(&reached),
+        "before the reload {before:?}, after it {reached:?}"
+    );
+    crash.send(true).unwrap();
+    for request in first.into_iter().chain(second) {
+        assert!(request.await.unwrap().is_server_error());
+    }
+    assert_eq!(
+        reached_by_poison(&shards),
+        reached,
+        "no member more after the crash"
     );
 }
