@@ -991,3 +991,47 @@ async fn a_reload_that_keeps_the_tenant_keeps_the_members_its_burst_is_on() {
         "no member more after the crash"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_cannot_join_the_members_its_tenant_is_on_gets_503_saying_why() {
+    let (release, released) = watch::channel(false);
+    let (fixture, shards) = holding_fleet("contained", &released).await;
+    let fixture = Arc::new(fixture);
+    let tenant = fixture.tenants[0].0.clone();
+    let held: Vec<_> = (0..4)
+        .map(|_| {
+            let (fixture, tenant) = (Arc::clone(&fixture), tenant.clone());
+            tokio::spawn(async move { fixture.get(&tenant, "/hold").await })
+        })
+        .collect();
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 4).await,
+        "all four reach a shard"
+    );
+    let on: Vec<String> = shards
+        .iter()
+        .enumerate()
+        .filter(|(_, shard)| shard.held.load(Ordering::SeqCst) > 0)
+        .map(|(i, _)| format!("p{i}"))
+        .collect();
+    assert!(on.len() <= 2, "held by {on:?}");
+    // The members it is on leave rotation; its other members are up.
+    for id in &on {
+        let (status, _, body) = fixture
+            .admin("POST", &format!("/admin/shards/{id}/fail"), Some(TOKEN))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body:?}");
+    }
+    let (status, headers, body) = fixture.send(Some(&tenant), "GET", "/plain", &[], b"").await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("routing.poison_after"), "{body}");
+    assert!(headers.contains_key("retry-after"));
+
+    release.send(true).unwrap();
+    for request in held {
+        assert_eq!(request.await.unwrap().0, StatusCode::OK);
+    }
+    // Once they ended, its members still up serve it.
+    assert_eq!(fixture.get(&tenant, "/plain").await.0, StatusCode::OK);
+}

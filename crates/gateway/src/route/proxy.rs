@@ -545,6 +545,7 @@ async fn route(
         caps: snapshot.caps[cell].as_deref(),
         containment: None,
         shed: false,
+        spread_full: false,
         logged_tried,
     };
     while let Some(member) = attempts.member() {
@@ -909,6 +910,10 @@ struct Attempts<'a> {
     containment: Option<Box<Containment>>,
     /// Every member left was at its in-flight cap.
     shed: bool,
+    /// The tenant's attempts in flight were on `routing.poison_after`
+    /// members, none of which this request could use
+    /// (`routing.poison_spread = "contained"`).
+    spread_full: bool,
     /// Where the access log notes the shards tried, when it is on.
     logged_tried: Option<&'a mut SmallVec<[ShardIndex; 8]>>,
 }
@@ -1047,6 +1052,7 @@ impl<'a> Attempts<'a> {
                 Pick::Spill(index) => (index, true),
                 Pick::Exhausted => {
                     self.shed |= choice.full;
+                    self.spread_full |= reached.is_some();
                     return None;
                 }
             };
@@ -1059,7 +1065,10 @@ impl<'a> Attempts<'a> {
                         races += 1;
                         reached = Some(self.among(&full.reached));
                     }
-                    Err(_) => return None,
+                    Err(_) => {
+                        self.spread_full = true;
+                        return None;
+                    }
                 }
                 continue;
             }
@@ -1574,6 +1583,8 @@ impl<'a> Attempts<'a> {
                     .is_some_and(|containment| containment.suspect)
                 {
                     "this tenant is quarantined after its requests crashed shards, and the shards it may use now are unavailable; retry later"
+                } else if self.spread_full {
+                    "this tenant's requests in flight already use routing.poison_after shards of its subset and none of those could take this one; retry after the time in Retry-After, or ask the operator about routing.poison_spread"
                 } else {
                     "no healthy shard is available for this tenant"
                 };
