@@ -39,11 +39,14 @@ const TABLES: usize = 64;
 /// One tenant's members in flight, each with its attempts.
 type Flights = SmallVec<[(usize, u32); 4]>;
 
+/// One table's tenants, by tenant hash.
+type Table = HashMap<u64, Flights, BuildHasherDefault<Prehashed>>;
+
 /// Every tenant with an attempt in flight, by tenant hash.
 #[derive(Debug)]
 pub struct Spread {
     hasher: RandomState,
-    tables: Box<[Mutex<HashMap<u64, Flights, BuildHasherDefault<Prehashed>>>]>,
+    tables: Box<[Mutex<Table>]>,
 }
 
 /// A hasher for keys that are hashes already.
@@ -193,8 +196,9 @@ impl Spread {
         &self,
         tenant: u64,
     ) -> MutexGuard<'_, HashMap<u64, Flights, BuildHasherDefault<Prehashed>>> {
-        // The low bits pick the table; the map hashes the whole key.
-        self.tables[(tenant as usize) & (TABLES - 1)]
+        // Middle bits pick the table: the map inside uses the low bits
+        // (its bucket) and the top seven (its tags) of the same key.
+        self.tables[((tenant >> 32) as usize) & (TABLES - 1)]
             .lock()
             // Nothing panics while holding a lock; a poisoned one holds a
             // consistent map all the same.
