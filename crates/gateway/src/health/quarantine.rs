@@ -10,7 +10,10 @@
 //! `poison_after` members of their own: once a tenant has a strike, the
 //! members it may reach are those it struck plus those a request of it is
 //! already waiting on, and only while they number fewer than
-//! `poison_after` may a new one be tried. A strike counts for
+//! `poison_after` may a new one be tried (with `routing.poison_spread =
+//! "contained"`, [`super::spread`] holds every tenant to that before any
+//! strike too, counting the members [`Suspects::struck`] names, and no
+//! probes are kept here). A strike counts for
 //! `routing.request_timeout` (the longest any request that was in flight
 //! with the one that struck can last), and a request that was answered
 //! after striking takes its strikes back: what a member answered was not
