@@ -990,6 +990,27 @@ async fn a_reload_that_keeps_the_tenant_keeps_the_members_its_burst_is_on() {
         reached,
         "no member more after the crash"
     );
+
+    // A reload with a spread that is not one is refused by its key, and
+    // the gateway keeps what it had.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("poison_spread = \"contained\"", "poison_spread = \"loose\""),
+    )
+    .unwrap();
+    let error = fixture
+        .running
+        .gateway
+        .reload(false)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("routing.poison_spread"), "{error}");
+    assert!(
+        error.contains("\"contained\" (a tenant's requests"),
+        "{error}"
+    );
+    assert!(Arc::ptr_eq(&new, &fixture.running.gateway.snapshot()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
