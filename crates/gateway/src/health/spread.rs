@@ -127,6 +127,9 @@ impl Spread {
         cap: usize,
         struck: impl FnOnce() -> Option<Members>,
     ) -> Result<Flight<'_>, Full> {
+        // At 0 containment is off and nothing comes here; an entry made for
+        // a cap of 0 would never be removed.
+        debug_assert!(cap > 0, "a spread cap of 0");
         let mut before = Members::new();
         let known = {
             let mut table = self.table(tenant);
