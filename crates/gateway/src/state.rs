@@ -462,6 +462,10 @@ pub struct Gateway {
     pub shard_windows: crate::ops::window::ShardWindows,
     /// Tenants quarantined by poison containment; they survive reloads.
     pub suspects: crate::health::quarantine::Suspects,
+    /// Each tenant's attempts in flight by member, for poison containment
+    /// before any strike (`routing.poison_spread`); keyed by tenant id, so
+    /// they survive reloads.
+    pub spread: crate::health::spread::Spread,
     /// Bumped by every reload that took effect, so that what schedules
     /// itself by the configuration (the health checkers) looks again at
     /// once instead of after its old interval.
@@ -488,6 +492,7 @@ impl Gateway {
             tenant_windows: crate::ops::window::Windows::new(window, Instant::now()),
             shard_windows: crate::ops::window::ShardWindows::new(window, Instant::now()),
             suspects: crate::health::quarantine::Suspects::new(),
+            spread: crate::health::spread::Spread::new(),
             reloads: tokio::sync::watch::Sender::new(0),
             ejecting: Mutex::new(()),
         })

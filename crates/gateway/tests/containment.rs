@@ -675,3 +675,384 @@ async fn a_tenant_timing_out_on_shards_another_tenant_hangs_is_not_made_suspect(
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     }
 }
+
+// ---------------------------------------------------------------------------
+// Poison sent at once from cold (`routing.poison_spread`).
+
+/// A shard that holds every poison request until `crash` is sent, then
+/// drops its connection unanswered (a crash, as the gateway sees it; the
+/// shard itself stays up); holds `GET /hold` until then too and answers
+/// it; answers anything else at once. Counts the requests it holds now,
+/// the poison ones it has ever received, and the held plain ones it
+/// answered.
+struct PoisonHoldingShard {
+    addr: std::net::SocketAddr,
+    held: Arc<AtomicUsize>,
+    poisoned: Arc<AtomicUsize>,
+    plain: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PoisonHoldingShard {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PoisonHoldingShard {
+    async fn start(crash: watch::Receiver<bool>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = Arc::new(AtomicUsize::new(0));
+        let poisoned = Arc::new(AtomicUsize::new(0));
+        let plain = Arc::new(AtomicUsize::new(0));
+        let counts = [Arc::clone(&held), Arc::clone(&poisoned), Arc::clone(&plain)];
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let counts = counts.clone();
+                tokio::spawn(Self::serve(stream, counts, crash.clone()));
+            }
+        });
+        Self {
+            addr,
+            held,
+            poisoned,
+            plain,
+            task,
+        }
+    }
+
+    /// One connection: request heads (the test sends no bodies) answered
+    /// one after another until a poison one.
+    async fn serve(
+        mut stream: tokio::net::TcpStream,
+        [held, poisoned, plain]: [Arc<AtomicUsize>; 3],
+        mut crash: watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buffer = Vec::new();
+        loop {
+            let end = loop {
+                if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break end + 4;
+                }
+                let mut chunk = [0_u8; 4096];
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+            buffer.drain(..end);
+            if head.contains(&format!("\r\n{POISON_HEADER}:")) {
+                poisoned.fetch_add(1, Ordering::SeqCst);
+                held.fetch_add(1, Ordering::SeqCst);
+                let _ = crash.wait_for(|crashed| *crashed).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                // Dropped unanswered.
+                return;
+            }
+            if head.starts_with("get /hold ") {
+                // A plain request held like the poison, then answered.
+                held.fetch_add(1, Ordering::SeqCst);
+                let _ = crash.wait_for(|crashed| *crashed).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                plain.fetch_add(1, Ordering::SeqCst);
+            }
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nserved";
+            if stream.write_all(answer).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Eight holding shards, k = 4, `poison_after = 2` spread as `spread`;
+/// per-try timeouts long enough that held requests only end by a crash.
+async fn holding_fleet(
+    spread: &str,
+    crash: &watch::Receiver<bool>,
+) -> (Fixture, Vec<PoisonHoldingShard>) {
+    let mut shards = Vec::new();
+    for _ in 0..8 {
+        shards.push(PoisonHoldingShard::start(crash.clone()).await);
+    }
+    let fixture = Fixture::start(Options {
+        shards: 0,
+        tenants: 20,
+        k: 4,
+        custom_shards: shards
+            .iter()
+            .enumerate()
+            .map(|(i, shard)| (format!("p{i}"), format!("http://{}", shard.addr)))
+            .collect(),
+        routing: format!(
+            "poison_after = 2\npoison_spread = \"{spread}\"\nquarantine_seconds = 600\n\
+             per_try_timeout_ms = 30000\nrequest_timeout_ms = 60000\n"
+        ),
+        // Crashes must not eject members out of the way of the count.
+        outlier: "consecutive_failures = 1000000\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    (fixture, shards)
+}
+
+/// The shards (by id) that have received a poison request.
+fn reached_by_poison(shards: &[PoisonHoldingShard]) -> BTreeSet<String> {
+    shards
+        .iter()
+        .enumerate()
+        .filter(|(_, shard)| shard.poisoned.load(Ordering::SeqCst) > 0)
+        .map(|(i, _)| format!("p{i}"))
+        .collect()
+}
+
+/// Poison requests held by `shards` now.
+fn poison_held(shards: &[PoisonHoldingShard]) -> usize {
+    shards
+        .iter()
+        .map(|shard| shard.held.load(Ordering::SeqCst))
+        .sum()
+}
+
+/// `count` poison requests of `tenant` released together: their handles.
+fn poison_burst(
+    fixture: &Arc<Fixture>,
+    tenant: &str,
+    count: usize,
+) -> Vec<tokio::task::JoinHandle<StatusCode>> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(count));
+    (0..count)
+        .map(|_| {
+            let (fixture, tenant, barrier) =
+                (Arc::clone(fixture), tenant.to_owned(), Arc::clone(&barrier));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                poison(&fixture, &tenant).await
+            })
+        })
+        .collect()
+}
+
+/// The burst of eight poison requests of a k = 4 tenant, released at once
+/// and held by the shards until all eight are in (so every one of them
+/// has chosen its member before any fails): the shards it reached, and
+/// the burst's statuses, while every other tenant is served.
+async fn cold_burst(spread: &str) -> (BTreeSet<String>, Vec<StatusCode>) {
+    let (crash, crashes) = watch::channel(false);
+    let (fixture, shards) = holding_fleet(spread, &crashes).await;
+    let fixture = Arc::new(fixture);
+    let poisoner = fixture.tenants[0].0.clone();
+    let subset: BTreeSet<String> = fixture.subset_ids(&poisoner).into_iter().collect();
+    let others: Vec<String> = fixture.tenants[1..]
+        .iter()
+        .map(|(id, _)| id.clone())
+        .filter(|id| !fixture.subset_ids(id).iter().all(|s| subset.contains(s)))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = background_load(&fixture, &others, &stop);
+
+    let burst = poison_burst(&fixture, &poisoner, 8);
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 8).await,
+        "all eight poison requests reach a shard (held {})",
+        poison_held(&shards)
+    );
+    let reached = reached_by_poison(&shards);
+    assert!(reached.is_subset(&subset), "{reached:?} of {subset:?}");
+    crash.send(true).unwrap();
+    let mut statuses = Vec::new();
+    for request in burst {
+        statuses.push(request.await.unwrap());
+    }
+    for status in &statuses {
+        assert!(status.is_server_error(), "{statuses:?}");
+    }
+    no_other_tenant_erred(&stop, load, others.len()).await;
+    // Failover after the crash reached no member more than the burst's:
+    // whatever the spread, the strikes hold the tenant then.
+    (reached_by_poison(&shards), statuses)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_burst_of_poison_crashes_at_most_poison_after_members_when_contained() {
+    let (crashed, statuses) = cold_burst("contained").await;
+    assert!(
+        !crashed.is_empty() && crashed.len() <= 2,
+        "8 poison requests at once, before any failed, reached {crashed:?} (statuses {statuses:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_burst_of_poison_reaches_more_than_poison_after_members_when_free() {
+    // The control: without the cap before a strike, the burst spreads over
+    // the subset, so the contained test above can fail.
+    let (crashed, statuses) = cold_burst("free").await;
+    assert!(
+        crashed.len() > 2,
+        "8 poison requests at once reached only {crashed:?} (statuses {statuses:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_burst_of_plain_requests_is_served_by_poison_after_members_when_contained() {
+    let (release, released) = watch::channel(false);
+    let (fixture, shards) = holding_fleet("contained", &released).await;
+    let fixture = Arc::new(fixture);
+    let tenant = fixture.tenants[0].0.clone();
+    let burst: Vec<_> = (0..16)
+        .map(|_| {
+            let (fixture, tenant) = (Arc::clone(&fixture), tenant.clone());
+            tokio::spawn(async move { fixture.get(&tenant, "/hold").await })
+        })
+        .collect();
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 16).await,
+        "all sixteen reach a shard (held {})",
+        poison_held(&shards)
+    );
+    // Concentrated on two of its four members, none refused for it.
+    let holding: Vec<usize> = shards
+        .iter()
+        .map(|shard| shard.held.load(Ordering::SeqCst))
+        .filter(|&held| held > 0)
+        .collect();
+    assert!(
+        !holding.is_empty() && holding.len() <= 2,
+        "16 requests at once were held by {holding:?}"
+    );
+    release.send(true).unwrap();
+    for request in burst {
+        let (status, body) = request.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    }
+    let answered: usize = shards
+        .iter()
+        .map(|shard| shard.plain.load(Ordering::SeqCst))
+        .sum();
+    assert_eq!(answered, 16, "each was sent once");
+    // Once they ended, nothing of the tenant is left in flight.
+    assert!(fixture.running.gateway.spread.in_flight(&tenant).is_empty());
+    // Nobody was made suspect.
+    assert!(listed_suspect(&fixture, &tenant).await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_keeps_the_tenant_keeps_the_members_its_burst_is_on() {
+    let (crash, crashes) = watch::channel(false);
+    let (fixture, shards) = holding_fleet("contained", &crashes).await;
+    let fixture = Arc::new(fixture);
+    let poisoner = fixture.tenants[0].0.clone();
+    let first = poison_burst(&fixture, &poisoner, 4);
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 4).await,
+        "the first four reach a shard"
+    );
+    let before = reached_by_poison(&shards);
+
+    // A reload that changes something and keeps every tenant.
+    let path = fixture.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("quarantine_seconds = 600"), "{text}");
+    std::fs::write(
+        &path,
+        text.replace("quarantine_seconds = 600", "quarantine_seconds = 599"),
+    )
+    .unwrap();
+    let old = fixture.running.gateway.snapshot();
+    fixture.running.gateway.reload(false).unwrap();
+    let new = fixture.running.gateway.snapshot();
+    assert!(!Arc::ptr_eq(&old, &new));
+    assert_eq!(new.config.routing().quarantine, Duration::from_secs(599));
+
+    // Four more, after it: they join the members the first four are on.
+    let second = poison_burst(&fixture, &poisoner, 4);
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 8).await,
+        "the next four reach a shard"
+    );
+    let reached = reached_by_poison(&shards);
+    assert!(
+        reached.len() <= 2 && before.is_subset(&reached),
+        "before the reload {before:?}, after it {reached:?}"
+    );
+    crash.send(true).unwrap();
+    for request in first.into_iter().chain(second) {
+        assert!(request.await.unwrap().is_server_error());
+    }
+    assert_eq!(
+        reached_by_poison(&shards),
+        reached,
+        "no member more after the crash"
+    );
+
+    // A reload with a spread that is not one is refused by its key, and
+    // the gateway keeps what it had.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("poison_spread = \"contained\"", "poison_spread = \"loose\""),
+    )
+    .unwrap();
+    let error = fixture
+        .running
+        .gateway
+        .reload(false)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("routing.poison_spread"), "{error}");
+    assert!(
+        error.contains("\"contained\" (a tenant's requests"),
+        "{error}"
+    );
+    assert!(Arc::ptr_eq(&new, &fixture.running.gateway.snapshot()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_cannot_join_the_members_its_tenant_is_on_gets_503_saying_why() {
+    let (release, released) = watch::channel(false);
+    let (fixture, shards) = holding_fleet("contained", &released).await;
+    let fixture = Arc::new(fixture);
+    let tenant = fixture.tenants[0].0.clone();
+    let held: Vec<_> = (0..4)
+        .map(|_| {
+            let (fixture, tenant) = (Arc::clone(&fixture), tenant.clone());
+            tokio::spawn(async move { fixture.get(&tenant, "/hold").await })
+        })
+        .collect();
+    assert!(
+        eventually(DEADLINE, || poison_held(&shards) == 4).await,
+        "all four reach a shard"
+    );
+    let on: Vec<String> = shards
+        .iter()
+        .enumerate()
+        .filter(|(_, shard)| shard.held.load(Ordering::SeqCst) > 0)
+        .map(|(i, _)| format!("p{i}"))
+        .collect();
+    assert!(on.len() <= 2, "held by {on:?}");
+    // The members it is on leave rotation; its other members are up.
+    for id in &on {
+        let (status, _, body) = fixture
+            .admin("POST", &format!("/admin/shards/{id}/fail"), Some(TOKEN))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body:?}");
+    }
+    let (status, headers, body) = fixture.send(Some(&tenant), "GET", "/plain", &[], b"").await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("routing.poison_after"), "{body}");
+    assert!(headers.contains_key("retry-after"));
+
+    release.send(true).unwrap();
+    for request in held {
+        assert_eq!(request.await.unwrap().0, StatusCode::OK);
+    }
+    // Once they ended, its members still up serve it.
+    assert_eq!(fixture.get(&tenant, "/plain").await.0, StatusCode::OK);
+}

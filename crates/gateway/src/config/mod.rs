@@ -69,6 +69,19 @@ pub enum Exhausted {
     Spill,
 }
 
+/// How a tenant's concurrent attempts may spread over its subset
+/// (`routing.poison_spread`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoisonSpread {
+    /// A tenant's attempts in flight at once span at most
+    /// `routing.poison_after` members, struck ones counted, even before
+    /// any of them failed: a burst of poison crashes at most that many.
+    Contained,
+    /// Only a tenant with strikes is held to `routing.poison_after`
+    /// members: a cold burst may reach every member.
+    Free,
+}
+
 /// What the gateway tells a shard about the client's address in
 /// `x-forwarded-for`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -209,6 +222,9 @@ pub struct RoutingSettings {
     /// per-try timeout) on this many distinct members stop a request and
     /// make its tenant suspect (`routing.poison_after`); 0: never.
     pub poison_after: u32,
+    /// Whether the `poison_after` cap holds for every tenant's attempts in
+    /// flight or only once it has a strike (`routing.poison_spread`).
+    pub poison_spread: PoisonSpread,
     /// How long a tenant stays suspect (`routing.quarantine_seconds`).
     pub quarantine: Duration,
 }
@@ -661,6 +677,8 @@ struct RawRouting {
     grpc_idempotent_methods: Option<Vec<String>>,
     retry_on_grpc_status: Option<Vec<GrpcStatusSetting>>,
     poison_after: Option<u32>,
+    /// Any value, so that a number or a table is refused naming the key.
+    poison_spread: Option<toml::Value>,
     quarantine_seconds: Option<u64>,
 }
 
@@ -1283,12 +1301,34 @@ fn routing_settings(r: RawRouting) -> Result<RoutingSettings, KeyProblem> {
         // Two: one crash may be the shard's own bad luck; a second member
         // failing the same request the same way points at the request.
         poison_after: within("routing.poison_after", r.poison_after.unwrap_or(2), 0..=64)?,
+        poison_spread: poison_spread(r.poison_spread.as_ref())?,
         quarantine: Duration::from_secs(within(
             "routing.quarantine_seconds",
             r.quarantine_seconds.unwrap_or(60),
             1..=86_400,
         )?),
     })
+}
+
+/// `routing.poison_spread`: `"contained"` (the default) or `"free"`.
+fn poison_spread(written: Option<&toml::Value>) -> Result<PoisonSpread, KeyProblem> {
+    match written.map(|value| value.as_str().ok_or(value)) {
+        None | Some(Ok("contained")) => Ok(PoisonSpread::Contained),
+        Some(Ok("free")) => Ok(PoisonSpread::Free),
+        Some(Ok(other)) => Err((
+            "routing.poison_spread",
+            format!(
+                "{other:?} is not a spread; use \"contained\" (a tenant's requests in flight use at most routing.poison_after members) or \"free\" (only after a strike)"
+            ),
+        )),
+        Some(Err(other)) => Err((
+            "routing.poison_spread",
+            format!(
+                "a {} is not a spread; use the string \"contained\" or \"free\"",
+                other.type_str()
+            ),
+        )),
+    }
 }
 
 /// `routing.grpc_idempotent_methods`, each entry a method path or a prefix.
@@ -1856,6 +1896,33 @@ mod tests {
             .routing;
         assert_eq!(routing.poison_after, 0);
         assert_eq!(routing.quarantine, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn poison_spread_is_contained_unless_set_free_and_a_bad_one_is_refused_by_its_key() {
+        assert_eq!(
+            load_with("").unwrap().routing.poison_spread,
+            PoisonSpread::Contained
+        );
+        for (written, spread) in [
+            ("contained", PoisonSpread::Contained),
+            ("free", PoisonSpread::Free),
+        ] {
+            let routing = load_with(&format!("[routing]\npoison_spread = \"{written}\""))
+                .unwrap()
+                .routing;
+            assert_eq!(routing.poison_spread, spread);
+        }
+        for bad in ["\"loose\"", "\"Contained\"", "2"] {
+            let error = refused(&format!("[routing]\npoison_spread = {bad}"));
+            assert!(error.contains("routing.poison_spread"), "{error}");
+            assert!(!error.contains('\n'), "one line: {error}");
+        }
+        let error = refused("[routing]\npoison_spread = \"loose\"");
+        assert!(
+            error.contains("\"contained\"") && error.contains("\"free\""),
+            "{error}"
+        );
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub(crate) mod check;
 pub(crate) mod grpc;
 pub mod quarantine;
 pub mod retry_budget;
+pub mod spread;
 
 use std::time::Duration;
 

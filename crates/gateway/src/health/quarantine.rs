@@ -10,7 +10,10 @@
 //! `poison_after` members of their own: once a tenant has a strike, the
 //! members it may reach are those it struck plus those a request of it is
 //! already waiting on, and only while they number fewer than
-//! `poison_after` may a new one be tried. A strike counts for
+//! `poison_after` may a new one be tried (with `routing.poison_spread =
+//! "contained"`, [`super::spread`] holds every tenant to that before any
+//! strike too, counting the members [`Suspects::struck`] names, and no
+//! probes are kept here). A strike counts for
 //! `routing.request_timeout` (the longest any request that was in flight
 //! with the one that struck can last), and a request that was answered
 //! after striking takes its strikes back: what a member answered was not
@@ -352,6 +355,29 @@ impl Suspects {
         }
         entry.probes.push((shard.to_owned(), 1));
         Begun::Probe
+    }
+
+    /// The members `tenant` has struck (a suspect's, or its strikes that
+    /// count at `now`), by shard id; `None`, without the lock, when it has
+    /// no entry.
+    pub fn struck(&self, tenant: &str, now: Instant) -> Option<Vec<String>> {
+        if !self.listed(tenant) {
+            return None;
+        }
+        let tenants = self.lock();
+        let entry = tenants.get(tenant)?;
+        let mut struck: Vec<String> = Vec::new();
+        let suspect = entry.suspect.as_ref().filter(|suspect| suspect.until > now);
+        let strikes = entry.strikes.iter().filter(|strike| strike.until > now);
+        let shards = suspect
+            .into_iter()
+            .flat_map(|suspect| suspect.shards.iter());
+        for shard in shards.chain(strikes.map(|strike| &strike.shard)) {
+            if !struck.contains(shard) {
+                struck.push(shard.clone());
+            }
+        }
+        Some(struck)
     }
 
     /// Ends a probe [`Suspects::begin`] started.

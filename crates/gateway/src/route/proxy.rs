@@ -23,7 +23,10 @@
 //! `routing.poison_after` members is made suspect and the request that got
 //! there stopped (`502`); a suspect tenant is served only by the members it
 //! struck, and fails over only when nothing was sent
-//! ([`crate::health::quarantine`] has the rules).
+//! ([`crate::health::quarantine`] has the rules). With
+//! `routing.poison_spread = "contained"` every tenant's attempts in flight
+//! span at most `routing.poison_after` members, struck ones counted, before
+//! any strike too ([`crate::health::spread`]).
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -40,8 +43,9 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::config::tenants::TenantRecord;
-use crate::config::{AccessLog, GatewayConfig};
+use crate::config::{AccessLog, GatewayConfig, PoisonSpread};
 use crate::health::quarantine::{Begun, Marked, Rules, Struck, Suspects};
+use crate::health::spread::{Flight, Full, Members};
 use crate::limit::{Refusal, TenantLimit};
 use crate::ops::metrics::Metrics;
 use crate::protocol::client_wire::json_error_body;
@@ -541,6 +545,7 @@ async fn route(
         caps: snapshot.caps[cell].as_deref(),
         containment: None,
         shed: false,
+        spread_full: false,
         logged_tried,
     };
     while let Some(member) = attempts.member() {
@@ -905,6 +910,10 @@ struct Attempts<'a> {
     containment: Option<Box<Containment>>,
     /// Every member left was at its in-flight cap.
     shed: bool,
+    /// The tenant's attempts in flight were on `routing.poison_after`
+    /// members, none of which this request could use
+    /// (`routing.poison_spread = "contained"`).
+    spread_full: bool,
     /// Where the access log notes the shards tried, when it is on.
     logged_tried: Option<&'a mut SmallVec<[ShardIndex; 8]>>,
 }
@@ -942,6 +951,21 @@ impl Drop for Probe<'_> {
     }
 }
 
+/// What an attempt holds for poison containment until it ends.
+enum Hold<'a> {
+    /// A probe in the tenant's strikes (`routing.poison_spread = "free"`).
+    Probe(#[allow(dead_code)] Probe<'a>),
+    /// Its place among the members the tenant is on (`"contained"`).
+    Flight(#[allow(dead_code)] Flight<'a>),
+}
+
+/// A member as [`crate::health::spread`] names it: its run-time state's
+/// address, which the request holds while its attempt is counted there.
+#[inline]
+fn member_key(shard: &Arc<ShardRuntime>) -> usize {
+    Arc::as_ptr(shard) as usize
+}
+
 /// How many times one attempt's member is chosen again because racing
 /// requests of its tenant took the last member it could try first: each
 /// time the tenant's standing is read afresh and narrows the choice, so a
@@ -959,8 +983,9 @@ struct Member<'a> {
     backoff: Option<Duration>,
     /// Its in-flight place, taken already under its cap.
     reserved: Option<InFlight>,
-    /// Its probe, when the tenant has strikes and had not struck it.
-    probe: Option<Probe<'a>>,
+    /// Its probe, when the tenant has strikes and had not struck it, or its
+    /// place among the members the tenant is on.
+    hold: Option<Hold<'a>>,
 }
 
 /// One attempt under way.
@@ -972,8 +997,8 @@ struct Attempt<'a> {
     /// Counted until the response has been sent, or until this request is
     /// dropped (a client that hangs up cancels it mid-attempt).
     in_flight: InFlight,
-    /// Poison containment's probe of the member, if any.
-    _probe: Option<Probe<'a>>,
+    /// Poison containment's hold on the member, if any.
+    _hold: Option<Hold<'a>>,
 }
 
 impl<'a> Attempts<'a> {
@@ -992,8 +1017,15 @@ impl<'a> Attempts<'a> {
         if self.gateway.suspects.any() || self.containment.is_some() {
             self.contain();
         }
+        let routing = &self.config.routing;
+        let contained =
+            routing.poison_after != 0 && routing.poison_spread == PoisonSpread::Contained;
         let mut races = 0;
-        let (choice, index, spill, probe) = loop {
+        // The members the tenant is on or struck, once an attempt found it
+        // at `poison_after` of them (`"contained"`): the next pick is among
+        // them.
+        let mut reached: Option<SmallVec<[ShardIndex; 8]>> = None;
+        let (choice, index, spill, hold) = loop {
             let mut narrowed = Narrowed {
                 caps: self.caps,
                 pinned: None,
@@ -1003,6 +1035,9 @@ impl<'a> Attempts<'a> {
                     return None;
                 }
                 narrowed.pinned = containment.pinned.as_deref();
+            }
+            if let Some(reached) = &reached {
+                narrowed.pinned = Some(reached);
             }
             let choice = member::pick(
                 self.subset,
@@ -1017,14 +1052,31 @@ impl<'a> Attempts<'a> {
                 Pick::Spill(index) => (index, true),
                 Pick::Exhausted => {
                     self.shed |= choice.full;
+                    self.spread_full |= reached.is_some();
                     return None;
                 }
             };
+            if contained {
+                match self.flight(index) {
+                    Ok(flight) => break (choice, index, spill, Some(Hold::Flight(flight))),
+                    // The tenant is on `poison_after` members already (or
+                    // racing requests got it there): join one of them.
+                    Err(full) if races < PROBE_RACES => {
+                        races += 1;
+                        reached = Some(self.among(&full.reached));
+                    }
+                    Err(_) => {
+                        self.spread_full = true;
+                        return None;
+                    }
+                }
+                continue;
+            }
             if self.containment.is_none() {
                 break (choice, index, spill, None);
             }
             match self.probe(index) {
-                Ok(probe) => break (choice, index, spill, probe),
+                Ok(probe) => break (choice, index, spill, probe.map(Hold::Probe)),
                 // Racing requests of the tenant took the last member it
                 // could try first: read its standing again.
                 Err(()) if races < PROBE_RACES => {
@@ -1045,8 +1097,56 @@ impl<'a> Attempts<'a> {
             steered: choice.steered,
             backoff,
             reserved: choice.reserved,
-            probe,
+            hold,
         })
+    }
+
+    /// Poison containment with `routing.poison_spread = "contained"`, as an
+    /// attempt on the shard at `index` begins: its place among the members
+    /// the tenant is on, or, when the tenant is on (or struck)
+    /// `routing.poison_after` others, those members.
+    #[inline]
+    fn flight(&self, index: ShardIndex) -> Result<Flight<'a>, Full> {
+        let (gateway, shards) = (self.gateway, self.shards);
+        let tenant = gateway.spread.tenant(self.tenant);
+        let cap = self.config.routing.poison_after as usize;
+        gateway
+            .spread
+            .join(tenant, member_key(&shards[index as usize]), cap, || {
+                // One load while no tenant has strikes.
+                if !gateway.suspects.any() {
+                    return None;
+                }
+                self.struck()
+            })
+    }
+
+    /// The members the tenant has struck, as [`member_key`]s of its cell.
+    #[cold]
+    #[inline(never)]
+    fn struck(&self) -> Option<Members> {
+        let struck = self.gateway.suspects.struck(self.tenant, self.now)?;
+        Some(
+            self.shards
+                .iter()
+                .filter(|shard| struck.contains(&shard.id))
+                .map(member_key)
+                .collect(),
+        )
+    }
+
+    /// The members of the subset among `reached` ([`member_key`]s) that
+    /// the tenant may use (a suspect only those it struck).
+    #[cold]
+    #[inline(never)]
+    fn among(&self, reached: &Members) -> SmallVec<[ShardIndex; 8]> {
+        let pinned = self.containment.as_ref().and_then(|c| c.pinned.as_deref());
+        self.subset
+            .iter()
+            .copied()
+            .filter(|&index| reached.contains(&member_key(&self.shards[index as usize])))
+            .filter(|index| pinned.is_none_or(|pinned| pinned.contains(index)))
+            .collect()
     }
 
     /// Poison containment before an attempt: where the tenant's strikes
@@ -1316,7 +1416,7 @@ impl<'a> Attempts<'a> {
             shard_index: member.index as usize,
             started,
             in_flight,
-            _probe: member.probe,
+            _hold: member.hold,
         })
     }
 
@@ -1483,6 +1583,8 @@ impl<'a> Attempts<'a> {
                     .is_some_and(|containment| containment.suspect)
                 {
                     "this tenant is quarantined after its requests crashed shards, and the shards it may use now are unavailable; retry later"
+                } else if self.spread_full {
+                    "this tenant's requests in flight already use routing.poison_after shards of its subset and none of those could take this one; retry after the time in Retry-After, or ask the operator about routing.poison_spread"
                 } else {
                     "no healthy shard is available for this tenant"
                 };
