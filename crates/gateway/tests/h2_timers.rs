@@ -6,9 +6,10 @@
 //! `limits.max_connections`; a stream whose client grants no flow-control
 //! window is reset at `limits.client_write_timeout_ms`, releasing its shard;
 //! and a client that stops reading is closed with a reset, so the kernel
-//! keeps nothing queued for it. Also what HTTP/2 leaves to the request
-//! deadline (a stalled request body) and to one stream (a malformed
-//! request). Real sockets, raw frames and the `h2` crate's client.
+//! keeps nothing queued for it; a stream whose client stops sending its
+//! request body is ended at `limits.client_body_timeout_ms`, releasing the
+//! same. Also what HTTP/2 leaves to one stream (a malformed request). Real
+//! sockets, raw frames and the `h2` crate's client.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -418,45 +419,211 @@ async fn frames_until(
     frames
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_body_stalled_over_http2_is_answered_408_and_frees_the_shard() {
-    // A shard that reads each request's whole body before it answers.
-    let shard = CustomShard::start(|request: Request<hyper::body::Incoming>| async move {
-        let _ = request.into_body().collect().await;
-        Response::new(crate::util::full("read"))
+/// A shard that reads each request's whole body before it answers, with
+/// what it got: `"<path> <bytes>"`, or `"<path> aborted"` when the body
+/// broke off. The log holds one line per request.
+async fn reading_shard() -> (CustomShard, Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&log);
+    let shard = CustomShard::start(move |request: Request<hyper::body::Incoming>| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let path = request.uri().path().to_owned();
+            let line = match request.into_body().collect().await {
+                Ok(body) => format!("{path} {}", body.to_bytes().len()),
+                Err(_) => format!("{path} aborted"),
+            };
+            seen.lock().unwrap().push(line.clone());
+            Response::new(crate::util::full(line))
+        }
     })
     .await;
+    (shard, log)
+}
+
+/// Sends a request on `client` whose body starts with `first` and is left
+/// open.
+fn open_upload(
+    client: &mut h2::client::SendRequest<Bytes>,
+    method: &str,
+    path: &str,
+    key: &str,
+    fields: &[(&str, &str)],
+    first: &'static [u8],
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(format!("http://localhost{path}"))
+        .header("x-api-key", key);
+    for (name, value) in fields {
+        request = request.header(*name, *value);
+    }
+    let (response, mut body) = client
+        .send_request(request.body(()).unwrap(), false)
+        .unwrap();
+    body.send_data(Bytes::from_static(first), false).unwrap();
+    (response, body)
+}
+
+/// The status of `response`, which must come within [`DEADLINE`].
+async fn status_of(response: h2::client::ResponseFuture, what: &str) -> StatusCode {
+    tokio::time::timeout(DEADLINE, response)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: never answered"))
+        .unwrap_or_else(|error| panic!("{what}: {error}"))
+        .status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_stalled_over_http2_is_ended_at_the_body_timeout_and_frees_its_places() {
+    let (shard, log) = reading_shard().await;
+    // The request deadline is an hour: only the body timer can end the
+    // stalled streams within the test.
     let fixture = Fixture::start(Options {
         tenants: 4,
-        routing: "request_timeout_ms = 1000\n".into(),
-        extra: "[limits.shard]\nmax_in_flight = 1\n".into(),
+        routing: "request_timeout_ms = 3600000\n".into(),
+        extra: "[limits]\nclient_body_timeout_ms = 300\n\n[limits.shard]\nmax_in_flight = 1\n\n\
+                [limits.tenant]\nmax_in_flight = 1\n"
+            .into(),
+        admin_token: Some(TOKEN.into()),
         ..shard.options()
     })
     .await;
     let c0 = fixture.shard("c0");
+    let key = fixture.api_key("tenant-1").to_owned();
     let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
     let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    // Half a body, then nothing: the shard's one place is held.
-    let request = Request::post("http://localhost/upload")
-        .header("x-api-key", fixture.api_key("tenant-1"))
-        .body(())
-        .unwrap();
-    let (response, mut body) = client.send_request(request, false).unwrap();
-    body.send_data(Bytes::from_static(b"half a body"), false)
-        .unwrap();
+    let connection = tokio::spawn(connection);
+
+    // A body streamed to the shard (a POST is not repeated): half of it,
+    // then nothing. It holds the shard's one place, and its tenant's.
+    let (response, stalled) =
+        open_upload(&mut client, "POST", "/upload", &key, &[], b"half a body");
     assert!(eventually(DEADLINE, || c0.in_flight() == 1).await);
-    // The stalled client is answered at the request's deadline, and the
-    // place is released for the other tenants.
-    let response = tokio::time::timeout(DEADLINE, response)
-        .await
-        .expect("a stalled request body was never answered")
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
-    assert!(eventually(DEADLINE, || c0.in_flight() == 0).await);
+    assert_eq!(
+        status_of(response, "the stalled POST").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    // The shard saw its upload break off (the gateway closed the
+    // connection rather than pool it mid-body), and its place is back:
+    // another tenant is served.
+    assert!(
+        eventually(DEADLINE, || log
+            .lock()
+            .unwrap()
+            .contains(&"/upload aborted".to_owned()))
+        .await,
+        "the shard's upload never broke off: {:?}",
+        log.lock().unwrap()
+    );
+    assert!(
+        eventually(DEADLINE, || c0.in_flight() == 0).await,
+        "c0 still has {} in flight",
+        c0.in_flight()
+    );
     let (status, _) = fixture.get("tenant-2", "/after").await;
     assert_eq!(status, StatusCode::OK);
-    drop(body);
+    assert!(client_timeouts(&fixture).await >= 1.0);
+    drop(stalled);
+
+    // A body read whole before any shard is tried (a PUT that states its
+    // length may be repeated): it stalls too, and is ended the same way.
+    let (response, stalled) = open_upload(
+        &mut client,
+        "PUT",
+        "/replayable",
+        &key,
+        &[("content-length", "100")],
+        b"ten bytes!",
+    );
+    assert_eq!(
+        status_of(response, "the stalled PUT").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    assert!(client_timeouts(&fixture).await >= 2.0);
+    drop(stalled);
+
+    // Only the streams ended: on the same connection the tenant (whose
+    // one in-flight place both held) is served.
+    let request = Request::get("http://localhost/again")
+        .header("x-api-key", &key)
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    assert_eq!(status_of(response, "the GET after").await, StatusCode::OK);
+    assert!(!connection.is_finished());
+    // Nothing of the PUT reached the shard.
+    assert!(
+        !shard
+            .seen()
+            .iter()
+            .any(|seen| seen.ends_with("/replayable"))
+    );
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_http2_body_leaves_its_connections_other_streams_alone_and_a_trickle_completes() {
+    let (shard, log) = reading_shard().await;
+    let fixture = Fixture::start(Options {
+        routing: "request_timeout_ms = 3600000\n".into(),
+        extra: "[limits]\nclient_body_timeout_ms = 500\n".into(),
+        ..shard.options()
+    })
+    .await;
+    let key = fixture.api_key("tenant-1").to_owned();
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+
+    // One stream stalls; beside it on the same connection one trickles a
+    // byte every 50 ms, three times the timeout in all, and a GET is
+    // served meanwhile.
+    let (stalled_response, stalled) = open_upload(&mut client, "POST", "/stalled", &key, &[], b"x");
+    let (trickled_response, mut trickle) =
+        open_upload(&mut client, "POST", "/trickled", &key, &[], b"x");
+    let request = Request::get("http://localhost/meanwhile")
+        .header("x-api-key", &key)
+        .body(())
+        .unwrap();
+    let (meanwhile, _) = client.send_request(request, true).unwrap();
+    assert_eq!(
+        status_of(meanwhile, "the GET meanwhile").await,
+        StatusCode::OK
+    );
+    for _ in 1..30 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        trickle.send_data(Bytes::from_static(b"x"), false).unwrap();
+    }
+    trickle.send_data(Bytes::new(), true).unwrap();
+
+    assert_eq!(
+        status_of(stalled_response, "the stalled POST").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    let trickled = tokio::time::timeout(DEADLINE, trickled_response)
+        .await
+        .expect("the trickled POST was never answered")
+        .expect("the trickled POST was reset");
+    assert_eq!(trickled.status(), StatusCode::OK);
+    let mut body = trickled.into_body();
+    let mut answer = Vec::new();
+    while let Some(data) = body.data().await {
+        answer.extend_from_slice(&data.unwrap());
+    }
+    // The shard got the whole trickled body.
+    assert_eq!(String::from_utf8_lossy(&answer), "/trickled 30");
+    assert!(
+        eventually(DEADLINE, || log
+            .lock()
+            .unwrap()
+            .contains(&"/stalled aborted".to_owned()))
+        .await,
+        "{:?}",
+        log.lock().unwrap()
+    );
+    assert!(!connection.is_finished());
+    drop((stalled, client));
 }
 
 /// The request HEADERS block of a `GET path` as `key`, with `extra`
