@@ -745,3 +745,104 @@ async fn the_http2_idle_timeout_is_reloadable() {
         .unwrap();
     drop(client);
 }
+
+/// An HTTP/2 shard (the h2 crate's server) that answers every stream at
+/// once, `started` and no end, then reads the request body and logs how
+/// it ended: `"<bytes> end"`, or `"<bytes> reset <reason>"`.
+async fn duplex_h2_shard() -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&log);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    let seen = Arc::clone(&seen);
+                    tokio::spawn(async move {
+                        let healthz = request.uri().path() == "/healthz";
+                        let Ok(mut send) = respond.send_response(Response::new(()), healthz) else {
+                            return;
+                        };
+                        if healthz {
+                            return;
+                        }
+                        let _ = send.send_data(Bytes::from_static(b"started"), false);
+                        let mut body = request.into_body();
+                        let mut got = 0;
+                        let end = loop {
+                            match body.data().await {
+                                None => break "end".to_owned(),
+                                Some(Ok(data)) => {
+                                    got += data.len();
+                                    let _ = body.flow_control().release_capacity(data.len());
+                                }
+                                Some(Err(error)) => break format!("reset {:?}", error.reason()),
+                            }
+                        };
+                        seen.lock().unwrap().push(format!("{got} {end}"));
+                        let _ = send.send_data(Bytes::from_static(b"done"), true);
+                    });
+                }
+            });
+        }
+    });
+    (addr, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_stalled_after_its_answer_began_is_reset_with_cancel_on_both_http2_streams() {
+    // An HTTP/2 shard answers before it has read the body (a streaming
+    // call): the client's answer has begun when its body stalls, so the
+    // stream can only be reset; the shard's stream is reset with it.
+    let (addr, log) = duplex_h2_shard().await;
+    let fixture = Fixture::start(Options {
+        shards: 0,
+        k: 1,
+        tenants: 2,
+        shard_entries: vec![
+            gateway::config::writer::Shard::new("c0", format!("http://{addr}")).speaking("h2c"),
+        ],
+        routing: "per_try_timeout_ms = 10000\nrequest_timeout_ms = 3600000\n".into(),
+        extra: "[limits]\nclient_body_timeout_ms = 300\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    let key = fixture.api_key("tenant-1").to_owned();
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let (response, stalled) = open_upload(&mut client, "POST", "/duplex", &key, &[], b"some");
+    let response = tokio::time::timeout(DEADLINE, response)
+        .await
+        .expect("the shard's answer never began")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let first = tokio::time::timeout(DEADLINE, body.data()).await.unwrap();
+    assert_eq!(first.unwrap().unwrap(), Bytes::from_static(b"started"));
+    let ended = tokio::time::timeout(DEADLINE, body.data())
+        .await
+        .expect("the stream whose body stalled was never reset");
+    let error = ended.expect("reset, not ended").unwrap_err();
+    assert_eq!(error.reason(), Some(h2::Reason::CANCEL), "{error}");
+    assert!(
+        eventually(DEADLINE, || !log.lock().unwrap().is_empty()).await,
+        "the shard's stream was never ended"
+    );
+    assert_eq!(*log.lock().unwrap(), ["4 reset Some(CANCEL)"]);
+    let c0 = fixture.shard("c0");
+    assert!(
+        eventually(DEADLINE, || c0.in_flight() == 0).await,
+        "c0 still has {} in flight",
+        c0.in_flight()
+    );
+    assert!(client_timeouts(&fixture).await >= 1.0);
+    assert!(!connection.is_finished());
+    drop((stalled, client));
+}

@@ -838,7 +838,7 @@ async fn receive_body(
             Ok(Err(error))
                 if matches!(
                     error.downcast_ref::<ClientBodyError>(),
-                    Some(ClientBodyError::Stalled)
+                    Some(ClientBodyError::Stalled(_))
                 ) =>
             {
                 Err(ClientFault::Stalled)

@@ -66,11 +66,15 @@ pub enum ClientBodyError {
     /// hyper could not read it: the client went away or broke the framing.
     #[error("reading the client's request body failed")]
     Read(#[source] hyper::Error),
-    /// The client sent nothing of it for the client body timeout.
+    /// The client sent nothing of it for the client body timeout. The
+    /// source is HTTP/2's `CANCEL`: hyper resets a stream whose body failed
+    /// with the reason it finds among the error's sources, so an HTTP/2
+    /// shard's stream, and the client's stream once its answer has begun,
+    /// are reset with `CANCEL` (no longer wanted), not `INTERNAL_ERROR`.
     #[error(
         "the client sent nothing of its request body for limits.client_body_timeout_ms; raise it for clients that pause their uploads"
     )]
-    Stalled,
+    Stalled(#[source] h2::Error),
 }
 
 impl ClientBody {
@@ -148,7 +152,9 @@ impl Timed {
                 tracing::debug!(
                     "a client sent nothing of its request body for limits.client_body_timeout_ms"
                 );
-                Poll::Ready(Some(Err(ClientBodyError::Stalled)))
+                Poll::Ready(Some(Err(ClientBodyError::Stalled(
+                    h2::Reason::CANCEL.into(),
+                ))))
             }
         }
     }
@@ -273,7 +279,7 @@ impl Upload {
             Poll::Ready(None) => None,
             Poll::Ready(Some(Err(error))) => {
                 progress.fault = Some(match error {
-                    ClientBodyError::Stalled => ClientFault::Stalled,
+                    ClientBodyError::Stalled(_) => ClientFault::Stalled,
                     ClientBodyError::Read(_) => ClientFault::Broken,
                 });
                 progress.kept = Kept::Nothing;
