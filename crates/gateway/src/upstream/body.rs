@@ -77,6 +77,12 @@ pub enum ClientBodyError {
     Stalled(#[source] h2::Error),
 }
 
+impl ClientBodyError {
+    fn stalled() -> Self {
+        ClientBodyError::Stalled(h2::Reason::CANCEL.into())
+    }
+}
+
 impl ClientBody {
     /// `incoming` under the client body timeout `limit`: a body still
     /// open that sends nothing while its reader waits for `limit` fails
@@ -116,7 +122,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::Empty => true,
             ClientBody::Streamed(incoming) => incoming.is_end_stream(),
-            ClientBody::Timed(timed) => timed.failed || timed.incoming.is_end_stream(),
+            ClientBody::Timed(timed) => !timed.failed && timed.incoming.is_end_stream(),
         }
     }
 
@@ -135,7 +141,8 @@ impl Timed {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         if self.failed {
-            return Poll::Ready(None);
+            // Failed for good: never mistaken for a body that ended.
+            return Poll::Ready(Some(Err(ClientBodyError::stalled())));
         }
         match Pin::new(&mut self.incoming).poll_frame(cx) {
             Poll::Ready(polled) => {
@@ -152,9 +159,7 @@ impl Timed {
                 tracing::debug!(
                     "a client sent nothing of its request body for limits.client_body_timeout_ms"
                 );
-                Poll::Ready(Some(Err(ClientBodyError::Stalled(
-                    h2::Reason::CANCEL.into(),
-                ))))
+                Poll::Ready(Some(Err(ClientBodyError::stalled())))
             }
         }
     }
