@@ -846,3 +846,57 @@ async fn a_body_stalled_after_its_answer_began_is_reset_with_cancel_on_both_http
     assert!(!connection.is_finished());
     drop((stalled, client));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_body_timeout_is_reloadable_and_checked_on_reload() {
+    let (shard, log) = reading_shard().await;
+    let fixture = Fixture::start(Options {
+        routing: "request_timeout_ms = 3600000\n".into(),
+        extra: "[limits]\nclient_body_timeout_ms = 3600000\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..shard.options()
+    })
+    .await;
+    let path = fixture.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Out of range: refused naming the key, the running value kept.
+    std::fs::write(
+        &path,
+        text.replace(
+            "client_body_timeout_ms = 3600000",
+            "client_body_timeout_ms = 0",
+        ),
+    )
+    .unwrap();
+    let (status, _, body) = fixture.admin("POST", "/admin/reload", Some(TOKEN)).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_ne!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("limits.client_body_timeout_ms"), "{body}");
+    assert_eq!(
+        fixture.config().limits().client_body_timeout,
+        Duration::from_secs(3600)
+    );
+    std::fs::write(
+        &path,
+        text.replace(
+            "client_body_timeout_ms = 3600000",
+            "client_body_timeout_ms = 300",
+        ),
+    )
+    .unwrap();
+    let (status, _, body) = fixture.admin("POST", "/admin/reload", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    // A connection accepted after the reload runs the new timer.
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let key = fixture.api_key("tenant-1").to_owned();
+    let (response, stalled) = open_upload(&mut client, "POST", "/upload", &key, &[], b"half");
+    assert_eq!(
+        status_of(response, "the stalled POST after the reload").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    assert!(eventually(DEADLINE, || !log.lock().unwrap().is_empty()).await);
+    assert_eq!(*log.lock().unwrap(), ["/upload aborted"]);
+    drop((stalled, client));
+}
