@@ -465,13 +465,24 @@ fn open_upload(
     (response, body)
 }
 
-/// The status of `response`, which must come within [`DEADLINE`].
+/// The status of `response`, which must come within [`DEADLINE`], once
+/// its body has been read to its end (by then the gateway has let go of
+/// the answer, and of the tenant's in-flight place with it).
 async fn status_of(response: h2::client::ResponseFuture, what: &str) -> StatusCode {
-    tokio::time::timeout(DEADLINE, response)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: never answered"))
-        .unwrap_or_else(|error| panic!("{what}: {error}"))
-        .status()
+    tokio::time::timeout(DEADLINE, async {
+        let response = response
+            .await
+            .unwrap_or_else(|error| panic!("{what}: {error}"));
+        let status = response.status();
+        let mut body = response.into_body();
+        while let Some(data) = body.data().await {
+            let data = data.unwrap_or_else(|error| panic!("{what}: {error}"));
+            let _ = body.flow_control().release_capacity(data.len());
+        }
+        status
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}: never answered"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
