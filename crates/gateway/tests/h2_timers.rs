@@ -759,7 +759,8 @@ async fn the_http2_idle_timeout_is_reloadable() {
 
 /// An HTTP/2 shard (the h2 crate's server) that answers every stream at
 /// once, `started` and no end, then reads the request body and logs how
-/// it ended: `"<bytes> end"`, or `"<bytes> reset <reason>"`.
+/// it ended: `"<path> <bytes> end"`, or `"<path> <bytes> reset <reason>"`;
+/// except `/late`, answered only once its body has ended.
 async fn duplex_h2_shard() -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = Arc::clone(&log);
@@ -775,14 +776,20 @@ async fn duplex_h2_shard() -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
                 while let Some(Ok((request, mut respond))) = connection.accept().await {
                     let seen = Arc::clone(&seen);
                     tokio::spawn(async move {
-                        let healthz = request.uri().path() == "/healthz";
-                        let Ok(mut send) = respond.send_response(Response::new(()), healthz) else {
-                            return;
-                        };
-                        if healthz {
+                        let path = request.uri().path().to_owned();
+                        if path == "/healthz" {
+                            let _ = respond.send_response(Response::new(()), true);
                             return;
                         }
-                        let _ = send.send_data(Bytes::from_static(b"started"), false);
+                        let mut started = None;
+                        if path != "/late" {
+                            let Ok(mut send) = respond.send_response(Response::new(()), false)
+                            else {
+                                return;
+                            };
+                            let _ = send.send_data(Bytes::from_static(b"started"), false);
+                            started = Some(send);
+                        }
                         let mut body = request.into_body();
                         let mut got = 0;
                         let end = loop {
@@ -795,8 +802,15 @@ async fn duplex_h2_shard() -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
                                 Some(Err(error)) => break format!("reset {:?}", error.reason()),
                             }
                         };
-                        seen.lock().unwrap().push(format!("{got} {end}"));
-                        let _ = send.send_data(Bytes::from_static(b"done"), true);
+                        seen.lock().unwrap().push(format!("{path} {got} {end}"));
+                        match started {
+                            Some(mut send) => {
+                                let _ = send.send_data(Bytes::from_static(b"done"), true);
+                            }
+                            None => {
+                                let _ = respond.send_response(Response::new(()), true);
+                            }
+                        }
                     });
                 }
             });
@@ -846,7 +860,7 @@ async fn a_body_stalled_after_its_answer_began_is_reset_with_cancel_on_both_http
         eventually(DEADLINE, || !log.lock().unwrap().is_empty()).await,
         "the shard's stream was never ended"
     );
-    assert_eq!(*log.lock().unwrap(), ["4 reset Some(CANCEL)"]);
+    assert_eq!(*log.lock().unwrap(), ["/duplex 4 reset Some(CANCEL)"]);
     let c0 = fixture.shard("c0");
     assert!(
         eventually(DEADLINE, || c0.in_flight() == 0).await,
@@ -854,6 +868,19 @@ async fn a_body_stalled_after_its_answer_began_is_reset_with_cancel_on_both_http
         c0.in_flight()
     );
     assert!(client_timeouts(&fixture).await >= 1.0);
+    drop(stalled);
+
+    // The same shard, a body that stalls before any answer: 408, and the
+    // shard's stream reset with CANCEL.
+    let (response, stalled) = open_upload(&mut client, "POST", "/late", &key, &[], b"some");
+    assert_eq!(
+        status_of(response, "the stalled POST before any answer").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    assert!(eventually(DEADLINE, || log.lock().unwrap().len() == 2).await);
+    assert_eq!(log.lock().unwrap()[1], "/late 4 reset Some(CANCEL)");
+    assert!(eventually(DEADLINE, || c0.in_flight() == 0).await);
+    assert!(client_timeouts(&fixture).await >= 2.0);
     assert!(!connection.is_finished());
     drop((stalled, client));
 }
