@@ -546,10 +546,10 @@ where
     B: Body + Send + 'static,
 {
     service_fn(move |request: http::Request<Incoming>| {
+        let request = request.map(&request_body);
         let gateway = Arc::clone(&gateway);
         let peer = peer.clone();
         let tunnel = tunnel.clone();
-        let request = request.map(&request_body);
         async move {
             // The request path reads fields as a client wrote them: a
             // header map is written out as such once.
