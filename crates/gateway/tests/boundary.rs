@@ -653,6 +653,8 @@ fn out_of_range_settings_are_refused_naming_the_key() {
         ("limits", "backend_idle_timeout_ms", "99999999999"),
         ("limits", "http2_idle_timeout_ms", "0"),
         ("limits", "http2_idle_timeout_ms", "3600001"),
+        ("limits", "client_body_timeout_ms", "0"),
+        ("limits", "client_body_timeout_ms", "3600001"),
         ("routing", "poison_after", "65"),
         ("routing", "quarantine_seconds", "0"),
         ("routing", "quarantine_seconds", "86401"),
@@ -675,6 +677,7 @@ fn backend_idle_and_client_write_timeouts_accept_ordinary_values() {
         "backend_idle_timeout_ms",
         "client_write_timeout_ms",
         "http2_idle_timeout_ms",
+        "client_body_timeout_ms",
     ] {
         let loaded = load(&format!("[limits]\n{key} = 250\n"));
         assert!(loaded.is_ok(), "limits.{key} = 250: {loaded:?}");

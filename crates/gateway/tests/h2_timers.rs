@@ -6,9 +6,10 @@
 //! `limits.max_connections`; a stream whose client grants no flow-control
 //! window is reset at `limits.client_write_timeout_ms`, releasing its shard;
 //! and a client that stops reading is closed with a reset, so the kernel
-//! keeps nothing queued for it. Also what HTTP/2 leaves to the request
-//! deadline (a stalled request body) and to one stream (a malformed
-//! request). Real sockets, raw frames and the `h2` crate's client.
+//! keeps nothing queued for it; a stream whose client stops sending its
+//! request body is ended at `limits.client_body_timeout_ms`, releasing the
+//! same. Also what HTTP/2 leaves to one stream (a malformed request). Real
+//! sockets, raw frames and the `h2` crate's client.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -418,45 +419,222 @@ async fn frames_until(
     frames
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_body_stalled_over_http2_is_answered_408_and_frees_the_shard() {
-    // A shard that reads each request's whole body before it answers.
-    let shard = CustomShard::start(|request: Request<hyper::body::Incoming>| async move {
-        let _ = request.into_body().collect().await;
-        Response::new(crate::util::full("read"))
+/// A shard that reads each request's whole body before it answers, with
+/// what it got: `"<path> <bytes>"`, or `"<path> aborted"` when the body
+/// broke off. The log holds one line per request.
+async fn reading_shard() -> (CustomShard, Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&log);
+    let shard = CustomShard::start(move |request: Request<hyper::body::Incoming>| {
+        let seen = Arc::clone(&seen);
+        async move {
+            let path = request.uri().path().to_owned();
+            let line = match request.into_body().collect().await {
+                Ok(body) => format!("{path} {}", body.to_bytes().len()),
+                Err(_) => format!("{path} aborted"),
+            };
+            seen.lock().unwrap().push(line.clone());
+            Response::new(crate::util::full(line))
+        }
     })
     .await;
+    (shard, log)
+}
+
+/// Sends a request on `client` whose body starts with `first` and is left
+/// open.
+fn open_upload(
+    client: &mut h2::client::SendRequest<Bytes>,
+    method: &str,
+    path: &str,
+    key: &str,
+    fields: &[(&str, &str)],
+    first: &'static [u8],
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(format!("http://localhost{path}"))
+        .header("x-api-key", key);
+    for (name, value) in fields {
+        request = request.header(*name, *value);
+    }
+    let (response, mut body) = client
+        .send_request(request.body(()).unwrap(), false)
+        .unwrap();
+    body.send_data(Bytes::from_static(first), false).unwrap();
+    (response, body)
+}
+
+/// The status of `response`, which must come within [`DEADLINE`], once
+/// its body has been read to its end (by then the gateway has let go of
+/// the answer, and of the tenant's in-flight place with it).
+async fn status_of(response: h2::client::ResponseFuture, what: &str) -> StatusCode {
+    tokio::time::timeout(DEADLINE, async {
+        let response = response
+            .await
+            .unwrap_or_else(|error| panic!("{what}: {error}"));
+        let status = response.status();
+        let mut body = response.into_body();
+        while let Some(data) = body.data().await {
+            let data = data.unwrap_or_else(|error| panic!("{what}: {error}"));
+            let _ = body.flow_control().release_capacity(data.len());
+        }
+        status
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}: never answered"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_stalled_over_http2_is_ended_at_the_body_timeout_and_frees_its_places() {
+    let (shard, log) = reading_shard().await;
+    // The request deadline is an hour: only the body timer can end the
+    // stalled streams within the test.
     let fixture = Fixture::start(Options {
         tenants: 4,
-        routing: "request_timeout_ms = 1000\n".into(),
-        extra: "[limits.shard]\nmax_in_flight = 1\n".into(),
+        routing: "request_timeout_ms = 3600000\n".into(),
+        extra: "[limits]\nclient_body_timeout_ms = 300\n\n[limits.shard]\nmax_in_flight = 1\n\n\
+                [limits.tenant]\nmax_in_flight = 1\n"
+            .into(),
+        admin_token: Some(TOKEN.into()),
         ..shard.options()
     })
     .await;
     let c0 = fixture.shard("c0");
+    let key = fixture.api_key("tenant-1").to_owned();
     let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
     let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    // Half a body, then nothing: the shard's one place is held.
-    let request = Request::post("http://localhost/upload")
-        .header("x-api-key", fixture.api_key("tenant-1"))
-        .body(())
-        .unwrap();
-    let (response, mut body) = client.send_request(request, false).unwrap();
-    body.send_data(Bytes::from_static(b"half a body"), false)
-        .unwrap();
+    let connection = tokio::spawn(connection);
+
+    // A body streamed to the shard (a POST is not repeated): half of it,
+    // then nothing. It holds the shard's one place, and its tenant's.
+    let (response, stalled) =
+        open_upload(&mut client, "POST", "/upload", &key, &[], b"half a body");
     assert!(eventually(DEADLINE, || c0.in_flight() == 1).await);
-    // The stalled client is answered at the request's deadline, and the
-    // place is released for the other tenants.
-    let response = tokio::time::timeout(DEADLINE, response)
-        .await
-        .expect("a stalled request body was never answered")
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
-    assert!(eventually(DEADLINE, || c0.in_flight() == 0).await);
+    assert_eq!(
+        status_of(response, "the stalled POST").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    // The shard saw its upload break off (the gateway closed the
+    // connection rather than pool it mid-body), and its place is back:
+    // another tenant is served.
+    assert!(
+        eventually(DEADLINE, || log
+            .lock()
+            .unwrap()
+            .contains(&"/upload aborted".to_owned()))
+        .await,
+        "the shard's upload never broke off: {:?}",
+        log.lock().unwrap()
+    );
+    assert!(
+        eventually(DEADLINE, || c0.in_flight() == 0).await,
+        "c0 still has {} in flight",
+        c0.in_flight()
+    );
     let (status, _) = fixture.get("tenant-2", "/after").await;
     assert_eq!(status, StatusCode::OK);
-    drop(body);
+    assert!(client_timeouts(&fixture).await >= 1.0);
+    drop(stalled);
+
+    // A body read whole before any shard is tried (a PUT that states its
+    // length may be repeated): it stalls too, and is ended the same way.
+    let (response, stalled) = open_upload(
+        &mut client,
+        "PUT",
+        "/replayable",
+        &key,
+        &[("content-length", "100")],
+        b"ten bytes!",
+    );
+    assert_eq!(
+        status_of(response, "the stalled PUT").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    assert!(client_timeouts(&fixture).await >= 2.0);
+    drop(stalled);
+
+    // Only the streams ended: on the same connection the tenant (whose
+    // one in-flight place both held) is served.
+    let request = Request::get("http://localhost/again")
+        .header("x-api-key", &key)
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    assert_eq!(status_of(response, "the GET after").await, StatusCode::OK);
+    assert!(!connection.is_finished());
+    // Nothing of the PUT reached the shard.
+    assert!(
+        !shard
+            .seen()
+            .iter()
+            .any(|seen| seen.ends_with("/replayable"))
+    );
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_http2_body_leaves_its_connections_other_streams_alone_and_a_trickle_completes() {
+    let (shard, log) = reading_shard().await;
+    let fixture = Fixture::start(Options {
+        routing: "request_timeout_ms = 3600000\n".into(),
+        extra: "[limits]\nclient_body_timeout_ms = 500\n".into(),
+        ..shard.options()
+    })
+    .await;
+    let key = fixture.api_key("tenant-1").to_owned();
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+
+    // One stream stalls; beside it on the same connection one trickles a
+    // byte every 50 ms, three times the timeout in all, and a GET is
+    // served meanwhile.
+    let (stalled_response, stalled) = open_upload(&mut client, "POST", "/stalled", &key, &[], b"x");
+    let (trickled_response, mut trickle) =
+        open_upload(&mut client, "POST", "/trickled", &key, &[], b"x");
+    let request = Request::get("http://localhost/meanwhile")
+        .header("x-api-key", &key)
+        .body(())
+        .unwrap();
+    let (meanwhile, _) = client.send_request(request, true).unwrap();
+    assert_eq!(
+        status_of(meanwhile, "the GET meanwhile").await,
+        StatusCode::OK
+    );
+    for _ in 1..30 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        trickle.send_data(Bytes::from_static(b"x"), false).unwrap();
+    }
+    trickle.send_data(Bytes::new(), true).unwrap();
+
+    assert_eq!(
+        status_of(stalled_response, "the stalled POST").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    let trickled = tokio::time::timeout(DEADLINE, trickled_response)
+        .await
+        .expect("the trickled POST was never answered")
+        .expect("the trickled POST was reset");
+    assert_eq!(trickled.status(), StatusCode::OK);
+    let mut body = trickled.into_body();
+    let mut answer = Vec::new();
+    while let Some(data) = body.data().await {
+        answer.extend_from_slice(&data.unwrap());
+    }
+    // The shard got the whole trickled body.
+    assert_eq!(String::from_utf8_lossy(&answer), "/trickled 30");
+    assert!(
+        eventually(DEADLINE, || log
+            .lock()
+            .unwrap()
+            .contains(&"/stalled aborted".to_owned()))
+        .await,
+        "{:?}",
+        log.lock().unwrap()
+    );
+    assert!(!connection.is_finished());
+    drop((stalled, client));
 }
 
 /// The request HEADERS block of a `GET path` as `key`, with `extra`
@@ -577,4 +755,186 @@ async fn the_http2_idle_timeout_is_reloadable() {
         .unwrap()
         .unwrap();
     drop(client);
+}
+
+/// An HTTP/2 shard (the h2 crate's server) that answers every stream at
+/// once, `started` and no end, then reads the request body and logs how
+/// it ended: `"<path> <bytes> end"`, or `"<path> <bytes> reset <reason>"`;
+/// except `/late`, answered only once its body has ended.
+async fn duplex_h2_shard() -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&log);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((request, mut respond))) = connection.accept().await {
+                    let seen = Arc::clone(&seen);
+                    tokio::spawn(async move {
+                        let path = request.uri().path().to_owned();
+                        if path == "/healthz" {
+                            let _ = respond.send_response(Response::new(()), true);
+                            return;
+                        }
+                        let mut started = None;
+                        if path != "/late" {
+                            let Ok(mut send) = respond.send_response(Response::new(()), false)
+                            else {
+                                return;
+                            };
+                            let _ = send.send_data(Bytes::from_static(b"started"), false);
+                            started = Some(send);
+                        }
+                        let mut body = request.into_body();
+                        let mut got = 0;
+                        let end = loop {
+                            match body.data().await {
+                                None => break "end".to_owned(),
+                                Some(Ok(data)) => {
+                                    got += data.len();
+                                    let _ = body.flow_control().release_capacity(data.len());
+                                }
+                                Some(Err(error)) => break format!("reset {:?}", error.reason()),
+                            }
+                        };
+                        seen.lock().unwrap().push(format!("{path} {got} {end}"));
+                        match started {
+                            Some(mut send) => {
+                                let _ = send.send_data(Bytes::from_static(b"done"), true);
+                            }
+                            None => {
+                                let _ = respond.send_response(Response::new(()), true);
+                            }
+                        }
+                    });
+                }
+            });
+        }
+    });
+    (addr, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_stalled_after_its_answer_began_is_reset_with_cancel_on_both_http2_streams() {
+    // An HTTP/2 shard answers before it has read the body (a streaming
+    // call): the client's answer has begun when its body stalls, so the
+    // stream can only be reset; the shard's stream is reset with it.
+    let (addr, log) = duplex_h2_shard().await;
+    let fixture = Fixture::start(Options {
+        shards: 0,
+        k: 1,
+        tenants: 2,
+        shard_entries: vec![
+            gateway::config::writer::Shard::new("c0", format!("http://{addr}")).speaking("h2c"),
+        ],
+        routing: "per_try_timeout_ms = 10000\nrequest_timeout_ms = 3600000\n".into(),
+        extra: "[limits]\nclient_body_timeout_ms = 300\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..Options::default()
+    })
+    .await;
+    let key = fixture.api_key("tenant-1").to_owned();
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let (response, stalled) = open_upload(&mut client, "POST", "/duplex", &key, &[], b"some");
+    let response = tokio::time::timeout(DEADLINE, response)
+        .await
+        .expect("the shard's answer never began")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let first = tokio::time::timeout(DEADLINE, body.data()).await.unwrap();
+    assert_eq!(first.unwrap().unwrap(), Bytes::from_static(b"started"));
+    let ended = tokio::time::timeout(DEADLINE, body.data())
+        .await
+        .expect("the stream whose body stalled was never reset");
+    let error = ended.expect("reset, not ended").unwrap_err();
+    assert_eq!(error.reason(), Some(h2::Reason::CANCEL), "{error}");
+    assert!(
+        eventually(DEADLINE, || !log.lock().unwrap().is_empty()).await,
+        "the shard's stream was never ended"
+    );
+    assert_eq!(*log.lock().unwrap(), ["/duplex 4 reset Some(CANCEL)"]);
+    let c0 = fixture.shard("c0");
+    assert!(
+        eventually(DEADLINE, || c0.in_flight() == 0).await,
+        "c0 still has {} in flight",
+        c0.in_flight()
+    );
+    assert!(client_timeouts(&fixture).await >= 1.0);
+    drop(stalled);
+
+    // The same shard, a body that stalls before any answer: 408, and the
+    // shard's stream reset with CANCEL.
+    let (response, stalled) = open_upload(&mut client, "POST", "/late", &key, &[], b"some");
+    assert_eq!(
+        status_of(response, "the stalled POST before any answer").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    assert!(eventually(DEADLINE, || log.lock().unwrap().len() == 2).await);
+    assert_eq!(log.lock().unwrap()[1], "/late 4 reset Some(CANCEL)");
+    assert!(eventually(DEADLINE, || c0.in_flight() == 0).await);
+    assert!(client_timeouts(&fixture).await >= 2.0);
+    assert!(!connection.is_finished());
+    drop((stalled, client));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_body_timeout_is_reloadable_and_checked_on_reload() {
+    let (shard, log) = reading_shard().await;
+    let fixture = Fixture::start(Options {
+        routing: "request_timeout_ms = 3600000\n".into(),
+        extra: "[limits]\nclient_body_timeout_ms = 3600000\n".into(),
+        admin_token: Some(TOKEN.into()),
+        ..shard.options()
+    })
+    .await;
+    let path = fixture.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Out of range: refused naming the key, the running value kept.
+    std::fs::write(
+        &path,
+        text.replace(
+            "client_body_timeout_ms = 3600000",
+            "client_body_timeout_ms = 0",
+        ),
+    )
+    .unwrap();
+    let (status, _, body) = fixture.admin("POST", "/admin/reload", Some(TOKEN)).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_ne!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("limits.client_body_timeout_ms"), "{body}");
+    assert_eq!(
+        fixture.config().limits().client_body_timeout,
+        Duration::from_secs(3600)
+    );
+    std::fs::write(
+        &path,
+        text.replace(
+            "client_body_timeout_ms = 3600000",
+            "client_body_timeout_ms = 300",
+        ),
+    )
+    .unwrap();
+    let (status, _, body) = fixture.admin("POST", "/admin/reload", Some(TOKEN)).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    // A connection accepted after the reload runs the new timer.
+    let tcp = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let key = fixture.api_key("tenant-1").to_owned();
+    let (response, stalled) = open_upload(&mut client, "POST", "/upload", &key, &[], b"half");
+    assert_eq!(
+        status_of(response, "the stalled POST after the reload").await,
+        StatusCode::REQUEST_TIMEOUT
+    );
+    assert!(eventually(DEADLINE, || !log.lock().unwrap().is_empty()).await);
+    assert_eq!(*log.lock().unwrap(), ["/upload aborted"]);
+    drop((stalled, client));
 }

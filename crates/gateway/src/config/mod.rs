@@ -302,6 +302,10 @@ pub struct LimitSettings {
     /// How long a response may wait for its client to accept bytes before
     /// both sides are closed.
     pub client_write_timeout: Duration,
+    /// How long a request body still open may send nothing while the
+    /// gateway waits for it before the request is ended (408, or its
+    /// stream reset); on HTTP/2, per stream.
+    pub client_body_timeout: Duration,
     /// How long a response body may wait on its backend in all (time its
     /// client takes to read does not count) before both sides are closed
     /// and the shard charged with a failure; `None` (0 in the file, the
@@ -731,6 +735,7 @@ struct RawLimits {
     max_connections: Option<usize>,
     backend_idle_timeout_ms: Option<u64>,
     client_write_timeout_ms: Option<u64>,
+    client_body_timeout_ms: Option<u64>,
     backend_body_timeout_ms: Option<u64>,
     tunnel_idle_timeout_ms: Option<u64>,
     /// `tunnel_idle_timeout_ms`'s old name, still read.
@@ -1575,6 +1580,13 @@ fn limit_settings(l: RawLimits) -> Result<LimitSettings, KeyProblem> {
         client_write_timeout: millis(
             "limits.client_write_timeout_ms",
             l.client_write_timeout_ms,
+            60_000,
+            1..=MAX_MS,
+        )?,
+        // nginx's `client_body_timeout`: the backend-idle timer's mirror.
+        client_body_timeout: millis(
+            "limits.client_body_timeout_ms",
+            l.client_body_timeout_ms,
             60_000,
             1..=MAX_MS,
         )?,

@@ -434,7 +434,13 @@ pub(crate) async fn serve_with_hyper<Io>(
         Protocol::Http1 => {
             let builder = builder(&snapshot.config.limits);
             drop(snapshot);
-            let service = service(gateway, peer, tunnel.clone(), std::convert::identity);
+            let service = service(
+                gateway,
+                peer,
+                tunnel.clone(),
+                ClientBody::Streamed,
+                std::convert::identity,
+            );
             drive!(
                 builder.serve_connection(io, service).with_upgrades(),
                 std::future::pending::<http2::Quiet>(),
@@ -451,8 +457,20 @@ pub(crate) async fn serve_with_hyper<Io>(
             );
             let goaway_for = limits.header_read_timeout;
             let builder = http2_builder(executor, limits, &snapshot.config.http2);
+            // Each stream's body runs its own timer: a stream whose client
+            // stops sending its body would otherwise hold its attempt (the
+            // shard's and the tenant's places, a backend connection) until
+            // the request deadline, and one connection has many streams.
+            let body_timeout = limits.client_body_timeout;
+            let body_stalls = gateway.metrics.client_stalls.clone();
             drop(snapshot);
-            let service = service(gateway, peer, tunnel.clone(), http2::WatchedBody::new);
+            let service = service(
+                gateway,
+                peer,
+                tunnel.clone(),
+                move |incoming| ClientBody::timed(incoming, body_timeout, &body_stalls),
+                http2::WatchedBody::new,
+            );
             drive!(
                 builder.serve_connection(io, service),
                 watcher.quiet(),
@@ -508,12 +526,15 @@ fn builder(limits: &LimitSettings) -> http1::Builder {
     builder
 }
 
-/// The request path as hyper's service; `body` wraps each response's body
-/// (an HTTP/2 stream's is watched by its stream's task).
+/// The request path as hyper's service; `request_body` wraps each
+/// request's body (an HTTP/2 stream's runs the client body timeout), and
+/// `body` each response's body (an HTTP/2 stream's is watched by its
+/// stream's task).
 fn service<B>(
     gateway: Arc<Gateway>,
     peer: Peer,
     tunnel: tunnel::Slot,
+    request_body: impl Fn(Incoming) -> ClientBody + Send + Sync + Clone + 'static,
     body: fn(ResponseBody) -> B,
 ) -> impl hyper::service::Service<
     http::Request<Incoming>,
@@ -525,6 +546,7 @@ where
     B: Body + Send + 'static,
 {
     service_fn(move |request: http::Request<Incoming>| {
+        let request = request.map(&request_body);
         let gateway = Arc::clone(&gateway);
         let peer = peer.clone();
         let tunnel = tunnel.clone();
@@ -538,7 +560,6 @@ where
             // header map is written out as such once.
             let fields = Fields::from_header_map(request.headers());
             let kind = Kind::of(request.method(), &fields);
-            let request = request.map(ClientBody::Streamed);
             let mut response = proxy::handle(gateway, request, &fields, &peer).await;
             tunnel.keep(&mut response);
             Ok(with_header_map(response, kind).map(body))

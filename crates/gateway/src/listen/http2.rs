@@ -14,6 +14,11 @@
 //! the body's last frame still undelivered and ends the stream, which
 //! makes `h2` reset it (`CANCEL`) and drops the response with its backend
 //! connection and in-flight places.
+//!
+//! A request body's timer (`limits.client_body_timeout_ms`) is not here:
+//! it is the body's own ([`crate::upstream::body::ClientBody::timed`]),
+//! since a body may be read in a task other than its stream's (an HTTP/2
+//! shard's connection) and only its reader knows when it waits.
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;

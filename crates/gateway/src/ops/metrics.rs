@@ -562,7 +562,7 @@ impl Metrics {
         let stream_timeouts = Family::<SideLabels, Counter>::default();
         registry.register(
             "stream_timeouts",
-            "Responses cut off after their head because one side stopped moving: side=backend sent nothing for limits.backend_idle_timeout_ms, side=client accepted nothing for limits.client_write_timeout_ms",
+            "Streams cut off because one side stopped moving: side=backend sent nothing of a response body for limits.backend_idle_timeout_ms; side=client accepted nothing for limits.client_write_timeout_ms, or sent nothing of its HTTP/2 request body for limits.client_body_timeout_ms",
             stream_timeouts.clone(),
         );
         // Both series exist from the start (at 0), so a rate() over them

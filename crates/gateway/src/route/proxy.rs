@@ -64,7 +64,7 @@ use crate::trust::credential::{self, AuthError};
 use crate::trust::headers::{self, Added, Inbound};
 use crate::trust::target;
 use crate::upstream::UpstreamBody;
-use crate::upstream::body::{ClientBody, ClientFault, RequestBody};
+use crate::upstream::body::{ClientBody, ClientBodyError, ClientFault, RequestBody};
 
 /// Who a request was served for, for metrics and logs.
 struct Served {
@@ -837,6 +837,16 @@ async fn receive_body(
                 // charged with.
                 let now = Instant::now();
                 Ok((RequestBody::Buffered(collected.to_bytes()), now))
+            }
+            // An HTTP/2 stream's body that sent nothing for the client
+            // body timeout is a stall, like one the deadline ran out on.
+            Ok(Err(error))
+                if matches!(
+                    error.downcast_ref::<ClientBodyError>(),
+                    Some(ClientBodyError::Stalled(_))
+                ) =>
+            {
+                Err(ClientFault::Stalled)
             }
             Ok(Err(_)) => Err(ClientFault::Broken),
             Err(_elapsed) => Err(ClientFault::Stalled),

@@ -14,6 +14,12 @@
 //! (a chunked body declares no length up front), and it records whether the
 //! client's body broke off or was still awaited when time ran out, so the
 //! proxy answers the client (413, 400, 408) instead of blaming the shard.
+//!
+//! A body read from an HTTP/2 stream also runs the client body timeout
+//! ([`ClientBody::timed`]): the mirror of the backend-idle timer, for a
+//! client that stops sending its body. It lives in the body itself, so it
+//! runs in whichever task polls the body, and only while that task waits
+//! on the client.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -21,7 +27,10 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
+
+use crate::upstream::idle::IdleTimer;
 
 /// A client's request body as the request path receives it: none at all
 /// (a request the connection's own fast path read, which never has one), or
@@ -32,19 +41,80 @@ pub enum ClientBody {
     Empty,
     /// The body hyper reads from the connection.
     Streamed(Incoming),
+    /// The body hyper reads from an HTTP/2 stream, under the client body
+    /// timeout. Boxed: only requests that have a body pay for the timer.
+    Timed(Box<Timed>),
+}
+
+/// A client's body under `limits.client_body_timeout_ms`.
+#[derive(Debug)]
+pub struct Timed {
+    incoming: Incoming,
+    /// Runs while the body's reader waits on the client, from the start of
+    /// each wait: time the reader spends elsewhere (waiting on its backend)
+    /// never counts against the client.
+    timer: IdleTimer,
+    /// `shuffle_stream_timeouts_total{side="client"}`.
+    expired: Counter,
+    /// The timer fired: the body has failed for good.
+    failed: bool,
+}
+
+/// Why a client's body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientBodyError {
+    /// hyper could not read it: the client went away or broke the framing.
+    #[error("reading the client's request body failed")]
+    Read(#[source] hyper::Error),
+    /// The client sent nothing of it for the client body timeout. The
+    /// source is HTTP/2's `CANCEL`: hyper resets a stream whose body failed
+    /// with the reason it finds among the error's sources, so an HTTP/2
+    /// shard's stream, and the client's stream once its answer has begun,
+    /// are reset with `CANCEL` (no longer wanted), not `INTERNAL_ERROR`.
+    #[error(
+        "the client sent nothing of its request body for limits.client_body_timeout_ms; raise it for clients that pause their uploads"
+    )]
+    Stalled(#[source] h2::Error),
+}
+
+impl ClientBodyError {
+    fn stalled() -> Self {
+        ClientBodyError::Stalled(h2::Reason::CANCEL.into())
+    }
+}
+
+impl ClientBody {
+    /// `incoming` under the client body timeout `limit`: a body still
+    /// open that sends nothing while its reader waits for `limit` fails
+    /// with [`ClientBodyError::Stalled`] (counted in `expired`). A request
+    /// that has no body gets no timer.
+    pub fn timed(incoming: Incoming, limit: std::time::Duration, expired: &Counter) -> Self {
+        if incoming.is_end_stream() {
+            return ClientBody::Streamed(incoming);
+        }
+        ClientBody::Timed(Box::new(Timed {
+            incoming,
+            timer: IdleTimer::new(limit),
+            expired: expired.clone(),
+            failed: false,
+        }))
+    }
 }
 
 impl Body for ClientBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ClientBodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         match self.get_mut() {
             ClientBody::Empty => Poll::Ready(None),
-            ClientBody::Streamed(incoming) => Pin::new(incoming).poll_frame(cx),
+            ClientBody::Streamed(incoming) => Pin::new(incoming)
+                .poll_frame(cx)
+                .map_err(ClientBodyError::Read),
+            ClientBody::Timed(timed) => timed.poll_frame(cx),
         }
     }
 
@@ -52,6 +122,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::Empty => true,
             ClientBody::Streamed(incoming) => incoming.is_end_stream(),
+            ClientBody::Timed(timed) => !timed.failed && timed.incoming.is_end_stream(),
         }
     }
 
@@ -59,6 +130,37 @@ impl Body for ClientBody {
         match self {
             ClientBody::Empty => SizeHint::with_exact(0),
             ClientBody::Streamed(incoming) => incoming.size_hint(),
+            ClientBody::Timed(timed) => timed.incoming.size_hint(),
+        }
+    }
+}
+
+impl Timed {
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        if self.failed {
+            // Failed for good: never mistaken for a body that ended.
+            return Poll::Ready(Some(Err(ClientBodyError::stalled())));
+        }
+        match Pin::new(&mut self.incoming).poll_frame(cx) {
+            Poll::Ready(polled) => {
+                // Data, trailers or the end: the client is moving.
+                self.timer.progressed();
+                Poll::Ready(polled.map(|frame| frame.map_err(ClientBodyError::Read)))
+            }
+            Poll::Pending => {
+                // The timer is armed by the first wait after progress, so
+                // it measures this wait alone.
+                std::task::ready!(self.timer.poll_expired(cx));
+                self.failed = true;
+                self.expired.inc();
+                tracing::debug!(
+                    "a client sent nothing of its request body for limits.client_body_timeout_ms"
+                );
+                Poll::Ready(Some(Err(ClientBodyError::stalled())))
+            }
         }
     }
 }
@@ -81,9 +183,9 @@ pub enum AttemptBodyError {
     /// The client's body is larger than the limit; the rest is not sent.
     #[error("the request body is larger than limits.max_body_bytes")]
     TooLarge,
-    /// Reading the client's body failed.
+    /// Reading the client's body failed, or it stalled.
     #[error("reading the client's request body failed")]
-    Client(#[source] hyper::Error),
+    Client(#[source] ClientBodyError),
 }
 
 /// The client's body, shared by the attempts of one request.
@@ -172,7 +274,7 @@ impl Upload {
     /// Records one poll of the client's stream, enforcing the size limit.
     fn observe(
         &self,
-        polled: Poll<Option<Result<Frame<Bytes>, hyper::Error>>>,
+        polled: Poll<Option<Result<Frame<Bytes>, ClientBodyError>>>,
         at_end: bool,
     ) -> Poll<Option<Result<Frame<Bytes>, AttemptBodyError>>> {
         let mut progress = self.progress.lock().expect("upload progress");
@@ -181,7 +283,10 @@ impl Upload {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(None) => None,
             Poll::Ready(Some(Err(error))) => {
-                progress.fault = Some(ClientFault::Broken);
+                progress.fault = Some(match error {
+                    ClientBodyError::Stalled(_) => ClientFault::Stalled,
+                    ClientBodyError::Read(_) => ClientFault::Broken,
+                });
                 progress.kept = Kept::Nothing;
                 Some(Err(AttemptBodyError::Client(error)))
             }
