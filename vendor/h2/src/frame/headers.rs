@@ -963,6 +963,10 @@ impl HeaderBlock {
                 Path(v) => set_pseudo!(path, v),
                 Protocol(v) => set_pseudo!(protocol, v),
                 Status(v) => set_pseudo!(status, v),
+                Malformed { .. } => {
+                    tracing::trace!("load_hpack; malformed field");
+                    malformed = true;
+                }
             }
 
             ControlFlow::Continue(())

@@ -17,6 +17,17 @@ pub enum Header<T = HeaderName> {
     Path(BytesStr),
     Protocol(Protocol),
     Status(StatusCode),
+    /// A field whose name or value is not one HTTP allows (an uppercase or
+    /// invalid name, CR, LF or NUL in a value, an unknown pseudo-header, a
+    /// method that is not a token): decoded, so that the dynamic table
+    /// stays in step with the peer's, and left to the frame to refuse as a
+    /// malformed message, a stream error (RFC 9113 section 8.1.1).
+    Malformed {
+        /// The name's length in bytes.
+        name_len: usize,
+        /// Its HPACK size: name and value lengths and 32.
+        len: usize,
+    },
 }
 
 /// The header field name
@@ -29,6 +40,8 @@ pub enum Name<'a> {
     Path,
     Protocol,
     Status,
+    /// A malformed field's name, by its length.
+    Malformed(usize),
 }
 
 #[doc(hidden)]
@@ -56,12 +69,25 @@ impl Header<Option<HeaderName>> {
             Path(v) => Path(v),
             Protocol(v) => Protocol(v),
             Status(v) => Status(v),
+            Malformed { name_len, len } => Malformed { name_len, len },
         })
     }
 }
 
 impl Header {
     pub fn new(name: Bytes, value: Bytes) -> Result<Header, DecoderError> {
+        let (name_len, value_len) = (name.len(), value.len());
+        match Header::parse(name, value) {
+            Err(DecoderError::NeedMore(more)) => Err(DecoderError::NeedMore(more)),
+            Err(_) => Ok(Header::Malformed {
+                name_len,
+                len: 32 + name_len + value_len,
+            }),
+            parsed => parsed,
+        }
+    }
+
+    fn parse(name: Bytes, value: Bytes) -> Result<Header, DecoderError> {
         if name.is_empty() {
             return Err(DecoderError::NeedMore(NeedMore::UnexpectedEndOfStream));
         }
@@ -114,6 +140,7 @@ impl Header {
             Header::Path(ref v) => 32 + 5 + v.len(),
             Header::Protocol(ref v) => 32 + 9 + v.as_str().len(),
             Header::Status(_) => 32 + 7 + 3,
+            Header::Malformed { len, .. } => len,
         }
     }
 
@@ -127,6 +154,7 @@ impl Header {
             Header::Path(..) => Name::Path,
             Header::Protocol(..) => Name::Protocol,
             Header::Status(..) => Name::Status,
+            Header::Malformed { name_len, .. } => Name::Malformed(name_len),
         }
     }
 
@@ -139,6 +167,7 @@ impl Header {
             Header::Path(ref v) => v.as_ref(),
             Header::Protocol(ref v) => v.as_ref(),
             Header::Status(ref v) => v.as_str().as_ref(),
+            Header::Malformed { .. } => &[],
         }
     }
 
@@ -175,6 +204,7 @@ impl Header {
                 Header::Status(ref b) => a == b,
                 _ => false,
             },
+            Header::Malformed { .. } => false,
         }
     }
 
@@ -222,13 +252,31 @@ impl From<Header> for Header<Option<HeaderName>> {
             Header::Path(v) => Header::Path(v),
             Header::Protocol(v) => Header::Protocol(v),
             Header::Status(v) => Header::Status(v),
+            Header::Malformed { name_len, len } => Header::Malformed { name_len, len },
         }
     }
 }
 
 impl<'a> Name<'a> {
     pub fn into_entry(self, value: Bytes) -> Result<Header, DecoderError> {
+        let name_len = match self {
+            Name::Malformed(name_len) => name_len,
+            ref name => name.as_slice().len(),
+        };
+        let value_len = value.len();
+        match self.parse_entry(value) {
+            Err(DecoderError::NeedMore(more)) => Err(DecoderError::NeedMore(more)),
+            Err(_) => Ok(Header::Malformed {
+                name_len,
+                len: 32 + name_len + value_len,
+            }),
+            parsed => parsed,
+        }
+    }
+
+    fn parse_entry(self, value: Bytes) -> Result<Header, DecoderError> {
         match self {
+            Name::Malformed(_) => Err(DecoderError::InvalidUtf8),
             Name::Field(name) => Ok(Header::Field {
                 name: name.clone(),
                 value: HeaderValue::from_bytes(&value)?,
@@ -257,6 +305,7 @@ impl<'a> Name<'a> {
             Name::Path => b":path",
             Name::Protocol => b":protocol",
             Name::Status => b":status",
+            Name::Malformed(_) => b"",
         }
     }
 }

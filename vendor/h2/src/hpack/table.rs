@@ -774,5 +774,7 @@ fn index_static(header: &Header) -> Option<(usize, bool)> {
             500 => Some((14, true)),
             _ => Some((8, false)),
         },
+        // Only the decoder makes these; the encoder never indexes one.
+        Header::Malformed { .. } => None,
     }
 }
