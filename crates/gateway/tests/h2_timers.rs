@@ -576,6 +576,57 @@ async fn a_malformed_request_fails_its_own_stream_and_the_next_stream_is_served(
     assert_eq!(seen, vec!["/next"; cases.len()]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_only_malformed_requests_is_closed_after_1024_resets() {
+    let fixture = Fixture::start(Options::default()).await;
+    let key = fixture.api_key("tenant-1").to_owned();
+    // Each request fails its own stream, so what bounds a client that
+    // sends nothing else is hyper's limit on streams reset for the peer's
+    // errors (1024 a connection), then GOAWAY(ENHANCE_YOUR_CALM).
+    const LIMIT: u32 = 1024;
+    let malformed = get_block("/malformed", &key, &[("X-Upper", "v")]);
+    let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(0x4, 0, 0, &[]));
+    for n in 0..LIMIT {
+        bytes.extend(frame(0x1, 0x5, 2 * n + 1, &malformed));
+    }
+    stream.write_all(&bytes).await.unwrap();
+    let mut resets = 0;
+    let frames = frames_until(&mut stream, |(kind, _, _, payload)| {
+        if *kind == 0x3 && payload[..] == [0, 0, 0, 1] {
+            resets += 1;
+        }
+        resets == LIMIT || *kind == 0x7
+    })
+    .await;
+    assert_eq!(resets, LIMIT, "{:?}", frames.last());
+    // Up to the limit the connection still serves a good request...
+    let good = 2 * LIMIT + 1;
+    let bytes = frame(0x1, 0x5, good, &get_block("/good", &key, &[]));
+    stream.write_all(&bytes).await.unwrap();
+    let frames = frames_until_ended(&mut stream, &[good]).await;
+    assert_eq!(outcome(&frames, good), Some("served"), "{frames:?}");
+    // ...and the next malformed one closes it.
+    let bytes = frame(0x1, 0x5, good + 2, &malformed);
+    stream.write_all(&bytes).await.unwrap();
+    let frames = frames_until(&mut stream, |(kind, ..)| *kind == 0x7).await;
+    let goaway = frames.iter().find(|(kind, ..)| *kind == 0x7);
+    // ENHANCE_YOUR_CALM is 0xb.
+    assert!(
+        goaway.is_some_and(|(.., payload)| payload[4..8] == [0, 0, 0, 0xb]),
+        "no GOAWAY(ENHANCE_YOUR_CALM): {frames:?}"
+    );
+    let seen: Vec<_> = fixture
+        .backends
+        .iter()
+        .flat_map(|backend| backend.seen())
+        .map(|seen| seen.path)
+        .filter(|path| path == "/malformed" || path == "/good")
+        .collect();
+    assert_eq!(seen, ["/good"]);
+}
+
 /// A literal field added to the HPACK dynamic table, with a new name.
 fn hpack_insert(name: &str, value: &str) -> Vec<u8> {
     let mut out = vec![0x40];
@@ -672,7 +723,12 @@ async fn a_malformed_field_in_the_dynamic_table_stays_malformed_and_a_good_entry
     }
     // Had X-Bad been counted smaller than its size, x-a would still be in
     // the table as entry 64; it is not, which is a connection error.
-    let bytes = frame(0x1, 0x5, 17, &get_block_with("/d17", &key, &hpack_indexed(64)));
+    let bytes = frame(
+        0x1,
+        0x5,
+        17,
+        &get_block_with("/d17", &key, &hpack_indexed(64)),
+    );
     stream.write_all(&bytes).await.unwrap();
     let frames = frames_until_ended(&mut stream, &[17]).await;
     assert!(
