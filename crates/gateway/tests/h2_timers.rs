@@ -566,14 +566,21 @@ async fn a_malformed_request_fails_its_own_stream_and_the_next_stream_is_served(
         );
     }
     // Only the well-formed requests reached a shard.
-    let seen: Vec<_> = fixture
+    assert_eq!(
+        shard_paths(&fixture, &["/malformed", "/next"]),
+        vec!["/next"; cases.len()]
+    );
+}
+
+/// The paths, among `paths`, of the requests the shards received.
+fn shard_paths(fixture: &Fixture, paths: &[&str]) -> Vec<String> {
+    fixture
         .backends
         .iter()
         .flat_map(|backend| backend.seen())
         .map(|seen| seen.path)
-        .filter(|path| path == "/malformed" || path == "/next")
-        .collect();
-    assert_eq!(seen, vec!["/next"; cases.len()]);
+        .filter(|path| paths.contains(&path.as_str()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -617,14 +624,7 @@ async fn a_client_sending_only_malformed_requests_is_closed_after_1024_resets() 
         goaway.is_some_and(|(.., payload)| payload[4..8] == [0, 0, 0, 0xb]),
         "no GOAWAY(ENHANCE_YOUR_CALM): {frames:?}"
     );
-    let seen: Vec<_> = fixture
-        .backends
-        .iter()
-        .flat_map(|backend| backend.seen())
-        .map(|seen| seen.path)
-        .filter(|path| path == "/malformed" || path == "/good")
-        .collect();
-    assert_eq!(seen, ["/good"]);
+    assert_eq!(shard_paths(&fixture, &["/malformed", "/good"]), ["/good"]);
 }
 
 /// A literal field added to the HPACK dynamic table, with a new name.
