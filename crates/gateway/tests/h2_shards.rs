@@ -34,7 +34,7 @@ use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
 
 use crate::pki::Ca;
-use crate::util::{Fixture, Options, eventually};
+use crate::util::{Fixture, Options, eventually, read_h2_frame};
 
 // ---- A gRPC service, written by hand ---------------------------------------
 
@@ -908,9 +908,12 @@ struct ScriptedShard {
     addr: SocketAddr,
     connections: Arc<AtomicUsize>,
     next: Arc<Mutex<Next>>,
-    held: Arc<Mutex<Option<(u32, mpsc::UnboundedSender<Vec<u8>>)>>>,
+    held: Held,
     _task: tokio::task::JoinHandle<()>,
 }
+
+/// The stream a [`ScriptedShard`] holds, and where its answer is written.
+type Held = Arc<Mutex<Option<(u32, mpsc::UnboundedSender<Vec<u8>>)>>>;
 
 /// A HEADERS frame ending stream `id` (END_STREAM | END_HEADERS).
 fn last_headers(id: u32, block: &[u8]) -> Vec<u8> {
@@ -943,18 +946,8 @@ impl ScriptedShard {
                     return;
                 }
                 let _ = out.send(vec![0, 0, 0, 4, 0, 0, 0, 0, 0]);
-                loop {
-                    let mut head = [0_u8; 9];
-                    if reader.read_exact(&mut head).await.is_err() {
-                        return;
-                    }
-                    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-                    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-                    let mut payload = vec![0_u8; len];
-                    if reader.read_exact(&mut payload).await.is_err() {
-                        return;
-                    }
-                    match (head[3], head[4] & 0x1 != 0) {
+                while let Some((kind, flags, id, payload)) = read_h2_frame(&mut reader).await {
+                    match (kind, flags & 0x1 != 0) {
                         // SETTINGS: acknowledged.
                         (0x4, false) => {
                             let _ = out.send(vec![0, 0, 0, 4, 1, 0, 0, 0, 0]);

@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::pki::{Ca, client_config};
-use crate::util::{CustomShard, Fixture, Options, TestBody, eventually};
+use crate::util::{CustomShard, Fixture, Options, TestBody, eventually, read_h2_frame};
 
 /// How long anything that must happen may take: it bounds a hang, never a
 /// timing (the timeouts under test are a few hundred milliseconds).
@@ -412,18 +412,7 @@ async fn frames_until(
 ) -> Vec<(u8, u8, u32, Vec<u8>)> {
     let mut frames = Vec::new();
     let _ = tokio::time::timeout(DEADLINE, async {
-        loop {
-            let mut head = [0_u8; 9];
-            if stream.read_exact(&mut head).await.is_err() {
-                return;
-            }
-            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-            let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-            let mut payload = vec![0_u8; len];
-            if stream.read_exact(&mut payload).await.is_err() {
-                return;
-            }
-            let frame = (head[3], head[4], id, payload);
+        while let Some(frame) = read_h2_frame(stream).await {
             let stop = done(&frame);
             frames.push(frame);
             if stop {
