@@ -34,7 +34,7 @@ use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
 
 use crate::pki::Ca;
-use crate::util::{Fixture, Options, eventually};
+use crate::util::{Fixture, Options, eventually, read_h2_frame};
 
 // ---- A gRPC service, written by hand ---------------------------------------
 
@@ -887,6 +887,151 @@ async fn a_shard_that_answers_without_an_http2_preface_is_a_connect_failure() {
         &[("shard", "garbage"), ("outcome", "connect")],
     );
     assert!(refused >= 1.0, "{refused}");
+}
+
+/// What [`scripted_shard`] does with the next stream it is sent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Next {
+    /// Answers 200 at once.
+    Answer,
+    /// Keeps the stream until [`ScriptedShard::release`].
+    Hold,
+    /// Answers with a head holding an uppercase field name, which RFC
+    /// 9113 makes a malformed response.
+    Malformed,
+}
+
+/// A raw HTTP/2 shard whose next stream is handled as [`Next`] says (then
+/// back to [`Next::Answer`]); the stream it holds is answered 200 on
+/// [`ScriptedShard::release`].
+struct ScriptedShard {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    next: Arc<Mutex<Next>>,
+    held: Held,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+/// The stream a [`ScriptedShard`] holds, and where its answer is written.
+type Held = Arc<Mutex<Option<(u32, mpsc::UnboundedSender<Vec<u8>>)>>>;
+
+/// A HEADERS frame ending stream `id` (END_STREAM | END_HEADERS).
+fn last_headers(id: u32, block: &[u8]) -> Vec<u8> {
+    let mut frame = u32::try_from(block.len()).unwrap().to_be_bytes()[1..].to_vec();
+    frame.extend_from_slice(&[0x1, 0x5]);
+    frame.extend_from_slice(&id.to_be_bytes());
+    frame.extend_from_slice(block);
+    frame
+}
+
+impl ScriptedShard {
+    async fn start() -> Self {
+        let next = Arc::new(Mutex::new(Next::Answer));
+        let held = Arc::new(Mutex::new(None));
+        let (script, holder) = (Arc::clone(&next), Arc::clone(&held));
+        let (addr, connections, task) = raw_shard(move |tcp| {
+            let (script, holder) = (Arc::clone(&script), Arc::clone(&holder));
+            async move {
+                let (mut reader, mut writer) = tcp.into_split();
+                let (out, mut queue) = mpsc::unbounded_channel::<Vec<u8>>();
+                tokio::spawn(async move {
+                    while let Some(bytes) = queue.recv().await {
+                        if writer.write_all(&bytes).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                let mut preface = [0; 24];
+                if reader.read_exact(&mut preface).await.is_err() {
+                    return;
+                }
+                let _ = out.send(vec![0, 0, 0, 4, 0, 0, 0, 0, 0]);
+                while let Some((kind, flags, id, payload)) = read_h2_frame(&mut reader).await {
+                    match (kind, flags & 0x1 != 0) {
+                        // SETTINGS: acknowledged.
+                        (0x4, false) => {
+                            let _ = out.send(vec![0, 0, 0, 4, 1, 0, 0, 0, 0]);
+                        }
+                        // PING: answered.
+                        (0x6, false) => {
+                            let mut pong = vec![0, 0, 8, 6, 1, 0, 0, 0, 0];
+                            pong.extend_from_slice(&payload);
+                            let _ = out.send(pong);
+                        }
+                        // A request (`:status` 200 is HPACK's static
+                        // entry 8).
+                        (0x1, _) => {
+                            let next =
+                                std::mem::replace(&mut *script.lock().unwrap(), Next::Answer);
+                            match next {
+                                Next::Answer => {
+                                    let _ = out.send(last_headers(id, &[0x88]));
+                                }
+                                Next::Hold => *holder.lock().unwrap() = Some((id, out.clone())),
+                                Next::Malformed => {
+                                    let mut block = vec![0x88, 0x00, 7];
+                                    block.extend_from_slice(b"X-Upper");
+                                    block.extend_from_slice(&[1, b'v']);
+                                    let _ = out.send(last_headers(id, &block));
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        })
+        .await;
+        Self {
+            addr,
+            connections,
+            next,
+            held,
+            _task: task,
+        }
+    }
+
+    fn next(&self, next: Next) {
+        *self.next.lock().unwrap() = next;
+    }
+
+    fn holding(&self) -> bool {
+        self.held.lock().unwrap().is_some()
+    }
+
+    fn release(&self) {
+        if let Some((id, out)) = self.held.lock().unwrap().take() {
+            let _ = out.send(last_headers(id, &[0x88]));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_answer_from_a_shard_fails_its_stream_and_not_the_others_on_its_connection() {
+    let shard = ScriptedShard::start().await;
+    let shards = vec![Shard::new("scripted", format!("http://{}", shard.addr)).speaking("h2c")];
+    let fixture = Fixture::start(options(shards, 1)).await;
+    // One request the shard holds, and while it does, another whose answer
+    // is malformed, on the same connection. Both are POSTs, which the
+    // gateway never sends twice: what each client gets is what its one
+    // stream got.
+    shard.next(Next::Hold);
+    let held = fixture.send(Some("tenant-1"), "POST", "/held", &[], b"");
+    let other = async {
+        assert!(eventually(Duration::from_secs(30), || shard.holding()).await);
+        shard.next(Next::Malformed);
+        let (status, ..) = fixture
+            .send(Some("tenant-2"), "POST", "/malformed", &[], b"")
+            .await;
+        shard.release();
+        status
+    };
+    let ((held, ..), malformed) = tokio::join!(held, other);
+    assert_eq!(malformed, StatusCode::BAD_GATEWAY);
+    // With the registry's h2 the malformed head was a connection error,
+    // which failed the held request too (502).
+    assert_eq!(held, StatusCode::OK);
+    assert_eq!(shard.connections.load(Ordering::Relaxed), 1);
 }
 
 /// Twenty unary calls as `tenant-1`, each answered by the shard `good`

@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::pki::{Ca, client_config};
-use crate::util::{CustomShard, Fixture, Options, TestBody, eventually};
+use crate::util::{CustomShard, Fixture, Options, TestBody, eventually, read_h2_frame};
 
 /// How long anything that must happen may take: it bounds a hang, never a
 /// timing (the timeouts under test are a few hundred milliseconds).
@@ -87,9 +87,26 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     frame
 }
 
-/// An HPACK string literal, not Huffman-coded (short strings only).
+/// An HPACK integer (RFC 7541 §5.1) in a `prefix`-bit prefix, the first
+/// byte's other bits set to `flags`.
+fn hpack_int(out: &mut Vec<u8>, flags: u8, prefix: u32, value: usize) {
+    let max = (1_usize << prefix) - 1;
+    if value < max {
+        out.push(flags | u8::try_from(value).unwrap());
+        return;
+    }
+    out.push(flags | u8::try_from(max).unwrap());
+    let mut rest = value - max;
+    while rest >= 0x80 {
+        out.push(0x80 | u8::try_from(rest & 0x7f).unwrap());
+        rest >>= 7;
+    }
+    out.push(u8::try_from(rest).unwrap());
+}
+
+/// An HPACK string literal, not Huffman-coded.
 fn hpack_string(out: &mut Vec<u8>, value: &str) {
-    out.push(u8::try_from(value.len()).unwrap());
+    hpack_int(out, 0x00, 7, value.len());
     out.extend_from_slice(value.as_bytes());
 }
 
@@ -396,18 +413,7 @@ async fn frames_until(
 ) -> Vec<(u8, u8, u32, Vec<u8>)> {
     let mut frames = Vec::new();
     let _ = tokio::time::timeout(DEADLINE, async {
-        loop {
-            let mut head = [0_u8; 9];
-            if stream.read_exact(&mut head).await.is_err() {
-                return;
-            }
-            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
-            let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-            let mut payload = vec![0_u8; len];
-            if stream.read_exact(&mut payload).await.is_err() {
-                return;
-            }
-            let frame = (head[3], head[4], id, payload);
+        while let Some(frame) = read_h2_frame(stream).await {
             let stop = done(&frame);
             frames.push(frame);
             if stop {
@@ -640,15 +646,24 @@ async fn a_stalled_http2_body_leaves_its_connections_other_streams_alone_and_a_t
 /// The request HEADERS block of a `GET path` as `key`, with `extra`
 /// fields (literals, as written) before the credential.
 fn get_block(path: &str, key: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut fields = Vec::new();
+    for (name, value) in extra {
+        fields.push(0x00);
+        hpack_string(&mut fields, name);
+        hpack_string(&mut fields, value);
+    }
+    get_block_with(path, key, &fields)
+}
+
+/// The request HEADERS block of a `GET path` as `key`, with `fields`
+/// (already HPACK-encoded) before the credential. Nothing but `fields`
+/// touches the dynamic table.
+fn get_block_with(path: &str, key: &str, fields: &[u8]) -> Vec<u8> {
     let mut block = vec![0x82, 0x86, 0x04];
     hpack_string(&mut block, path);
     block.push(0x01);
     hpack_string(&mut block, "localhost");
-    for (name, value) in extra {
-        block.push(0x00);
-        hpack_string(&mut block, name);
-        hpack_string(&mut block, value);
-    }
+    block.extend_from_slice(fields);
     block.push(0x00);
     hpack_string(&mut block, "x-api-key");
     hpack_string(&mut block, key);
@@ -660,8 +675,11 @@ async fn a_malformed_request_fails_its_own_stream_and_the_next_stream_is_served(
     let fixture = Fixture::start(Options::default()).await;
     let key = fixture.api_key("tenant-1").to_owned();
     // What RFC 9113 makes a malformed request (a stream error), and a
-    // `host` that disagrees with `:authority` (the gateway's 400).
-    let cases: [(&str, &[(&str, &str)]); 5] = [
+    // `host` that disagrees with `:authority` (the gateway's 400). From
+    // "an uppercase name" on, the field is one h2's HPACK decoder itself
+    // refuses: the registry's h2 0.4.21 closes the connection with GOAWAY
+    // for it, vendor/h2 fails the stream alone.
+    let cases: &[(&str, &[(&str, &str)])] = &[
         (
             "a connection-specific field",
             &[("connection", "keep-alive")],
@@ -670,6 +688,14 @@ async fn a_malformed_request_fails_its_own_stream_and_the_next_stream_is_served(
         ("a response pseudo-header", &[(":status", "200")]),
         ("transfer-encoding", &[("transfer-encoding", "chunked")]),
         ("host against :authority", &[("host", "elsewhere.example")]),
+        ("an uppercase name", &[("X-Upper", "v")]),
+        ("a name with a space", &[("x space", "v")]),
+        ("a name with a colon", &[("x:colon", "v")]),
+        ("a CR in a value", &[("x-cr", "a\rb")]),
+        ("an LF in a value", &[("x-lf", "a\nb")]),
+        ("a NUL in a value", &[("x-nul", "a\0b")]),
+        ("an unknown pseudo-header", &[(":unknown", "v")]),
+        ("a method that is not a token", &[(":method", "G T")]),
     ];
     for (what, extra) in cases {
         let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
@@ -707,14 +733,203 @@ async fn a_malformed_request_fails_its_own_stream_and_the_next_stream_is_served(
         );
     }
     // Only the well-formed requests reached a shard.
-    let seen: Vec<_> = fixture
+    assert_eq!(
+        shard_paths(&fixture, &["/malformed", "/next"]),
+        vec!["/next"; cases.len()]
+    );
+}
+
+/// The paths, among `paths`, of the requests the shards received.
+fn shard_paths(fixture: &Fixture, paths: &[&str]) -> Vec<String> {
+    fixture
         .backends
         .iter()
         .flat_map(|backend| backend.seen())
         .map(|seen| seen.path)
-        .filter(|path| path == "/malformed" || path == "/next")
+        .filter(|path| paths.contains(&path.as_str()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_only_malformed_requests_is_closed_after_1024_resets() {
+    let fixture = Fixture::start(Options::default()).await;
+    let key = fixture.api_key("tenant-1").to_owned();
+    // Each request fails its own stream, so what bounds a client that
+    // sends nothing else is hyper's limit on streams reset for the peer's
+    // errors (1024 a connection), then GOAWAY(ENHANCE_YOUR_CALM).
+    const LIMIT: u32 = 1024;
+    let malformed = get_block("/malformed", &key, &[("X-Upper", "v")]);
+    let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(0x4, 0, 0, &[]));
+    for n in 0..LIMIT {
+        bytes.extend(frame(0x1, 0x5, 2 * n + 1, &malformed));
+    }
+    stream.write_all(&bytes).await.unwrap();
+    let mut resets = 0;
+    let frames = frames_until(&mut stream, |(kind, _, _, payload)| {
+        if *kind == 0x3 && payload[..] == [0, 0, 0, 1] {
+            resets += 1;
+        }
+        resets == LIMIT || *kind == 0x7
+    })
+    .await;
+    assert_eq!(resets, LIMIT, "{:?}", frames.last());
+    // Up to the limit the connection still serves a good request...
+    let good = 2 * LIMIT + 1;
+    let bytes = frame(0x1, 0x5, good, &get_block("/good", &key, &[]));
+    stream.write_all(&bytes).await.unwrap();
+    let frames = frames_until_ended(&mut stream, &[good]).await;
+    assert_eq!(outcome(&frames, good), Some("served"), "{frames:?}");
+    // ...and the next malformed one closes it.
+    let bytes = frame(0x1, 0x5, good + 2, &malformed);
+    stream.write_all(&bytes).await.unwrap();
+    let frames = frames_until(&mut stream, |(kind, ..)| *kind == 0x7).await;
+    let goaway = frames.iter().find(|(kind, ..)| *kind == 0x7);
+    // ENHANCE_YOUR_CALM is 0xb.
+    assert!(
+        goaway.is_some_and(|(.., payload)| payload[4..8] == [0, 0, 0, 0xb]),
+        "no GOAWAY(ENHANCE_YOUR_CALM): {frames:?}"
+    );
+    assert_eq!(shard_paths(&fixture, &["/malformed", "/good"]), ["/good"]);
+}
+
+/// A literal field added to the HPACK dynamic table, with a new name.
+fn hpack_insert(name: &str, value: &str) -> Vec<u8> {
+    let mut out = vec![0x40];
+    hpack_string(&mut out, name);
+    hpack_string(&mut out, value);
+    out
+}
+
+/// A field taken whole from table entry `index`.
+fn hpack_indexed(index: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    hpack_int(&mut out, 0x80, 7, index);
+    out
+}
+
+/// A literal field, not indexed, with the name of table entry `index`.
+fn hpack_name_indexed(index: usize, value: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    hpack_int(&mut out, 0x00, 4, index);
+    hpack_string(&mut out, value);
+    out
+}
+
+/// Whether stream `id` was answered 200 (`:status` 200 is HPACK's static
+/// entry 8) or reset with `PROTOCOL_ERROR` in `frames`; `None` if neither.
+fn outcome(frames: &[(u8, u8, u32, Vec<u8>)], id: u32) -> Option<&'static str> {
+    frames.iter().find_map(|(kind, _, stream, payload)| {
+        if *stream != id {
+            return None;
+        }
+        match kind {
+            0x1 if payload.first() == Some(&0x88) => Some("served"),
+            0x3 if payload[..] == [0, 0, 0, 1] => Some("reset"),
+            _ => None,
+        }
+    })
+}
+
+/// Reads `stream` until each of `ids` has ended (`END_STREAM` or
+/// `RST_STREAM`) or the connection goes away.
+async fn frames_until_ended(stream: &mut TcpStream, ids: &[u32]) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut open: std::collections::BTreeSet<u32> = ids.iter().copied().collect();
+    frames_until(stream, |(kind, flags, id, _)| {
+        if *kind == 0x3 || (matches!(kind, 0x0 | 0x1) && flags & 0x1 != 0) {
+            open.remove(id);
+        }
+        open.is_empty() || *kind == 0x7
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_field_in_the_dynamic_table_stays_malformed_and_a_good_entry_after_it_works() {
+    let fixture = Fixture::start(Options::default()).await;
+    let key = fixture.api_key("tenant-1").to_owned();
+    // Two entries that fill the 4096-byte table exactly (32 + name + value
+    // each): a good `x-a`, then a malformed `X-Bad`.
+    let long_a = "a".repeat(2048 - 32 - 3);
+    let long_bad = "b".repeat(2048 - 32 - 5);
+    let steps: [(u32, Vec<u8>, &str); 8] = [
+        (1, hpack_insert("x-a", &long_a), "served"),
+        (3, hpack_insert("X-Bad", &long_bad), "reset"),
+        // Table: 62 X-Bad, 63 x-a. x-a is still there only if X-Bad took
+        // its place in the table and no more than its size.
+        (5, hpack_indexed(63), "served"),
+        (7, hpack_indexed(62), "reset"),
+        (9, hpack_name_indexed(62, "fine"), "reset"),
+        // 36 bytes more: x-a, the oldest, is evicted. Table: 62 x-c,
+        // 63 X-Bad.
+        (11, hpack_insert("x-c", "c"), "served"),
+        (13, hpack_indexed(62), "served"),
+        (15, hpack_indexed(63), "reset"),
+    ];
+    let mut stream = TcpStream::connect(fixture.running.addr).await.unwrap();
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(0x4, 0, 0, &[]));
+    for (id, fields, _) in &steps {
+        let path = format!("/d{id}");
+        bytes.extend(frame(0x1, 0x5, *id, &get_block_with(&path, &key, fields)));
+    }
+    stream.write_all(&bytes).await.unwrap();
+    let ids: Vec<u32> = steps.iter().map(|(id, ..)| *id).collect();
+    let frames = frames_until_ended(&mut stream, &ids).await;
+    assert!(
+        frames.iter().all(|(kind, ..)| *kind != 0x7),
+        "the connection was closed with GOAWAY: {frames:?}"
+    );
+    for (id, _, expected) in &steps {
+        assert_eq!(
+            outcome(&frames, *id),
+            Some(*expected),
+            "stream {id}: {frames:?}"
+        );
+    }
+    // Had X-Bad been counted smaller than its size, x-a would still be in
+    // the table as entry 64; it is not, which is a connection error.
+    let bytes = frame(
+        0x1,
+        0x5,
+        17,
+        &get_block_with("/d17", &key, &hpack_indexed(64)),
+    );
+    stream.write_all(&bytes).await.unwrap();
+    let frames = frames_until_ended(&mut stream, &[17]).await;
+    assert!(
+        frames.iter().any(|(kind, ..)| *kind == 0x7),
+        "entry 64 should have been evicted: {frames:?}"
+    );
+    // The shards saw the served streams only, each with the field it
+    // indexed.
+    let mut seen: Vec<(String, Vec<(String, String)>)> = fixture
+        .backends
+        .iter()
+        .flat_map(|backend| backend.seen())
+        .filter(|seen| seen.path.starts_with("/d"))
+        .map(|seen| {
+            let fields = seen
+                .headers
+                .iter()
+                .filter(|(name, _)| ["x-a", "x-bad", "x-c"].contains(&name.as_str()))
+                .cloned()
+                .collect();
+            (seen.path, fields)
+        })
         .collect();
-    assert_eq!(seen, vec!["/next"; 5]);
+    seen.sort();
+    let field = |name: &str, value: &str| vec![(name.to_owned(), value.to_owned())];
+    assert_eq!(
+        seen,
+        vec![
+            ("/d1".to_owned(), field("x-a", &long_a)),
+            ("/d11".to_owned(), field("x-c", "c")),
+            ("/d13".to_owned(), field("x-c", "c")),
+            ("/d5".to_owned(), field("x-a", &long_a)),
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -475,6 +475,20 @@ async fn read_more(stream: &mut (impl AsyncRead + Unpin), received: &mut Vec<u8>
     }
 }
 
+/// One HTTP/2 frame read off `stream`, as `(type, flags, stream id,
+/// payload)`; `None` once the stream ends or fails.
+pub async fn read_h2_frame(
+    stream: &mut (impl AsyncRead + Unpin),
+) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0_u8; 9];
+    stream.read_exact(&mut head).await.ok()?;
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0_u8; len];
+    stream.read_exact(&mut payload).await.ok()?;
+    Some((head[3], head[4], id, payload))
+}
+
 /// Reads into `received` until the peer closes the connection (EOF or
 /// reset) or `within` passes; whether it closed in time. Whether a
 /// connection still open is a failure is the caller's to say.
