@@ -21,9 +21,12 @@ pub mod tls;
 // Writing a configuration (the demo's and the tests').
 pub mod writer;
 
-// The helpers every section's validation shares.
+// The helpers every section's validation shares. They are a sibling, not
+// this file, so that a section imports only its siblings and never its
+// parent: this file imports every section, and the other way would be a
+// circle.
 mod check;
-// One section each.
+// One section each: its raw form, defaults and validation.
 mod admin;
 mod auth;
 mod cells;
