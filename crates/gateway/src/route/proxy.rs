@@ -519,6 +519,7 @@ async fn route(
         cell,
         subset: route.subset.as_slice(),
         tenant: &tenant.id,
+        tenant_hash: tenant.id_hash,
         // The head as every attempt sends it; each sets its shard's target,
         // `Host` and `x-shuffle-shard`.
         client: RequestHead {
@@ -893,6 +894,8 @@ struct Attempts<'a> {
     subset: &'a [ShardIndex],
     /// The tenant's id.
     tenant: &'a str,
+    /// Its [`TenantRecord::id_hash`](crate::config::tenants::TenantRecord::id_hash).
+    tenant_hash: u64,
     /// The client's head, the target and the body every attempt sends.
     client: RequestHead<'a>,
     uri: &'a Uri,
@@ -1118,7 +1121,7 @@ impl<'a> Attempts<'a> {
     #[inline]
     fn flight(&self, index: ShardIndex) -> Result<Flight<'a>, Full> {
         let (gateway, shards) = (self.gateway, self.shards);
-        let tenant = gateway.spread.tenant(self.tenant);
+        let tenant = self.tenant_hash;
         let cap = self.config.routing.poison_after as usize;
         gateway
             .spread
