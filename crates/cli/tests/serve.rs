@@ -781,7 +781,8 @@ async fn the_start_up_log_names_every_listener_and_the_tls_names() {
 /// Issue 29: a `k` larger than the cell's shards is reported under the key
 /// where it was written: `placement.k` when the cell inherits it (before:
 /// `cells[0]`), `cells[0].k` when the cell sets its own; a zone-aware cell
-/// with a shard lacking a zone names that shard's `zone`.
+/// with a shard lacking a zone names that shard's `zone`; a tenant that
+/// lists a shard twice names `tenants[i].shards`.
 #[test]
 fn serve_check_names_the_key_where_a_bad_placement_value_was_written() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -828,5 +829,20 @@ fn serve_check_names_the_key_where_a_bad_placement_value_was_written() {
     assert!(
         zoneless.contains("gateway.toml: cells[0].shards[0].zone: shard \"s0\" has no zone"),
         "{zoneless}"
+    );
+
+    // A tenant pinned to one shard twice: its position and key in the
+    // tenants file (before: `tenants.pinned`, a key no file has).
+    let tenants = dir.path().join("tenants.toml");
+    let mut pinned = std::fs::read_to_string(&tenants).unwrap();
+    let position = pinned.matches("[[tenants]]").count();
+    pinned.push_str("[[tenants]]\nid = \"pinned\"\nshards = [\"s1\", \"s1\"]\n");
+    std::fs::write(&tenants, pinned).unwrap();
+    let twice = check(good);
+    assert!(
+        twice.contains(&format!(
+            "tenants.toml: tenants[{position}].shards: shard \"s1\" is listed twice"
+        )),
+        "{twice}"
     );
 }
