@@ -1,8 +1,10 @@
-//! The README's gateway tour and the quick starts of `docs/gateway.md`
-//! (TLS, gRPC, WebSockets, check then reload), run as written: each
+//! The README's gateway tour, the quick starts of `docs/gateway.md` (TLS,
+//! gRPC, WebSockets, check then reload) and the drill of `docs/drills.md`
+//! on one machine, run as written: each
 //! ```` ```sh ```` block goes to bash unchanged but for three things a test
 //! must change: the binary under test is `$ss` (instead of a release
-//! build), a temporary directory stands in for `/tmp/ss`, and every fixed
+//! build), a temporary directory stands in for `/tmp/ss` and `/tmp/drill`,
+//! and every fixed
 //! port is swapped for a free one, so parallel tests never collide.
 
 mod common;
@@ -82,7 +84,8 @@ fn run(blocks: &[String]) -> String {
             script.push_str(&format!("ss='{}'\n", binary.display()));
             continue;
         }
-        script.push_str(&line.replace("/tmp/ss", &dir.path().display().to_string()));
+        let here = dir.path().display().to_string();
+        script.push_str(&line.replace("/tmp/ss", &here).replace("/tmp/drill", &here));
         script.push('\n');
     }
     let script = free_ports(&script);
@@ -196,4 +199,11 @@ fn the_check_then_reload_quick_start_runs_as_written() {
         2,
         "the tour's check and this one: {stdout}"
     );
+}
+
+#[test]
+fn the_drill_on_one_machine_runs_as_written_and_passes() {
+    let stdout = run(&[block("docs/drills.md", "## Try it on one machine")]);
+    assert!(stdout.contains("Drill: 300 tenants"), "{stdout}");
+    assert!(stdout.contains("PASS"), "{stdout}");
 }
