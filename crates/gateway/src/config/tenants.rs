@@ -218,6 +218,21 @@ impl Tenants {
                         format!("shard {unknown:?} is not in cell {:?}", cell.name),
                     ));
                 }
+                // Checked here, where the tenant's position is known, so the
+                // error names `tenants[i].shards` like every other problem
+                // of the file (the placer would name only the tenant).
+                if let Some((at, twice)) = shards
+                    .iter()
+                    .enumerate()
+                    .find(|(at, id)| shards[..*at].contains(id))
+                {
+                    return Err(err(
+                        "shards",
+                        format!(
+                            "shard {twice:?} is listed twice (entry {at}); list each shard once"
+                        ),
+                    ));
+                }
             }
             let limits = TenantLimits {
                 max_in_flight: tenant
