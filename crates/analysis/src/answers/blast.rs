@@ -85,11 +85,7 @@ pub fn blast(
         PoisonSweepJson::new(sweep, population, &fraction)
     });
     let load = population.weights().is_some().then(|| {
-        LoadJson::new(
-            load::load(&placements, population, query.capacity, TOP_TENANTS),
-            query.capacity,
-            population,
-        )
+        load::load(&placements, population, query.capacity, TOP_TENANTS).named(population)
     });
     Ok(Report {
         placed: PlacedJson::new(placer, tenants),
