@@ -7,8 +7,8 @@ use serde::Serialize;
 use super::load::LoadJson;
 use super::poison::{PoisonJson, PoisonSweepJson};
 use super::scenarios::{Scenario, ScenarioJson, SweepJson};
+use super::steps::{Progress, place_all};
 use super::waves::WaveJson;
-use super::{Progress, TOP_TENANTS, place_all};
 use crate::blast::BlastModel;
 use crate::combinatorics::binomial;
 use crate::error::AnalysisError;
@@ -42,6 +42,9 @@ pub struct BlastQuery {
     /// Shard capacity, in the units of the tenant weights.
     pub capacity: Option<f64>,
 }
+
+/// How many tenants are named as dominating the hottest shard.
+pub const TOP_TENANTS: usize = 5;
 
 /// Answers `blast`: overlap, scenarios, sweep, waves, load and poison.
 pub fn blast(

@@ -4,9 +4,12 @@
 use placement::{Algorithm, Placer};
 use serde::Serialize;
 
-use super::{MIGRATION_SAMPLE, Progress};
+use super::steps::Progress;
 use crate::migrate::{MigrationReport, migrate_with_progress};
 use crate::population::Population;
+
+/// Changed tenants a migration answer names.
+pub const MIGRATION_SAMPLE: usize = 5;
 
 /// One side of a migration: the placement a `--from` or `--to` SPEC names.
 #[derive(Debug, Clone, PartialEq, Serialize)]

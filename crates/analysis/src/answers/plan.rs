@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{Progress, check_overrides};
+use super::steps::{Progress, check_overrides};
 use crate::error::AnalysisError;
 use crate::plan::{self, Budget, Plan, PlanPlacement, PoisonWarning};
 use crate::population::Population;

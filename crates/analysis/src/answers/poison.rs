@@ -4,7 +4,7 @@
 use placement::ShardIndex;
 use serde::Serialize;
 
-use super::Count;
+use super::count::Count;
 use crate::poison::{PoisonFigure, PoisonSweep};
 use crate::population::Population;
 

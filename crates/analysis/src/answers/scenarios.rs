@@ -4,7 +4,7 @@
 use placement::{Fleet, ShardIndex};
 use serde::Serialize;
 
-use super::Count;
+use super::count::Count;
 use crate::blast::{Impact, Sweep, SweepFigure};
 use crate::error::AnalysisError;
 
@@ -176,5 +176,19 @@ impl FigureJson {
             p50: fraction(figure.p50),
             p99: fraction(figure.p99),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_set_naming_a_shard_twice_is_refused_by_name() {
+        // Both front ends rely on this, so it must refuse on its own.
+        let fleet = Fleet::uniform(8).unwrap();
+        let error = Scenario::listed("3,4,3".into(), vec![3, 4, 3], &fleet).unwrap_err();
+        assert!(matches!(&error, AnalysisError::ShardListedTwice { shard } if shard == "3"));
+        assert!(Scenario::listed("3,4".into(), vec![3, 4], &fleet).is_ok());
     }
 }

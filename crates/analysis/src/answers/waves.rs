@@ -4,7 +4,7 @@
 use placement::ShardIndex;
 use serde::Serialize;
 
-use super::Count;
+use super::count::Count;
 use crate::waves::WaveExposure;
 
 /// What a bad deploy to one wave exposes.

@@ -7,7 +7,7 @@ use placement::ShardIndex;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::{BlastModel, Scratch};
+use super::model::{BlastModel, Scratch};
 use crate::combinatorics::binomial;
 use crate::error::{AnalysisError, check_failures};
 use crate::percentile::nearest_rank;

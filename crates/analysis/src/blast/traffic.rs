@@ -2,8 +2,8 @@
 
 use placement::ShardIndex;
 
+use super::model::{BlastModel, Scratch};
 use super::sweep::SetSource;
-use super::{BlastModel, Scratch};
 use crate::combinatorics::{binomial, for_each_combination};
 use crate::error::{AnalysisError, check_failures};
 use crate::placements::Placements;

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use placement::ShardIndex;
 use rayon::prelude::*;
 
+use super::model::{BlastModel, Scratch, Strategy};
 use super::sweep::SetSource;
-use super::{BlastModel, Scratch, Strategy};
 use crate::combinatorics::{binomial, for_each_combination};
 use crate::error::{AnalysisError, check_failures};
 
