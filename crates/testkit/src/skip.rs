@@ -32,11 +32,11 @@ pub fn missing(tool: &str, install: &str) {
     let line = skip_line(&test, tool, install);
     // Straight to the process's stderr: the harness captures `eprintln!`.
     let _ = writeln!(io::stderr(), "{line}");
-    if let Some(path) = skipped_file() {
-        if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(path) {
-            // One write per line, so lines from parallel tests do not mix.
-            let _ = file.write_all(format!("{line}\n").as_bytes());
-        }
+    let file = skipped_file()
+        .and_then(|path| OpenOptions::new().create(true).append(true).open(path).ok());
+    if let Some(mut file) = file {
+        // One write per line, so lines from parallel tests do not mix.
+        let _ = file.write_all(format!("{line}\n").as_bytes());
     }
 }
 
