@@ -8,6 +8,8 @@
 #   [health] interval_ms (600000 keeps health checks out of the count).
 #   LIMITED=1 gives the tenant requests_per_second = 1 and burst = 1, so
 #   nearly every request is refused with 429: what a refusal costs.
+#   K sets the tenant's k (2; the cell has K shard ids, all on the one
+#   backend): k = 4 is what poison_spread = "contained" costs, k = 2 not.
 #   PROTO=h2 sends HTTP/2 with prior knowledge through h2load instead: one
 #   connection with CONNS concurrent streams, CONNS x ROUNDS requests counted.
 #   Prints "label repeat instructions/request instructions-less-software-SHA-256";
@@ -45,10 +47,12 @@ for rep in $(seq "$REPEATS"); do
     GPORT=$(port) APORT=$(port)
     d="$WORK/$label"; rm -rf "$d"; mkdir -p "$d"; cp "$WORK/placement.key" "$WORK/tenants.toml" "$d/"
     {
-      printf 'listen = "127.0.0.1:%s"\ntenants_file = "tenants.toml"\n\n[placement]\nalgorithm = "rendezvous"\nk = 2\nkey_file = "placement.key"\nkey_version = "bench"\n\n[admin]\nlisten = "127.0.0.1:%s"\n' "$GPORT" "$APORT"
+      printf 'listen = "127.0.0.1:%s"\ntenants_file = "tenants.toml"\n\n[placement]\nalgorithm = "rendezvous"\nk = '"${K:-2}"'\nkey_file = "placement.key"\nkey_version = "bench"\n\n[admin]\nlisten = "127.0.0.1:%s"\n' "$GPORT" "$APORT"
       printf '\n[forwarding]\nx_forwarded_for = "off"\nx_forwarded_host = false\n'
       [[ -n ${HEALTH_MS:-} ]] && printf '\n[health]\ninterval_ms = %s\n' "$HEALTH_MS"
-      printf '\n[[cells]]\nname = "default"\nshards = [\n  { id = "s0", url = "http://127.0.0.1:%s" },\n  { id = "s1", url = "http://127.0.0.1:%s" },\n]\n' "$BPORT" "$BPORT"
+      printf '\n[[cells]]\nname = "default"\nshards = [\n'
+      for i in $(seq 0 $((${K:-2} - 1))); do printf '  { id = "s%s", url = "http://127.0.0.1:%s" },\n' "$i" "$BPORT"; done
+      printf ']\n'
     } >"$d/gateway.toml"
     prof="$OUT/$label.r$rep.c$CONNS.callgrind"
     rm -f "$prof"*

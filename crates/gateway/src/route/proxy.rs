@@ -43,7 +43,7 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::config::tenants::TenantRecord;
-use crate::config::{AccessLog, GatewayConfig, PoisonSpread};
+use crate::config::{AccessLog, Exhausted, GatewayConfig, PoisonSpread};
 use crate::health::quarantine::{Begun, Marked, Rules, Struck, Suspects};
 use crate::health::spread::{Flight, Full, Members};
 use crate::limit::{Refusal, TenantLimit};
@@ -1031,8 +1031,13 @@ impl<'a> Attempts<'a> {
             self.contain();
         }
         let routing = &self.config.routing;
+        // A cap of at least k cannot bind while attempts stay in the
+        // subset (struck members are in it too): such tenants, k = 2 with
+        // the default `poison_after = 2` among them, skip the bookkeeping.
+        let binds = (routing.poison_after as usize) < self.subset.len()
+            || routing.exhausted == Exhausted::Spill;
         let contained =
-            routing.poison_after != 0 && routing.poison_spread == PoisonSpread::Contained;
+            routing.poison_after != 0 && routing.poison_spread == PoisonSpread::Contained && binds;
         let mut races = 0;
         // The members the tenant is on or struck, once an attempt found it
         // at `poison_after` of them (`"contained"`): the next pick is among
