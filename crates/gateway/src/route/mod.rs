@@ -1,5 +1,5 @@
 //! The request path, one step per module: tenant → cell and subset
-//! ([`cell`]) → the tenant's limits ([`admission`]) → member ([`member`]) → attempt ([`attempt`]) → outcome
+//! ([`crate::cell`]) → the tenant's limits ([`admission`]) → member ([`member`]) → attempt ([`attempt`]) → outcome
 //! ([`proxy`], which runs the steps in order, and [`response`], the body
 //! that streams back and reports how it ended; [`grpc`] for what differs
 //! for a gRPC call), or, for a WebSocket
@@ -8,7 +8,6 @@
 
 pub(crate) mod admission;
 pub(crate) mod attempt;
-pub mod cell;
 pub mod grpc;
 pub(crate) mod member;
 pub mod proxy;

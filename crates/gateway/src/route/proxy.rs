@@ -42,23 +42,23 @@ use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use crate::cell::TenantRoute;
 use crate::config::tenants::TenantRecord;
 use crate::config::{AccessLog, GatewayConfig, PoisonSpread};
 use crate::health::quarantine::{Begun, Marked, Rules, Struck, Suspects};
 use crate::health::spread::{Flight, Full, Members};
 use crate::limit::{Refusal, TenantLimit};
-use crate::ops::metrics::Metrics;
 use crate::protocol::client_wire::json_error_body;
-use crate::protocol::grpc::Code;
 use crate::protocol::wire::{Fields, RequestHead, Stated};
 use crate::route::admission;
 use crate::route::attempt::{self, Failure};
-use crate::route::cell::TenantRoute;
 use crate::route::grpc::{self, Kind};
 use crate::route::member::{self, Narrowed, Pick};
 use crate::route::response::{InFlight, ResponseBody, full};
 use crate::route::tunnel;
 use crate::state::{Gateway, ShardRuntime, Snapshot};
+use crate::syntax::grpc::Code;
+use crate::telemetry::metrics::Metrics;
 use crate::trust::client_cert::CertificateTenant;
 use crate::trust::credential::{self, AuthError};
 use crate::trust::headers::{self, Added, Inbound};
@@ -201,7 +201,7 @@ pub async fn handle(
         .extensions()
         .get::<grpc::StandsFor>()
         .map_or(status, |stands_for| stands_for.0);
-    let outcome = crate::ops::metrics::request_outcome(counted);
+    let outcome = crate::telemetry::metrics::request_outcome(counted);
     let grpc_status = match kind {
         Kind::Http => None,
         Kind::Grpc => Some(grpc::status_in_head(&response)),
@@ -289,7 +289,7 @@ fn log_request(
     let attempts = served.map_or(0, |served| served.attempts);
     match logged.format {
         AccessLog::Json => {
-            let record = Box::new(crate::ops::access_log::Record {
+            let record = Box::new(crate::telemetry::access_log::Record {
                 time: logged.time,
                 started,
                 request_id,
