@@ -41,6 +41,7 @@ use crate::listen::shutdown::ShutdownWatch;
 use crate::protocol::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
 use crate::route::grpc::Kind;
 use crate::route::proxy::{self, Peer};
+use crate::route::refusal;
 use crate::route::response::{BoxError, ResponseBody};
 use crate::route::tunnel;
 use crate::state::Gateway;
@@ -615,7 +616,7 @@ fn with_header_map(mut response: Response<ResponseBody>, kind: Kind) -> Response
         }
         // httparse accepted a field `http` does not: the backend's answer
         // cannot be passed on as it is.
-        Err(_) => proxy::refuse(
+        Err(_) => refusal::refuse(
             kind,
             http::StatusCode::BAD_GATEWAY,
             Code::Unavailable,

@@ -8,9 +8,11 @@
 
 pub(crate) mod admission;
 pub(crate) mod attempt;
+pub(crate) mod attempts;
 pub mod grpc;
 pub(crate) mod member;
 pub mod proxy;
+pub mod refusal;
 pub mod response;
 pub(crate) mod splice;
 pub(crate) mod tunnel;
