@@ -1,9 +1,13 @@
 //! The house rules, read off the source tree: every Rust file opens with a
-//! `//!` line; no library crate's modules import each other in a circle;
-//! and the gateway's modules import only their own layer or the layers
-//! below it (the request path never reaches into the listeners or the
-//! operations side, and the codecs never into the request path). Each
-//! failure names the files that break the rule.
+//! `//!` line; no library crate's modules import each other in a circle
+//! (through `crate::`, `super::`, `self::` or a child module's name); and
+//! the gateway's folders are its layers: each top-level module imports only
+//! itself and the folders below it in [`GATEWAY_LAYERS`], so no two folders
+//! import each other (the request path never reaches into the listeners or
+//! the operations side, and the codecs never into the request path). Each
+//! failure names the files or imports that break the rule; the folder graph
+//! and its counts print with
+//! `cargo test -p shuffle-shard-tidy --test tidy folder_graph -- --nocapture`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
