@@ -95,11 +95,13 @@ fn code(text: &str) -> String {
 
 /// The crate paths `code` names (`crate::a::b::C` gives `a::b::C`), in
 /// paths and in `use crate::{a, b::c}` groups, as far as they are made of
-/// names. `module` is the module whose code it is: `self::x` and a bare
-/// `child::x` (for one of `children`, its child modules' last names) are
-/// read as `module::…`, and each `super::` climbs one module up, so a
-/// circle through relative paths is seen as well as one through `crate::`.
-fn imported(module: &str, children: &BTreeSet<String>, code: &str) -> BTreeSet<String> {
+/// names. `module` is the module whose code it is: `self::x` is read as
+/// `module::x`, each `super::` climbs one module up, and a path that starts
+/// with one of `names` (its child modules, and the modules it brought in by
+/// name, as `use crate::a::b;` brings `b`) is read from the module that
+/// name stands for; so a circle through relative paths is seen as well as
+/// one through `crate::`.
+fn imported(module: &str, names: &BTreeMap<String, String>, code: &str) -> BTreeSet<String> {
     fn path_at(text: &str) -> String {
         text.chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
@@ -144,8 +146,10 @@ fn imported(module: &str, children: &BTreeSet<String>, code: &str) -> BTreeSet<S
             "crate" => (String::new(), &code[at + 2..]),
             "self" => (module.to_owned(), &code[at + 2..]),
             "super" => (parent(module).to_owned(), &code[at + 2..]),
-            child if children.contains(child) => (module.to_owned(), &code[at - word.len()..]),
-            _ => continue,
+            name => match names.get(name) {
+                Some(stands_for) => (stands_for.clone(), &code[at + 2..]),
+                None => continue,
+            },
         };
         while let Some(up) = tail.strip_prefix("super::") {
             base = parent(&base).to_owned();
@@ -204,13 +208,22 @@ fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         .iter()
         .map(|(name, file)| {
             let text = std::fs::read_to_string(file).unwrap();
-            let children: BTreeSet<String> = modules
+            let code = code(&text);
+            // The names a path may start with: the child modules, then
+            // also the modules the first reading shows brought in by name.
+            let mut names: BTreeMap<String, String> = modules
                 .keys()
                 .filter_map(|other| other.strip_prefix(name.as_str())?.strip_prefix("::"))
                 .filter(|child| !child.contains("::"))
-                .map(str::to_owned)
+                .map(|child| (child.to_owned(), format!("{name}::{child}")))
                 .collect();
-            let deps = imported(name, &children, &code(&text))
+            for path in imported(name, &names, &code) {
+                if modules.contains_key(&path) && path != *name {
+                    let last = path.rsplit("::").next().unwrap_or(&path).to_owned();
+                    names.entry(last).or_insert(path);
+                }
+            }
+            let deps = imported(name, &names, &code)
                 .iter()
                 .filter_map(|path| module_of(path, &modules))
                 .filter(|dep| *dep != name)
@@ -552,7 +565,7 @@ fn the_gateways_documented_order_is_the_checked_one() {
 
 #[test]
 fn the_import_reader_sees_paths_and_groups() {
-    let none = BTreeSet::new();
+    let none = BTreeMap::new();
     let paths = imported(
         "m",
         &none,
@@ -561,13 +574,17 @@ fn the_import_reader_sees_paths_and_groups() {
     let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
     assert_eq!(paths, ["a::X", "b", "c", "d::F", "e::g"]);
     // Relative paths: `self::`, `super::` (repeated, in groups, as a glob)
-    // and a bare child module, read from inside `up::m`.
-    let children = BTreeSet::from(["kid".to_owned()]);
+    // and a path from a name standing for a module (a child, or one brought
+    // in with `use crate::z::y;`), read from inside `up::m`.
+    let names = BTreeMap::from([
+        ("kid".to_owned(), "up::m::kid".to_owned()),
+        ("y".to_owned(), "z::y".to_owned()),
+    ]);
     let paths = imported(
         "up::m",
-        &children,
+        &names,
         "use self::a::X;\nuse super::{b, c::D};\nuse super::super::e;\nuse super::*;\n\
-         fn f() -> kid::Pool { other::kid::g(); Self::h(); myself::i() }",
+         fn f() -> kid::Pool { other::kid::g(); Self::h(); myself::i(); y::w::run() }",
     );
     let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
     assert_eq!(
@@ -578,7 +595,8 @@ fn the_import_reader_sees_paths_and_groups() {
             "up::b",
             "up::c::D",
             "up::m::a::X",
-            "up::m::kid::Pool"
+            "up::m::kid::Pool",
+            "z::y::w::run"
         ]
     );
     let modules: BTreeMap<String, PathBuf> = ["a", "a::b", "c"]
