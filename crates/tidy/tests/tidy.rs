@@ -543,22 +543,42 @@ fn folder_graph_runs_down_the_layers() {
 }
 
 /// `crates/gateway/src/lib.rs` documents the layers lowest first as a list
-/// of `- [`folder`]` lines; it must name the folders of [`GATEWAY_LAYERS`]
-/// in the same order, so the documented order is the checked one.
+/// of `- [`folder`]` lines, and ARCHITECTURE.md's gateway section as a list
+/// of `- `folder/`` (or `folder.rs`) lines; both must name the folders of
+/// [`GATEWAY_LAYERS`] in the same order, so the documented order is the
+/// checked one.
 #[test]
 fn the_gateways_documented_order_is_the_checked_one() {
+    let checked: Vec<&str> = GATEWAY_LAYERS.iter().map(|(name, _)| *name).collect();
     let lib = std::fs::read_to_string(crates_dir().join("gateway/src/lib.rs")).unwrap();
     let documented: Vec<&str> = lib
         .lines()
         .filter_map(|line| line.strip_prefix("//! - [`"))
         .filter_map(|rest| rest.split('`').next())
         .collect();
-    let checked: Vec<&str> = GATEWAY_LAYERS.iter().map(|(name, _)| *name).collect();
     assert_eq!(
         documented,
         checked,
         "crates/gateway/src/lib.rs lists the layers (left) in another order than GATEWAY_LAYERS \
          in {} (right); make the two lists name the same folders, lowest first",
+        file!()
+    );
+    let architecture = std::fs::read_to_string(crates_dir().join("../ARCHITECTURE.md")).unwrap();
+    let section = architecture
+        .split("\n### ")
+        .find(|section| section.starts_with("`crates/gateway`"))
+        .expect("ARCHITECTURE.md has a `### `crates/gateway`` section");
+    let documented: Vec<&str> = section
+        .lines()
+        .filter_map(|line| line.strip_prefix("- `"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(|name| name.trim_end_matches('/').trim_end_matches(".rs"))
+        .collect();
+    assert_eq!(
+        documented,
+        checked,
+        "ARCHITECTURE.md's gateway section lists the folders (left) in another order than \
+         GATEWAY_LAYERS in {} (right); make the two lists name the same folders, lowest first",
         file!()
     );
 }
