@@ -27,21 +27,28 @@ pub struct FailoverLoad {
     pub over_capacity: bool,
 }
 
-/// A tenant's part of one shard's load.
+/// A tenant's part of one shard's load. `Tenant` is the tenant's position
+/// in the population, or its id once the report is
+/// [`named`](LoadReport::named).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Contributor {
-    /// The tenant's position in the population.
-    pub tenant: usize,
+pub struct Contributor<Tenant = usize> {
+    /// The tenant.
+    pub tenant: Tenant,
     /// Its load on the shard.
     pub load: f64,
     /// Its share of the shard's load.
     pub share: f64,
 }
 
-/// Per-shard load and how uneven it is.
+/// Per-shard load and how uneven it is: one type for the analyser, the
+/// HTML report and, [`named`](Self::named), the `blast` answer's `load`
+/// (whose JSON field names and order these fields fix).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LoadReport {
-    /// Load per shard, by index.
+pub struct LoadReport<Tenant = usize> {
+    /// The capacity the shards were checked against, if one was given.
+    pub capacity: Option<f64>,
+    /// Load per shard, by index: each tenant's weight split evenly over
+    /// its shards.
     pub per_shard: Vec<f64>,
     /// Mean load per shard.
     pub mean: f64,
@@ -57,7 +64,33 @@ pub struct LoadReport {
     /// For each single-shard failure, the hottest survivor.
     pub failover: Vec<FailoverLoad>,
     /// The tenants carrying most of the hottest shard's load, heaviest first.
-    pub dominant: Vec<Contributor>,
+    pub dominant: Vec<Contributor<Tenant>>,
+}
+
+impl LoadReport {
+    /// The same report with its dominant tenants named by their ids in
+    /// `population` (the one the report was computed for).
+    pub fn named(self, population: &Population) -> LoadReport<String> {
+        LoadReport {
+            capacity: self.capacity,
+            per_shard: self.per_shard,
+            mean: self.mean,
+            cv: self.cv,
+            max_over_mean: self.max_over_mean,
+            hottest: self.hottest,
+            over_capacity: self.over_capacity,
+            failover: self.failover,
+            dominant: self
+                .dominant
+                .into_iter()
+                .map(|contributor| Contributor {
+                    tenant: population.id(contributor.tenant).into_owned(),
+                    load: contributor.load,
+                    share: contributor.share,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A tenant that dominates one of its shards, and what to do about it.
@@ -227,6 +260,7 @@ pub fn load(
     dominant.truncate(top);
 
     LoadReport {
+        capacity,
         over_capacity: (0..n as ShardIndex)
             .filter(|&s| over(per_shard[s as usize]))
             .collect(),

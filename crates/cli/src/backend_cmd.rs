@@ -42,6 +42,12 @@ reset (the call's head, then its stream is reset), unread and \
 crash-on-poison[:MS] (on `x-poison` metadata); the others are HTTP/1.1 \
 byte-level faults and are refused.
 
+--protocol ws serves a WebSocket echo instead: an upgrade on any path is \
+accepted, text and binary messages are sent back as they came, pings are \
+answered and a close is answered with a close; any other request (such as \
+GET /healthz) gets 200 naming the shard. It acts out no --mode and has no \
+--control API.
+
 --control IP:PORT also serves a control API on that address (only): \
 PUT /mode with a mode above as the body switches the running backend (204, or \
 400 naming the valid modes), GET /mode reads it. Open connections are closed \
@@ -54,6 +60,7 @@ Examples:
   shuffle-shard backend --listen 127.0.0.1:9100 --id s0 --mode slow:50
   shuffle-shard backend --listen 127.0.0.1:9103 --id s3 --control 127.0.0.1:9203
   shuffle-shard backend --listen 127.0.0.1:9300 --id g0 --protocol grpc
+  shuffle-shard backend --listen 127.0.0.1:9400 --id w0 --protocol ws
   curl -X PUT --data health-stall http://127.0.0.1:9203/mode";
 
 /// Arguments of `shuffle-shard backend`.
@@ -69,15 +76,27 @@ pub struct BackendArgs {
     /// How it behaves (see below)
     #[arg(long, value_name = "MODE", default_value = "healthy")]
     mode: Mode,
-    /// What it speaks: http1, or grpc (h2c; see below)
-    #[arg(long, value_name = "PROTOCOL", default_value = "http1")]
-    protocol: Protocol,
+    /// What it speaks: http1, grpc (h2c) or ws (a WebSocket echo; see below)
+    #[arg(long, value_name = "PROTOCOL", value_enum, default_value = "http1")]
+    protocol: Speaks,
     /// Also serve the control API (PUT/GET /mode) on this address
     #[arg(long, value_name = "IP:PORT")]
     control: Option<SocketAddr>,
     /// Worker threads of the async runtime (1 for benchmarks that pin one core)
     #[arg(long, value_name = "N", default_value = "1")]
     workers: NonZeroUsize,
+}
+
+/// What the backend speaks: the test backend's two protocols, or the
+/// WebSocket echo server of this crate (`ws_echo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Speaks {
+    /// HTTP/1.1 (and h2c), the test backend
+    Http1,
+    /// gRPC over h2c, the test backend
+    Grpc,
+    /// A WebSocket echo server
+    Ws,
 }
 
 /// Runs `shuffle-shard backend`.
@@ -96,14 +115,19 @@ async fn serve(args: BackendArgs) -> Result<()> {
     // action instead.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot listen for SIGTERM")?;
-    if !args.protocol.acts_out(&args.mode) {
+    let protocol = match args.protocol {
+        Speaks::Http1 => Protocol::Http1,
+        Speaks::Grpc => Protocol::Grpc,
+        Speaks::Ws => return serve_ws(args, terminate).await,
+    };
+    if !protocol.acts_out(&args.mode) {
         bail!(backend::UnsupportedMode {
             mode: args.mode.to_string()
         });
     }
     // Nothing can read what a standalone backend records, and copying every
     // header of every request would make it slower than what it serves.
-    let backend = Backend::start_speaking(&args.id, args.listen, Recording::Off, args.protocol)
+    let backend = Backend::start_speaking(&args.id, args.listen, Recording::Off, protocol)
         .await
         .with_context(|| {
             format!(
@@ -121,9 +145,9 @@ async fn serve(args: BackendArgs) -> Result<()> {
         }
         None => String::new(),
     };
-    let speaking = match args.protocol {
-        Protocol::Http1 => "",
+    let speaking = match protocol {
         Protocol::Grpc => "gRPC over h2c, ",
+        _ => "",
     };
     eprintln!(
         "backend {} listening on {} ({speaking}mode {}, {} worker{}){control}",
@@ -137,6 +161,42 @@ async fn serve(args: BackendArgs) -> Result<()> {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
     }
+    Ok(())
+}
+
+/// `--protocol ws`: the WebSocket echo server until SIGINT or SIGTERM. It
+/// has no faults to act out and no control API, so asking for either is
+/// refused rather than ignored.
+async fn serve_ws(args: BackendArgs, mut terminate: tokio::signal::unix::Signal) -> Result<()> {
+    if args.mode != Mode::Healthy {
+        bail!(
+            "--protocol ws acts out no --mode (it was given {}); drop --mode, or use --protocol http1 for a shard that misbehaves",
+            args.mode
+        );
+    }
+    if args.control.is_some() {
+        bail!(
+            "--protocol ws has no control API; drop --control, or use --protocol http1 for a shard whose mode can be switched"
+        );
+    }
+    let (listener, bound) = crate::ws_echo::bind(args.listen).await.with_context(|| {
+        format!(
+            "cannot listen on {}; is another process using it?",
+            args.listen
+        )
+    })?;
+    let server = tokio::spawn(crate::ws_echo::serve(listener, args.id.clone()));
+    eprintln!(
+        "backend {} listening on http://{bound} (WebSocket echo on any path, {} worker{})",
+        args.id,
+        args.workers,
+        if args.workers.get() == 1 { "" } else { "s" }
+    );
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    server.abort();
     Ok(())
 }
 

@@ -85,9 +85,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
 }
 
 fn random_hex(bytes: usize) -> String {
-    (0..bytes)
-        .map(|_| format!("{:02x}", fastrand::u8(..)))
-        .collect()
+    text::hex(&gateway::config::writer::random_bytes(bytes))
 }
 
 async fn demo(args: &DemoArgs) -> Result<()> {

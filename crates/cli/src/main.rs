@@ -17,6 +17,8 @@ mod progress;
 mod report;
 mod serve;
 mod table;
+mod ws_call;
+mod ws_echo;
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -68,6 +70,8 @@ enum Command {
     Drill(drill::DrillArgs),
     /// Call the test backend's demo gRPC service, through a gateway or straight to a shard.
     GrpcCall(grpc_call::GrpcCallArgs),
+    /// Send WebSocket messages through a gateway (or to a shard) and print what comes back.
+    WsCall(ws_call::WsCallArgs),
     /// The whole idea in one command: shards, a gateway, load, failures, and the model beside the measurements.
     Demo(demo::DemoArgs),
 }
@@ -86,6 +90,7 @@ impl Command {
             Command::Drill(args) => drill::run(args),
             Command::Demo(args) => demo::run(args),
             Command::GrpcCall(args) => grpc_call::run(args),
+            Command::WsCall(args) => ws_call::run(args),
         }
     }
 }
@@ -111,6 +116,7 @@ fn exit_code(error: &anyhow::Error) -> ExitCode {
     if error.downcast_ref::<output::OutputFailed>().is_some()
         || error.downcast_ref::<drill::PropertiesViolated>().is_some()
         || error.downcast_ref::<grpc_call::CallFailed>().is_some()
+        || error.downcast_ref::<ws_call::EchoFailed>().is_some()
         || matches!(
             error.downcast_ref::<gateway::runtime::RunError>(),
             Some(gateway::runtime::RunError::Stopped(_))

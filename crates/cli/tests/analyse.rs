@@ -106,6 +106,85 @@ fn blast_json_has_exactly_the_issue_field_names() {
     assert_eq!(plain["scenarios"], serde_json::json!([]));
 }
 
+/// `blast --json`'s `load` object exactly as printed, for a small weighted
+/// population: pinned byte for byte so that the load answer's one type
+/// (the analyser's report, its tenants named) prints what the copy it
+/// replaced printed, field order and number formatting included.
+#[test]
+fn blast_load_json_is_byte_for_byte_frozen() {
+    let weights = temp_file(b"acme\t3\nglobex\t1\ninitech\t2\numbrella\t0.5\n");
+    let (stdout, _) = run_ok(
+        shuffle_shard()
+            .args(["blast", "--shards", "4", "--k", "2", "--tenants-file"])
+            .arg(weights.path())
+            .args(["--capacity", "2", "--json"]),
+    );
+    let start = stdout.find("\"load\":").expect("a load object");
+    let end = start + stdout[start..].find("\n  }").expect("its end") + 4;
+    assert_eq!(&stdout[start..end], FROZEN_LOAD, "{stdout}");
+}
+
+/// What `blast` printed before `LoadJson` became `LoadReport` named.
+const FROZEN_LOAD: &str = r#""load": {
+    "capacity": 2.0,
+    "per_shard": [
+      1.5,
+      0.5,
+      1.75,
+      2.75
+    ],
+    "mean": 1.625,
+    "cv": 0.49254801826406525,
+    "max_over_mean": 1.6923076923076923,
+    "hottest": 3,
+    "over_capacity": [
+      3
+    ],
+    "failover": [
+      {
+        "failed": 0,
+        "hottest": 3,
+        "load": 3.75,
+        "over_capacity": true
+      },
+      {
+        "failed": 1,
+        "hottest": 3,
+        "load": 2.75,
+        "over_capacity": true
+      },
+      {
+        "failed": 2,
+        "hottest": 3,
+        "load": 4.5,
+        "over_capacity": true
+      },
+      {
+        "failed": 3,
+        "hottest": 2,
+        "load": 3.5,
+        "over_capacity": true
+      }
+    ],
+    "dominant": [
+      {
+        "tenant": "acme",
+        "load": 1.5,
+        "share": 0.5454545454545454
+      },
+      {
+        "tenant": "initech",
+        "load": 1.0,
+        "share": 0.36363636363636365
+      },
+      {
+        "tenant": "umbrella",
+        "load": 0.25,
+        "share": 0.09090909090909091
+      }
+    ]
+  }"#;
+
 #[test]
 fn one_failure_at_k2_degrades_about_one_eighth_and_downs_nobody() {
     let mut command = shuffle_shard();

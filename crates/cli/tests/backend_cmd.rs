@@ -237,3 +237,87 @@ fn grpc_call_to_nothing_exits_1_and_a_bad_url_exits_2() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--url"), "{stderr}");
 }
+
+/// Issue 29: `--protocol ws` is a WebSocket echo server. Through a real
+/// socket with a real client: the upgrade is accepted on any path, text
+/// and binary messages come back as sent, a ping gets its pong, a close
+/// gets a close; a plain GET (the gateway's health check) gets 200 naming
+/// the shard; and it exits 0 on SIGTERM.
+#[test]
+fn a_ws_backend_echoes_text_and_binary_answers_pings_and_closes_cleanly() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
+    let (mut child, addr, control) =
+        spawn(&["--listen", ANY_PORT, "--id", "w7", "--protocol", "ws"]);
+    assert_eq!(control, None);
+    let (status, body) = call(&mut child, &addr, "GET", "/healthz", "");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"shard\":\"w7\""), "{body}");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        // A generous bound on a hang, not a timing.
+        tokio::time::timeout(Duration::from_secs(60), async {
+            for path in ["/", "/any/path?x=1"] {
+                let (mut socket, answer) =
+                    tokio_tungstenite::connect_async(format!("ws://{addr}{path}"))
+                        .await
+                        .unwrap();
+                assert_eq!(answer.status(), 101);
+                socket.send(Message::text("hello")).await.unwrap();
+                assert_eq!(
+                    socket.next().await.unwrap().unwrap(),
+                    Message::text("hello")
+                );
+                let bytes = vec![0u8, 1, 2, 255];
+                socket.send(Message::binary(bytes.clone())).await.unwrap();
+                assert_eq!(
+                    socket.next().await.unwrap().unwrap(),
+                    Message::binary(bytes)
+                );
+                socket
+                    .send(Message::Ping(b"are you there".to_vec().into()))
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    socket.next().await.unwrap().unwrap(),
+                    Message::Pong(b"are you there".to_vec().into())
+                );
+                socket.close(None).await.unwrap();
+                // The server's answering close, then the end of the stream.
+                match socket.next().await {
+                    Some(Ok(Message::Close(_))) | None => {}
+                    other => panic!("after our close: {other:?}"),
+                }
+                assert!(socket.next().await.is_none());
+            }
+        })
+        .await
+        .expect("the echo exchange hung");
+    });
+    terminate(child, "backend");
+}
+
+/// `--protocol ws` acts out no mode and has no control API: asking for
+/// either is refused (exit 2, one line saying what to do), not ignored.
+#[test]
+fn a_ws_backend_refuses_modes_and_a_control_api() {
+    for extra in [["--mode", "slow:50"], ["--control", ANY_PORT]] {
+        let output = Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+            .args(["backend", "--protocol", "ws", "--listen", ANY_PORT])
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("--protocol ws") && stderr.contains("--protocol http1"),
+            "{stderr}"
+        );
+    }
+}

@@ -2,7 +2,9 @@
 //! the shards `place --config` names, refuses unsafe keys and token-less
 //! admin pages open to other hosts at start, and stops cleanly on SIGTERM; two replicas started from one configuration
 //! route every tenant to the same subset without talking to each other;
-//! and the README's TLS and gRPC quick starts work as written.
+//! a TLS listener serves curl with a self-signed certificate; the start-up
+//! log names every listener; and `serve --check` names the key a bad value
+//! was written under. (The quick starts as written: `quick_starts.rs`.)
 
 mod common;
 
@@ -422,10 +424,10 @@ async fn four_shards(dir: &std::path::Path) -> (Vec<Backend>, String, Vec<(Strin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_tls_quick_start_serves_curl_over_https() {
+async fn a_tls_listener_serves_curl_with_a_self_signed_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let (_backends, listen, tenants) = four_shards(dir.path()).await;
-    // The README's commands: a self-signed certificate for localhost…
+    // The TLS quick start's certificate: self-signed for localhost…
     run_tool(
         dir.path(),
         "openssl",
@@ -493,153 +495,6 @@ async fn the_readme_tls_quick_start_serves_curl_over_https() {
         .unwrap();
     assert!(!refused.status.success());
     terminate(child, "serve");
-}
-
-/// The README's "gRPC in five minutes" commands, as written there.
-fn readme_grpc_quick_start() -> String {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let section = readme
-        .split("### gRPC in five minutes")
-        .nth(1)
-        .expect("the README has a gRPC quick start");
-    let block = section.split("```sh\n").nth(1).unwrap();
-    block.split("\n```").next().unwrap().to_owned()
-}
-
-/// A child started by a quick-start line: the first stderr line that
-/// contains `marker`, the rest drained so it never blocks.
-fn spawn_reading(args: &[&str], dir: &std::path::Path, marker: &str) -> (Child, String) {
-    let mut child = Command::new(binary())
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    // `lines()` ends when the process exits, so this cannot wait for ever.
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if line.contains(marker) {
-            std::thread::spawn(move || lines.for_each(drop));
-            return (child, line);
-        }
-    }
-    panic!(
-        "{args:?} exited before saying {marker:?}: {:?}",
-        child.wait()
-    );
-}
-
-/// The README's gRPC quick start, line by line as written, except that
-/// every address is port 0 and the addresses the processes report are put
-/// where the README has its fixed ports (so parallel tests never collide).
-#[test]
-fn the_readme_grpc_quick_start_calls_through_the_gateway() {
-    let block = readme_grpc_quick_start();
-    let dir = tempfile::tempdir().unwrap();
-    // What the first example left in /tmp/ss: a placement key, and acme.
-    std::fs::write(dir.path().join("placement.key"), random_bytes(32)).unwrap();
-    std::fs::write(
-        dir.path().join("tenants.toml"),
-        tenants_toml(&[("acme".into(), "acme-secret".into())]),
-    )
-    .unwrap();
-    assert!(block.contains("cargo build --release"), "{block}");
-    let toml = block
-        .split("<<'TOML'\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\nTOML\n").next())
-        .expect("the quick start writes grpc.toml");
-    // README address → the one really bound.
-    let mut addresses: Vec<(String, String)> = Vec::new();
-    let real = |text: &str, addresses: &[(String, String)]| {
-        addresses
-            .iter()
-            .fold(text.to_owned(), |text, (readme, bound)| {
-                text.replace(readme, bound)
-            })
-    };
-    let mut children = Vec::new();
-    let mut answers = Vec::new();
-    for line in block.lines() {
-        let Some(command) = line.strip_prefix("$ss ") else {
-            continue;
-        };
-        let mut args: Vec<String> = command
-            .trim_end_matches('&')
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect();
-        match args[0].as_str() {
-            "backend" => {
-                let at = args.iter().position(|a| a == "--listen").unwrap() + 1;
-                let readme = std::mem::replace(&mut args[at], "127.0.0.1:0".into());
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let (child, said) = spawn_reading(&args, dir.path(), "listening on http://");
-                assert!(said.contains("gRPC over h2c"), "{said}");
-                let bound = said.split("http://").nth(1).unwrap();
-                let bound = bound.split([' ', ')']).next().unwrap().to_owned();
-                addresses.push((readme, bound));
-                children.push((child, "backend"));
-            }
-            "serve" => {
-                // Every listener on port 0; the gateway logs what it bound.
-                let readme_listen = toml
-                    .lines()
-                    .find_map(|l| l.strip_prefix("listen = \""))
-                    .and_then(|rest| rest.split('"').next())
-                    .unwrap()
-                    .to_owned();
-                let text: String = real(toml, &addresses)
-                    .lines()
-                    .map(|l| {
-                        if l.starts_with("listen = ") {
-                            "listen = \"127.0.0.1:0\"\n".to_owned()
-                        } else {
-                            format!("{l}\n")
-                        }
-                    })
-                    .collect();
-                std::fs::write(dir.path().join("grpc.toml"), text).unwrap();
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                let (child, said) = spawn_reading(&args, dir.path(), "gateway listening");
-                let bound = said.split(" addr=").nth(1).unwrap();
-                let bound = bound.split_whitespace().next().unwrap().to_owned();
-                addresses.push((readme_listen, bound));
-                children.push((child, "serve"));
-            }
-            "grpc-call" => {
-                let args: Vec<String> = args.iter().map(|a| real(a, &addresses)).collect();
-                let output = Command::new(binary())
-                    .args(&args)
-                    .current_dir(dir.path())
-                    .output()
-                    .unwrap();
-                assert!(
-                    output.status.success(),
-                    "{line}: {}",
-                    String::from_utf8_lossy(&output.stderr)
-                );
-                for answer in String::from_utf8_lossy(&output.stdout).lines() {
-                    answers.push(serde_json::from_str::<serde_json::Value>(answer).unwrap());
-                }
-            }
-            other => panic!("the quick start runs `{other}`, which this test cannot follow"),
-        }
-    }
-    assert_eq!(children.len(), 3, "two gRPC backends and a gateway");
-    // `--text hello` once, then `--count 3`.
-    assert_eq!(answers.len(), 4, "{answers:?}");
-    assert_eq!(answers[0]["text"], "hello");
-    for answer in &answers {
-        assert_eq!(answer["tenant"], "acme", "{answer}");
-        assert!(["g0", "g1"].contains(&answer["shard"].as_str().unwrap()));
-    }
-    for (child, name) in children.into_iter().rev() {
-        terminate(child, name);
-    }
 }
 
 /// `serve --check` validates without binding: a configuration whose
@@ -836,4 +691,158 @@ fn serve_and_check_refuse_a_shard_url_that_would_reach_somewhere_unwritten() {
             assert!(!stderr.contains("hunter2"), "{stderr}");
         }
     }
+}
+
+/// Issue 29: the start-up log names every listener, each on its own line
+/// before the summary: the plaintext one, the TLS one with the names its
+/// certificates serve (the default certificate's DNS and IP names, then
+/// `[[tls.sni]]`'s), and the admin one. Before, the TLS listener went
+/// unmentioned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_up_log_names_every_listener_and_the_tls_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_backends, listen, _) = four_shards(dir.path()).await;
+    for (name, cn) in [("server", "localhost"), ("api", "api.example.test")] {
+        run_tool(
+            dir.path(),
+            "openssl",
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "30",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-addext",
+                &format!("subjectAltName=DNS:{cn},IP:127.0.0.1"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.pem"),
+            ],
+        );
+    }
+    let tls_port = free_port();
+    let config = dir.path().join("gateway.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[tls]\nlisten = \"127.0.0.1:{tls_port}\"\ncert_file = \"server.pem\"\nkey_file = \"server.key\"\n\
+         [[tls.sni]]\nserver_names = [\"api.example.test\", \"*.api.example.test\"]\ncert_file = \"api.pem\"\nkey_file = \"api.key\"\n"
+    ));
+    std::fs::write(&config, text).unwrap();
+    let admin = std::fs::read_to_string(&config)
+        .unwrap()
+        .split("[admin]\nlisten = \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+
+    let mut child = spawn_serve(&config);
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut before = Vec::new();
+    // `lines()` ends when the process exits, so this cannot wait for ever.
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.contains("gateway listening") {
+            break;
+        }
+        before.push(line);
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    let said = |listener: &str| {
+        before
+            .iter()
+            .find(|line| line.contains(&format!("listener=\"{listener}\"")))
+            .unwrap_or_else(|| panic!("no {listener} line in {before:#?}"))
+    };
+    assert!(
+        said("plaintext").contains(&format!("addr={listen}")),
+        "{before:#?}"
+    );
+    let tls = said("tls");
+    assert!(tls.contains(&format!("addr=127.0.0.1:{tls_port}")), "{tls}");
+    assert!(
+        tls.contains("certificates=localhost, 127.0.0.1, api.example.test, *.api.example.test"),
+        "{tls}"
+    );
+    assert!(
+        said("admin").contains(&format!("addr={admin}")),
+        "{before:#?}"
+    );
+    terminate(child, "serve");
+}
+
+/// Issue 29: a `k` larger than the cell's shards is reported under the key
+/// where it was written: `placement.k` when the cell inherits it (before:
+/// `cells[0]`), `cells[0].k` when the cell sets its own; a zone-aware cell
+/// with a shard lacking a zone names that shard's `zone`; a tenant that
+/// lists a shard twice names `tenants[i].shards`.
+#[test]
+fn serve_check_names_the_key_where_a_bad_placement_value_was_written() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let backends: Vec<Backend> = (0..4)
+        .map(|i| runtime.block_on(Backend::start(&format!("s{i}"))).unwrap())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), &backends, &random_bytes(32));
+    let config = dir.path().join("gateway.toml");
+    let good = std::fs::read_to_string(&config).unwrap();
+    let check = |text: String| {
+        std::fs::write(&config, text).unwrap();
+        let output = Command::new(binary())
+            .args(["serve", "--check", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        stderr
+    };
+
+    assert!(good.contains("\nk = 2\n"), "{good}");
+    let inherited = check(good.replace("\nk = 2\n", "\nk = 9\n"));
+    assert!(
+        inherited.contains("gateway.toml: placement.k: k = 9 is out of range for 4 shards"),
+        "{inherited}"
+    );
+    assert!(
+        inherited.contains("cell \"main\" inherits placement.k"),
+        "{inherited}"
+    );
+    assert!(!inherited.contains("cells[0]"), "{inherited}");
+
+    let own = check(good.replace("name = \"main\"\n", "name = \"main\"\nk = 5\n"));
+    assert!(
+        own.contains("gateway.toml: cells[0].k: k = 5 is out of range"),
+        "{own}"
+    );
+    assert!(!own.contains("inherits"), "{own}");
+
+    let zoneless = check(good.replace("\nk = 2\n", "\nk = 2\nzone_aware = true\n"));
+    assert!(
+        zoneless.contains("gateway.toml: cells[0].shards[0].zone: shard \"s0\" has no zone"),
+        "{zoneless}"
+    );
+
+    // A tenant pinned to one shard twice: its position and key in the
+    // tenants file (before: `tenants.pinned`, a key no file has).
+    let tenants = dir.path().join("tenants.toml");
+    let mut pinned = std::fs::read_to_string(&tenants).unwrap();
+    let position = pinned.matches("[[tenants]]").count();
+    pinned.push_str("[[tenants]]\nid = \"pinned\"\nshards = [\"s1\", \"s1\"]\n");
+    std::fs::write(&tenants, pinned).unwrap();
+    let twice = check(good);
+    assert!(
+        twice.contains(&format!(
+            "tenants.toml: tenants[{position}].shards: shard \"s1\" is listed twice"
+        )),
+        "{twice}"
+    );
 }

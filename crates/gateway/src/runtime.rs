@@ -279,6 +279,7 @@ pub fn check(path: &Path) -> Result<Checked, LoadError> {
 pub async fn run(config: &Path) -> Result<(), RunError> {
     let snapshot = Snapshot::load(config, None).map_err(StartError::from)?;
     let mut running = start(snapshot).await?;
+    log_listeners(&running);
     tracing::info!(addr = %running.addr, admin = %running.admin_addr, "gateway listening");
     let reloads = tokio::spawn(reload_on_hangup(Arc::clone(&running.gateway)));
     let reopens = tokio::spawn(reopen_on_usr1(Arc::clone(&running.gateway)));
@@ -296,6 +297,23 @@ pub async fn run(config: &Path) -> Result<(), RunError> {
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())
+}
+
+/// One line per listener, so an operator reading the start-up log sees
+/// every address the gateway answers on (and which names its TLS
+/// certificates serve) without reading the configuration. The summary line
+/// after them keeps its `addr=… admin=…` shape, which scripts read.
+fn log_listeners(running: &Running) {
+    let snapshot = running.gateway.snapshot();
+    let config = &snapshot.config;
+    if config.listen.is_some() {
+        tracing::info!(listener = "plaintext", addr = %running.addr, "listening");
+    }
+    if let (Some(addr), Some(tls)) = (running.tls_addr, config.tls()) {
+        let names = tls.certificate_names().join(", ");
+        tracing::info!(listener = "tls", addr = %addr, certificates = %names, "listening");
+    }
+    tracing::info!(listener = "admin", addr = %running.admin_addr, "listening");
 }
 
 /// Reloads the configuration on every SIGHUP; a bad configuration is

@@ -4,12 +4,10 @@
 //! name only metrics the gateway exports.
 //!
 //! promtool comes from `$PROMTOOL` or the `PATH` (Debian's `prometheus`
-//! package). Without it the promtool tests skip with a message on stderr,
-//! unless `SHUFFLE_SHARD_REQUIRE_PROMTOOL=1` (set by `.ci/run`) makes that a
-//! failure. The metric-name test needs no promtool.
+//! package). Without it the promtool tests skip as `testkit::skip` says (CI
+//! fails instead). The metric-name test needs no promtool.
 
 use std::collections::BTreeSet;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -49,15 +47,9 @@ fn promtool_or_skip() -> Option<PathBuf> {
             .find(|candidate| candidate.is_file())
     });
     if found.is_none() {
-        assert!(
-            std::env::var("SHUFFLE_SHARD_REQUIRE_PROMTOOL").as_deref() != Ok("1"),
-            "SHUFFLE_SHARD_REQUIRE_PROMTOOL=1 but no promtool was found: install Debian's \
-             `prometheus`, put `promtool` on PATH, or set PROMTOOL"
-        );
-        // Past the harness's capture: a skip must be seen.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: promtool not found; set SHUFFLE_SHARD_REQUIRE_PROMTOOL=1 to make this fatal"
+        testkit::skip::missing(
+            "promtool",
+            "apt-get install prometheus, or set PROMTOOL to a promtool binary",
         );
     }
     found

@@ -602,8 +602,7 @@ async fn a_shard_removed_by_a_reload_stops_being_reported() {
 
 /// Runs promtool with `args`, `input` on stdin: `Err` with what it said
 /// when it fails or (for `check metrics`) complains. `None` when promtool
-/// is missing and `SHUFFLE_SHARD_REQUIRE_PROMTOOL` is unset (CI sets it,
-/// so there a missing promtool fails the test).
+/// is missing (CI fails instead: `testkit::skip`).
 fn promtool(args: &[&str], input: &str) -> Option<Result<(), String>> {
     use std::io::Write;
     let spawned = std::process::Command::new("promtool")
@@ -614,14 +613,11 @@ fn promtool(args: &[&str], input: &str) -> Option<Result<(), String>> {
         .spawn();
     let mut child = match spawned {
         Ok(child) => child,
-        Err(error) => {
-            assert!(
-                std::env::var_os("SHUFFLE_SHARD_REQUIRE_PROMTOOL").is_none(),
-                "promtool is required (apt-get install prometheus): {error}"
-            );
-            eprintln!("skipped: promtool not found (apt-get install prometheus)");
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            testkit::skip::missing("promtool", "apt-get install prometheus");
             return None;
         }
+        Err(error) => panic!("cannot run promtool: {error}"),
     };
     child
         .stdin

@@ -345,7 +345,7 @@ async fn an_invalid_or_missing_configuration_is_refused_and_the_old_one_keeps_se
 
     // Valid TOML, invalid configuration.
     std::fs::write(&config, good.replace("k = 2", "k = 9")).unwrap();
-    refused(&["gateway.toml", "cells[0]"]).await;
+    refused(&["gateway.toml", "placement.k"]).await;
     std::fs::write(&config, good.replace("k = 2", "k = 2\nkay = 1")).unwrap();
     refused(&["gateway.toml", "kay"]).await;
 

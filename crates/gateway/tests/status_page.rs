@@ -9,8 +9,8 @@
 //! recovered and the banner says every shard is up.
 //!
 //! Chromium comes from `$CHROMIUM` or `chromium` / `chromium-browser` on the
-//! `PATH`. Without one the test skips with a message on stderr, unless
-//! `SHUFFLE_SHARD_REQUIRE_BROWSER=1` (set by `.ci/run`) makes that a failure.
+//! `PATH`. Without one the test skips as `testkit::skip` says (with
+//! `SHUFFLE_SHARD_REQUIRE_ALL=1`, set by `.ci/run`, it fails instead).
 //! `SHUFFLE_SHARD_KEEP_STATUS_PAGE=DIR` keeps the DOM and the screenshot
 //! there, for looking at them.
 

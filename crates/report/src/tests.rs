@@ -48,6 +48,7 @@ fn overlap() -> Overlap {
 
 fn load() -> LoadReport {
     LoadReport {
+        capacity: None,
         per_shard: vec![1.0, 1.2, 0.9, 4.5, 1.1, 1.0],
         mean: 1.616_666,
         cv: 0.8,

@@ -1,8 +1,8 @@
 //! Headless Chromium for browser tests.
 //!
 //! Chromium comes from `$CHROMIUM` or `chromium` / `chromium-browser` on the
-//! `PATH`. Without one a test skips with a visible message on stderr, unless
-//! `SHUFFLE_SHARD_REQUIRE_BROWSER=1` (set by `.ci/run`) makes that a failure.
+//! `PATH`. Without one a test skips as [`crate::skip`] says (CI fails
+//! instead).
 //! Chromium runs with the flags this workplace's closed network needs, in a
 //! fresh profile, its output in files (nothing has to drain pipes while we
 //! wait), and is waited for by polling against a deadline.
@@ -13,7 +13,6 @@
 
 use std::env;
 use std::fs::{self, File};
-use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
@@ -38,17 +37,9 @@ pub fn find_or_skip() -> Option<PathBuf> {
             .find(|candidate| candidate.is_file())
     });
     if found.is_none() {
-        if env::var("SHUFFLE_SHARD_REQUIRE_BROWSER").as_deref() == Ok("1") {
-            panic!(
-                "SHUFFLE_SHARD_REQUIRE_BROWSER=1 but no Chromium was found: install Debian's \
-                 `chromium`, put `chromium` or `chromium-browser` on PATH, or set CHROMIUM"
-            );
-        }
-        // Straight to the process's stderr: the test harness captures
-        // `eprintln!` from passing tests, and a skip must be seen.
-        let _ = writeln!(
-            io::stderr(),
-            "SKIPPED: chromium not found; set SHUFFLE_SHARD_REQUIRE_BROWSER=1 to make this fatal"
+        crate::skip::missing(
+            "chromium",
+            "apt-get install chromium, or set CHROMIUM to a Chromium binary",
         );
     }
     found

@@ -1,9 +1,11 @@
 //! Test support shared by several crates' integration tests.
 //!
 //! Integration tests of two crates cannot share a module, so what more than
-//! one of them needs lives here: running headless Chromium and reading JSON
-//! answers. (Writing a gateway configuration is `gateway::config::writer`,
+//! one of them needs lives here: running headless Chromium, reading JSON
+//! answers, and skipping (or, in CI, failing) a test whose system tool is
+//! missing. (Writing a gateway configuration is `gateway::config::writer`,
 //! which the demo uses too.)
 
 pub mod browser;
 pub mod json;
+pub mod skip;

@@ -195,6 +195,20 @@ pub(super) fn cell_settings(
         if cell.shards.is_empty() {
             return Err((at("shards"), "list at least one shard".into()));
         }
+        // Where each placement value was written, so a placer error names
+        // that key (`placement.k`, not the cell it was inherited by).
+        let written = Written {
+            k: if cell.k.is_some() {
+                at("k")
+            } else {
+                "placement.k".into()
+            },
+            algorithm: if cell.algorithm.is_some() {
+                at("algorithm")
+            } else {
+                "placement.algorithm".into()
+            },
+        };
         let settings = CellSettings {
             shards: shard_settings(position, cell.shards)?,
             name: cell.name,
@@ -208,12 +222,63 @@ pub(super) fn cell_settings(
         };
         // Building the placer here proves k, zones and weights are
         // consistent before anything listens.
-        settings
-            .placer()
-            .map_err(|e| (format!("cells[{position}]"), e.to_string()))?;
+        settings.placer().map_err(|e| {
+            let mut problem = e.to_string();
+            if matches!(e, placement::PlacementError::KOutOfRange { .. })
+                && written.k == "placement.k"
+            {
+                // The value sits in [placement]; the cell only inherits
+                // it, so say which cell, and the other way out.
+                problem.push_str(&format!(
+                    " (cell {:?} inherits placement.k; or give that cell its own k)",
+                    settings.name
+                ));
+            }
+            (written.key_of(&e, position, &settings), problem)
+        })?;
         cells.push(settings);
     }
     Ok(cells)
+}
+
+/// The keys a cell's `k` and `algorithm` were read from: its own, or the
+/// `[placement]` defaults it inherited.
+struct Written {
+    k: String,
+    algorithm: String,
+}
+
+impl Written {
+    /// The key to name for a placer error of the cell at `position`: the
+    /// one whose value the operator must change.
+    fn key_of(
+        &self,
+        error: &placement::PlacementError,
+        position: usize,
+        cell: &CellSettings,
+    ) -> String {
+        use placement::PlacementError as E;
+        let shard = |id: &str, key: &str| match cell.shards.iter().position(|s| s.id == id) {
+            Some(index) => format!("cells[{position}].shards[{index}].{key}"),
+            None => format!("cells[{position}].shards"),
+        };
+        match error {
+            E::KOutOfRange { .. } => self.k.clone(),
+            E::WeightsNeedRendezvous => self.algorithm.clone(),
+            E::InvalidWeight { id, .. } => shard(id, "weight"),
+            E::MissingZone { id } => shard(id, "zone"),
+            E::EmptyZoneName => match cell
+                .shards
+                .iter()
+                .position(|s| s.zone.as_deref() == Some(""))
+            {
+                Some(index) => format!("cells[{position}].shards[{index}].zone"),
+                None => format!("cells[{position}].shards"),
+            },
+            E::FleetTooLarge { .. } | E::EmptyFleet => format!("cells[{position}].shards"),
+            _ => format!("cells[{position}]"),
+        }
+    }
 }
 
 /// The shards of the cell at `position`: ids non-empty and unique within

@@ -5,8 +5,10 @@
 //! or keeps the keys themselves outside the request that presents them.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::path::Path;
+use std::sync::OnceLock;
 
 use serde::Deserialize;
 
@@ -17,6 +19,9 @@ use crate::config::{ConfigError, GatewayConfig, TenantLimits, limit_count, per_r
 pub struct TenantRecord {
     /// The tenant id (what placement hashes).
     pub id: String,
+    /// [`id_hash`] of the id, worked out once when the tenants file is
+    /// read rather than on every request that keys a table by it.
+    pub id_hash: u64,
     /// Where the tenant is in the tenants file (0-based): its index in
     /// [`Tenants`], which per-tenant caches are keyed by.
     pub position: usize,
@@ -66,6 +71,15 @@ struct RawTenant {
     max_in_flight: Option<u32>,
     requests_per_second: Option<f64>,
     burst: Option<u32>,
+}
+
+/// A tenant id hashed with a key drawn once per process: the same id gives
+/// the same hash across reloads, and ids (which only the tenants file
+/// writes) cannot be picked to collide. What per-tenant tables of run-time
+/// state that must outlive a reload are keyed by.
+pub fn id_hash(id: &str) -> u64 {
+    static KEY: OnceLock<RandomState> = OnceLock::new();
+    KEY.get_or_init(RandomState::new).hash_one(id)
 }
 
 /// Hashes a SHA-256 digest by taking eight of its bytes: a digest is
@@ -204,6 +218,21 @@ impl Tenants {
                         format!("shard {unknown:?} is not in cell {:?}", cell.name),
                     ));
                 }
+                // Checked here, where the tenant's position is known, so the
+                // error names `tenants[i].shards` like every other problem
+                // of the file (the placer would name only the tenant).
+                if let Some((at, twice)) = shards
+                    .iter()
+                    .enumerate()
+                    .find(|(at, id)| shards[..*at].contains(id))
+                {
+                    return Err(err(
+                        "shards",
+                        format!(
+                            "shard {twice:?} is listed twice (entry {at}); list each shard once"
+                        ),
+                    ));
+                }
             }
             let limits = TenantLimits {
                 max_in_flight: tenant
@@ -238,6 +267,7 @@ impl Tenants {
             }
             tenants.by_id.insert(tenant.id.clone(), index);
             tenants.records.push(TenantRecord {
+                id_hash: id_hash(&tenant.id),
                 id: tenant.id,
                 position: index,
                 api_key_sha256,

@@ -91,6 +91,10 @@ pub struct TlsSettings {
     pub handshake_timeout: Duration,
     /// The certificate files, for operators (`Debug`).
     files: Vec<PathBuf>,
+    /// The names the listener's certificates serve, for the start-up log:
+    /// the default certificate's DNS and IP names (its CN when it has no
+    /// such name), then each `[[tls.sni]]` entry's `server_names`.
+    names: Vec<String>,
     /// What the listener serves with.
     pub(crate) server: Arc<ServerConfig>,
 }
@@ -101,6 +105,7 @@ impl fmt::Debug for TlsSettings {
             .field("listen", &self.listen)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("files", &self.files)
+            .field("names", &self.names)
             .finish_non_exhaustive()
     }
 }
@@ -391,6 +396,7 @@ pub(crate) fn tls_settings(
     };
     let mut files = vec![resolve(&raw.cert_file), resolve(&raw.key_file)];
     let default = certified_key("tls", &files[0], &files[1])?;
+    let mut names = default.cert.first().map(names_in).unwrap_or_default();
     let mut by_name = Vec::new();
     for (index, sni) in raw.sni.into_iter().enumerate() {
         let section = format!("tls.sni[{index}]");
@@ -404,6 +410,9 @@ pub(crate) fn tls_settings(
         let certified = certified_key(&section, &cert_file, &key_file)?;
         files.extend([cert_file, key_file]);
         for name in sni.server_names {
+            if !names.contains(&name) {
+                names.push(name.clone());
+            }
             let pattern = SniPattern::parse(&name).ok_or_else(|| {
                 problem(
                     &format!("{section}.server_names"),
@@ -460,8 +469,63 @@ pub(crate) fn tls_settings(
         listen,
         handshake_timeout,
         files,
+        names,
         server: Arc::new(server),
     })
+}
+
+impl TlsSettings {
+    /// The names the listener's certificates serve (see the field).
+    pub fn certificate_names(&self) -> &[String] {
+        &self.names
+    }
+}
+
+/// The DNS and IP names a leaf certificate carries, or its CN when it
+/// carries none; nothing when it does not parse (rustls accepted it, so
+/// that would be a parser's disagreement, not worth refusing a start).
+fn names_in(leaf: &CertificateDer<'_>) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let Ok((_, certificate)) = X509Certificate::from_der(leaf.as_ref()) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = certificate
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|san| {
+            san.value
+                .general_names
+                .iter()
+                .filter_map(|name| match name {
+                    GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+                    GeneralName::IPAddress(bytes) => ip_text(bytes),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if names.is_empty() {
+        names.extend(
+            certificate
+                .subject()
+                .iter_common_name()
+                .filter_map(|cn| cn.as_str().ok())
+                .map(str::to_owned),
+        );
+    }
+    names
+}
+
+/// An IP address SAN's bytes as text (4 bytes IPv4, 16 bytes IPv6).
+fn ip_text(bytes: &[u8]) -> Option<String> {
+    let ip = match bytes.len() {
+        4 => std::net::IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?),
+        16 => std::net::IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?),
+        _ => return None,
+    };
+    Some(ip.to_string())
 }
 
 /// `[auth.mtls]`, validated (its CA file is read when the listener's

@@ -21,12 +21,7 @@ pub fn random_bytes(len: usize) -> Vec<u8> {
 /// The SHA-256 of `bytes` in lower-case hex, as the tenants file stores an
 /// API key.
 pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
-    Sha256::digest(bytes.as_ref())
-        .iter()
-        .fold(String::with_capacity(64), |mut hex, byte| {
-            let _ = write!(hex, "{byte:02x}");
-            hex
-        })
+    text::hex(&Sha256::digest(bytes.as_ref()))
 }
 
 /// `count` tenants, `tenant-0` onwards, each with a fresh random API key:

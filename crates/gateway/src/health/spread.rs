@@ -8,8 +8,9 @@
 //!
 //! Every attempt of every tenant comes here when containment is on, so
 //! this stays off any global lock: tenants are spread over [`TABLES`]
-//! tables by a hash of the tenant id (keyed afresh per gateway), each
-//! behind its own lock held for a scan of a few members. Entries are keyed
+//! tables by a hash of the tenant id (keyed once per process and worked
+//! out when the tenants file is read, not per request), each behind its
+//! own lock held for a scan of a few members. Entries are keyed
 //! by that 64-bit hash, not by the tenant's object, so a reload that keeps
 //! the tenant keeps its attempts in flight; two tenant ids sharing all 64
 //! bits (a chance of about n² in 2⁶⁵ for n tenants, and not one an id can
@@ -22,11 +23,12 @@
 //! reload keeps for a shard that keeps its cell, id and URL.
 
 use std::collections::HashMap;
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use smallvec::SmallVec;
+
+use crate::config::tenants::id_hash;
 
 /// The members a tenant is on or struck, few: `routing.poison_after`
 /// (2 by default) at most, beyond races.
@@ -45,7 +47,6 @@ type Table = HashMap<u64, Flights, BuildHasherDefault<Prehashed>>;
 /// Every tenant with an attempt in flight, by tenant hash.
 #[derive(Debug)]
 pub struct Spread {
-    hasher: RandomState,
     tables: Box<[Mutex<Table>]>,
 }
 
@@ -95,7 +96,6 @@ impl Drop for Flight<'_> {
 impl Default for Spread {
     fn default() -> Self {
         Self {
-            hasher: RandomState::new(),
             tables: (0..TABLES).map(|_| Mutex::default()).collect(),
         }
     }
@@ -107,10 +107,11 @@ impl Spread {
         Self::default()
     }
 
-    /// The key naming `tenant` here (its id hashed).
+    /// The key naming `tenant` here: its id hashed, as its record holds
+    /// it ([`crate::config::tenants::TenantRecord::id_hash`]).
     #[inline]
     pub fn tenant(&self, tenant: &str) -> u64 {
-        self.hasher.hash_one(tenant)
+        id_hash(tenant)
     }
 
     /// Begins an attempt of `tenant` on `member`, unless the tenant's

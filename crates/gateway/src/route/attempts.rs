@@ -43,6 +43,8 @@ pub(super) struct Attempts<'a> {
     pub(super) subset: &'a [ShardIndex],
     /// The tenant's id.
     pub(super) tenant: &'a str,
+    /// Its [`TenantRecord::id_hash`](crate::config::tenants::TenantRecord::id_hash).
+    pub(super) tenant_hash: u64,
     /// The client's head, the target and the body every attempt sends.
     pub(super) client: RequestHead<'a>,
     pub(super) uri: &'a Uri,
@@ -268,7 +270,7 @@ impl<'a> Attempts<'a> {
     #[inline]
     fn flight(&self, index: ShardIndex) -> Result<Flight<'a>, Full> {
         let (gateway, shards) = (self.gateway, self.shards);
-        let tenant = gateway.spread.tenant(self.tenant);
+        let tenant = self.tenant_hash;
         let cap = self.config.routing.poison_after as usize;
         gateway
             .spread

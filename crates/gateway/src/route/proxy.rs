@@ -517,6 +517,7 @@ async fn route(
         cell,
         subset: route.subset.as_slice(),
         tenant: &tenant.id,
+        tenant_hash: tenant.id_hash,
         // The head as every attempt sends it; each sets its shard's target,
         // `Host` and `x-shuffle-shard`.
         client: RequestHead {

@@ -195,85 +195,23 @@ pub fn seconds(out: &mut Vec<u8>, duration: Duration) {
 /// `2026-12-04T14:03:05.123456Z`.
 pub fn rfc3339(out: &mut Vec<u8>, time: SystemTime) {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, of_day) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days as i64);
+    let t = text::UtcTime::from_unix(since.as_secs());
     let _ = write!(
         out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        of_day / 3600,
-        of_day / 60 % 60,
-        of_day % 60,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        t.year,
+        t.month,
+        t.day,
+        t.hour,
+        t.minute,
+        t.second,
         since.subsec_micros()
     );
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard
-/// Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The date the slow way: count days forward from 1970, year by year
-    /// and month by month.
-    fn civil_reference(mut days: i64) -> (i64, u32, u32) {
-        let leap = |y: i64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-        let mut year = 1970;
-        loop {
-            let length = if leap(year) { 366 } else { 365 };
-            if days < length {
-                break;
-            }
-            days -= length;
-            year += 1;
-        }
-        let lengths = [
-            31,
-            if leap(year) { 29 } else { 28 },
-            31,
-            30,
-            31,
-            30,
-            31,
-            31,
-            30,
-            31,
-            30,
-            31,
-        ];
-        let mut month = 1;
-        for length in lengths {
-            if days < length {
-                break;
-            }
-            days -= length;
-            month += 1;
-        }
-        (year, month, days as u32 + 1)
-    }
-
-    #[test]
-    fn dates_agree_with_counting_days() {
-        for days in (0..200_000)
-            .step_by(7)
-            .chain([0, 59, 60, 365, 10_957, 11_016, 20_791])
-        {
-            assert_eq!(civil_from_days(days), civil_reference(days), "day {days}");
-        }
-    }
 
     #[test]
     fn times_are_rfc3339_utc_with_microseconds() {

@@ -407,6 +407,7 @@ mod tests {
     use getrandom::SysRng;
     use jsonwebtoken::{EncodingKey, Header};
     use serde_json::{Value, json};
+    use text::hex;
 
     use super::*;
     use crate::config::GatewayConfig;
@@ -420,10 +421,6 @@ mod tests {
         "eyJhbGciOiJOb25lIiwidHlwIjoiSldUIn0",
         "eyJhbGciOiJOT05FIn0",
     ];
-
-    fn hex(bytes: &[u8]) -> String {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
-    }
 
     fn random_bytes(n: usize) -> Vec<u8> {
         let mut bytes = vec![0u8; n];
