@@ -127,7 +127,7 @@ fn tenant_args(tenants: Vec<OsString>) -> Result<Vec<String>> {
 /// A gateway configuration's placement: cells, their placers with the
 /// tenants file's overrides, and which cell each tenant is in.
 struct GatewaySetup {
-    topology: gateway::route::cell::Topology,
+    topology: gateway::cell::Topology,
     tenants: gateway::config::tenants::Tenants,
     /// The cell every tenant is placed in, when --cell was given.
     cell: Option<usize>,
@@ -137,7 +137,7 @@ impl GatewaySetup {
     fn load(path: &std::path::Path, cell: Option<&str>) -> Result<Self> {
         let config = gateway::GatewayConfig::load(path)?;
         let tenants = gateway::config::tenants::Tenants::load(&config)?;
-        let topology = gateway::route::cell::Topology::build(&config, &tenants)?;
+        let topology = gateway::cell::Topology::build(&config, &tenants)?;
         let cell = match cell {
             Some(name) => Some(topology.find(name).ok_or_else(|| {
                 let names: Vec<&str> = config.cells().iter().map(|c| c.name.as_str()).collect();

@@ -182,7 +182,7 @@ fn gateway_tenants_file() {
         let text = String::from_utf8_lossy(input);
         if let Ok(tenants) = gateway::config::tenants::Tenants::parse(&path, &text, &config) {
             // Whatever was accepted must also be placeable.
-            let _ = gateway::route::cell::Topology::build(&config, &tenants);
+            let _ = gateway::cell::Topology::build(&config, &tenants);
         }
     });
 }
@@ -254,7 +254,7 @@ fn inbound_header_filter() {
         let tenant = http::HeaderValue::from_static("tenant-a");
         let host = http::HeaderValue::from_static("s0:9100");
         let shard = http::HeaderValue::from_static("s0");
-        let fields = gateway::protocol::fields::Fields::from_header_map(&headers);
+        let fields = gateway::syntax::fields::Fields::from_header_map(&headers);
         let inbound = gateway::trust::headers::Inbound::new(
             &fields,
             gateway::config::ForwardedFor::Append,
@@ -546,7 +546,7 @@ fn read_as<'a>(fields: &'a [(&'a str, &'a str)], wanted: &str) -> Vec<(&'a str, 
 fn check_encoded_head(
     wire: &[u8],
     request_line: &str,
-    client: &gateway::protocol::fields::Fields,
+    client: &gateway::syntax::fields::Fields,
     forwarded_for: gateway::config::ForwardedFor,
     prefixed: bool,
 ) {

@@ -3,40 +3,54 @@
 //! over inside that subset.
 //!
 //! The folders are its layers, lowest first; a module imports only its own
-//! layer and those below (the tidy test in `crates/tidy` checks it):
+//! folder and the folders above it in this list, never one below it (the
+//! tidy test in `crates/tidy` checks it, and prints the folder graph:
+//! see ARCHITECTURE.md, "How to check"):
 //!
-//! - [`protocol`]: HTTP/1.1 as bytes, no I/O: header fields as written, the
-//!   client-facing half ([`protocol::client_wire`]) and the shard-facing
-//!   half ([`protocol::wire`]).
+//! - [`syntax`]: the bytes' grammar, no I/O: header fields as written and
+//!   gRPC's conventions.
+//! - [`telemetry`]: metrics, sliding windows and the access log: what is
+//!   counted, below everything that counts.
 //! - [`config`]: the configuration file and the tenants file, validated.
+//! - [`cell`]: tenant → cell and each cell's placement, compiled from the
+//!   configuration, and each cell's live blast-radius model.
 //! - [`trust`]: the trust boundary: what of a client's request may reach a
 //!   shard, who the client is, and where its target may go.
-//! - [`upstream`]: each shard's pooled connections and the request bodies
-//!   they carry.
-//! - [`health`]: the health state machine, the retry budget, and the active
-//!   checks that drive the first.
+//! - [`protocol`]: HTTP/1.1 as bytes, no I/O: the client-facing half
+//!   ([`protocol::client_wire`]) and the shard-facing half
+//!   ([`protocol::wire`]), writing what the trust boundary lets through.
+//! - [`upstream`]: each shard's pooled connections (HTTP/1.1 and HTTP/2)
+//!   and the request bodies they carry.
+//! - [`health`]: the health state machine, the quarantine and the retry
+//!   budget.
 //! - [`limit`]: per-tenant limits (in-flight requests, a token bucket,
 //!   and the same bucket kept in Redis across replicas).
 //! - [`state`]: the swappable snapshot and the per-shard state that
 //!   survives reloads.
+//! - [`probe`]: the active health checks, which walk the snapshot's shards
+//!   and drive their health.
 //! - [`route`]: the request path: credential → tenant → cell and subset
-//!   ([`route::cell`]) → member ([`route::member`]) → attempt
-//!   ([`route::attempt`]) → outcome ([`route::proxy`], streaming back a
-//!   [`route::response`]).
-//! - [`ops`]: the operations side: admin API, metrics, status page, the
-//!   views they share, windows and the live blast radius.
+//!   ([`cell`]) → member ([`route::member`]) → attempts
+//!   ([`route::attempts`], each one a [`route::attempt`]) → outcome
+//!   ([`route::proxy`], streaming back a [`route::response`]).
+//! - [`ops`]: the operations side: admin API, status page and the views
+//!   they share.
 //! - [`listen`]: accepting clients and serving their connections.
 //! - [`runtime`]: starting and stopping it all.
 
+pub mod cell;
 pub mod config;
 pub mod health;
 pub mod limit;
 pub(crate) mod listen;
 pub mod ops;
+pub(crate) mod probe;
 pub mod protocol;
 pub mod route;
 pub mod runtime;
 pub mod state;
+pub mod syntax;
+pub mod telemetry;
 pub mod trust;
 pub mod upstream;
 

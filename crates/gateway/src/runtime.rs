@@ -12,9 +12,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
-use crate::health;
 use crate::listen::{connection, server, tls};
 use crate::ops::admin;
+use crate::probe;
 use crate::state::{Gateway, LoadError, Snapshot};
 
 /// Why the gateway could not start.
@@ -130,7 +130,7 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
         unreachable!("a validated configuration has a data listener");
     };
     let gateway = Gateway::new(snapshot);
-    let health = tokio::spawn(health::check::run(Arc::clone(&gateway)));
+    let health = tokio::spawn(probe::check::run(Arc::clone(&gateway)));
     let (stop, stopped) = watch::channel(false);
     // One limit on client connections over both data listeners.
     let slots = server::slots(&gateway);

@@ -13,11 +13,11 @@ use http::HeaderValue;
 use thiserror::Error;
 use tokio::time::Instant;
 
+use crate::cell::{TenantRoute, Topology};
 use crate::config::tenants::{TenantRecord, Tenants};
 use crate::config::{ConfigError, GatewayConfig, ShardSettings};
 use crate::health::retry_budget::RetryBudget;
 use crate::health::{Availability, HealthState};
-use crate::route::cell::{TenantRoute, Topology};
 use crate::trust::authenticate::Authenticator;
 use crate::upstream::transport::Connector;
 use crate::upstream::{IDLE_TIMEOUT, Upstream};
@@ -119,7 +119,7 @@ pub struct ShardRuntime {
     /// Its keep-alive connections.
     pub(crate) upstream: Arc<Upstream>,
     /// This shard's metric series, looked up on first use.
-    metrics: std::sync::OnceLock<crate::ops::metrics::ShardHandles>,
+    metrics: std::sync::OnceLock<crate::telemetry::metrics::ShardHandles>,
 }
 
 impl ShardRuntime {
@@ -155,8 +155,8 @@ impl ShardRuntime {
     /// This shard's attempt metrics.
     pub(crate) fn metrics(
         &self,
-        metrics: &crate::ops::metrics::Metrics,
-    ) -> &crate::ops::metrics::ShardHandles {
+        metrics: &crate::telemetry::metrics::Metrics,
+    ) -> &crate::telemetry::metrics::ShardHandles {
         self.metrics
             .get_or_init(|| metrics.shard_handles(&self.cell, &self.id))
     }
@@ -200,7 +200,7 @@ pub struct Snapshot {
     /// Per cell, per shard index: the shard's run-time state.
     pub shards: Vec<Vec<Arc<ShardRuntime>>>,
     /// Per cell: the blast-radius model over the cell's tenants.
-    pub blast: Vec<crate::ops::live_blast::CellModel>,
+    pub blast: Vec<crate::cell::live_blast::CellModel>,
     /// Per cell: some shard's URL has a path prefix, so request targets
     /// must stay under it ([`crate::trust::target::stays_under_prefix`]).
     pub(crate) prefixed: Vec<bool>,
@@ -210,7 +210,7 @@ pub struct Snapshot {
     /// from the snapshot before).
     pub limits: crate::limit::Limits,
     /// Per cell: its request metric series, looked up on first use.
-    cell_metrics: Vec<std::sync::OnceLock<crate::ops::metrics::CellHandles>>,
+    cell_metrics: Vec<std::sync::OnceLock<crate::telemetry::metrics::CellHandles>>,
     /// Per tenant (by position in the tenants file): its route, computed on
     /// first use. Boxed so that tenants never seen cost one pointer each.
     routes: Vec<std::sync::OnceLock<Box<TenantRoute>>>,
@@ -266,7 +266,7 @@ impl Snapshot {
                     .collect()
             })
             .collect();
-        let blast = crate::ops::live_blast::build(&topology, &tenants);
+        let blast = crate::cell::live_blast::build(&topology, &tenants);
         let prefixed = shards
             .iter()
             .map(|cell| cell.iter().any(|shard| !shard.path_prefix.is_empty()))
@@ -341,8 +341,8 @@ impl Snapshot {
     pub(crate) fn cell_metrics(
         &self,
         cell: usize,
-        metrics: &crate::ops::metrics::Metrics,
-    ) -> &crate::ops::metrics::CellHandles {
+        metrics: &crate::telemetry::metrics::Metrics,
+    ) -> &crate::telemetry::metrics::CellHandles {
         self.cell_metrics[cell].get_or_init(|| metrics.cell_handles(&self.config.cells[cell].name))
     }
 
@@ -407,8 +407,8 @@ impl Snapshot {
     }
 
     /// Creates every series of this snapshot's cells and shards that
-    /// counts events, at zero ([`crate::ops::metrics::Metrics::know`]).
-    fn know_series(&self, metrics: &crate::ops::metrics::Metrics) {
+    /// counts events, at zero ([`crate::telemetry::metrics::Metrics::know`]).
+    fn know_series(&self, metrics: &crate::telemetry::metrics::Metrics) {
         // Every reason an ejection can have.
         let reasons = [crate::health::EjectReason::ConsecutiveFailures.name()];
         for (cell, shards) in self.config.cells.iter().zip(&self.shards) {
@@ -452,14 +452,14 @@ pub struct Gateway {
     pub budget: RetryBudget,
     /// Where the JSON access log goes (`logging.access_log_file`, or
     /// stderr).
-    pub access_log: crate::ops::access_log::AccessLog,
+    pub access_log: crate::telemetry::access_log::AccessLog,
     /// Prometheus metrics.
-    pub metrics: crate::ops::metrics::Metrics,
+    pub metrics: crate::telemetry::metrics::Metrics,
     /// Per-tenant success over the availability window.
-    pub tenant_windows: crate::ops::window::Windows,
+    pub tenant_windows: crate::telemetry::window::Windows,
     /// Per-shard attempts over the availability window (for utilization,
     /// and the status page's sparklines, errors and latency).
-    pub shard_windows: crate::ops::window::ShardWindows,
+    pub shard_windows: crate::telemetry::window::ShardWindows,
     /// Tenants quarantined by poison containment; they survive reloads.
     pub suspects: crate::health::quarantine::Suspects,
     /// Each tenant's attempts in flight by member, for poison containment
@@ -480,17 +480,18 @@ impl Gateway {
     pub fn new(snapshot: Snapshot) -> Arc<Self> {
         let budget = RetryBudget::new(&snapshot.config.retry_budget, Instant::now());
         let window = snapshot.config.admin.availability_window;
-        let metrics = crate::ops::metrics::Metrics::new();
+        let metrics = crate::telemetry::metrics::Metrics::new();
         snapshot.know_series(&metrics);
-        let access_log =
-            crate::ops::access_log::AccessLog::new(snapshot.config.access_log_file.as_deref());
+        let access_log = crate::telemetry::access_log::AccessLog::new(
+            snapshot.config.access_log_file.as_deref(),
+        );
         Arc::new(Self {
             access_log,
             snapshot: ArcSwap::from_pointee(snapshot),
             budget,
             metrics,
-            tenant_windows: crate::ops::window::Windows::new(window, Instant::now()),
-            shard_windows: crate::ops::window::ShardWindows::new(window, Instant::now()),
+            tenant_windows: crate::telemetry::window::Windows::new(window, Instant::now()),
+            shard_windows: crate::telemetry::window::ShardWindows::new(window, Instant::now()),
             suspects: crate::health::quarantine::Suspects::new(),
             spread: crate::health::spread::Spread::new(),
             reloads: tokio::sync::watch::Sender::new(0),
@@ -557,7 +558,7 @@ impl Gateway {
         if !allowed {
             self.metrics
                 .ejections_skipped
-                .get_or_create(&crate::ops::metrics::ShardLabels {
+                .get_or_create(&crate::telemetry::metrics::ShardLabels {
                     cell: shard.cell.clone(),
                     shard: shard.id.clone(),
                 })
@@ -568,7 +569,7 @@ impl Gateway {
         if let Some(reason) = ejected {
             self.metrics
                 .ejections
-                .get_or_create(&crate::ops::metrics::EjectionLabels {
+                .get_or_create(&crate::telemetry::metrics::EjectionLabels {
                     cell: shard.cell.clone(),
                     shard: shard.id.clone(),
                     reason: reason.name(),

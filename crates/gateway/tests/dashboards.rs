@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gateway::ops::metrics::{AVAILABILITY_BOUNDS, Metrics};
+use gateway::telemetry::metrics::{AVAILABILITY_BOUNDS, Metrics};
 
 /// Metric names the rules and the dashboard may use before the gateway
 /// exports them: they are being added on another branch (issue 21 point 4).
@@ -105,13 +105,13 @@ fn literal(text: &str) -> Option<(&str, &str)> {
     None
 }
 
-/// Every family `ops/metrics.rs` registers, read from its source: prometheus-client
+/// Every family `telemetry/metrics.rs` registers, read from its source: prometheus-client
 /// lists a family in `/metrics` only once it has a series, so a counter
 /// that has not fired yet is missing from a scrape. Each
 /// `registry.register("name", "help", variable.clone())` is typed by the
 /// `let variable = …;` that made it.
 fn registered_names() -> BTreeSet<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/ops/metrics.rs");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/telemetry/metrics.rs");
     let source = std::fs::read_to_string(&path).unwrap();
     let mut names = BTreeSet::new();
     for call in source.split("registry.register(").skip(1) {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use backend::Mode;
 use bytes::Bytes;
-use gateway::protocol::grpc::parse_timeout;
+use gateway::syntax::grpc::parse_timeout;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::client::conn::http2;

@@ -1,9 +1,13 @@
 //! The house rules, read off the source tree: every Rust file opens with a
-//! `//!` line; no library crate's modules import each other in a circle;
-//! and the gateway's modules import only their own layer or the layers
-//! below it (the request path never reaches into the listeners or the
-//! operations side, and the codecs never into the request path). Each
-//! failure names the files that break the rule.
+//! `//!` line; no library crate's modules import each other in a circle
+//! (through `crate::`, `super::`, `self::` or a child module's name); and
+//! the gateway's folders are its layers: each top-level module imports only
+//! itself and the folders below it in [`GATEWAY_LAYERS`], so no two folders
+//! import each other (the request path never reaches into the listeners or
+//! the operations side, and the codecs never into the request path). Each
+//! failure names the files or imports that break the rule; the folder graph
+//! and its counts print with
+//! `cargo test -p shuffle-shard-tidy --test tidy folder_graph -- --nocapture`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -89,10 +93,15 @@ fn code(text: &str) -> String {
         .join("\n")
 }
 
-/// The paths `code` names through `crate::` (`crate::a::b::C` gives
-/// `a::b::C`), in paths and in `use crate::{a, b::c}` groups, as far as
-/// they are made of names.
-fn imported(code: &str) -> BTreeSet<String> {
+/// The crate paths `code` names (`crate::a::b::C` gives `a::b::C`), in
+/// paths and in `use crate::{a, b::c}` groups, as far as they are made of
+/// names. `module` is the module whose code it is: `self::x` is read as
+/// `module::x`, each `super::` climbs one module up, and a path that starts
+/// with one of `names` (its child modules, and the modules it brought in by
+/// name, as `use crate::a::b;` brings `b`) is read from the module that
+/// name stands for; so a circle through relative paths is seen as well as
+/// one through `crate::`.
+fn imported(module: &str, names: &BTreeMap<String, String>, code: &str) -> BTreeSet<String> {
     fn path_at(text: &str) -> String {
         text.chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
@@ -100,11 +109,53 @@ fn imported(code: &str) -> BTreeSet<String> {
             .trim_end_matches(':')
             .to_owned()
     }
+    fn join(base: &str, path: &str) -> String {
+        match (base.is_empty(), path.is_empty()) {
+            (true, _) => path.to_owned(),
+            (false, true) => base.to_owned(),
+            (false, false) => format!("{base}::{path}"),
+        }
+    }
+    fn parent(module: &str) -> &str {
+        module.rfind("::").map_or("", |at| &module[..at])
+    }
+    let is_name = |c: char| c.is_alphanumeric() || c == '_';
     let mut paths = BTreeSet::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
+    let mut at = 0;
+    while at < code.len() {
+        let rest = &code[at..];
+        let Some(first) = rest.chars().next() else {
+            break;
+        };
+        let starts_path = is_name(first)
+            && !code[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| is_name(c) || c == ':');
+        if !starts_path {
+            at += first.len_utf8();
+            continue;
+        }
+        let word: String = rest.chars().take_while(|c| is_name(*c)).collect();
+        at += word.len();
+        if !code[at..].starts_with("::") {
+            continue;
+        }
+        // Where the path is rooted, and what of it is already read.
+        let (mut base, mut tail) = match word.as_str() {
+            "crate" => (String::new(), &code[at + 2..]),
+            "self" => (module.to_owned(), &code[at + 2..]),
+            "super" => (parent(module).to_owned(), &code[at + 2..]),
+            name => match names.get(name) {
+                Some(stands_for) => (stands_for.clone(), &code[at + 2..]),
+                None => continue,
+            },
+        };
+        while let Some(up) = tail.strip_prefix("super::") {
+            base = parent(&base).to_owned();
+            tail = up;
+        }
+        if let Some(group) = tail.strip_prefix('{') {
             // Each entry of the group at brace depth zero.
             let mut depth = 0;
             let mut entry_start = Some(0);
@@ -121,16 +172,16 @@ fn imported(code: &str) -> BTreeSet<String> {
                     && c != ','
                 {
                     let path = path_at(&group[start.max(i)..]);
-                    if !path.is_empty() {
-                        paths.insert(path);
+                    if !path.is_empty() && path != "self" {
+                        paths.insert(join(&base, &path));
                     }
                     entry_start = None;
                 }
             }
         } else {
-            let path = path_at(rest);
-            if !path.is_empty() {
-                paths.insert(path);
+            let path = path_at(tail);
+            if !(base.is_empty() && path.is_empty()) {
+                paths.insert(join(&base, &path));
             }
         }
     }
@@ -157,7 +208,22 @@ fn import_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         .iter()
         .map(|(name, file)| {
             let text = std::fs::read_to_string(file).unwrap();
-            let deps = imported(&code(&text))
+            let code = code(&text);
+            // The names a path may start with: the child modules, then
+            // also the modules the first reading shows brought in by name.
+            let mut names: BTreeMap<String, String> = modules
+                .keys()
+                .filter_map(|other| other.strip_prefix(name.as_str())?.strip_prefix("::"))
+                .filter(|child| !child.contains("::"))
+                .map(|child| (child.to_owned(), format!("{name}::{child}")))
+                .collect();
+            for path in imported(name, &names, &code) {
+                if modules.contains_key(&path) && path != *name {
+                    let last = path.rsplit("::").next().unwrap_or(&path).to_owned();
+                    names.entry(last).or_insert(path);
+                }
+            }
+            let deps = imported(name, &names, &code)
                 .iter()
                 .filter_map(|path| module_of(path, &modules))
                 .filter(|dep| *dep != name)
@@ -260,113 +326,299 @@ fn no_library_crate_has_an_import_cycle() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// The gateway's layers, lowest first, by module path: a module belongs
-/// to the most specific entry that names it or a parent of it. A module may
-/// import its own layer (without a cycle, checked above) and the layers
-/// below; never above.
-const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
+/// The gateway's layers, lowest first: each a top-level module (a folder,
+/// or a file standing alone as a folder of one) and what it holds. A module
+/// may import its own folder (without a circle, checked above) and the
+/// folders below; never one above. `crates/gateway/src/lib.rs` lists the
+/// same folders in the same order.
+const GATEWAY_LAYERS: [(&str, &str); 15] = [
     (
-        "foundations: bytes, timers and counters that know nothing of routing",
-        &[
-            "protocol::fields",
-            "protocol::grpc",
-            "upstream::idle",
-            "listen::shutdown",
-            "ops::window",
-            "ops::metrics",
-            "ops::access_log",
-            "trust::target",
-            "limit::bucket",
-        ],
+        "syntax",
+        "the bytes' grammar: header fields as written, gRPC's conventions",
+    ),
+    ("telemetry", "metrics, sliding windows and the access log"),
+    (
+        "config",
+        "the configuration file and the tenants file, validated",
     ),
     (
-        "configuration: the files, validated; placement per cell; health rules",
-        &[
-            "config",
-            "route::cell",
-            "ops::live_blast",
-            "health",
-            "health::retry_budget",
-        ],
+        "cell",
+        "tenant -> cell and each cell's placement; the live blast radius",
     ),
     (
-        "codecs and the trust boundary: HTTP/1.1 both ways, what a client may say, who it is",
-        &["protocol", "trust"],
+        "trust",
+        "what of a client's request may reach a shard, who the client is",
     ),
     (
-        "the upstream side: request bodies and each shard's connections",
-        &["upstream"],
+        "protocol",
+        "HTTP/1.1 as bytes both ways, writing what trust lets through",
     ),
     (
-        "run-time state: the swappable snapshot, per-shard state, and per-tenant limits",
-        &["state", "limit"],
+        "upstream",
+        "each shard's pooled connections and the request bodies they carry",
     ),
     (
-        "the request path, and the health checks that vouch for its members",
-        &["route", "health::check", "health::grpc"],
+        "health",
+        "the health state machine, the quarantine, the retry budget",
     ),
+    ("limit", "per-tenant limits"),
+    ("state", "the swappable snapshot and the per-shard state"),
     (
-        "operations: admin API, status page and the views they share",
-        &["ops"],
+        "probe",
+        "the active health checks, over the snapshot's shards",
     ),
-    (
-        "listeners: accepting clients and serving their connections",
-        &["listen"],
-    ),
-    ("start and stop", &["runtime"]),
+    ("route", "the request path"),
+    ("ops", "admin API, status page and the views they share"),
+    ("listen", "accepting clients and serving their connections"),
+    ("runtime", "starting and stopping it all"),
 ];
 
-/// The layer of a gateway module: the most specific entry of
-/// [`GATEWAY_LAYERS`] that names it or one of its parents.
-fn layer_of(module: &str) -> Option<usize> {
-    GATEWAY_LAYERS
-        .iter()
-        .enumerate()
-        .flat_map(|(layer, (_, entries))| entries.iter().map(move |entry| (layer, *entry)))
-        .filter(|(_, entry)| module == *entry || module.starts_with(&format!("{entry}::")))
-        .max_by_key(|(_, entry)| entry.len())
-        .map(|(layer, _)| layer)
+/// The folder (top-level module) a gateway module lives in.
+fn folder_of(module: &str) -> &str {
+    module.split("::").next().unwrap_or(module)
 }
 
-#[test]
-fn the_gateways_modules_import_only_their_layer_and_below() {
-    let src = crates_dir().join("gateway/src");
-    let graph = import_graph(&src);
-    let unplaced: Vec<&String> = graph
-        .keys()
-        .filter(|module| layer_of(module).is_none())
-        .collect();
-    assert!(
-        unplaced.is_empty(),
-        "gateway modules missing from GATEWAY_LAYERS in {}: {unplaced:?}; add each to the layer it belongs to",
-        file!()
-    );
-    let mut upward = Vec::new();
-    for (module, deps) in &graph {
-        let own = layer_of(module).unwrap();
-        for dep in deps {
-            let theirs = layer_of(dep).unwrap();
-            if theirs > own {
-                upward.push(format!(
-                    "{module} ({}) imports {dep} ({})",
-                    GATEWAY_LAYERS[own].0, GATEWAY_LAYERS[theirs].0
-                ));
+/// The layer of a gateway module: its folder's place in [`GATEWAY_LAYERS`].
+fn layer_of(module: &str) -> Option<usize> {
+    let folder = folder_of(module);
+    GATEWAY_LAYERS.iter().position(|(name, _)| *name == folder)
+}
+
+/// The gateway's imports read at folder level, and what breaks the layers.
+struct Layering {
+    /// (folder, folder it imports) → the module imports that make the arrow.
+    arrows: BTreeMap<(String, String), BTreeSet<(String, String)>>,
+    /// Modules whose folder is not in [`GATEWAY_LAYERS`].
+    unplaced: Vec<String>,
+    /// Entries of [`GATEWAY_LAYERS`] that name no folder.
+    stale: Vec<&'static str>,
+    /// Folder arrows that point at a folder above.
+    back_arrows: Vec<(String, String)>,
+    /// Pairs of folders that import each other.
+    mutual: Vec<(String, String)>,
+    /// Module imports whose target's folder is above the importer's.
+    against_order: Vec<(String, String)>,
+}
+
+impl Layering {
+    fn of(graph: &BTreeMap<String, BTreeSet<String>>) -> Layering {
+        let mut arrows: BTreeMap<(String, String), BTreeSet<(String, String)>> = BTreeMap::new();
+        for (module, deps) in graph {
+            for dep in deps {
+                let (from, to) = (folder_of(module), folder_of(dep));
+                if from != to {
+                    arrows
+                        .entry((from.to_owned(), to.to_owned()))
+                        .or_default()
+                        .insert((module.clone(), dep.clone()));
+                }
             }
         }
+        let folders: BTreeSet<&str> = graph.keys().map(|module| folder_of(module)).collect();
+        let unplaced = graph
+            .keys()
+            .filter(|module| layer_of(module).is_none())
+            .cloned()
+            .collect();
+        let stale = GATEWAY_LAYERS
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| !folders.contains(name))
+            .collect();
+        let above = |from: &str, to: &str| match (layer_of(from), layer_of(to)) {
+            (Some(from), Some(to)) => to > from,
+            _ => false,
+        };
+        let back_arrows = arrows
+            .keys()
+            .filter(|(from, to)| above(from, to))
+            .cloned()
+            .collect();
+        let mutual = arrows
+            .keys()
+            .filter(|(from, to)| from < to && arrows.contains_key(&(to.clone(), from.clone())))
+            .cloned()
+            .collect();
+        let against_order = arrows
+            .iter()
+            .filter(|((from, to), _)| above(from, to))
+            .flat_map(|(_, imports)| imports.iter().cloned())
+            .collect();
+        Layering {
+            arrows,
+            unplaced,
+            stale,
+            back_arrows,
+            mutual,
+            against_order,
+        }
     }
+
+    fn is_clean(&self) -> bool {
+        self.unplaced.is_empty()
+            && self.stale.is_empty()
+            && self.back_arrows.is_empty()
+            && self.mutual.is_empty()
+            && self.against_order.is_empty()
+    }
+
+    /// The folder graph, lowest layer first, each folder with the folders
+    /// it imports (an arrow up is marked and its imports listed), then the
+    /// counts.
+    fn render(&self) -> String {
+        let mut out = String::from("gateway folder graph, lowest layer first:\n");
+        let mut folders: Vec<&str> = GATEWAY_LAYERS.iter().map(|(name, _)| *name).collect();
+        for (from, to) in self.arrows.keys() {
+            for folder in [from, to] {
+                if !folders.contains(&folder.as_str()) {
+                    folders.push(folder);
+                }
+            }
+        }
+        for (at, folder) in folders.iter().enumerate() {
+            let targets: Vec<String> = self
+                .arrows
+                .keys()
+                .filter(|(from, _)| from == folder)
+                .map(|(from, to)| {
+                    if self.back_arrows.contains(&(from.clone(), to.clone())) {
+                        format!("{to} (UP)")
+                    } else {
+                        to.clone()
+                    }
+                })
+                .collect();
+            out += &format!("  {at:>2} {folder} -> {}\n", targets.join(", "));
+            for ((from, to), imports) in &self.arrows {
+                if from == folder && self.back_arrows.contains(&(from.clone(), to.clone())) {
+                    for (module, dep) in imports {
+                        out += &format!("       up: {module} imports {dep}\n");
+                    }
+                }
+            }
+        }
+        let pairs: Vec<String> = self
+            .mutual
+            .iter()
+            .map(|(a, b)| format!("{a} <-> {b}"))
+            .collect();
+        out += &format!(
+            "folders: {}, folder arrows: {}, folder back-arrows: {}, mutual folder pairs: {}{}, \
+             imports against the documented order: {}, modules outside GATEWAY_LAYERS: {:?}, \
+             GATEWAY_LAYERS entries naming no folder: {:?}\n",
+            folders.len(),
+            self.arrows.len(),
+            self.back_arrows.len(),
+            self.mutual.len(),
+            if pairs.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", pairs.join(", "))
+            },
+            self.against_order.len(),
+            self.unplaced,
+            self.stale,
+        );
+        out
+    }
+}
+
+/// Prints the gateway's folder graph and its counts (run it with
+/// `cargo test -p shuffle-shard-tidy --test tidy folder_graph -- --nocapture`)
+/// and fails unless every folder is one layer of [`GATEWAY_LAYERS`], no
+/// folder imports one above it and no two folders import each other.
+#[test]
+fn folder_graph_runs_down_the_layers() {
+    let layering = Layering::of(&import_graph(&crates_dir().join("gateway/src")));
+    let picture = layering.render();
+    println!("{picture}");
     assert!(
-        upward.is_empty(),
-        "imports that reach upward in crates/gateway/src:\n{}",
-        upward.join("\n")
+        layering.is_clean(),
+        "the gateway's folders are not its layers (GATEWAY_LAYERS in {}): every module's folder \
+         must be listed there, and a folder may import only the folders listed before it; move \
+         the module that imports upward into the layer its imports say, or pass what it needs \
+         down as a parameter\n{picture}",
+        file!()
+    );
+}
+
+/// `crates/gateway/src/lib.rs` documents the layers lowest first as a list
+/// of `- [`folder`]` lines, and ARCHITECTURE.md's gateway section as a list
+/// of `- `folder/`` (or `folder.rs`) lines; both must name the folders of
+/// [`GATEWAY_LAYERS`] in the same order, so the documented order is the
+/// checked one.
+#[test]
+fn the_gateways_documented_order_is_the_checked_one() {
+    let checked: Vec<&str> = GATEWAY_LAYERS.iter().map(|(name, _)| *name).collect();
+    let lib = std::fs::read_to_string(crates_dir().join("gateway/src/lib.rs")).unwrap();
+    let documented: Vec<&str> = lib
+        .lines()
+        .filter_map(|line| line.strip_prefix("//! - [`"))
+        .filter_map(|rest| rest.split('`').next())
+        .collect();
+    assert_eq!(
+        documented,
+        checked,
+        "crates/gateway/src/lib.rs lists the layers (left) in another order than GATEWAY_LAYERS \
+         in {} (right); make the two lists name the same folders, lowest first",
+        file!()
+    );
+    let architecture = std::fs::read_to_string(crates_dir().join("../ARCHITECTURE.md")).unwrap();
+    let section = architecture
+        .split("\n### ")
+        .find(|section| section.starts_with("`crates/gateway`"))
+        .expect("ARCHITECTURE.md has a `### `crates/gateway`` section");
+    let documented: Vec<&str> = section
+        .lines()
+        .filter_map(|line| line.strip_prefix("- `"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(|name| name.trim_end_matches('/').trim_end_matches(".rs"))
+        .collect();
+    assert_eq!(
+        documented,
+        checked,
+        "ARCHITECTURE.md's gateway section lists the folders (left) in another order than \
+         GATEWAY_LAYERS in {} (right); make the two lists name the same folders, lowest first",
+        file!()
     );
 }
 
 #[test]
 fn the_import_reader_sees_paths_and_groups() {
-    let paths =
-        imported("use crate::a::X;\nuse crate::{b, c::{D, E}, d::F};\nfn f() { crate::e::g(); }");
+    let none = BTreeMap::new();
+    let paths = imported(
+        "m",
+        &none,
+        "use crate::a::X;\nuse crate::{b, c::{D, E}, d::F};\nfn f() { crate::e::g(); }",
+    );
     let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
     assert_eq!(paths, ["a::X", "b", "c", "d::F", "e::g"]);
+    // Relative paths: `self::`, `super::` (repeated, in groups, as a glob)
+    // and a path from a name standing for a module (a child, or one brought
+    // in with `use crate::z::y;`), read from inside `up::m`.
+    let names = BTreeMap::from([
+        ("kid".to_owned(), "up::m::kid".to_owned()),
+        ("y".to_owned(), "z::y".to_owned()),
+    ]);
+    let paths = imported(
+        "up::m",
+        &names,
+        "use self::a::X;\nuse super::{b, c::D};\nuse super::super::e;\nuse super::*;\n\
+         fn f() -> kid::Pool { other::kid::g(); Self::h(); myself::i(); y::w::run() }",
+    );
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    assert_eq!(
+        paths,
+        [
+            "e",
+            "up",
+            "up::b",
+            "up::c::D",
+            "up::m::a::X",
+            "up::m::kid::Pool",
+            "z::y::w::run"
+        ]
+    );
     let modules: BTreeMap<String, PathBuf> = ["a", "a::b", "c"]
         .into_iter()
         .map(|name| (name.to_owned(), PathBuf::new()))
@@ -380,8 +632,40 @@ fn the_import_reader_sees_paths_and_groups() {
     graph.insert("z".to_owned(), BTreeSet::from(["x".to_owned()]));
     graph.insert("w".to_owned(), BTreeSet::from(["x".to_owned()]));
     assert_eq!(cycles(&graph), [["x", "y", "z"]]);
-    assert_eq!(layer_of("health::check"), Some(5));
-    assert_eq!(layer_of("health"), Some(1));
-    assert_eq!(layer_of("route::proxy"), Some(5));
-    assert_eq!(layer_of("route::cell"), Some(1));
+    assert_eq!(folder_of("route::proxy"), "route");
+    assert_eq!(layer_of("route::proxy"), layer_of("route"));
+    assert!(layer_of("protocol::wire") < layer_of("route::proxy"));
+    assert_eq!(layer_of("nowhere::x"), None);
+}
+
+/// The folder checks on a made-up graph: an arrow up, a pair of folders
+/// importing each other, a module outside the table, an entry naming no
+/// folder. Each is counted and the picture names it.
+#[test]
+fn the_folder_checks_see_each_kind_of_break() {
+    let (low, high) = (GATEWAY_LAYERS[0].0, GATEWAY_LAYERS[1].0);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    graph.insert(format!("{low}::a"), BTreeSet::from([format!("{high}::b")]));
+    graph.insert(format!("{high}::b"), BTreeSet::from([format!("{low}::c")]));
+    graph.insert(format!("{low}::c"), BTreeSet::new());
+    graph.insert("nowhere::d".to_owned(), BTreeSet::new());
+    let layering = Layering::of(&graph);
+    assert!(!layering.is_clean());
+    assert_eq!(layering.back_arrows, [(low.to_owned(), high.to_owned())]);
+    assert_eq!(layering.mutual.len(), 1);
+    assert_eq!(
+        layering.against_order,
+        [(format!("{low}::a"), format!("{high}::b"))]
+    );
+    assert_eq!(layering.unplaced, ["nowhere::d"]);
+    assert_eq!(layering.stale.len(), GATEWAY_LAYERS.len() - 2);
+    let picture = layering.render();
+    assert!(
+        picture.contains(&format!("up: {low}::a imports {high}::b")),
+        "{picture}"
+    );
+    assert!(
+        picture.contains("folder back-arrows: 1, mutual folder pairs: 1"),
+        "{picture}"
+    );
 }

@@ -67,7 +67,7 @@ pub(super) fn logging_settings(
         ));
     }
     let file = resolve(&file);
-    crate::ops::access_log::open_for_append(&file).map_err(|e| {
+    crate::telemetry::access_log::open_for_append(&file).map_err(|e| {
         (
             "logging.access_log_file",
             format!(

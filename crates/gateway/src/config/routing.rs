@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::check::{KeyProblem, MAX_MS, millis, within};
-use crate::protocol::grpc::{Code, CodeSet, MethodPattern};
+use crate::syntax::grpc::{Code, CodeSet, MethodPattern};
 
 /// What to do when every member of a tenant's subset is out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

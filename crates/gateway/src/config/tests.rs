@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
-use crate::protocol::grpc::{Code, CodeSet};
+use crate::syntax::grpc::{Code, CodeSet};
 
 /// The error a configuration with `extra` is refused with.
 fn refused(extra: &str) -> String {

@@ -36,9 +36,9 @@
 //! Every transition takes `now` explicitly, so the state machine is tested
 //! with a paused tokio clock and no sleeps.
 
-// The active checks that drive this state machine, and the retry budget.
-pub(crate) mod check;
-pub(crate) mod grpc;
+// The quarantine, the retry budget and the spread of failures; the active
+// checks that drive this state machine are in `crate::probe`, above the
+// snapshot whose shards they walk.
 pub mod quarantine;
 pub mod retry_budget;
 pub mod spread;

@@ -39,13 +39,14 @@ use crate::config::{Http2Settings, LimitSettings};
 use crate::listen::http2;
 use crate::listen::shutdown::ShutdownWatch;
 use crate::protocol::client_wire::{self, BodyFraming, HeadRead, SimpleRequest};
-use crate::protocol::fields::Fields;
-use crate::protocol::grpc::Code;
 use crate::route::grpc::Kind;
 use crate::route::proxy::{self, Peer};
+use crate::route::refusal;
 use crate::route::response::{BoxError, ResponseBody};
 use crate::route::tunnel;
 use crate::state::Gateway;
+use crate::syntax::fields::Fields;
+use crate::syntax::grpc::Code;
 use crate::trust::headers;
 use crate::upstream::body::ClientBody;
 use crate::upstream::idle::IdleTimer;
@@ -615,7 +616,7 @@ fn with_header_map(mut response: Response<ResponseBody>, kind: Kind) -> Response
         }
         // httparse accepted a field `http` does not: the backend's answer
         // cannot be passed on as it is.
-        Err(_) => proxy::refuse(
+        Err(_) => refusal::refuse(
             kind,
             http::StatusCode::BAD_GATEWAY,
             Code::Unavailable,

@@ -24,9 +24,9 @@ use tokio_rustls::TlsAcceptor;
 use crate::config::ClientCertificate;
 use crate::listen::connection::{self, Protocol};
 use crate::listen::shutdown::ShutdownWatch;
-use crate::ops::metrics::OutcomeLabels;
 use crate::route::proxy::Peer;
 use crate::state::Gateway;
+use crate::telemetry::metrics::OutcomeLabels;
 use crate::trust::client_cert;
 
 /// Serves one TLS client connection until it closes, the client goes away

@@ -30,11 +30,11 @@ use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
 use crate::health::Availability;
-use crate::ops::metrics::{
-    AVAILABILITY_BOUNDS, BoundLabels, CellLabels, Format, ShardLabels, ThresholdLabels,
-};
 use crate::ops::views::{limited, live_blast, worst};
 use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
+use crate::telemetry::metrics::{
+    AVAILABILITY_BOUNDS, BoundLabels, CellLabels, Format, ShardLabels, ThresholdLabels,
+};
 
 /// Who may call an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -545,7 +545,7 @@ async fn clear_suspect(
 
 async fn blast(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {
     let snapshot = gateway.snapshot();
-    let cells: Vec<crate::ops::live_blast::LiveBlast> = (0..snapshot.config.cells.len())
+    let cells: Vec<crate::cell::live_blast::LiveBlast> = (0..snapshot.config.cells.len())
         .map(|c| live_blast(&snapshot, c))
         .collect();
     Json(json!({ "cells": cells }))

@@ -17,8 +17,8 @@ use tokio::time::Instant;
 
 use crate::health::Availability;
 use crate::ops::views::{TenantAvailability, limited, live_blast, worst};
-use crate::ops::window::{Bucket, SHARD_BUCKETS, Timed};
 use crate::state::{Gateway, ShardRuntime, Snapshot};
+use crate::telemetry::window::{Bucket, SHARD_BUCKETS, Timed};
 
 /// Seconds between refreshes.
 const REFRESH_SECONDS: u32 = 3;
@@ -435,7 +435,7 @@ fn sparkline(id: &str, history: &[Timed], peak: u64, bucket: f64) -> String {
 }
 
 /// The live blast radius, one row per cell.
-fn blast_table(blasts: &[crate::ops::live_blast::LiveBlast], html: &mut String) {
+fn blast_table(blasts: &[crate::cell::live_blast::LiveBlast], html: &mut String) {
     html.push_str("<h2>Live blast radius</h2><table id=\"blast\"><tr><th>cell</th><th>shards out</th><th class=\"num\">tenants</th><th class=\"num\">fully down</th><th class=\"num\">degraded</th><th>fully-down tenants</th></tr>");
     for live in blasts {
         let down: Vec<String> = live

@@ -7,10 +7,10 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::cell::live_blast::LiveBlast;
 use crate::health::Availability;
-use crate::ops::live_blast::LiveBlast;
-use crate::ops::window::Windows;
 use crate::state::{Gateway, Snapshot};
+use crate::telemetry::window::Windows;
 
 /// One tenant's success over the availability window.
 #[derive(Debug, Clone, Serialize)]
@@ -36,7 +36,7 @@ pub fn worst(gateway: &Gateway, count: usize) -> Vec<TenantAvailability> {
     let now = Instant::now();
     let mut tallies = gateway.tenant_windows.all(now);
     tallies.sort_by(|a, b| {
-        let ratio = |t: &crate::ops::window::Tally| t.ratio().unwrap_or(1.0);
+        let ratio = |t: &crate::telemetry::window::Tally| t.ratio().unwrap_or(1.0);
         ratio(&a.1)
             .total_cmp(&ratio(&b.1))
             .then(b.1.total.cmp(&a.1.total))

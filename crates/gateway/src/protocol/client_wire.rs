@@ -23,8 +23,8 @@ use http::{Method, Request, StatusCode, Uri, Version};
 use hyper::body::SizeHint;
 
 /// Writes a chunk-size line (the one formatter both codecs share).
-pub use crate::protocol::fields::encode_chunk_size;
-use crate::protocol::fields::{FieldSpan, Fields, Spans};
+pub use crate::syntax::fields::encode_chunk_size;
+use crate::syntax::fields::{FieldSpan, Fields, Spans};
 
 /// The body of the gateway's own JSON errors: `{"error":…,"status":…}`.
 pub fn json_error_body(status: StatusCode, message: &str) -> Bytes {

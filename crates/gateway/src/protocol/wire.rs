@@ -19,8 +19,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
-pub use crate::protocol::fields::Fields;
-use crate::protocol::fields::{FieldSpan, Spans, encode_chunk_size};
+pub use crate::syntax::fields::Fields;
+use crate::syntax::fields::{FieldSpan, Spans, encode_chunk_size};
 use crate::trust::headers::{
     Added, FORWARDED_FOR, FORWARDED_HOST, Inbound, REQUEST_ID, SHARD, TENANT,
 };
@@ -695,7 +695,7 @@ mod tests {
             inbound: &Inbound::everything(),
             stated: None,
             added: Added {
-                grpc_timeout: Some(crate::protocol::grpc::encode_timeout(
+                grpc_timeout: Some(crate::syntax::grpc::encode_timeout(
                     std::time::Duration::from_millis(1500),
                 )),
                 ..Added::default()

@@ -6,9 +6,9 @@ use std::time::Duration;
 use http::{Response, Uri};
 use tokio::time::Instant;
 
-use crate::protocol::grpc::Code;
 use crate::protocol::wire::RequestHead;
 use crate::state::ShardRuntime;
+use crate::syntax::grpc::Code;
 use crate::trust::target::backend_target;
 use crate::upstream::body::RequestBody;
 use crate::upstream::{SendError, Timeouts, UpstreamBody};

@@ -19,9 +19,9 @@ use std::time::Duration;
 use http::{HeaderValue, Method, Response, StatusCode, header};
 use tokio::time::Instant;
 
-use crate::protocol::fields::Fields;
-use crate::protocol::grpc::{self, Code, CodeSet, MethodPattern, TimeoutError};
 use crate::route::response::{ResponseBody, full};
+use crate::syntax::fields::Fields;
+use crate::syntax::grpc::{self, Code, CodeSet, MethodPattern, TimeoutError};
 
 /// What kind of request the gateway is answering, which decides the shape
 /// of its own errors and the failover rules.

@@ -1,17 +1,20 @@
 //! The request path, one step per module: tenant → cell and subset
-//! ([`cell`]) → the tenant's limits ([`admission`]) → member ([`member`]) → attempt ([`attempt`]) → outcome
-//! ([`proxy`], which runs the steps in order, and [`response`], the body
-//! that streams back and reports how it ended; [`grpc`] for what differs
-//! for a gRPC call), or, for a WebSocket
-//! upgrade, a tunnel ([`tunnel`], over [`splice`]). It never imports the
-//! listeners or the operations side.
+//! ([`crate::cell`]) → the tenant's limits ([`admission`]) → the attempts
+//! ([`attempts`]: member ([`member`]) → attempt ([`attempt`]), until one
+//! answers) → outcome ([`proxy`], which runs the steps in order, and
+//! [`response`], the body that streams back and reports how it ended;
+//! [`grpc`] for what differs for a gRPC call, [`refusal`] for the
+//! gateway's own error answers), or, for a WebSocket upgrade, a tunnel
+//! ([`tunnel`], over [`splice`]). It never imports the listeners or the
+//! operations side.
 
 pub(crate) mod admission;
 pub(crate) mod attempt;
-pub mod cell;
+pub(crate) mod attempts;
 pub mod grpc;
 pub(crate) mod member;
 pub mod proxy;
+pub mod refusal;
 pub mod response;
 pub(crate) mod splice;
 pub(crate) mod tunnel;

@@ -12,9 +12,9 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 use crate::limit::TenantInFlight;
-use crate::ops::access_log::Record;
-use crate::protocol::fields::Fields;
 use crate::state::{Gateway, ShardRuntime};
+use crate::syntax::fields::Fields;
+use crate::telemetry::access_log::Record;
 use crate::trust::headers;
 use crate::upstream::{ExchangeError, UpstreamBody};
 

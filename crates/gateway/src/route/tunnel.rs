@@ -37,10 +37,10 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use crate::limit::TenantInFlight;
-use crate::protocol::fields::Fields;
 use crate::route::response::{InFlight, ResponseBody, full};
 use crate::route::splice::{Ended, splice};
 use crate::state::{Gateway, ShardRuntime};
+use crate::syntax::fields::Fields;
 use crate::trust::headers;
 use crate::upstream::UpstreamBody;
 use crate::upstream::upgrade::Switched;

@@ -19,7 +19,7 @@ use thiserror::Error;
 
 use crate::config::JwtSettings;
 use crate::config::tenants::{TenantRecord, Tenants};
-use crate::protocol::fields::Fields;
+use crate::syntax::fields::Fields;
 use crate::trust::client_cert::CertificateTenant;
 pub use crate::trust::credential::AuthError;
 use crate::trust::credential::{self, Credential};

@@ -8,7 +8,7 @@ use http::HeaderMap;
 
 use thiserror::Error;
 
-use crate::protocol::fields::Fields;
+use crate::syntax::fields::Fields;
 
 /// Why a request was not authenticated. Every variant answers 401.
 ///

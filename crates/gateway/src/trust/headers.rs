@@ -15,8 +15,8 @@ use http::header::{HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
 use crate::config::{ForwardedFor, ForwardingSettings};
-use crate::protocol::fields::Fields;
-use crate::protocol::grpc::EncodedTimeout;
+use crate::syntax::fields::Fields;
+use crate::syntax::grpc::EncodedTimeout;
 
 /// The gateway's header namespace.
 pub const NAMESPACE: &str = "x-shuffle-";

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::{Authority, Scheme};
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, Uri, Version, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Uri, Version, header};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -42,15 +42,14 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::protocol::fields::InvalidField;
 use crate::protocol::wire::{Fields, RequestHead};
+use crate::syntax::fields::InvalidField;
 use crate::trust::headers::{
     self, FORWARDED_FOR, FORWARDED_HOST, Inbound, REQUEST_ID, SHARD, TENANT,
 };
 use crate::upstream::body::{AttemptBody, AttemptBodyError, Upload};
-use crate::upstream::idle::{Expired, IdleTimer};
+use crate::upstream::exchange::{ExchangeError, SendError};
 use crate::upstream::transport::{Connector, Transport};
-use crate::upstream::{BodyState, ExchangeError, SendError, Timeouts, Upstream, UpstreamBody};
 
 /// How often an HTTP/2 connection to a shard is pinged, idle or not: a
 /// shard that vanished without closing is noticed, and the connection
@@ -403,6 +402,14 @@ impl std::fmt::Debug for IncomingStream {
 }
 
 impl IncomingStream {
+    /// The next frame of the response body.
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
     pub(crate) fn is_end_stream(&self) -> bool {
         self.body.is_end_stream()
     }
@@ -551,34 +558,36 @@ fn h2_error(error: &hyper::Error) -> Option<&::h2::Error> {
     None
 }
 
-impl Upstream {
-    /// [`Upstream::send`] to an HTTP/2 shard: `request` with `body` on a
-    /// stream of a pooled connection, or of a new one made within
-    /// `timeouts.connect` of `now`.
-    pub(super) async fn send_http2(
-        self: &Arc<Self>,
-        request: RequestHead<'_>,
+impl Pool {
+    /// `request` with `body` on a stream of a pooled connection that
+    /// `connector` made, or of a new one made by `deadline`: the response's
+    /// head and the stream its body comes on.
+    pub(crate) async fn send(
+        &self,
+        connector: &Arc<Connector>,
+        request: &RequestHead<'_>,
         body: AttemptBody,
-        timeouts: Timeouts,
-        now: Instant,
-    ) -> Result<Response<UpstreamBody>, SendError> {
-        let connector = self.connector.load_full();
-        if !connector.http2() {
-            // A reload changed the shard's protocol under this attempt:
-            // nothing was sent, and the next try goes the new way.
-            return Err(SendError::NotSent);
-        }
+        deadline: Instant,
+    ) -> Result<(http::response::Parts, IncomingStream), SendError> {
         let untouched = Untouched::of(&body);
-        let mut request = outgoing(&request, &connector, body)?;
-        let deadline = now.checked_add(timeouts.connect).unwrap_or(now);
+        let mut request = outgoing(request, connector, body)?;
         loop {
-            let (stream, fresh) = match self.h2.take(&connector) {
+            let (stream, fresh) = match self.take(connector) {
                 Some(stream) => (stream, false),
-                None => (self.h2.connect(&connector, deadline).await?, true),
+                None => (self.connect(connector, deadline).await?, true),
             };
             let mut sender = stream.0.sender.clone();
             let error = match sender.try_send_request(request).await {
-                Ok(response) => return Ok(self.http2_response(response, stream, timeouts)),
+                Ok(response) => {
+                    let (head, body) = response.into_parts();
+                    return Ok((
+                        head,
+                        IncomingStream {
+                            body,
+                            _stream: stream,
+                        },
+                    ));
+                }
                 Err(mut error) => match error.take_message() {
                     // The connection had ended before it took the stream:
                     // the next one gets the request as it is.
@@ -591,104 +600,36 @@ impl Upstream {
                     None => error.into_error(),
                 },
             };
-            return Err(self.http2_failed(error, &stream, &untouched));
+            return Err(failed(error, &stream, &untouched));
         }
-    }
-
-    /// How a stream that got no response failed, for the failover rules
-    /// (see the module's documentation).
-    fn http2_failed(
-        &self,
-        error: hyper::Error,
-        stream: &Stream,
-        untouched: &Untouched,
-    ) -> SendError {
-        let cause = h2_error(&error);
-        let reason = cause.and_then(::h2::Error::reason);
-        let graceful_goaway = cause.is_some_and(|cause| cause.is_go_away() && cause.is_remote())
-            && reason == Some(::h2::Reason::NO_ERROR);
-        if graceful_goaway {
-            stream.0.retire();
-            // Another connection to the same shard may take it, if the
-            // body can go again as it was.
-            return if untouched.still() {
-                SendError::NotSent
-            } else {
-                SendError::Connect
-            };
-        }
-        if reason == Some(::h2::Reason::REFUSED_STREAM) {
-            return SendError::Connect;
-        }
-        if cause.is_none_or(|cause| cause.is_go_away() || cause.is_io()) {
-            // The connection itself failed.
-            stream.0.retire();
-        }
-        SendError::Exchange(ExchangeError::Http2(error))
-    }
-
-    /// The response whose head came in on `stream`: its header map becomes
-    /// fields, as an HTTP/1.1 shard's head would be, and its body holds the
-    /// stream until it ends.
-    fn http2_response(
-        self: &Arc<Self>,
-        response: Response<Incoming>,
-        stream: Stream,
-        timeouts: Timeouts,
-    ) -> Response<UpstreamBody> {
-        let (head, body) = response.into_parts();
-        let body = UpstreamBody {
-            connection: None,
-            state: BodyState::Http2(Box::new(IncomingStream {
-                body,
-                _stream: stream,
-            })),
-            reusable: false,
-            upstream: Arc::clone(self),
-            fields: Fields::from_header_map(&head.headers),
-            idle: IdleTimer::with_budget(timeouts.body_idle, timeouts.body_total),
-        };
-        let mut response = Response::new(body);
-        *response.status_mut() = head.status;
-        // What the client is answered in is its own connection's business.
-        *response.version_mut() = Version::HTTP_11;
-        response
     }
 }
 
-impl UpstreamBody {
-    /// The next frame of an HTTP/2 response body, under the same idle and
-    /// total timers as an HTTP/1.1 one.
-    pub(super) fn poll_http2(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
-        let BodyState::Http2(stream) = &mut self.state else {
-            return Poll::Ready(None);
+/// How a stream that got no response failed, for the failover rules (see
+/// the module's documentation).
+fn failed(error: hyper::Error, stream: &Stream, untouched: &Untouched) -> SendError {
+    let cause = h2_error(&error);
+    let reason = cause.and_then(::h2::Error::reason);
+    let graceful_goaway = cause.is_some_and(|cause| cause.is_go_away() && cause.is_remote())
+        && reason == Some(::h2::Reason::NO_ERROR);
+    if graceful_goaway {
+        stream.0.retire();
+        // Another connection to the same shard may take it, if the body
+        // can go again as it was.
+        return if untouched.still() {
+            SendError::NotSent
+        } else {
+            SendError::Connect
         };
-        let polled = Pin::new(&mut stream.body).poll_frame(cx);
-        let Poll::Ready(polled) = polled else {
-            let error = match ready!(self.idle.poll_expired(cx)) {
-                Expired::Idle => ExchangeError::Stalled,
-                Expired::Budget => ExchangeError::TooSlow,
-            };
-            // Dropping the stream resets it.
-            self.state = BodyState::Done;
-            return Poll::Ready(Some(Err(error)));
-        };
-        self.idle.progressed();
-        match polled {
-            None => {
-                self.state = BodyState::Done;
-                Poll::Ready(None)
-            }
-            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
-            Some(Err(error)) => {
-                self.state = BodyState::Done;
-                Poll::Ready(Some(Err(ExchangeError::Http2(error))))
-            }
-        }
     }
+    if reason == Some(::h2::Reason::REFUSED_STREAM) {
+        return SendError::Connect;
+    }
+    if cause.is_none_or(|cause| cause.is_go_away() || cause.is_io()) {
+        // The connection itself failed.
+        stream.0.retire();
+    }
+    SendError::Exchange(ExchangeError::Http2(error))
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@
 
 // What an exchange carries and how long it may wait.
 pub mod body;
+pub(crate) mod exchange;
 pub(crate) mod h2;
 pub(crate) mod idle;
 pub(crate) mod transport;
@@ -60,15 +61,16 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::protocol::fields::InvalidField;
 use crate::protocol::wire::{
     self, ChunkedDecoder, Decoded, Fields, RequestFraming, RequestHead, ResponseFraming, Stated,
     WireError,
 };
 use crate::trust::headers::{self, Inbound};
-use crate::upstream::body::{AttemptBody, AttemptBodyError};
+use crate::upstream::body::AttemptBody;
 use crate::upstream::idle::{Expired, IdleTimer};
 use crate::upstream::transport::{Connector, Transport, WhileIdle};
+
+pub use exchange::{ExchangeError, SendError, Timeouts};
 
 /// How long an idle connection may wait to be reused before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -88,82 +90,6 @@ const READ_SIZE: usize = 8 * 1024;
 /// A buffered request body at most this large is copied behind its head,
 /// so that both leave in one write.
 const COALESCE_BODY: usize = 16 * 1024;
-
-/// Why a request could not be exchanged.
-#[derive(Debug)]
-pub enum SendError {
-    /// No connection could be made (refused, unreachable, timed out, or the
-    /// shard's URL names no address): nothing was sent.
-    Connect,
-    /// The connection closed before it took the request: nothing was sent
-    /// (and the body was not touched), so it may go again as it is.
-    NotSent,
-    /// The exchange failed after the request may have been sent.
-    Exchange(ExchangeError),
-}
-
-/// How an exchange (or the response body after it) failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ExchangeError {
-    /// The backend closed the connection (or reset it) before sending any
-    /// of its response.
-    #[error("the backend closed the connection before answering")]
-    ClosedBeforeAnswer,
-    /// The backend closed the connection in the middle of its response.
-    #[error("the backend closed the connection in the middle of its response")]
-    Truncated,
-    /// Reading from or writing to the backend failed.
-    #[error("the connection to the backend failed")]
-    Io(#[source] io::Error),
-    /// The backend's response broke HTTP/1.1.
-    #[error(transparent)]
-    Protocol(#[from] WireError),
-    /// The client's request body failed while it was being sent.
-    #[error("the request body could not be sent")]
-    Body(#[source] AttemptBodyError),
-    /// The backend sent nothing for `limits.backend_idle_timeout_ms` while
-    /// its response body was awaited.
-    #[error("the backend's response body stalled for longer than limits.backend_idle_timeout_ms")]
-    Stalled,
-    /// The response body waited on the backend for longer than
-    /// `limits.backend_body_timeout_ms` in all (a body that trickles).
-    #[error(
-        "the backend's response body waited on the backend for longer than limits.backend_body_timeout_ms in all"
-    )]
-    TooSlow,
-    /// An HTTP/2 stream (or its connection) to the backend failed.
-    #[error("the HTTP/2 stream to the backend failed")]
-    Http2(#[source] hyper::Error),
-    /// A request field could not be put in an HTTP/2 header map.
-    #[error(transparent)]
-    Field(#[from] InvalidField),
-}
-
-/// How long an exchange may wait.
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    /// To make a new connection (a TLS handshake included), counted from
-    /// the clock reading the exchange is given: an attempt's per-try limit
-    /// runs out at the same instant, and a connection still being made
-    /// then is a connect failure (nothing was sent), not a timeout.
-    pub connect: Duration,
-    /// For the next bytes of a response body that has begun
-    /// (`limits.backend_idle_timeout_ms`).
-    pub body_idle: Duration,
-    /// For all of a response body's waits on the backend together
-    /// (`limits.backend_body_timeout_ms`); `None` for no limit.
-    pub body_total: Option<Duration>,
-}
-
-impl ExchangeError {
-    /// Whether the backend closed the connection before sending any of its
-    /// response, as opposed to failing mid-response, the client's body
-    /// failing, or a protocol error: the one case where resending a
-    /// repeatable request on another connection is not a failover.
-    pub fn closed_before_answering(&self) -> bool {
-        matches!(self, ExchangeError::ClosedBeforeAnswer)
-    }
-}
 
 /// One open connection and its buffers, kept with it across exchanges.
 struct Connection {
@@ -738,6 +664,43 @@ fn is_reset(error: &io::Error) -> bool {
     )
 }
 
+impl Upstream {
+    /// [`Upstream::send`] to an HTTP/2 shard: `request` with `body` on a
+    /// stream of a pooled connection, or of a new one made within
+    /// `timeouts.connect` of `now`.
+    async fn send_http2(
+        self: &Arc<Self>,
+        request: RequestHead<'_>,
+        body: AttemptBody,
+        timeouts: Timeouts,
+        now: Instant,
+    ) -> Result<Response<UpstreamBody>, SendError> {
+        let connector = self.connector.load_full();
+        if !connector.http2() {
+            // A reload changed the shard's protocol under this attempt:
+            // nothing was sent, and the next try goes the new way.
+            return Err(SendError::NotSent);
+        }
+        let deadline = now.checked_add(timeouts.connect).unwrap_or(now);
+        let (head, stream) = self.h2.send(&connector, &request, body, deadline).await?;
+        // The head's header map becomes fields, as an HTTP/1.1 shard's head
+        // would be, and the body holds the stream until it ends.
+        let body = UpstreamBody {
+            connection: None,
+            state: BodyState::Http2(Box::new(stream)),
+            reusable: false,
+            upstream: Arc::clone(self),
+            fields: Fields::from_header_map(&head.headers),
+            idle: IdleTimer::with_budget(timeouts.body_idle, timeouts.body_total),
+        };
+        let mut response = Response::new(body);
+        *response.status_mut() = head.status;
+        // What the client is answered in is its own connection's business.
+        *response.version_mut() = http::Version::HTTP_11;
+        Ok(response)
+    }
+}
+
 /// Where a response body stands.
 #[derive(Debug)]
 enum BodyState {
@@ -797,6 +760,38 @@ impl UpstreamBody {
                 // Bytes beyond the response's end came with it.
                 drop(connection);
                 self.upstream.caught_sending_unasked(Instant::now());
+            }
+        }
+    }
+
+    /// The next frame of an HTTP/2 response body, under the same idle and
+    /// total timers as an HTTP/1.1 one.
+    fn poll_http2(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
+        let BodyState::Http2(stream) = &mut self.state else {
+            return Poll::Ready(None);
+        };
+        let Poll::Ready(polled) = stream.poll_frame(cx) else {
+            let error = match ready!(self.idle.poll_expired(cx)) {
+                Expired::Idle => ExchangeError::Stalled,
+                Expired::Budget => ExchangeError::TooSlow,
+            };
+            // Dropping the stream resets it.
+            self.state = BodyState::Done;
+            return Poll::Ready(Some(Err(error)));
+        };
+        self.idle.progressed();
+        match polled {
+            None => {
+                self.state = BodyState::Done;
+                Poll::Ready(None)
+            }
+            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
+            Some(Err(error)) => {
+                self.state = BodyState::Done;
+                Poll::Ready(Some(Err(ExchangeError::Http2(error))))
             }
         }
     }

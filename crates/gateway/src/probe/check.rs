@@ -20,7 +20,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::config::HealthSettings;
-use crate::health::grpc;
+use crate::probe::grpc;
 use crate::protocol::wire::{Fields, RequestHead};
 use crate::state::{Gateway, ShardRuntime};
 use crate::trust::headers::{Added, Inbound};

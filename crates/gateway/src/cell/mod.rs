@@ -1,9 +1,15 @@
 //! Tenant → cell, and each cell's placement: the second and third steps of
-//! the request path (after the credential has named the tenant).
+//! the request path (after the credential has named the tenant), and each
+//! cell's live blast-radius model ([`live_blast`]).
 //!
 //! A cell is a complete fleet with its own placement (algorithm, `k`, key).
 //! The [`Topology`] holds every cell's [`Placer`] with the tenants' overrides
-//! applied, so routing a request is a map lookup and one placement.
+//! applied, so routing a request is a map lookup and one placement. It sits
+//! just above the configuration because it is the configuration's cells and
+//! tenants, compiled: the snapshot builds it, and the request path, the
+//! status page and the metrics only read it.
+
+pub mod live_blast;
 
 use http::HeaderValue;
 use placement::{Placer, ShardIndex, TenantOverride};

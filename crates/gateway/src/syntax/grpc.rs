@@ -3,7 +3,7 @@
 //! written, a `grpc-message` percent-encoded, and the method patterns the
 //! retry rules name.
 //!
-//! It sits beside [`crate::protocol::fields`] among the foundations because
+//! It sits beside [`crate::syntax::fields`] in the lowest layer because
 //! the configuration validates its settings with it
 //! (`routing.retry_on_grpc_status`, `routing.grpc_idempotent_methods`).
 

@@ -32,7 +32,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-use crate::protocol::grpc::Code;
+use crate::syntax::grpc::Code;
 
 /// Success-ratio bounds of the tenant availability distribution: `0` is
 /// fully down (nothing served), told apart from a tenant at 50 %; the

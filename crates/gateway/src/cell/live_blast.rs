@@ -10,8 +10,8 @@ use analysis::{BlastModel, Placements, Population};
 use placement::ShardIndex;
 use serde::Serialize;
 
+use crate::cell::Topology;
 use crate::config::tenants::Tenants;
-use crate::route::cell::Topology;
 
 /// One cell's model.
 #[derive(Debug)]

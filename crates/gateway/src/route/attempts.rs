@@ -1,0 +1,805 @@
+//! The attempts of one request, below the request path that runs them
+//! ([`crate::route::proxy`]): which member the next attempt goes to
+//! (`Attempts::member`), starting it and sending its exchange
+//! (`Attempts::start`, `send`), judging its result against the failover
+//! rules (`Attempts::judge`), poison containment's strikes and probes, and
+//! the answer when no attempt answered (`Attempts::unanswered`). The rules
+//! themselves are written in [`crate::route::proxy`]'s documentation.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use http::{HeaderValue, Response, StatusCode, Uri, header};
+use placement::ShardIndex;
+use smallvec::SmallVec;
+use tokio::time::Instant;
+
+use crate::config::{Exhausted, GatewayConfig, PoisonSpread};
+use crate::health::quarantine::{Begun, Marked, Rules, Struck, Suspects};
+use crate::health::spread::{Flight, Full, Members};
+use crate::protocol::wire::RequestHead;
+use crate::route::attempt::{self, Failure};
+use crate::route::grpc::{self, Kind};
+use crate::route::member::{self, Narrowed, Pick};
+use crate::route::refusal::{client_fault_response, refuse};
+use crate::route::response::{InFlight, ResponseBody};
+use crate::state::{Gateway, ShardRuntime};
+use crate::syntax::grpc::Code;
+use crate::telemetry::metrics::Metrics;
+use crate::upstream::UpstreamBody;
+use crate::upstream::body::{ClientFault, RequestBody};
+
+/// The attempts of one request: what each of them sends and may take, and
+/// what the earlier ones left.
+pub(super) struct Attempts<'a> {
+    pub(super) gateway: &'a Gateway,
+    pub(super) config: &'a GatewayConfig,
+    /// The tenant's cell and its shards.
+    pub(super) cell: usize,
+    pub(super) shards: &'a [Arc<ShardRuntime>],
+    /// The tenant's subset.
+    pub(super) subset: &'a [ShardIndex],
+    /// The tenant's id.
+    pub(super) tenant: &'a str,
+    /// Its [`TenantRecord::id_hash`](crate::config::tenants::TenantRecord::id_hash).
+    pub(super) tenant_hash: u64,
+    /// The client's head, the target and the body every attempt sends.
+    pub(super) client: RequestHead<'a>,
+    pub(super) uri: &'a Uri,
+    pub(super) body: &'a RequestBody,
+    /// Whether the request may reach a backend more than once.
+    pub(super) safe_to_repeat: bool,
+    /// The request's overall deadline.
+    pub(super) deadline: Instant,
+    /// The last clock reading.
+    pub(super) now: Instant,
+    /// The shards tried so far.
+    pub(super) tried: SmallVec<[ShardIndex; 8]>,
+    /// How the last attempt failed, with the backend's response when it
+    /// answered with a retryable status.
+    pub(super) last_failure: Option<(Failure, Option<Response<UpstreamBody>>)>,
+    /// A gRPC call or any other request.
+    pub(super) kind: Kind,
+    /// The deadline passed before another attempt could start.
+    pub(super) out_of_time: bool,
+    /// Each shard's in-flight cap by index, when the cell has any.
+    pub(super) caps: Option<&'a [u64]>,
+    /// Poison containment's state for this request, once it has any (a
+    /// crash-like failure, or a tenant with strikes or suspect): boxed, so
+    /// that the request's future does not grow by what it rarely needs.
+    pub(super) containment: Option<Box<Containment>>,
+    /// Every member left was at its in-flight cap.
+    pub(super) shed: bool,
+    /// The tenant's attempts in flight were on `routing.poison_after`
+    /// members, none of which this request could use
+    /// (`routing.poison_spread = "contained"`).
+    pub(super) spread_full: bool,
+    /// Where the access log notes the shards tried, when it is on.
+    pub(super) logged_tried: Option<&'a mut SmallVec<[ShardIndex; 8]>>,
+}
+
+/// What poison containment knows about one request.
+#[derive(Debug, Default)]
+pub(super) struct Containment {
+    /// The tenant is suspect.
+    suspect: bool,
+    /// The only members the next attempt may go to (in the subset), when
+    /// the tenant is narrowed: a suspect's struck members (none of them in
+    /// the subset now: not narrowed), or those a tenant with strikes has
+    /// struck or is being tried on once they number `poison_after`.
+    pinned: Option<SmallVec<[ShardIndex; 8]>>,
+    /// The members this request failed crash-like on, as the tenant's own.
+    crashed: SmallVec<[ShardIndex; 8]>,
+    /// The token naming this request's strikes (0: none asked for yet).
+    request: u64,
+    /// The request was stopped: no member more is tried.
+    stopped: bool,
+}
+
+/// An attempt's probe of a member its tenant has not struck, while the
+/// tenant has strikes ([`Suspects::begin`]); ends with the attempt, however
+/// it ends (a client that hangs up drops it too).
+struct Probe<'a> {
+    suspects: &'a Suspects,
+    tenant: &'a str,
+    shard: &'a str,
+}
+
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        self.suspects.end(self.tenant, self.shard, Instant::now());
+    }
+}
+
+/// What an attempt holds for poison containment until it ends.
+enum Hold<'a> {
+    /// A probe in the tenant's strikes (`routing.poison_spread = "free"`).
+    Probe(#[allow(dead_code)] Probe<'a>),
+    /// Its place among the members the tenant is on (`"contained"`).
+    Flight(#[allow(dead_code)] Flight<'a>),
+}
+
+/// A member as [`crate::health::spread`] names it: its run-time state's
+/// address, which the request holds while its attempt is counted there.
+#[inline]
+fn member_key(shard: &Arc<ShardRuntime>) -> usize {
+    Arc::as_ptr(shard) as usize
+}
+
+/// How many times one attempt's member is chosen again because racing
+/// requests of its tenant took the last member it could try first: each
+/// time the tenant's standing is read afresh and narrows the choice, so a
+/// second pick almost always stands.
+const PROBE_RACES: usize = 4;
+
+/// The member the next attempt goes to.
+pub(super) struct Member<'a> {
+    index: ShardIndex,
+    /// It is outside the subset.
+    spill: bool,
+    /// A member of the subset not yet tried was out of rotation.
+    steered: bool,
+    /// How long to wait before the attempt (after a failed one).
+    pub(super) backoff: Option<Duration>,
+    /// Its in-flight place, taken already under its cap.
+    reserved: Option<InFlight>,
+    /// Its probe, when the tenant has strikes and had not struck it, or its
+    /// place among the members the tenant is on.
+    hold: Option<Hold<'a>>,
+}
+
+/// One attempt under way.
+pub(super) struct Attempt<'a> {
+    pub(super) shard: &'a Arc<ShardRuntime>,
+    /// The shard's index in its cell.
+    pub(super) shard_index: usize,
+    pub(super) started: Instant,
+    /// Counted until the response has been sent, or until this request is
+    /// dropped (a client that hangs up cancels it mid-attempt).
+    pub(super) in_flight: InFlight,
+    /// Poison containment's hold on the member, if any.
+    _hold: Option<Hold<'a>>,
+}
+
+impl<'a> Attempts<'a> {
+    /// The cell's name, for metrics and logs.
+    pub(super) fn cell_name(&self) -> &'a str {
+        &self.config.cells[self.cell].name
+    }
+
+    /// The member step: the shard the next attempt goes to, if another
+    /// attempt may be made.
+    #[inline]
+    pub(super) fn member(&mut self) -> Option<Member<'a>> {
+        // Poison containment reads the tenant's strikes before every
+        // attempt: one load while no tenant has any (almost always), and
+        // no lock for a tenant without any while others have some.
+        if self.gateway.suspects.any() || self.containment.is_some() {
+            self.contain();
+        }
+        let routing = &self.config.routing;
+        // A cap of at least k cannot bind while attempts stay in the
+        // subset (struck members are in it too): such tenants, k = 2 with
+        // the default `poison_after = 2` among them, skip the bookkeeping.
+        let binds = (routing.poison_after as usize) < self.subset.len()
+            || routing.exhausted == Exhausted::Spill;
+        let contained =
+            routing.poison_after != 0 && routing.poison_spread == PoisonSpread::Contained && binds;
+        let mut races = 0;
+        // The members the tenant is on or struck, once an attempt found it
+        // at `poison_after` of them (`"contained"`): the next pick is among
+        // them.
+        let mut reached: Option<SmallVec<[ShardIndex; 8]>> = None;
+        let (choice, index, spill, hold) = loop {
+            let mut narrowed = Narrowed {
+                caps: self.caps,
+                pinned: None,
+            };
+            if let Some(containment) = &self.containment {
+                if containment.stopped {
+                    return None;
+                }
+                narrowed.pinned = containment.pinned.as_deref();
+            }
+            if let Some(reached) = &reached {
+                narrowed.pinned = Some(reached);
+            }
+            let choice = member::pick(
+                self.subset,
+                &self.tried,
+                self.shards,
+                self.config,
+                self.now,
+                narrowed,
+            );
+            let (index, spill) = match choice.pick {
+                Pick::Member(index) => (index, false),
+                Pick::Spill(index) => (index, true),
+                Pick::Exhausted => {
+                    self.shed |= choice.full;
+                    self.spread_full |= reached.is_some();
+                    return None;
+                }
+            };
+            if contained {
+                match self.flight(index) {
+                    Ok(flight) => break (choice, index, spill, Some(Hold::Flight(flight))),
+                    // The tenant is on `poison_after` members already (or
+                    // racing requests got it there): join one of them.
+                    Err(full) if races < PROBE_RACES => {
+                        races += 1;
+                        reached = Some(self.among(&full.reached));
+                    }
+                    Err(_) => {
+                        self.spread_full = true;
+                        return None;
+                    }
+                }
+                continue;
+            }
+            if self.containment.is_none() {
+                break (choice, index, spill, None);
+            }
+            match self.probe(index) {
+                Ok(probe) => break (choice, index, spill, probe.map(Hold::Probe)),
+                // Racing requests of the tenant took the last member it
+                // could try first: read its standing again.
+                Err(()) if races < PROBE_RACES => {
+                    races += 1;
+                    self.contain();
+                }
+                Err(()) => return None,
+            }
+        };
+        let backoff = if self.tried.is_empty() {
+            None
+        } else {
+            Some(self.failover()?)
+        };
+        Some(Member {
+            index,
+            spill,
+            steered: choice.steered,
+            backoff,
+            reserved: choice.reserved,
+            hold,
+        })
+    }
+
+    /// Poison containment with `routing.poison_spread = "contained"`, as an
+    /// attempt on the shard at `index` begins: its place among the members
+    /// the tenant is on, or, when the tenant is on (or struck)
+    /// `routing.poison_after` others, those members.
+    #[inline]
+    fn flight(&self, index: ShardIndex) -> Result<Flight<'a>, Full> {
+        let (gateway, shards) = (self.gateway, self.shards);
+        let tenant = self.tenant_hash;
+        let cap = self.config.routing.poison_after as usize;
+        gateway
+            .spread
+            .join(tenant, member_key(&shards[index as usize]), cap, || {
+                // One load while no tenant has strikes.
+                if !gateway.suspects.any() {
+                    return None;
+                }
+                self.struck()
+            })
+    }
+
+    /// The members the tenant has struck, as [`member_key`]s of its cell.
+    #[cold]
+    #[inline(never)]
+    fn struck(&self) -> Option<Members> {
+        let struck = self.gateway.suspects.struck(self.tenant, self.now)?;
+        Some(
+            self.shards
+                .iter()
+                .filter(|shard| struck.contains(&shard.id))
+                .map(member_key)
+                .collect(),
+        )
+    }
+
+    /// The members of the subset among `reached` ([`member_key`]s) that
+    /// the tenant may use (a suspect only those it struck).
+    #[cold]
+    #[inline(never)]
+    fn among(&self, reached: &Members) -> SmallVec<[ShardIndex; 8]> {
+        let pinned = self.containment.as_ref().and_then(|c| c.pinned.as_deref());
+        self.subset
+            .iter()
+            .copied()
+            .filter(|&index| reached.contains(&member_key(&self.shards[index as usize])))
+            .filter(|index| pinned.is_none_or(|pinned| pinned.contains(index)))
+            .collect()
+    }
+
+    /// Poison containment before an attempt: where the tenant's strikes
+    /// or quarantine let it be served now (shared by all its requests, so
+    /// read afresh every time).
+    #[cold]
+    #[inline(never)]
+    fn contain(&mut self) {
+        let poison_after = self.config.routing.poison_after as usize;
+        let standing = if poison_after == 0 {
+            None
+        } else {
+            self.gateway
+                .suspects
+                .standing(self.tenant, self.now, poison_after)
+        };
+        let Some(standing) = standing else {
+            if let Some(containment) = &mut self.containment {
+                containment.suspect = false;
+                containment.pinned = None;
+            }
+            return;
+        };
+        let shards = self.shards;
+        let pinned = standing.only.map(|only| {
+            self.subset
+                .iter()
+                .copied()
+                .filter(|&index| only.contains(&shards[index as usize].id))
+                .collect::<SmallVec<[ShardIndex; 8]>>()
+        });
+        let containment = self.containment.get_or_insert_with(Box::default);
+        containment.suspect = standing.suspect;
+        // A suspect none of whose struck members is in its subset now (a
+        // reload moved it) is not narrowed: nowhere else is safer.
+        containment.pinned = pinned.filter(|pinned| !(standing.suspect && pinned.is_empty()));
+    }
+
+    /// Poison containment as an attempt on the shard at `index` begins:
+    /// its probe when the tenant has strikes and had not struck it, or
+    /// `Err` when racing requests of the tenant have reached
+    /// `routing.poison_after` members meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn probe(&self, index: ShardIndex) -> Result<Option<Probe<'a>>, ()> {
+        let suspects = &self.gateway.suspects;
+        let shard = self.shards[index as usize].id.as_str();
+        let poison_after = self.config.routing.poison_after as usize;
+        if poison_after == 0 {
+            return Ok(None);
+        }
+        match suspects.begin(self.tenant, shard, self.now, poison_after) {
+            Begun::Free => Ok(None),
+            Begun::Probe => Ok(Some(Probe {
+                suspects,
+                tenant: self.tenant,
+                shard,
+            })),
+            Begun::Refused => Err(()),
+        }
+    }
+
+    /// Poison containment when an attempt was answered after this request
+    /// struck: what a member answered was not poison, so its strikes are
+    /// taken back.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn answered(&self) {
+        if let Some(containment) = &self.containment
+            && containment.request != 0
+        {
+            self.gateway
+                .suspects
+                .withdraw(self.tenant, containment.request, self.now);
+        }
+    }
+
+    /// Poison containment after a crash-like `failure` on the shard at
+    /// `index`: unless the member is timing out other tenants too (its
+    /// fault, not the tenant's), records the tenant's strike at once (its
+    /// other requests see it before their next attempt), stops the request
+    /// at `routing.poison_after` members of its own or when the strike made
+    /// the tenant suspect, and extends a suspect's quarantine.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn crashed(&mut self, index: usize, failure: Failure, sent: Instant) {
+        let (gateway, routing) = (self.gateway, &self.config.routing);
+        if routing.poison_after == 0 {
+            return;
+        }
+        let shard = &self.shards[index];
+        let cell = &self.config.cells[self.cell].name;
+        let now = Instant::now();
+        // A member that was already failing other tenants when this
+        // attempt was sent is what fails. Only failures seen before the
+        // attempt began count: requests in flight before a hanging poison
+        // time out before it does, and must not excuse it. Only a timeout
+        // is excused so: a crash breaks every request the member holds, the
+        // poison's among them, and a tenant whose request is answered
+        // elsewhere takes its strike back (`answered`).
+        // A hung member fails others only as their attempts time out, one
+        // per try at most: a failure within the longest a request lasts
+        // before this one was sent still says it was failing.
+        let window = routing.request_timeout;
+        if gateway
+            .suspects
+            .shared_fault(shard.window_key(), self.tenant, (sent, now), window)
+            && failure == Failure::Timeout
+        {
+            tracing::debug!(cell = %cell, shard = %shard.id, "a per-try timeout on a shard that is failing other tenants too: no strike");
+            return;
+        }
+        let containment = self.containment.get_or_insert_with(Box::default);
+        containment.crashed.push(index as ShardIndex);
+        if containment.request == 0 {
+            containment.request = gateway.suspects.request();
+        }
+        let own_stop = containment.crashed.len() >= routing.poison_after as usize;
+        let marked = gateway.suspects.record(
+            Struck {
+                cell,
+                tenant: self.tenant,
+                shard: &shard.id,
+                request: containment.request,
+                stopped: own_stop,
+            },
+            now,
+            Rules {
+                poison_after: routing.poison_after as usize,
+                strike_life: routing.request_timeout,
+                quarantine: routing.quarantine,
+            },
+        );
+        let new_suspect = marked == Some(Marked::New);
+        let stopped = own_stop || new_suspect;
+        containment.stopped |= stopped;
+        // A request of a suspect obeys its containment from now on.
+        containment.suspect |= marked.is_some();
+        if stopped {
+            Metrics::cell_event(&gateway.metrics.poison_stops, cell);
+        }
+        if new_suspect {
+            Metrics::cell_event(&gateway.metrics.suspects_marked, cell);
+        }
+        if stopped || new_suspect {
+            // One line for both: they are usually the same moment.
+            let what = match (own_stop, new_suspect) {
+                (true, true) => {
+                    "a request failed crash-like on routing.poison_after members: no further member is tried, and its tenant is suspect (served only by the members it struck, without failover after a request was sent)"
+                }
+                (true, false) => {
+                    "a request failed crash-like on routing.poison_after members: no further member is tried"
+                }
+                _ => {
+                    "tenant is suspect of poisoning its shards: its requests failed crash-like on routing.poison_after members together; it is served only by the members it struck, without failover after a request was sent"
+                }
+            };
+            tracing::warn!(
+                cell = %cell,
+                tenant = %self.tenant,
+                members = containment.crashed.len(),
+                quarantine_seconds = routing.quarantine.as_secs(),
+                "{what}"
+            );
+        }
+    }
+
+    /// Whether the request may fail over after a failed attempt, and the
+    /// backoff before it does (the rules are the module's).
+    fn failover(&self) -> Option<Duration> {
+        let (gateway, routing) = (self.gateway, &self.config.routing);
+        // Without failover (a drill's control experiment) one attempt is
+        // all a request gets.
+        if !routing.failover {
+            return None;
+        }
+        let may_have_reached = self
+            .last_failure
+            .as_ref()
+            .is_some_and(|(failure, _)| failure.maybe_sent());
+        // A suspect tenant's request that may have reached a shard stays
+        // there: the next member could be its next victim.
+        if let Some(containment) = &self.containment
+            && containment.suspect
+            && self
+                .last_failure
+                .as_ref()
+                .is_some_and(|(failure, _)| failure.maybe_sent() || failure.crash_like())
+        {
+            return None;
+        }
+        if self.kind == Kind::Grpc {
+            // What a gRPC client would have seen: a connection that broke
+            // is `UNAVAILABLE` to it, a per-try timeout `DEADLINE_EXCEEDED`
+            // (as gRPC's own retry policy sees transport failures).
+            let answer = match &self.last_failure {
+                Some((Failure::GrpcStatus(status), _)) => Some(*status),
+                Some((Failure::Reset, _)) => Some(Code::Unavailable),
+                Some((Failure::Timeout, _)) => Some(Code::DeadlineExceeded),
+                _ => None,
+            };
+            let retry = grpc::Retry {
+                sent: may_have_reached,
+                repeat_safe: self.safe_to_repeat,
+                body_replayable: self.body.replayable(),
+                answer,
+                retry_on: routing.retry_on_grpc_status,
+            };
+            if !grpc::may_fail_over(retry) {
+                return None;
+            }
+        }
+        if may_have_reached {
+            if !(self.safe_to_repeat && self.body.replayable()) {
+                return None;
+            }
+            if !gateway.budget.try_withdraw(Instant::now()) {
+                Metrics::cell_event(&gateway.metrics.budget_exhausted, self.cell_name());
+                return None;
+            }
+        } else if !self.body.replayable() {
+            return None;
+        }
+        gateway.metrics.failover(self.cell_name(), "retry");
+        let backoff = backoff(self.tried.len(), routing.backoff_base, routing.backoff_max);
+        if Instant::now() + backoff >= self.deadline {
+            return None;
+        }
+        Some(backoff)
+    }
+
+    /// The attempt step begins: counts the attempt on `member` and starts
+    /// its clock, unless the deadline has passed.
+    #[inline]
+    pub(super) fn start(
+        &mut self,
+        member: Member<'a>,
+        attempts: &mut usize,
+    ) -> Option<Attempt<'a>> {
+        let gateway = self.gateway;
+        if self.tried.is_empty() && member.steered {
+            // The tenant is being steered around a member that is out: a
+            // failover that happens before any attempt fails.
+            gateway.metrics.failover(self.cell_name(), "reroute");
+        }
+        if member.spill {
+            // Counted only now that the attempt will really be made.
+            Metrics::cell_event(&gateway.metrics.spills, self.cell_name());
+        }
+        self.tried.push(member.index);
+        if let Some(tried) = &mut self.logged_tried {
+            tried.push(member.index);
+        }
+        let started = if *attempts == 0 {
+            self.now
+        } else {
+            Instant::now()
+        };
+        if started >= self.deadline {
+            return None;
+        }
+        let shard = &self.shards[member.index as usize];
+        shard.attempts.fetch_add(1, Ordering::Relaxed);
+        let in_flight = match member.reserved {
+            Some(place) => place,
+            None => InFlight::start(Arc::clone(shard)),
+        };
+        *attempts += 1;
+        Some(Attempt {
+            shard,
+            shard_index: member.index as usize,
+            started,
+            in_flight,
+            _hold: member.hold,
+        })
+    }
+
+    /// The attempt's exchange with its shard. (A plain function returning
+    /// the exchange, inlined so that `route` builds the exchange's future
+    /// in place, a few kilobytes not copied, and awaits it with no layer
+    /// between.)
+    #[inline(always)]
+    pub(super) fn send(
+        &self,
+        attempt: &Attempt<'a>,
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, Failure>> + use<'a> {
+        let client = match self.kind {
+            Kind::Grpc => self.grpc_head(attempt),
+            Kind::Http => self.client,
+        };
+        attempt::send(
+            attempt.shard,
+            client,
+            self.uri,
+            self.body,
+            self.timing(attempt),
+            self.safe_to_repeat,
+        )
+    }
+
+    /// The head a gRPC call's attempt sends: the shard is told what is left
+    /// when the attempt goes out, until the per-try timeout when it already
+    /// runs (a buffered body), else until the request's deadline.
+    #[inline(never)]
+    fn grpc_head(&self, attempt: &Attempt<'a>) -> RequestHead<'a> {
+        let mut client = self.client;
+        let timing = self.timing(attempt);
+        let per_try = self.body.is_buffered().then_some(timing.per_try);
+        let until = grpc::attempt_limit(timing.deadline, timing.started, per_try);
+        client.added.grpc_timeout = Some(grpc::remaining(until, Instant::now()));
+        client
+    }
+
+    /// The attempt's exchange for a WebSocket upgrade; boxed, so that the
+    /// futures of ordinary requests do not grow by it.
+    pub(super) fn upgrade(
+        &self,
+        attempt: &Attempt<'a>,
+    ) -> Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send + 'a>> {
+        Box::pin(attempt::upgrade(
+            attempt.shard,
+            self.client,
+            self.uri,
+            self.timing(attempt),
+        ))
+    }
+
+    /// When the attempt started and how long it may run.
+    fn timing(&self, attempt: &Attempt<'a>) -> attempt::Timing {
+        let limits = &self.config.limits;
+        attempt::Timing {
+            started: attempt.started,
+            per_try: self.config.routing.per_try_timeout,
+            deadline: self.deadline,
+            body_idle: limits.backend_idle_timeout,
+            body_total: limits.backend_body_timeout,
+        }
+    }
+
+    /// The outcome of an attempt the client's body did not end: how it
+    /// failed, if it did (a retryable status is a failure too), recorded
+    /// for the shard.
+    #[inline]
+    pub(super) fn judge(
+        &mut self,
+        attempt: &Attempt<'a>,
+        result: &Result<Response<UpstreamBody>, Failure>,
+    ) -> Option<Failure> {
+        let (gateway, config, shard) = (self.gateway, self.config, attempt.shard);
+        let failure = match result {
+            Err(failure) => Some(*failure),
+            Ok(response)
+                if config
+                    .routing
+                    .retry_on_status
+                    .contains(&response.status().as_u16()) =>
+            {
+                Some(Failure::Status(response.status().as_u16()))
+            }
+            Ok(response) if self.kind == Kind::Grpc => {
+                grpc::status_in_fields(response.status(), response.body().fields())
+                    .filter(|status| config.routing.retry_on_grpc_status.contains(*status))
+                    .map(Failure::GrpcStatus)
+            }
+            Ok(_) => None,
+        };
+        let now = Instant::now();
+        self.now = now;
+        let elapsed = now.saturating_duration_since(attempt.started);
+        shard
+            .metrics(&gateway.metrics)
+            .attempt(failure.map_or("ok", Failure::name), elapsed);
+        gateway
+            .shard_windows
+            .record(shard.window_key(), (failure.is_none(), elapsed), now);
+        // A failure counts now; a success only once its body has ended
+        // cleanly (see `body::BackendBody`): a shard that answers heads and
+        // then stalls must not have each head forgive its last stall.
+        if failure.is_some() {
+            gateway.record_failure(&config.outlier, shard, now);
+        }
+        failure
+    }
+
+    /// The outcome when nothing (more) may be tried: the last backend
+    /// response if there was one, else why there is none.
+    pub(super) fn unanswered(self) -> Response<ResponseBody> {
+        let kind = self.kind;
+        if self.containment.as_ref().is_some_and(|c| c.stopped) {
+            return refuse(
+                kind,
+                StatusCode::BAD_GATEWAY,
+                Code::Unavailable,
+                "the request failed as if it crashed the shards it reached (routing.poison_after); \
+                 no further shard is tried and the tenant is quarantined for a while; \
+                 do not resend this request, and ask the operator if it is a valid one",
+            );
+        }
+        match self.last_failure {
+            Some((_, Some(response))) => {
+                let (head, body) = response.into_parts();
+                Response::from_parts(head, ResponseBody::backend(body, None))
+            }
+            Some((Failure::Timeout, None)) => refuse(
+                kind,
+                StatusCode::GATEWAY_TIMEOUT,
+                Code::DeadlineExceeded,
+                "the backend did not answer in time",
+            ),
+            Some((Failure::Reset | Failure::Status(_) | Failure::GrpcStatus(_), None)) => refuse(
+                kind,
+                StatusCode::BAD_GATEWAY,
+                Code::Unavailable,
+                "the backend failed",
+            ),
+            // A gRPC call's deadline (often its own, short `grpc-timeout`)
+            // ran out before a member could be tried: that is what its
+            // client asked to be told.
+            None | Some((Failure::Connect | Failure::Vanished, None))
+                if kind == Kind::Grpc && self.out_of_time =>
+            {
+                refuse(
+                    kind,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    Code::DeadlineExceeded,
+                    "the deadline passed before a shard could be tried",
+                )
+            }
+            // Nothing was tried, or every member refused the connection:
+            // the subset is out, and the client should come back later.
+            None | Some((Failure::Connect | Failure::Vanished, None)) => {
+                let message = if self.shed {
+                    Metrics::cell_event(&self.gateway.metrics.shed, self.cell_name());
+                    "every shard serving this tenant is at its in-flight limit; retry after the time in Retry-After"
+                } else if self
+                    .containment
+                    .as_ref()
+                    .is_some_and(|containment| containment.suspect)
+                {
+                    "this tenant is quarantined after its requests crashed shards, and the shards it may use now are unavailable; retry later"
+                } else if self.spread_full {
+                    "this tenant's requests in flight already use routing.poison_after shards of its subset and none of those could take this one; retry after the time in Retry-After, or ask the operator about routing.poison_spread"
+                } else {
+                    "no healthy shard is available for this tenant"
+                };
+                let mut response = refuse(
+                    kind,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Code::Unavailable,
+                    message,
+                );
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(self.config.routing.retry_after_seconds),
+                );
+                response
+            }
+        }
+    }
+}
+
+impl Attempt<'_> {
+    /// Whether an operator failed the shard.
+    #[inline]
+    pub(super) fn operator_failed(&self) -> bool {
+        self.shard.health.lock().expect("health lock").failed
+    }
+
+    /// The outcome when the client's body ended the attempt.
+    pub(super) fn client_fault(
+        self,
+        kind: Kind,
+        fault: ClientFault,
+        cell_name: &str,
+    ) -> Response<ResponseBody> {
+        drop(self.in_flight);
+        tracing::debug!(cell = %cell_name, shard = %self.shard.id, ?fault, "the client's request body ended the attempt");
+        client_fault_response(kind, fault)
+    }
+}
+
+/// Exponential backoff with full jitter: a random wait up to
+/// `base × 2^(attempt−1)`, capped.
+fn backoff(attempt: usize, base: Duration, max: Duration) -> Duration {
+    let nominal = base
+        .saturating_mul(1 << attempt.saturating_sub(1).min(16))
+        .min(max);
+    nominal.mul_f64(fastrand::f64())
+}

@@ -1,0 +1,10 @@
+//! What the gateway counts and records, below everything that counts:
+//! Prometheus metrics ([`metrics`]), the sliding windows of availability
+//! and request rates ([`window`]) and the JSON access log ([`access_log`]).
+//! The request path and the snapshot write to them and the operations side
+//! reads them, so they import nothing of either (only gRPC's status codes
+//! from [`crate::syntax`]).
+
+pub mod access_log;
+pub mod metrics;
+pub mod window;
