@@ -9,6 +9,8 @@
 //!   client-facing half ([`protocol::client_wire`]) and the shard-facing
 //!   half ([`protocol::wire`]).
 //! - [`config`]: the configuration file and the tenants file, validated.
+//! - [`store`]: the Redis server replicas share (one connection that never
+//!   holds a caller up while it is down).
 //! - [`trust`]: the trust boundary: what of a client's request may reach a
 //!   shard, who the client is, and where its target may go.
 //! - [`upstream`]: each shard's pooled connections and the request bodies
@@ -37,6 +39,7 @@ pub mod protocol;
 pub mod route;
 pub mod runtime;
 pub mod state;
+pub mod store;
 pub mod trust;
 pub mod upstream;
 

@@ -264,7 +264,7 @@ fn no_library_crate_has_an_import_cycle() {
 /// to the most specific entry that names it or a parent of it. A module may
 /// import its own layer (without a cycle, checked above) and the layers
 /// below; never above.
-const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
+const GATEWAY_LAYERS: [(&str, &[&str]); 10] = [
     (
         "foundations: bytes, timers and counters that know nothing of routing",
         &[
@@ -288,6 +288,10 @@ const GATEWAY_LAYERS: [(&str, &[&str]); 9] = [
             "health",
             "health::retry_budget",
         ],
+    ),
+    (
+        "the Redis server replicas share: one connection, never waited on while down",
+        &["store"],
     ),
     (
         "codecs and the trust boundary: HTTP/1.1 both ways, what a client may say, who it is",
