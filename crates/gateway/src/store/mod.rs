@@ -40,6 +40,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Connecting, logging in and loading the scripts, together.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long a connection may go without an answer before it is pinged.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
 /// Timeouts in a row (with no answer for ten timeouts) that mark the
 /// connection stalled: one slow answer after a quiet spell is not a stall.
 const STALL_TIMEOUTS: u32 = 3;
@@ -119,7 +122,11 @@ impl Shared {
             .as_ref()
             .is_some_and(|previous| Arc::ptr_eq(previous, live))
         {
-            tracing::debug!(store = self.settings.key, why, "Redis connection dropped; reconnecting");
+            tracing::debug!(
+                store = self.settings.key,
+                why,
+                "Redis connection dropped; reconnecting"
+            );
             self.wake.notify_one();
         }
     }
@@ -269,8 +276,11 @@ fn judge(error: &RedisError) -> (Fault, &'static str) {
 async fn run(shared: Arc<Shared>) {
     let mut backoff = BACKOFF_MIN;
     while !shared.closed.load(Ordering::Relaxed) {
-        if shared.live.load().is_some() {
-            shared.wake.notified().await;
+        if let Some(live) = shared.live.load_full() {
+            tokio::select! {
+                () = shared.wake.notified() => {}
+                () = tokio::time::sleep(PING_EVERY) => check_idle(&shared, &live).await,
+            }
             continue;
         }
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&shared.settings)).await {
@@ -293,6 +303,30 @@ async fn run(shared: Arc<Shared>) {
             () = shared.wake.notified() => {}
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Pings a connection no call has had an answer on for [`PING_EVERY`]:
+/// a server that went away or stopped (SIGSTOP) while nobody asked is
+/// noticed, so [`Redis::is_up`] tells the truth and calls fail at once
+/// instead of each waiting out its timeout.
+async fn check_idle(shared: &Shared, live: &Arc<Live>) {
+    let quiet = shared
+        .micros()
+        .saturating_sub(shared.last_answer.load(Ordering::Relaxed));
+    if Duration::from_micros(quiet) < PING_EVERY {
+        return;
+    }
+    let mut connection = live.connection.clone();
+    let command = redis::cmd("PING");
+    let ping = command.query_async::<Value>(&mut connection);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, ping).await {
+        Ok(Ok(Value::SimpleString(pong))) if pong == "PONG" => {
+            shared.last_answer.store(shared.micros(), Ordering::Relaxed);
+        }
+        Ok(Ok(_)) => shared.drop_connection(live, "PING answered with something else"),
+        Ok(Err(error)) => shared.drop_connection(live, judge(&error).1),
+        Err(_) => shared.drop_connection(live, "no answer to PING"),
     }
 }
 
@@ -327,7 +361,9 @@ async fn handshake(settings: &RedisSettings) -> Result<MultiplexedConnection, &'
             ErrorKind::AuthenticationFailed => {
                 "AUTH refused: check the user and password in the store's URL"
             }
-            ErrorKind::Server(_) => "refused: check the user, password and database in the store's URL",
+            ErrorKind::Server(_) => {
+                "refused: check the user, password and database in the store's URL"
+            }
             _ => "cannot connect",
         })?;
     for script in settings.scripts {
