@@ -384,8 +384,9 @@ fn the_import_reader_sees_paths_and_groups() {
     graph.insert("z".to_owned(), BTreeSet::from(["x".to_owned()]));
     graph.insert("w".to_owned(), BTreeSet::from(["x".to_owned()]));
     assert_eq!(cycles(&graph), [["x", "y", "z"]]);
-    assert_eq!(layer_of("health::check"), Some(5));
+    assert_eq!(layer_of("health::check"), Some(6));
     assert_eq!(layer_of("health"), Some(1));
-    assert_eq!(layer_of("route::proxy"), Some(5));
+    assert_eq!(layer_of("route::proxy"), Some(6));
     assert_eq!(layer_of("route::cell"), Some(1));
+    assert_eq!(layer_of("store"), Some(2));
 }
