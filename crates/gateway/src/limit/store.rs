@@ -12,7 +12,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use redis::{Script, Value};
+use redis::{ErrorKind, Script, ServerErrorKind, Value};
 
 use crate::config::StoreSettings;
 use crate::limit::bucket::Rate;
@@ -49,6 +49,7 @@ const KEY_PREFIX: &str = "shuffle-shard:rate:";
 pub struct Store {
     settings: StoreSettings,
     redis: Redis,
+    /// The script, for its digest (computed once).
     script: Script,
     /// A fallback has been logged and the store has not answered since:
     /// one warning per outage.
@@ -98,18 +99,40 @@ impl Store {
     /// taken, `Ok(Err(wait))` when empty, `Err(fault)` when Redis could
     /// not say within the timeout.
     pub async fn take(&self, tenant: &str, rate: Rate) -> Result<Result<(), Duration>, Fault> {
-        let script = &self.script;
+        let digest = self.script.get_hash();
+        let key = format!("{KEY_PREFIX}{tenant}");
+        let per_request = rate.per_request_nanos().div_ceil(1000);
+        let tolerance = rate.tolerance_nanos() / 1000;
         self.redis
             .call(
                 |mut connection| async move {
-                    // `EVALSHA`; on `NOSCRIPT` (a restarted or flushed
-                    // Redis) the crate loads the script and sends it again.
-                    script
-                        .key(format!("{KEY_PREFIX}{tenant}"))
-                        .arg(rate.per_request_nanos().div_ceil(1000))
-                        .arg(rate.tolerance_nanos() / 1000)
-                        .invoke_async::<Value>(&mut connection)
-                        .await
+                    // By digest; with the script's text when Redis has
+                    // forgotten it (`NOSCRIPT`, after a restart with the
+                    // connection kept, or `SCRIPT FLUSH`). Not the crate's
+                    // `Script::invoke_async`, which copies the arguments
+                    // into a second command and, on `NOSCRIPT`, takes two
+                    // more round trips (`SCRIPT LOAD`, `EVALSHA`).
+                    let mut evalsha = redis::cmd("EVALSHA");
+                    evalsha
+                        .arg(digest)
+                        .arg(1)
+                        .arg(&key)
+                        .arg(per_request)
+                        .arg(tolerance);
+                    match evalsha.query_async::<Value>(&mut connection).await {
+                        Err(error)
+                            if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                        {
+                            let mut eval = redis::cmd("EVAL");
+                            eval.arg(SCRIPT)
+                                .arg(1)
+                                .arg(&key)
+                                .arg(per_request)
+                                .arg(tolerance);
+                            eval.query_async::<Value>(&mut connection).await
+                        }
+                        answer => answer,
+                    }
                 },
                 |reply| verdict(&reply),
             )
