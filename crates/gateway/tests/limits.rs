@@ -825,3 +825,60 @@ async fn a_store_that_never_finishes_a_reply_is_dropped_not_buffered() {
         "the gateway kept the connection that never finished its reply"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_a_password_and_a_database_is_logged_into() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    assert_eq!(
+        redis
+            .command("CONFIG SET requirepass limiter-secret-0123")
+            .await,
+        "+OK\r\n"
+    );
+    let port = redis.port;
+    let fixture = Fixture::start(global_options(
+        &format!("redis://:limiter-secret-0123@127.0.0.1:{port}/2"),
+        3,
+        1000,
+    ))
+    .await;
+    store_up(&fixture.running).await;
+    let addr = fixture.running.addr;
+    assert_eq!(tally(&fixture, addr, "tenant-0", 5).await, (3, 2));
+    assert_eq!(all_fallbacks(&fixture).await, 0.0);
+    // The bucket is in database 2.
+    let exists = |db: &str| {
+        let output = Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "-n", db, "--no-auth-warning"])
+            .args([
+                "-a",
+                "limiter-secret-0123",
+                "EXISTS",
+                "shuffle-shard:rate:tenant-0",
+            ])
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    assert_eq!((exists("2").as_str(), exists("0").as_str()), ("1", "0"));
+
+    // A wrong password never makes a working connection: every request is
+    // judged by the replica's own bucket at once.
+    let wrong = Fixture::start(global_options(
+        &format!("redis://:not-the-password@127.0.0.1:{port}/2"),
+        3,
+        1000,
+    ))
+    .await;
+    let snapshot = wrong.running.gateway.snapshot();
+    let store = snapshot.limits.store().unwrap();
+    store.start();
+    assert!(!eventually(Duration::from_secs(2), || store.is_up()).await);
+    assert_eq!(
+        tally(&wrong, wrong.running.addr, "tenant-0", 5).await,
+        (3, 2)
+    );
+    assert_eq!(fallbacks(&wrong, "unreachable").await, 5.0);
+}
