@@ -106,6 +106,7 @@ struct Shared {
     last_answer: AtomicU64,
     /// Calls that timed out since the last answer.
     timeouts: AtomicU32,
+    /// What `last_answer` counts from.
     epoch: Instant,
 }
 
@@ -281,26 +282,38 @@ async fn run(shared: Arc<Shared>) {
                 () = shared.wake.notified() => {}
                 () = tokio::time::sleep(PING_EVERY) => check_idle(&shared, &live).await,
             }
-            continue;
-        }
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&shared.settings)).await {
-            Ok(Ok(connection)) => {
-                backoff = BACKOFF_MIN;
-                shared.last_answer.store(shared.micros(), Ordering::Relaxed);
-                shared.timeouts.store(0, Ordering::Relaxed);
-                if !shared.closed.load(Ordering::Relaxed) {
-                    shared.live.store(Some(Arc::new(Live { connection })));
-                }
+            drop(live);
+            if shared.live.load().is_some() || shared.closed.load(Ordering::Relaxed) {
                 continue;
             }
-            Ok(Err(why)) => {
-                tracing::debug!(store = shared.settings.key, why, "Redis handshake failed")
+            // Dropped: a pause before the next try, so a server that
+            // breaks every connection is not reconnected to at the rate
+            // of requests.
+        } else {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&shared.settings)).await {
+                Ok(Ok(connection)) => {
+                    backoff = BACKOFF_MIN;
+                    shared.last_answer.store(shared.micros(), Ordering::Relaxed);
+                    shared.timeouts.store(0, Ordering::Relaxed);
+                    if !shared.closed.load(Ordering::Relaxed) {
+                        shared.live.store(Some(Arc::new(Live { connection })));
+                    }
+                    continue;
+                }
+                Ok(Err(why)) => {
+                    tracing::debug!(store = shared.settings.key, why, "Redis handshake failed")
+                }
+                Err(_) => tracing::debug!(store = shared.settings.key, "Redis handshake timed out"),
             }
-            Err(_) => tracing::debug!(store = shared.settings.key, "Redis handshake timed out"),
         }
-        tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
-            () = shared.wake.notified() => {}
+        // Woken early only to close (a wake-up left by the drop is not
+        // one).
+        let until = Instant::now() + backoff;
+        while Instant::now() < until && !shared.closed.load(Ordering::Relaxed) {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                () = shared.wake.notified() => {}
+            }
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
