@@ -14,6 +14,8 @@
 //! - [`config`]: the configuration file and the tenants file, validated.
 //! - [`cell`]: tenant → cell and each cell's placement, compiled from the
 //!   configuration, and each cell's live blast-radius model.
+//! - [`store`]: the Redis server replicas share (one connection that never
+//!   holds a caller up while it is down).
 //! - [`trust`]: the trust boundary: what of a client's request may reach a
 //!   shard, who the client is, and where its target may go.
 //! - [`protocol`]: HTTP/1.1 as bytes, no I/O: the client-facing half
@@ -49,6 +51,7 @@ pub mod protocol;
 pub mod route;
 pub mod runtime;
 pub mod state;
+pub mod store;
 pub mod syntax;
 pub mod telemetry;
 pub mod trust;

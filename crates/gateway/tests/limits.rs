@@ -401,6 +401,25 @@ impl Redis {
         self.child.wait().unwrap();
     }
 
+    /// Sends it `signal` (`STOP` freezes it with its connections open,
+    /// `CONT` wakes it).
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// Shuts it down as an operator would (`SHUTDOWN NOSAVE`: it closes
+    /// its connections and forgets everything).
+    async fn shut_down(&mut self) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).await.unwrap();
+        stream.write_all(b"SHUTDOWN NOSAVE\r\n").await.unwrap();
+        let _ = stream.read(&mut [0_u8; 64]).await;
+        self.child.wait().unwrap();
+    }
+
     /// Starts it again on the same port.
     async fn restart(&mut self) {
         for _ in 0..100 {
@@ -621,4 +640,233 @@ async fn a_stalled_or_garbage_store_falls_back_to_local_limits() {
             "{name}: no {reason} counted"
         );
     }
+}
+
+/// Sends `count` GETs as `tenant`, alternating between `replicas`.
+async fn alternating(
+    fixture: &Fixture,
+    replicas: [SocketAddr; 2],
+    tenant: &str,
+    count: usize,
+) -> (usize, usize) {
+    let (mut ok, mut limited) = (0, 0);
+    for i in 0..count {
+        let (o, l) = tally(fixture, replicas[i % 2], tenant, 1).await;
+        (ok, limited) = (ok + o, limited + l);
+    }
+    (ok, limited)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_mid_run_starts_buckets_over_and_fails_no_request() {
+    let Some(mut redis) = Redis::start().await else {
+        return;
+    };
+    let fixture = Fixture::start(global_options(&redis.url(), 3, 1000)).await;
+    let second = runtime::start(Snapshot::load(&fixture.config_path(), None).unwrap())
+        .await
+        .unwrap();
+    let replicas = [fixture.running.addr, second.addr];
+    store_up(&fixture.running).await;
+    store_up(&second).await;
+    // tenant-0 empties its one global bucket through both replicas.
+    assert_eq!(alternating(&fixture, replicas, "tenant-0", 6).await, (3, 3));
+
+    // Redis restarts empty while clients keep sending: every request is
+    // answered 200 or 429 (`tally` fails the test on anything else).
+    let restarted = std::sync::atomic::AtomicBool::new(false);
+    let stores = [
+        fixture.running.gateway.snapshot(),
+        second.gateway.snapshot(),
+    ];
+    let traffic = async {
+        let mut sent = 0;
+        while !restarted.load(std::sync::atomic::Ordering::Relaxed) || sent < 10 {
+            tally(&fixture, replicas[sent % 2], "tenant-1", 1).await;
+            sent += 1;
+        }
+        sent
+    };
+    let restart = async {
+        redis.shut_down().await;
+        redis.restart().await;
+        for snapshot in &stores {
+            let store = snapshot.limits.store().unwrap();
+            assert!(
+                eventually(Duration::from_secs(20), || store.is_up()).await,
+                "a replica never reconnected to the restarted Redis"
+            );
+        }
+        restarted.store(true, std::sync::atomic::Ordering::Relaxed);
+    };
+    let (sent, ()) = tokio::join!(traffic, restart);
+    assert!(sent >= 10, "{sent}");
+
+    // The restarted Redis knows no bucket: tenant-0's starts over, full,
+    // and is one bucket for both replicas again (each replica's own
+    // would have let three through on each).
+    let before = all_fallbacks(&fixture).await;
+    assert_eq!(alternating(&fixture, replicas, "tenant-0", 6).await, (3, 3));
+    assert_eq!(all_fallbacks(&fixture).await, before);
+    second.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stopped_while_idle_is_noticed_and_then_holds_up_no_request() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    // A long timeout: a request that waited for the stopped Redis would
+    // be counted as a timeout.
+    let fixture = Fixture::start(global_options(&redis.url(), 3, 1000)).await;
+    let addr = fixture.running.addr;
+    store_up(&fixture.running).await;
+    let snapshot = fixture.running.gateway.snapshot();
+    let store = snapshot.limits.store().unwrap();
+
+    // Frozen (SIGSTOP) with its connection open, and nobody asking: the
+    // gateway finds out by itself.
+    redis.signal("STOP");
+    assert!(
+        eventually(Duration::from_secs(20), || !store.is_up()).await,
+        "a stopped Redis still looks up to the gateway"
+    );
+    assert_eq!(tally(&fixture, addr, "tenant-0", 5).await, (3, 2));
+    assert_eq!(fallbacks(&fixture, "timeout").await, 0.0);
+    assert!(fallbacks(&fixture, "unreachable").await >= 5.0);
+
+    // Woken, it is used again: global rates, no fallback.
+    redis.signal("CONT");
+    assert!(eventually(Duration::from_secs(20), || store.is_up()).await);
+    let before = all_fallbacks(&fixture).await;
+    assert_eq!(tally(&fixture, addr, "tenant-1", 5).await, (3, 2));
+    assert_eq!(all_fallbacks(&fixture).await, before);
+}
+
+/// A server that finishes the handshake, then answers the first call with
+/// the start of a reply a megabyte long and trickles it a byte at a time,
+/// never finishing. Counts the connections it accepted, and notes when the
+/// gateway closed the first.
+async fn endless_store() -> (
+    SocketAddr,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let first_closed = Arc::new(AtomicBool::new(false));
+    let (counted, closed) = (Arc::clone(&accepted), Arc::clone(&first_closed));
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let first = counted.fetch_add(1, Ordering::Relaxed) == 0;
+            let closed = Arc::clone(&closed);
+            tokio::spawn(async move {
+                let mut buffer = vec![0_u8; 64 * 1024];
+                let mut handshaken = false;
+                loop {
+                    match stream.read(&mut buffer).await {
+                        Ok(n) if n > 0 => {}
+                        _ => break,
+                    }
+                    if !handshaken {
+                        handshaken = true;
+                        let digest = b"$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+                        if stream.write_all(digest).await.is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                    let _ = stream.write_all(b"$1000000\r\n").await;
+                    while stream.write_all(b"x").await.is_ok() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    break;
+                }
+                if first {
+                    closed.store(true, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (addr, accepted, first_closed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_never_finishes_a_reply_is_dropped_not_buffered() {
+    use std::sync::atomic::Ordering;
+    let (addr, accepted, first_closed) = endless_store().await;
+    let fixture = Fixture::start(global_options(&format!("redis://{addr}"), 3, 20)).await;
+    store_up(&fixture.running).await;
+    let served = fixture.running.addr;
+    assert_eq!(tally(&fixture, served, "tenant-0", 5).await, (3, 2));
+    assert_eq!(tally(&fixture, served, "tenant-1", 2).await, (2, 0));
+    assert!(all_fallbacks(&fixture).await >= 7.0);
+    // The half-sent reply is not waited for (and buffered) for ever: the
+    // gateway closes that connection and makes another.
+    assert!(
+        eventually(Duration::from_secs(20), || first_closed
+            .load(Ordering::Relaxed)
+            && accepted.load(Ordering::Relaxed) >= 2)
+        .await,
+        "the gateway kept the connection that never finished its reply"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_a_password_and_a_database_is_logged_into() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    assert_eq!(
+        redis
+            .command("CONFIG SET requirepass limiter-secret-0123")
+            .await,
+        "+OK\r\n"
+    );
+    let port = redis.port;
+    let fixture = Fixture::start(global_options(
+        &format!("redis://:limiter-secret-0123@127.0.0.1:{port}/2"),
+        3,
+        1000,
+    ))
+    .await;
+    store_up(&fixture.running).await;
+    let addr = fixture.running.addr;
+    assert_eq!(tally(&fixture, addr, "tenant-0", 5).await, (3, 2));
+    assert_eq!(all_fallbacks(&fixture).await, 0.0);
+    // The bucket is in database 2.
+    let exists = |db: &str| {
+        let output = Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "-n", db, "--no-auth-warning"])
+            .args([
+                "-a",
+                "limiter-secret-0123",
+                "EXISTS",
+                "shuffle-shard:rate:tenant-0",
+            ])
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    assert_eq!((exists("2").as_str(), exists("0").as_str()), ("1", "0"));
+
+    // A wrong password never makes a working connection: every request is
+    // judged by the replica's own bucket at once.
+    let wrong = Fixture::start(global_options(
+        &format!("redis://:not-the-password@127.0.0.1:{port}/2"),
+        3,
+        1000,
+    ))
+    .await;
+    let snapshot = wrong.running.gateway.snapshot();
+    let store = snapshot.limits.store().unwrap();
+    store.start();
+    assert!(!eventually(Duration::from_secs(2), || store.is_up()).await);
+    assert_eq!(
+        tally(&wrong, wrong.running.addr, "tenant-0", 5).await,
+        (3, 2)
+    );
+    assert_eq!(fallbacks(&wrong, "unreachable").await, 5.0);
 }
