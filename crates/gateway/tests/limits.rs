@@ -747,21 +747,30 @@ async fn a_redis_stopped_while_idle_is_noticed_and_then_holds_up_no_request() {
 /// the start of a reply a megabyte long and trickles it a byte at a time,
 /// never finishing. Counts the connections it accepted, and notes when the
 /// gateway closed the first.
-async fn endless_store() -> (
+async fn endless_store(
+    flood: bool,
+) -> (
     SocketAddr,
     Arc<std::sync::atomic::AtomicUsize>,
     Arc<std::sync::atomic::AtomicBool>,
+    Arc<std::sync::atomic::AtomicUsize>,
 ) {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
     let first_closed = Arc::new(AtomicBool::new(false));
-    let (counted, closed) = (Arc::clone(&accepted), Arc::clone(&first_closed));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let (counted, closed, sending) = (
+        Arc::clone(&accepted),
+        Arc::clone(&first_closed),
+        Arc::clone(&sent),
+    );
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
             let first = counted.fetch_add(1, Ordering::Relaxed) == 0;
             let closed = Arc::clone(&closed);
+            let sending = Arc::clone(&sending);
             tokio::spawn(async move {
                 let mut buffer = vec![0_u8; 64 * 1024];
                 let mut handshaken = false;
@@ -778,6 +787,18 @@ async fn endless_store() -> (
                         }
                         continue;
                     }
+                    if flood {
+                        // A reply announced at 1 GB, sent as fast as the
+                        // gateway takes it.
+                        let _ = stream.write_all(b"$1000000000\r\n").await;
+                        let chunk = vec![b'x'; 64 * 1024];
+                        while stream.write_all(&chunk).await.is_ok() {
+                            if first {
+                                sending.fetch_add(chunk.len(), Ordering::Relaxed);
+                            }
+                        }
+                        break;
+                    }
                     let _ = stream.write_all(b"$1000000\r\n").await;
                     while stream.write_all(b"x").await.is_ok() {
                         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -790,13 +811,13 @@ async fn endless_store() -> (
             });
         }
     });
-    (addr, accepted, first_closed)
+    (addr, accepted, first_closed, sent)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_never_finishes_a_reply_is_dropped_not_buffered() {
     use std::sync::atomic::Ordering;
-    let (addr, accepted, first_closed) = endless_store().await;
+    let (addr, accepted, first_closed, _) = endless_store(false).await;
     let fixture = Fixture::start(global_options(&format!("redis://{addr}"), 3, 20)).await;
     store_up(&fixture.running).await;
     let served = fixture.running.addr;
@@ -811,6 +832,32 @@ async fn a_store_that_never_finishes_a_reply_is_dropped_not_buffered() {
             && accepted.load(Ordering::Relaxed) >= 2)
         .await,
         "the gateway kept the connection that never finished its reply"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_flooding_a_huge_announced_reply_is_cut_off_not_buffered() {
+    use std::sync::atomic::Ordering;
+    let (addr, accepted, first_closed, sent) = endless_store(true).await;
+    let fixture = Fixture::start(global_options(&format!("redis://{addr}"), 3, 20)).await;
+    store_up(&fixture.running).await;
+    let served = fixture.running.addr;
+    assert_eq!(tally(&fixture, served, "tenant-0", 5).await, (3, 2));
+    assert!(all_fallbacks(&fixture).await >= 5.0);
+    assert!(
+        eventually(Duration::from_secs(20), || first_closed
+            .load(Ordering::Relaxed)
+            && accepted.load(Ordering::Relaxed) >= 2)
+        .await,
+        "the gateway kept the connection flooding it"
+    );
+    // 64 KiB a call the server was asked, and what the sockets' buffers
+    // held when the gateway closed it: megabytes, not the gigabyte
+    // announced (unbounded, the flood ran until the idle PING's second).
+    let flooded = sent.load(Ordering::Relaxed);
+    assert!(
+        flooded < 32 << 20,
+        "the gateway took {flooded} bytes of one reply before closing"
     );
 }
 

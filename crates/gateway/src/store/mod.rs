@@ -12,16 +12,18 @@
 //! connection whose calls keep timing out with no answer at all is
 //! stalled, and dropped.
 
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ErrorKind, IntoConnectionInfo,
-    RedisConnectionInfo, RedisError, Value,
-};
+use redis::{AsyncConnectionConfig, ErrorKind, RedisConnectionInfo, RedisError, Value};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -89,6 +91,17 @@ pub struct RedisSettings {
 /// A working connection.
 struct Live {
     connection: MultiplexedConnection,
+    /// What the server may still send it ([`Metered`]).
+    allowance: Arc<AtomicI64>,
+}
+
+impl Live {
+    /// The connection, with [`REPLY_BYTES`] more that its server may send
+    /// for the call about to be made on it.
+    fn for_call(&self) -> MultiplexedConnection {
+        self.allowance.fetch_add(REPLY_BYTES, Ordering::Relaxed);
+        self.connection.clone()
+    }
 }
 
 /// What the connection task and the callers share.
@@ -217,8 +230,7 @@ impl Redis {
             shared.waiting.fetch_sub(1, Ordering::Relaxed);
             return Err(Fault::Unreachable);
         }
-        let answer =
-            tokio::time::timeout(shared.settings.timeout, call(live.connection.clone())).await;
+        let answer = tokio::time::timeout(shared.settings.timeout, call(live.for_call())).await;
         shared.waiting.fetch_sub(1, Ordering::Relaxed);
         match answer {
             Ok(Ok(value)) => {
@@ -291,12 +303,12 @@ async fn run(shared: Arc<Shared>) {
             // of requests.
         } else {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&shared.settings)).await {
-                Ok(Ok(connection)) => {
+                Ok(Ok(live)) => {
                     backoff = BACKOFF_MIN;
                     shared.last_answer.store(shared.micros(), Ordering::Relaxed);
                     shared.timeouts.store(0, Ordering::Relaxed);
                     if !shared.closed.load(Ordering::Relaxed) {
-                        shared.live.store(Some(Arc::new(Live { connection })));
+                        shared.live.store(Some(Arc::new(live)));
                     }
                     continue;
                 }
@@ -330,7 +342,7 @@ async fn check_idle(shared: &Shared, live: &Arc<Live>) {
     if Duration::from_micros(quiet) < PING_EVERY {
         return;
     }
-    let mut connection = live.connection.clone();
+    let mut connection = live.for_call();
     let command = redis::cmd("PING");
     let ping = command.query_async::<Value>(&mut connection);
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, ping).await {
@@ -344,7 +356,7 @@ async fn check_idle(shared: &Shared, live: &Arc<Live>) {
 }
 
 /// Connects, logs in, selects the database and loads the scripts.
-async fn handshake(settings: &RedisSettings) -> Result<MultiplexedConnection, &'static str> {
+async fn handshake(settings: &RedisSettings) -> Result<Live, &'static str> {
     let url = &settings.url;
     let mut login = RedisConnectionInfo::default()
         .set_db(i64::from(url.db))
@@ -357,17 +369,22 @@ async fn handshake(settings: &RedisSettings) -> Result<MultiplexedConnection, &'
             login = login.set_username(user);
         }
     }
-    let info = ConnectionAddr::Tcp(url.host.clone(), url.port)
-        .into_connection_info()
-        .map_err(|_| "not a usable address")?
-        .set_redis_settings(login);
-    let client = Client::open(info).map_err(|_| "not a usable address")?;
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(HANDSHAKE_TIMEOUT))
         // Each call has its own timeout (ours, shorter).
         .set_response_timeout(None);
-    let mut connection = client
-        .get_multiplexed_async_connection_with_config(&config)
+    // Our own socket, so that what the server sends is metered: the crate
+    // buffers whatever length a reply announces.
+    let socket = TcpStream::connect((url.host.as_str(), url.port))
+        .await
+        .map_err(|_| "cannot connect")?;
+    let _ = socket.set_nodelay(true);
+    let allowance = Arc::new(AtomicI64::new(HANDSHAKE_BYTES));
+    let metered = Metered {
+        socket,
+        allowance: Arc::clone(&allowance),
+    };
+    let (mut connection, driver) = MultiplexedConnection::new_with_config(&login, metered, config)
         .await
         .map_err(|error| match error.kind() {
             // The server's words may quote what was sent: never logged.
@@ -379,6 +396,8 @@ async fn handshake(settings: &RedisSettings) -> Result<MultiplexedConnection, &'
             }
             _ => "cannot connect",
         })?;
+    // Ends when every handle of the connection is gone, or its socket.
+    tokio::spawn(driver);
     for script in settings.scripts {
         // Not `Script::load_async`: it asserts (in debug builds) that the
         // digest is the one it computed, and a forged server's is not.
@@ -393,5 +412,65 @@ async fn handshake(settings: &RedisSettings) -> Result<MultiplexedConnection, &'
             _ => return Err("SCRIPT LOAD did not answer with a script digest"),
         }
     }
-    Ok(connection)
+    Ok(Live {
+        connection,
+        allowance,
+    })
+}
+
+/// What the server may send during the handshake (the login's answers and
+/// the scripts' digests are a few dozen bytes each).
+const HANDSHAKE_BYTES: i64 = 64 * 1024;
+
+/// What the server may send for each call made on a connection, beyond
+/// what earlier calls left unused: our replies are a few numbers or a
+/// short string, so a server that sends more is not one to trust, and
+/// nothing it announces is buffered past this.
+const REPLY_BYTES: i64 = 64 * 1024;
+
+/// A store connection's socket, failing its reads once the server has sent
+/// more than the calls made allow ([`HANDSHAKE_BYTES`], [`REPLY_BYTES`] a
+/// call): a forged or broken server announcing a huge reply, or streaming
+/// without end, ends its connection (a [`Fault::Unreachable`]) instead of
+/// growing the gateway's memory.
+struct Metered {
+    socket: TcpStream,
+    allowance: Arc<AtomicI64>,
+}
+
+impl AsyncRead for Metered {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut self.socket).poll_read(cx, buf))?;
+        let read = (buf.filled().len() - before) as i64;
+        if self.allowance.fetch_sub(read, Ordering::Relaxed) < read {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the store sent more than its calls allow",
+            )));
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Metered {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.socket).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.socket).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.socket).poll_shutdown(cx)
+    }
 }
