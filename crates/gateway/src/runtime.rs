@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 use tokio::net::TcpListener;
+use tokio::signal::unix::{Signal, SignalKind};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
@@ -277,14 +278,21 @@ pub fn check(path: &Path) -> Result<Checked, LoadError> {
 /// Runs the gateway from a configuration file until SIGINT or SIGTERM, or
 /// until a part of it stops on its own ([`RunError::Stopped`]).
 pub async fn run(config: &Path) -> Result<(), RunError> {
+    // Hooked before anything listens: until a signal has its handler, its
+    // default action ends the process, and an operator (or a script) may
+    // send one as soon as `/readyz` answers or the line below is logged.
+    let signals = Signals::hook();
     let snapshot = Snapshot::load(config, None).map_err(StartError::from)?;
     let mut running = start(snapshot).await?;
     log_listeners(&running);
     tracing::info!(addr = %running.addr, admin = %running.admin_addr, "gateway listening");
-    let reloads = tokio::spawn(reload_on_hangup(Arc::clone(&running.gateway)));
-    let reopens = tokio::spawn(reopen_on_usr1(Arc::clone(&running.gateway)));
+    let reloads = tokio::spawn(reload_on_hangup(
+        Arc::clone(&running.gateway),
+        signals.hangup,
+    ));
+    let reopens = tokio::spawn(reopen_on_usr1(Arc::clone(&running.gateway), signals.user1));
     let stopped = tokio::select! {
-        () = wait_for_stop_signal() => None,
+        () = wait_for_stop_signal(signals.terminate, signals.interrupt) => None,
         part = running.unexpected_stop() => Some(part),
     };
     reloads.abort();
@@ -318,9 +326,8 @@ fn log_listeners(running: &Running) {
 
 /// Reloads the configuration on every SIGHUP; a bad configuration is
 /// reported and the old one keeps serving.
-async fn reload_on_hangup(gateway: Arc<Gateway>) {
-    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-    else {
+async fn reload_on_hangup(gateway: Arc<Gateway>, hangups: Option<Signal>) {
+    let Some(mut hangups) = hangups else {
         tracing::warn!("cannot listen for SIGHUP; reload through the admin API instead");
         return;
     };
@@ -341,10 +348,8 @@ async fn reload_on_hangup(gateway: Arc<Gateway>) {
 
 /// Reopens the JSON access log's file on every SIGUSR1, as logrotate
 /// expects after renaming it (`postrotate kill -USR1 ...`).
-async fn reopen_on_usr1(gateway: Arc<Gateway>) {
-    let Ok(mut signals) =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
-    else {
+async fn reopen_on_usr1(gateway: Arc<Gateway>, signals: Option<Signal>) {
+    let Some(mut signals) = signals else {
         tracing::warn!(
             "cannot listen for SIGUSR1; use logrotate's copytruncate for the access log"
         );
@@ -360,18 +365,39 @@ async fn reopen_on_usr1(gateway: Arc<Gateway>) {
     }
 }
 
-async fn wait_for_stop_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
+async fn wait_for_stop_signal(terminate: Option<Signal>, interrupt: Option<Signal>) {
+    let wait = |signal: Option<Signal>| async move {
+        match signal {
+            Some(mut signal) => {
                 signal.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            None => std::future::pending::<()>().await,
         }
     };
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+        () = wait(interrupt) => {}
+        () = wait(terminate) => {}
+    }
+}
+
+/// The signals the gateway answers, each hooked once at start-up (`None`
+/// when the process may not listen for it).
+struct Signals {
+    terminate: Option<Signal>,
+    interrupt: Option<Signal>,
+    hangup: Option<Signal>,
+    user1: Option<Signal>,
+}
+
+impl Signals {
+    fn hook() -> Self {
+        let hook = |kind: SignalKind| tokio::signal::unix::signal(kind).ok();
+        Self {
+            terminate: hook(SignalKind::terminate()),
+            interrupt: hook(SignalKind::interrupt()),
+            hangup: hook(SignalKind::hangup()),
+            user1: hook(SignalKind::user_defined1()),
+        }
     }
 }
 
