@@ -673,3 +673,232 @@ fn the_folder_checks_see_each_kind_of_break() {
         "{picture}"
     );
 }
+
+/// The longest production file, in lines, a reader is asked to hold.
+const MAX_FILE_LINES: usize = 800;
+/// The longest production function, in lines, from its `fn` line to its
+/// closing brace.
+const MAX_FN_LINES: usize = 150;
+
+/// Files (paths from `crates/`) and functions (`path::name`) allowed over
+/// the limits, each with the reason it is one. Prefer splitting to adding
+/// one here.
+const SIZE_EXEMPTIONS: [(&str, &str); 11] = [
+    ("cli/src/demo.rs::demo", "TODO(issue 29): split"),
+    ("cli/src/report.rs::run", "TODO(issue 29): split"),
+    ("drill/src/poison.rs::evaluate", "TODO(issue 29): split"),
+    ("gateway/src/listen/connection.rs", "TODO(issue 29): split"),
+    ("gateway/src/route/attempts.rs", "TODO(issue 29): split"),
+    ("gateway/src/route/proxy.rs", "TODO(issue 29): split"),
+    ("gateway/src/route/proxy.rs::route", "TODO(issue 29): split"),
+    ("gateway/src/telemetry/metrics.rs", "TODO(issue 29): split"),
+    (
+        "gateway/src/telemetry/metrics.rs::new",
+        "TODO(issue 29): split",
+    ),
+    ("gateway/src/upstream/mod.rs", "TODO(issue 29): split"),
+    ("report/src/lib.rs::render", "TODO(issue 29): split"),
+];
+
+/// A file's production lines: all of it up to a `#[cfg(test)]` line that
+/// is followed by `mod tests` (by the house convention, the unit tests sit
+/// at the end of the file).
+fn production_lines(text: &str) -> Vec<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    for (at, line) in lines.iter().enumerate() {
+        if line.trim() != "#[cfg(test)]" {
+            continue;
+        }
+        let next = lines[at + 1..].iter().find(|line| !line.trim().is_empty());
+        if next.is_some_and(|next| {
+            let next = next.trim_start();
+            let next = next.strip_prefix("pub ").unwrap_or(next);
+            next.starts_with("mod tests")
+        }) {
+            return lines[..at].to_vec();
+        }
+    }
+    lines
+}
+
+/// The name of the function `line` opens, if it opens one: a `fn` after
+/// the qualifiers a signature may carry (`pub(crate) const async unsafe
+/// extern "C"`).
+fn fn_name(line: &str) -> Option<&str> {
+    let mut rest = line.trim_start();
+    loop {
+        let before = rest;
+        if rest.starts_with("pub(") {
+            rest = rest[rest.find(')')? + 1..].trim_start();
+        }
+        for word in ["pub ", "const ", "async ", "unsafe ", "default "] {
+            if let Some(after) = rest.strip_prefix(word) {
+                rest = after.trim_start();
+            }
+        }
+        if let Some(after) = rest.strip_prefix("extern ") {
+            rest = after.trim_start();
+            if rest.starts_with('"') {
+                rest = rest[1..].split_once('"')?.1.trim_start();
+            }
+        }
+        if rest == before {
+            break;
+        }
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let end = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
+/// The functions in `lines` with their line counts: from the `fn` line to
+/// the first later line that is the closing brace at the `fn` line's
+/// indentation. A declaration without a body (its signature ends in `;`
+/// before any `{`) is no function here.
+fn function_lengths<'t>(lines: &[&'t str]) -> Vec<(&'t str, usize, usize)> {
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else {
+            continue;
+        };
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let mut body = false;
+        for later in &lines[at..] {
+            let later = later.trim_end();
+            if later.ends_with('{') || later.contains(" {") {
+                body = true;
+                break;
+            }
+            if later.ends_with(';') {
+                break;
+            }
+        }
+        if !body {
+            continue;
+        }
+        let closing = format!("{indent}}}");
+        if let Some(end) = lines[at..]
+            .iter()
+            .position(|later| later.trim_end() == closing)
+        {
+            found.push((name, at + 1, end + 1));
+        }
+    }
+    found
+}
+
+/// Every production file and function over its limit, as `(name, lines)`;
+/// a name in `exempt` is skipped. `files` is `(name, text)`.
+fn oversized(files: &[(String, String)], exempt: &[&str]) -> Vec<(String, usize)> {
+    let mut over = Vec::new();
+    for (name, text) in files {
+        let lines = production_lines(text);
+        if lines.len() > MAX_FILE_LINES && !exempt.contains(&name.as_str()) {
+            over.push((name.clone(), lines.len()));
+        }
+        for (function, line, length) in function_lengths(&lines) {
+            let label = format!("{name}::{function}");
+            if length > MAX_FN_LINES && !exempt.contains(&label.as_str()) {
+                over.push((format!("{label} (line {line})"), length));
+            }
+        }
+    }
+    over
+}
+
+/// The production source: every `.rs` file under `crates/` except tests,
+/// benchmarks and examples, named by its path from `crates/`.
+fn production_files() -> Vec<(String, String)> {
+    let crates = crates_dir();
+    rust_files(&crates)
+        .into_iter()
+        .filter_map(|file| {
+            let name = file
+                .strip_prefix(&crates)
+                .ok()?
+                .to_string_lossy()
+                .into_owned();
+            let skipped = name
+                .split('/')
+                .any(|part| matches!(part, "tests" | "benches" | "examples"));
+            (!skipped).then(|| (name, std::fs::read_to_string(&file).unwrap()))
+        })
+        .collect()
+}
+
+/// No production file over [`MAX_FILE_LINES`], no production function
+/// over [`MAX_FN_LINES`], but for [`SIZE_EXEMPTIONS`] (each still over its
+/// limit, so the table does not outlive its reasons).
+#[test]
+fn files_and_functions_a_reader_can_hold() {
+    let exempt: Vec<&str> = SIZE_EXEMPTIONS.iter().map(|(name, _)| *name).collect();
+    let files = production_files();
+    let over = oversized(&files, &exempt);
+    assert!(
+        over.is_empty(),
+        "over the limit ({MAX_FILE_LINES} production lines a file, {MAX_FN_LINES} a function):\n{}\n\
+         split it by responsibility into named steps or files in the same folder; see \
+         ARCHITECTURE.md, \"How to check\"",
+        over.iter()
+            .map(|(name, lines)| format!("  {name}: {lines} lines"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let measured = oversized(&files, &[]);
+    let stale: Vec<&str> = exempt
+        .iter()
+        .filter(|name| {
+            !measured
+                .iter()
+                .any(|(over, _)| over == *name || over.starts_with(&format!("{name} (line ")))
+        })
+        .copied()
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "SIZE_EXEMPTIONS in {} names what is no longer over its limit (or no longer exists): \
+         {stale:?}; remove those rows",
+        file!()
+    );
+}
+
+/// The size reader on made-up files: a file one line over, a function one
+/// line over (and one at the limit, a declaration, a nested closing brace),
+/// the unit tests left out, and an exemption honoured.
+#[test]
+fn the_size_rule_sees_each_kind_of_break() {
+    let long_fn = format!(
+        "pub(crate) async fn long() {{\n{}}}\n",
+        "    x();\n".repeat(MAX_FN_LINES - 1)
+    );
+    let fine_fn = format!(
+        "    fn fine(&self) -> u8 {{\n        if a {{\n{}        }}\n    }}\n",
+        "        x();\n".repeat(MAX_FN_LINES - 4)
+    );
+    let declared = "    fn declared(&self)\n        -> u8;\n";
+    let tests = format!(
+        "#[cfg(test)]\nmod tests {{\n    fn huge() {{\n{}    }}\n}}\n",
+        "x();\n".repeat(MAX_FILE_LINES)
+    );
+    let small = format!("//! small\n{declared}{fine_fn}{long_fn}{tests}");
+    let big = format!("//! big\n{}", "const X: u8 = 0;\n".repeat(MAX_FILE_LINES));
+    let files = vec![
+        ("a/small.rs".to_owned(), small),
+        ("b/big.rs".to_owned(), big),
+    ];
+    let over = oversized(&files, &[]);
+    let line = 1 + 2 + MAX_FN_LINES + 1;
+    assert_eq!(
+        over,
+        [
+            (format!("a/small.rs::long (line {line})"), MAX_FN_LINES + 1),
+            ("b/big.rs".to_owned(), MAX_FILE_LINES + 1),
+        ]
+    );
+    assert_eq!(oversized(&files, &["a/small.rs::long", "b/big.rs"]), []);
+    assert_eq!(fn_name("    pub(crate) const unsafe fn go<T>("), Some("go"));
+    assert_eq!(fn_name("extern \"C\" fn c_abi()"), Some("c_abi"));
+    assert_eq!(fn_name("let fnord = 1;"), None);
+}
