@@ -1,5 +1,6 @@
 //! The request path, one step per module: tenant → cell and subset
-//! ([`crate::cell`]) → the tenant's limits ([`admission`]) → the attempts
+//! ([`crate::cell`]) → the tenant's limits ([`admission`]) → the body set-up
+//! ([`body_setup`]) → the attempts
 //! ([`attempts`]: member ([`member`]) → attempt ([`attempt`]), until one
 //! answers) → outcome ([`proxy`], which runs the steps in order, and
 //! [`response`], the body that streams back and reports how it ended;
@@ -11,6 +12,7 @@
 pub(crate) mod admission;
 pub(crate) mod attempt;
 pub(crate) mod attempts;
+pub(crate) mod body_setup;
 pub mod grpc;
 pub(crate) mod member;
 pub mod proxy;

@@ -51,6 +51,7 @@ use crate::protocol::wire::{Fields, RequestHead, Stated};
 use crate::route::admission;
 use crate::route::attempt::Failure;
 use crate::route::attempts::Attempts;
+use crate::route::body_setup::{Outgoing, receive_body, stated};
 use crate::route::grpc::{self, Kind};
 use crate::route::refusal::{client_fault_response, error_response, json_error, refuse};
 use crate::route::response::{InFlight, ResponseBody};
@@ -470,7 +471,7 @@ async fn route(
         snapshot.prefixed[cell],
         route,
         fields,
-        peer,
+        peer.forwarded_for.as_ref(),
         &parts.method,
     );
     if let Some(request_id) = request_id {
@@ -762,122 +763,6 @@ fn target_refused(kind: Kind) -> Response<ResponseBody> {
         Code::PermissionDenied,
         "the request target has a dot-segment (\"/./\" or \"/../\", also percent-encoded) or is not a path; send a normalised absolute path",
     )
-}
-
-/// What the request's head decides for every attempt, as part of the body
-/// set-up.
-struct Outgoing<'a> {
-    /// Which of the client's fields pass.
-    inbound: Inbound,
-    /// What the gateway adds to them.
-    added: Added<'a>,
-    /// Whether the request may reach a backend more than once.
-    safe_to_repeat: bool,
-}
-
-impl<'a> Outgoing<'a> {
-    /// Decides from the client's `fields` and `method`, for the tenant's
-    /// `route` in a cell that is `prefixed` or not.
-    #[inline]
-    fn new(
-        config: &'a GatewayConfig,
-        prefixed: bool,
-        route: &'a TenantRoute,
-        fields: &'a Fields,
-        peer: &'a Peer,
-        method: &Method,
-    ) -> Self {
-        // What may pass is decided before anything is decided from the
-        // fields: a header the client named in `Connection` (`Connection:
-        // Idempotency-Key`) is hop-by-hop and never reaches the backend, so
-        // it cannot make the request safe to repeat either.
-        let inbound = Inbound::new(fields, config.forwarding.x_forwarded_for, prefixed);
-        let added = Added::new(
-            &config.forwarding,
-            fields,
-            peer.forwarded_for.as_ref(),
-            route.tenant_header.as_ref(),
-        );
-        let safe_to_repeat = headers::is_idempotent(method) || inbound.idempotency_key();
-        Self {
-            inbound,
-            added,
-            safe_to_repeat,
-        }
-    }
-}
-
-/// The body set-up for a request that has a body, and when it ended: read
-/// whole (and the clock read then) when the request may be repeated and its
-/// declared length allows a replay, else streamed as attempts send it
-/// (`started`, nothing having been waited for).
-async fn receive_body(
-    incoming: ClientBody,
-    declared_length: Option<u64>,
-    safe_to_repeat: bool,
-    config: &GatewayConfig,
-    started: Instant,
-    deadline: Instant,
-) -> Result<(RequestBody, Instant), ClientFault> {
-    if safe_to_repeat
-        && declared_length
-            .is_some_and(|length| length <= config.routing.max_replay_body_bytes as u64)
-    {
-        // A client that sends its head and then stalls its body must not
-        // hold the request (and its connection) open for ever.
-        let collected = tokio::time::timeout_at(
-            deadline,
-            Limited::new(incoming, config.routing.max_replay_body_bytes).collect(),
-        )
-        .await;
-        match collected {
-            Ok(Ok(collected)) => {
-                // Reading the body took time the attempt must not be
-                // charged with.
-                let now = Instant::now();
-                Ok((RequestBody::Buffered(collected.to_bytes()), now))
-            }
-            // An HTTP/2 stream's body that sent nothing for the client
-            // body timeout is a stall, like one the deadline ran out on.
-            Ok(Err(error))
-                if matches!(
-                    error.downcast_ref::<ClientBodyError>(),
-                    Some(ClientBodyError::Stalled(_))
-                ) =>
-            {
-                Err(ClientFault::Stalled)
-            }
-            Ok(Err(_)) => Err(ClientFault::Broken),
-            Err(_elapsed) => Err(ClientFault::Stalled),
-        }
-    } else {
-        // Streamed: a chunked body declares no length, so the limit is
-        // enforced as the bytes pass. One safe to repeat that states no
-        // length (every gRPC call) is kept as it passes, if it fits, so it
-        // can still go to another member once it has ended.
-        let keep = if safe_to_repeat && declared_length.is_none() {
-            config.routing.max_replay_body_bytes
-        } else {
-            0
-        };
-        Ok((
-            RequestBody::once(incoming, config.limits.max_body_bytes, keep),
-            started,
-        ))
-    }
-}
-
-/// The framing the gateway states for `body`. A streamed body's framing is
-/// the gateway's to state: the client's `Transfer-Encoding` is hop-by-hop
-/// and never passes, its `Content-Length` may have been named in
-/// `Connection`, and without either the backend client sends a GET's body
-/// as no body at all.
-fn stated(body: &RequestBody, declared_length: Option<u64>) -> Option<Stated> {
-    match (body, declared_length) {
-        (RequestBody::Once(_), Some(length)) => Some(Stated::Length(length)),
-        (RequestBody::Once(_), None) => Some(Stated::Chunked),
-        (RequestBody::Buffered(_), _) => None,
-    }
 }
 
 /// Streams a backend response to the client, keeping the shard's in-flight

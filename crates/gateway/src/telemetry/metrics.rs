@@ -23,16 +23,25 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::sync::atomic::AtomicU64;
 
 use crate::syntax::grpc::Code;
+
+// The label sets and label values moved to their own files; their paths
+// through this module stay, for the callers that name them here.
+pub(crate) use super::labels::{
+    AttemptLabels, BoundLabels, BuildLabels, CellLabels, DirectionLabels, EjectionLabels,
+    FALLBACK_REASONS, FailoverLabels, FallbackLabels, GrpcLabels, LIMIT_KINDS, LISTENERS,
+    LimitLabels, ListenerLabels, OutcomeLabels, REQUEST_OUTCOMES, RequestLabels, ResultLabels,
+    ShardLabels, SideLabels, ThresholdLabels, request_outcome,
+};
+pub(crate) use super::websocket::WebSocketMetrics;
 
 /// Success-ratio bounds of the tenant availability distribution: `0` is
 /// fully down (nothing served), told apart from a tenant at 50 %; the
@@ -140,153 +149,7 @@ pub fn classic_text(openmetrics: &str) -> String {
     out
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct CellLabels {
-    pub(crate) cell: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct FailoverLabels {
-    pub(crate) cell: String,
-    /// `retry`: an attempt after a failed one; `reroute`: the first attempt
-    /// went to another member because one was out of rotation.
-    pub(crate) kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct RequestLabels {
-    pub(crate) cell: String,
-    pub(crate) outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct GrpcLabels {
-    pub(crate) cell: String,
-    /// The status's name (`OK`, `UNAVAILABLE`, ...), or `unseen` when the
-    /// answer's head carried none (it comes in trailers).
-    pub(crate) grpc_status: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ShardLabels {
-    pub(crate) cell: String,
-    pub(crate) shard: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct AttemptLabels {
-    pub(crate) cell: String,
-    pub(crate) shard: String,
-    pub(crate) outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct EjectionLabels {
-    pub(crate) cell: String,
-    pub(crate) shard: String,
-    pub(crate) reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct SideLabels {
-    /// `backend`: a response body the backend stopped sending;
-    /// `client`: a response the client stopped accepting.
-    pub(crate) side: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct OutcomeLabels {
-    /// `ok`, `failed` (refused by either side: no common version or
-    /// cipher, a certificate refused, not TLS at all) or `timeout`.
-    pub(crate) outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct BoundLabels {
-    pub(crate) le: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ThresholdLabels {
-    pub(crate) threshold: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct LimitLabels {
-    pub(crate) cell: String,
-    /// `rate` or `in_flight`.
-    pub(crate) limit: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct FallbackLabels {
-    /// `unreachable`, `timeout` or `bad_reply`.
-    pub(crate) reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct BuildLabels {
-    pub(crate) version: &'static str,
-    /// `release` or `debug`.
-    pub(crate) profile: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ResultLabels {
-    /// `success` or `failure`.
-    pub(crate) result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ListenerLabels {
-    /// `plain` or `tls`.
-    pub(crate) listener: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct DirectionLabels {
-    /// `in` (from clients) or `out` (to clients).
-    pub(crate) direction: &'static str,
-}
-
-/// The data listeners, as `listener` labels.
-pub(crate) const LISTENERS: [&str; 2] = ["plain", "tls"];
-
-/// The limits a tenant's request can be refused for, in the order of
-/// [`CellHandles`]' limited counters.
-pub(crate) const LIMIT_KINDS: [&str; 2] = ["rate", "in_flight"];
-
-/// Why the global limits store gave no answer, in the order of
-/// [`Metrics::store_fallback`]'s series.
-pub(crate) const FALLBACK_REASONS: [&str; 3] = ["unreachable", "timeout", "bad_reply"];
-
 type FloatGauge = Gauge<f64, AtomicU64>;
-
-/// Request outcomes, in the order of [`CellHandles`]' counters.
-pub(crate) const REQUEST_OUTCOMES: [&str; 8] = [
-    "ok",
-    "unauthorized",
-    "too_large",
-    "client_error",
-    "bad_gateway",
-    "unavailable",
-    "timeout",
-    "server_error",
-];
-
-/// The outcome label of a response status.
-pub(crate) fn request_outcome(status: http::StatusCode) -> &'static str {
-    match status.as_u16() {
-        401 => "unauthorized",
-        413 => "too_large",
-        400..=499 => "client_error",
-        502 => "bad_gateway",
-        503 => "unavailable",
-        504 => "timeout",
-        500..=599 => "server_error",
-        _ => "ok",
-    }
-}
 
 /// One cell's request counters (by outcome) and latency histogram, looked
 /// up once per snapshot so the request path allocates no label strings.
@@ -419,198 +282,54 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// The registry being filled by [`Metrics::new`]: each family registered
+/// in call order (the order of the exposition) and handed back, and the
+/// families whose series are known in advance, each created at zero in a
+/// step of its own so that `rate()` and `increase()` see the first event.
+struct Families(Registry);
 
-impl Metrics {
-    /// Registers every family.
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("shuffle");
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
-            "requests",
-            "Client requests by cell and outcome",
-            requests.clone(),
-        );
-        let attempts = Family::<AttemptLabels, Counter>::default();
-        registry.register(
-            "attempts",
-            "Attempts to shards by cell, shard and outcome",
-            attempts.clone(),
-        );
-        let failovers = Family::<FailoverLabels, Counter>::default();
-        registry.register(
-            "failovers",
-            "Requests that failed over inside the subset: kind=retry after a failed attempt, kind=reroute around a member out of rotation",
-            failovers.clone(),
-        );
-        let spills = Family::<CellLabels, Counter>::default();
-        registry.register(
-            "spills",
-            "Requests served outside the tenant's subset",
-            spills.clone(),
-        );
-        let budget_exhausted = Family::<CellLabels, Counter>::default();
-        registry.register(
-            "retry_budget_exhausted",
-            "Retries refused because the retry budget was spent",
-            budget_exhausted.clone(),
-        );
-        let shed = Family::<CellLabels, Counter>::default();
-        registry.register(
-            "shed",
-            "Requests answered 503 because every member left was at its in-flight cap (max_in_flight); not counted as shard failures",
-            shed.clone(),
-        );
-        let poison_stops = Family::<CellLabels, Counter>::default();
-        registry.register(
-            "poison_stops",
-            "Requests stopped (502) after failing crash-like on routing.poison_after members",
-            poison_stops.clone(),
-        );
-        let suspects_marked = Family::<CellLabels, Counter>::default();
-        registry.register(
-            "tenants_suspected",
-            "Tenants made suspect by poison containment",
-            suspects_marked.clone(),
-        );
-        let suspect_tenants = Gauge::default();
-        registry.register(
-            "suspect_tenants",
-            "Tenants suspect now (quarantined by poison containment)",
-            suspect_tenants.clone(),
-        );
-        let ejections = Family::<EjectionLabels, Counter>::default();
-        registry.register(
-            "ejections",
-            "Shard ejections by passive outlier detection",
-            ejections.clone(),
-        );
-        let ejections_skipped = Family::<ShardLabels, Counter>::default();
-        registry.register(
-            "ejections_skipped",
-            "Ejections due but not made: the cell was at outlier.max_ejection_percent",
-            ejections_skipped.clone(),
-        );
-        let request_seconds = Family::<CellLabels, Histogram>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        registry.register(
-            "request_duration_seconds",
-            "Time to response headers, all attempts included",
-            request_seconds.clone(),
-        );
-        let attempt_seconds = Family::<ShardLabels, Histogram>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        registry.register(
-            "attempt_duration_seconds",
-            "Time to response headers of one attempt",
-            attempt_seconds.clone(),
-        );
-        let shard_healthy = Family::<ShardLabels, Gauge>::default();
-        registry.register(
-            "shard_healthy",
-            "1 when the shard is in rotation, else 0",
-            shard_healthy.clone(),
-        );
-        let shard_ejected = Family::<ShardLabels, Gauge>::default();
-        registry.register(
-            "shard_ejected",
-            "1 while the shard is ejected",
-            shard_ejected.clone(),
-        );
-        let shard_in_flight = Family::<ShardLabels, Gauge>::default();
-        registry.register(
-            "shard_in_flight",
-            "Requests in flight on the shard",
-            shard_in_flight.clone(),
-        );
-        let utilization_cv = Family::<CellLabels, FloatGauge>::default();
-        registry.register(
-            "shard_utilization_cv",
-            "Coefficient of variation of per-shard request rates over the window (alarm on a rise: a whale has landed)",
-            utilization_cv.clone(),
-        );
-        let tenants_at_most = Family::<BoundLabels, Gauge>::default();
-        registry.register(
-            "tenants_availability_at_most",
-            "Tenants whose success ratio over the window is at most le (cumulative, histogram-shaped)",
-            tenants_at_most.clone(),
-        );
-        let tenants_below = Family::<ThresholdLabels, Gauge>::default();
-        registry.register(
-            "tenants_below_availability",
-            "Tenants whose success ratio over the window is below the threshold",
-            tenants_below.clone(),
-        );
-        let blast_fully_down = Family::<CellLabels, Gauge>::default();
-        registry.register(
-            "blast_fully_down_tenants",
-            "Modeled tenants with every member out of rotation now",
-            blast_fully_down.clone(),
-        );
-        let blast_degraded = Family::<CellLabels, Gauge>::default();
-        registry.register(
-            "blast_degraded_tenants",
-            "Modeled tenants with at least one member out of rotation now",
-            blast_degraded.clone(),
-        );
-        let stream_timeouts = Family::<SideLabels, Counter>::default();
-        registry.register(
-            "stream_timeouts",
-            "Streams cut off because one side stopped moving: side=backend sent nothing of a response body for limits.backend_idle_timeout_ms; side=client accepted nothing for limits.client_write_timeout_ms, or sent nothing of its HTTP/2 request body for limits.client_body_timeout_ms",
-            stream_timeouts.clone(),
-        );
-        // Both series exist from the start (at 0), so a rate() over them
-        // works before the first timeout.
-        let backend_stalls = stream_timeouts
-            .get_or_create(&SideLabels { side: "backend" })
-            .clone();
-        let client_stalls = stream_timeouts
-            .get_or_create(&SideLabels { side: "client" })
-            .clone();
-        let tls_handshakes = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "tls_handshakes",
-            "TLS handshakes on the TLS listener by outcome: ok, failed (refused by either side, or not TLS), timeout (not finished within tls.handshake_timeout_ms)",
-            tls_handshakes.clone(),
-        );
-        // Every outcome exists from the start (at 0).
+impl Families {
+    /// Registers `metric` as `name` with `help` and hands it back.
+    fn add_metric<M: Metric + Clone>(&mut self, name: &str, help: &str, metric: M) -> M {
+        self.0.register(name, help, metric.clone());
+        metric
+    }
+
+    /// Registers a new, empty `M` as `name` with `help`.
+    fn add<M: Metric + Clone + Default>(&mut self, name: &str, help: &str) -> M {
+        self.add_metric(name, help, M::default())
+    }
+
+    /// `shuffle_stream_timeouts_total{side}`: the backend's and the
+    /// client's series.
+    fn stream_timeouts(&mut self) -> (Counter, Counter) {
+        let stream_timeouts: Family<SideLabels, Counter> = self.add("stream_timeouts", "Streams cut off because one side stopped moving: side=backend sent nothing of a response body for limits.backend_idle_timeout_ms; side=client accepted nothing for limits.client_write_timeout_ms, or sent nothing of its HTTP/2 request body for limits.client_body_timeout_ms");
+        let backend = stream_timeouts.get_or_create(&SideLabels { side: "backend" });
+        let client = stream_timeouts.get_or_create(&SideLabels { side: "client" });
+        (backend.clone(), client.clone())
+    }
+
+    /// `shuffle_tls_handshakes_total{outcome}`, every outcome at zero.
+    fn tls_handshakes(&mut self) -> Family<OutcomeLabels, Counter> {
+        let tls_handshakes: Family<OutcomeLabels, Counter> = self.add("tls_handshakes", "TLS handshakes on the TLS listener by outcome: ok, failed (refused by either side, or not TLS), timeout (not finished within tls.handshake_timeout_ms)");
         for outcome in ["ok", "failed", "timeout"] {
             drop(tls_handshakes.get_or_create(&OutcomeLabels { outcome }));
         }
-        let websockets = WebSocketMetrics::register(&mut registry);
-        let grpc_requests = Family::<GrpcLabels, Counter>::default();
-        registry.register(
-            "grpc_requests",
-            "gRPC calls by cell and the gRPC status their answer's head carried (the gateway's own errors and trailers-only answers), or unseen when it comes in trailers; each is also in shuffle_requests",
-            grpc_requests.clone(),
-        );
-        let tenant_limited = Family::<LimitLabels, Counter>::default();
-        registry.register(
-            "tenant_limited",
-            "Requests refused with 429 because their tenant was over a limit, by cell and limit (rate: limits.tenant.requests_per_second and burst; in_flight: limits.tenant.max_in_flight); no tenant label, see GET /admin/tenants?limited=N",
-            tenant_limited.clone(),
-        );
-        let fallbacks = Family::<FallbackLabels, Counter>::default();
-        registry.register(
-            "tenant_limit_store_fallbacks",
-            "Requests judged by this replica's own bucket because the global limits store (limits.tenant.store) gave no answer: unreachable (no connection), timeout (limits.tenant.store_timeout_ms), bad_reply (not the script's answer)",
-            fallbacks.clone(),
-        );
-        // Every series exists from the start (at 0), so a rate() over them
-        // works before the first fallback.
-        let store_fallbacks = FALLBACK_REASONS
-            .map(|reason| fallbacks.get_or_create(&FallbackLabels { reason }).clone());
-        let build_info = Family::<BuildLabels, Gauge>::default();
-        registry.register(
+        tls_handshakes
+    }
+
+    /// `shuffle_tenant_limit_store_fallbacks_total{reason}`, by
+    /// [`FALLBACK_REASONS`].
+    fn store_fallbacks(&mut self) -> [Counter; 3] {
+        let fallbacks: Family<FallbackLabels, Counter> = self.add("tenant_limit_store_fallbacks", "Requests judged by this replica's own bucket because the global limits store (limits.tenant.store) gave no answer: unreachable (no connection), timeout (limits.tenant.store_timeout_ms), bad_reply (not the script's answer)");
+        FALLBACK_REASONS.map(|reason| fallbacks.get_or_create(&FallbackLabels { reason }).clone())
+    }
+
+    /// `shuffle_build_info`, set once: nothing changes it later.
+    fn build_info(&mut self) {
+        let build_info: Family<BuildLabels, Gauge> = self.add(
             "build_info",
             "Always 1; the labels say which build is running",
-            build_info.clone(),
         );
         build_info
             .get_or_create(&BuildLabels {
@@ -622,62 +341,134 @@ impl Metrics {
                 },
             })
             .set(1);
-        let reload_results = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "reloads",
-            "Configuration reloads (SIGHUP or POST /admin/reload) by result: success (swapped in) or failure (refused; the previous configuration keeps serving)",
-            reload_results.clone(),
-        );
+    }
+
+    /// `shuffle_reloads_total{result}` (`[success, failure]`), and the
+    /// last successful load's time and whether the last one took effect,
+    /// both set for the start-up load.
+    fn reloads(&mut self) -> ([Counter; 2], FloatGauge, Gauge) {
+        let reload_results: Family<ResultLabels, Counter> = self.add("reloads", "Configuration reloads (SIGHUP or POST /admin/reload) by result: success (swapped in) or failure (refused; the previous configuration keeps serving)");
         let reloads = ["success", "failure"].map(|result| {
             reload_results
                 .get_or_create(&ResultLabels { result })
                 .clone()
         });
-        let last_reload_success = FloatGauge::default();
-        registry.register(
+        let last_reload_success: FloatGauge = self.add(
             "last_reload_success_timestamp_seconds",
             "Unix time of the last configuration load that took effect (start-up counts)",
-            last_reload_success.clone(),
         );
         last_reload_success.set(unix_seconds());
-        let last_reload_successful = Gauge::default();
-        registry.register(
-            "last_reload_successful",
-            "1 when the last reload took effect (or none was tried since start), 0 when it was refused",
-            last_reload_successful.clone(),
-        );
+        let last_reload_successful: Gauge = self.add("last_reload_successful", "1 when the last reload took effect (or none was tried since start), 0 when it was refused");
         last_reload_successful.set(1);
-        let connections = Family::<ListenerLabels, Counter>::default();
-        registry.register(
+        (reloads, last_reload_success, last_reload_successful)
+    }
+
+    /// `shuffle_client_connections_total{listener}` and
+    /// `shuffle_client_connections_open{listener}`, by [`LISTENERS`].
+    fn connections(&mut self) -> ([Counter; 2], [Gauge; 2]) {
+        let connections: Family<ListenerLabels, Counter> = self.add(
             "client_connections",
             "Client connections accepted by data listener (plain or tls)",
-            connections.clone(),
         );
-        let connections_accepted = LISTENERS.map(|listener| {
+        let accepted = LISTENERS.map(|listener| {
             connections
                 .get_or_create(&ListenerLabels { listener })
                 .clone()
         });
-        let open = Family::<ListenerLabels, Gauge>::default();
-        registry.register(
+        let open: Family<ListenerLabels, Gauge> = self.add(
             "client_connections_open",
             "Client connections open now by data listener (plain or tls)",
-            open.clone(),
         );
-        let connections_open =
+        let open =
             LISTENERS.map(|listener| open.get_or_create(&ListenerLabels { listener }).clone());
-        let bytes = Family::<DirectionLabels, Counter>::default();
-        registry.register(
-            "client_bytes",
-            "Bytes read from (direction=in) and written to (direction=out) client connections, TLS records included; counted every 64 KiB and when a connection closes",
-            bytes.clone(),
+        (accepted, open)
+    }
+
+    /// `shuffle_client_bytes_total{direction}`: `(in, out)`.
+    fn client_bytes(&mut self) -> (Counter, Counter) {
+        let bytes: Family<DirectionLabels, Counter> = self.add("client_bytes", "Bytes read from (direction=in) and written to (direction=out) client connections, TLS records included; counted every 64 KiB and when a connection closes");
+        let into = bytes.get_or_create(&DirectionLabels { direction: "in" });
+        let out = bytes.get_or_create(&DirectionLabels { direction: "out" });
+        (into.clone(), out.clone())
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family, in the order they are exposed: the request
+    /// path's counters and latencies, the scrape-time gauges, then the
+    /// families with series known in advance, each from its own step.
+    pub fn new() -> Self {
+        let mut families = Families(Registry::with_prefix("shuffle"));
+        let requests = families.add("requests", "Client requests by cell and outcome");
+        let attempts = families.add("attempts", "Attempts to shards by cell, shard and outcome");
+        let failovers = families.add("failovers", "Requests that failed over inside the subset: kind=retry after a failed attempt, kind=reroute around a member out of rotation");
+        let spills = families.add("spills", "Requests served outside the tenant's subset");
+        let budget_exhausted = families.add(
+            "retry_budget_exhausted",
+            "Retries refused because the retry budget was spent",
         );
-        let client_bytes_in = bytes
-            .get_or_create(&DirectionLabels { direction: "in" })
-            .clone();
-        let client_bytes_out = bytes
-            .get_or_create(&DirectionLabels { direction: "out" })
-            .clone();
+        let shed = families.add("shed", "Requests answered 503 because every member left was at its in-flight cap (max_in_flight); not counted as shard failures");
+        let poison_stops = families.add(
+            "poison_stops",
+            "Requests stopped (502) after failing crash-like on routing.poison_after members",
+        );
+        let suspects_marked = families.add(
+            "tenants_suspected",
+            "Tenants made suspect by poison containment",
+        );
+        let suspect_tenants = families.add(
+            "suspect_tenants",
+            "Tenants suspect now (quarantined by poison containment)",
+        );
+        let ejections = families.add("ejections", "Shard ejections by passive outlier detection");
+        let ejections_skipped = families.add(
+            "ejections_skipped",
+            "Ejections due but not made: the cell was at outlier.max_ejection_percent",
+        );
+        let request_seconds = families.add_metric(
+            "request_duration_seconds",
+            "Time to response headers, all attempts included",
+            Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+        );
+        let attempt_seconds = families.add_metric(
+            "attempt_duration_seconds",
+            "Time to response headers of one attempt",
+            Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+        );
+        let shard_healthy =
+            families.add("shard_healthy", "1 when the shard is in rotation, else 0");
+        let shard_ejected = families.add("shard_ejected", "1 while the shard is ejected");
+        let shard_in_flight = families.add("shard_in_flight", "Requests in flight on the shard");
+        let utilization_cv = families.add("shard_utilization_cv", "Coefficient of variation of per-shard request rates over the window (alarm on a rise: a whale has landed)");
+        let tenants_at_most = families.add("tenants_availability_at_most", "Tenants whose success ratio over the window is at most le (cumulative, histogram-shaped)");
+        let tenants_below = families.add(
+            "tenants_below_availability",
+            "Tenants whose success ratio over the window is below the threshold",
+        );
+        let blast_fully_down = families.add(
+            "blast_fully_down_tenants",
+            "Modeled tenants with every member out of rotation now",
+        );
+        let blast_degraded = families.add(
+            "blast_degraded_tenants",
+            "Modeled tenants with at least one member out of rotation now",
+        );
+        let (backend_stalls, client_stalls) = families.stream_timeouts();
+        let tls_handshakes = families.tls_handshakes();
+        let websockets = WebSocketMetrics::register(&mut families.0);
+        let grpc_requests = families.add("grpc_requests", "gRPC calls by cell and the gRPC status their answer's head carried (the gateway's own errors and trailers-only answers), or unseen when it comes in trailers; each is also in shuffle_requests");
+        let tenant_limited = families.add("tenant_limited", "Requests refused with 429 because their tenant was over a limit, by cell and limit (rate: limits.tenant.requests_per_second and burst; in_flight: limits.tenant.max_in_flight); no tenant label, see GET /admin/tenants?limited=N");
+        let store_fallbacks = families.store_fallbacks();
+        families.build_info();
+        let (reloads, last_reload_success, last_reload_successful) = families.reloads();
+        let (connections_accepted, connections_open) = families.connections();
+        let (client_bytes_in, client_bytes_out) = families.client_bytes();
         Self {
             reloads,
             last_reload_success,
@@ -690,7 +481,7 @@ impl Metrics {
             store_fallbacks,
             grpc_requests,
             tls_handshakes,
-            registry,
+            registry: families.0,
             scrape: Mutex::new(()),
             websockets,
             backend_stalls,
@@ -927,118 +718,16 @@ fn unix_seconds() -> f64 {
         .map_or(0.0, |since| since.as_secs_f64())
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct UpgradeLabels {
-    pub(crate) cell: String,
-    /// `switched`: a shard answered 101 and the tunnel was opened;
-    /// `declined`: a shard answered with another 2xx or 3xx, passed back;
-    /// otherwise the outcome of `shuffle_requests_total`'s that the client
-    /// got (`unauthorized`, `client_error`, `bad_gateway`, ...).
-    pub(crate) outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct TunnelCloseLabels {
-    pub(crate) cell: String,
-    /// `closed`: both sides ended (each half-close passed on); `idle`: no
-    /// byte either way for `limits.tunnel_idle_timeout_ms`; `error`: a
-    /// side failed (a reset, or a client that accepted nothing for
-    /// `limits.client_write_timeout_ms`); `revoked`: a reload removed the
-    /// tenant that opened it.
-    pub(crate) reason: &'static str,
-}
-
-/// WebSocket upgrades and the tunnels they open, per cell. Gateway
-/// shutdown ends tunnels still open after its grace period without
-/// counting them as closed.
-#[derive(Debug)]
-pub(crate) struct WebSocketMetrics {
-    upgrades: Family<UpgradeLabels, Counter>,
-    open: Family<CellLabels, Gauge>,
-    closed: Family<TunnelCloseLabels, Counter>,
-}
-
-/// One tunnel counted as open in its cell until dropped.
-#[derive(Debug)]
-pub(crate) struct OpenTunnel(Gauge);
-
-impl Drop for OpenTunnel {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
-impl WebSocketMetrics {
-    fn register(registry: &mut Registry) -> Self {
-        let upgrades = Family::<UpgradeLabels, Counter>::default();
-        registry.register(
-            "websocket_upgrades",
-            "WebSocket upgrade requests by cell and outcome: switched (tunnel opened), declined (the shard answered 2xx/3xx), else the request outcome the client got",
-            upgrades.clone(),
-        );
-        let open = Family::<CellLabels, Gauge>::default();
-        registry.register(
-            "websocket_tunnels_open",
-            "WebSocket tunnels open now",
-            open.clone(),
-        );
-        let closed = Family::<TunnelCloseLabels, Counter>::default();
-        registry.register(
-            "websocket_tunnels_closed",
-            "WebSocket tunnels closed by cell and reason: closed (both sides ended), idle (limits.tunnel_idle_timeout_ms), error (a side failed), revoked (a reload removed its tenant)",
-            closed.clone(),
-        );
-        Self {
-            upgrades,
-            open,
-            closed,
-        }
-    }
-
-    /// Counts an upgrade request in `cell` ("" before a tenant was known)
-    /// answered with `status`.
-    pub(crate) fn upgrade(&self, cell: &str, status: http::StatusCode) {
-        let outcome = if status == http::StatusCode::SWITCHING_PROTOCOLS {
-            "switched"
-        } else if status.is_success() || status.is_redirection() {
-            "declined"
-        } else {
-            request_outcome(status)
-        };
-        self.upgrades
-            .get_or_create(&UpgradeLabels {
-                cell: cell.to_owned(),
-                outcome,
-            })
-            .inc();
-    }
-
-    /// Counts a tunnel open in `cell` until the guard is dropped.
-    pub(crate) fn open(&self, cell: &str) -> OpenTunnel {
-        let gauge = self
-            .open
-            .get_or_create(&CellLabels {
-                cell: cell.to_owned(),
-            })
-            .clone();
-        gauge.inc();
-        OpenTunnel(gauge)
-    }
-
-    /// Counts a tunnel in `cell` that ended for `reason`.
-    pub(crate) fn closed(&self, cell: &str, reason: &'static str) {
-        self.closed
-            .get_or_create(&TunnelCloseLabels {
-                cell: cell.to_owned(),
-                reason,
-            })
-            .inc();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zz_dump_exposition() {
+        let text = Metrics::new().encode();
+        let text: String = text.lines().filter(|l| !l.starts_with("shuffle_last_reload_success_timestamp")).map(|l| format!("{l}\n")).collect();
+        std::fs::write(std::env::var("EXPO_OUT").unwrap(), text).unwrap();
+    }
 
     #[test]
     fn the_accept_header_chooses_the_exposition() {

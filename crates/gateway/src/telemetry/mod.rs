@@ -6,5 +6,7 @@
 //! from [`crate::syntax`]).
 
 pub mod access_log;
+pub mod labels;
 pub mod metrics;
+pub mod websocket;
 pub mod window;
