@@ -6,6 +6,7 @@
 //! from [`crate::syntax`]).
 
 pub mod access_log;
+pub mod fleet;
 pub mod labels;
 pub mod metrics;
 pub mod websocket;
