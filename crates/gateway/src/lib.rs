@@ -29,6 +29,9 @@
 //!   and the same bucket kept in Redis across replicas).
 //! - [`state`]: the swappable snapshot and the per-shard state that
 //!   survives reloads.
+//! - [`fleet`]: a fleet of replicas as one gateway (`[fleet]`): poison
+//!   containment's strikes and suspects and the operators' shard marks,
+//!   shared through the fleet's store, the request path staying local.
 //! - [`probe`]: the active health checks, which walk the snapshot's shards
 //!   and drive their health.
 //! - [`route`]: the request path: credential → tenant → cell and subset
@@ -42,6 +45,7 @@
 
 pub mod cell;
 pub mod config;
+pub mod fleet;
 pub mod health;
 pub mod limit;
 pub(crate) mod listen;

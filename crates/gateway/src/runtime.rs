@@ -13,6 +13,7 @@ use tokio::signal::unix::{Signal, SignalKind};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
+use crate::fleet;
 use crate::listen::{connection, server, tls};
 use crate::ops::admin;
 use crate::probe;
@@ -131,6 +132,9 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
         unreachable!("a validated configuration has a data listener");
     };
     let gateway = Gateway::new(snapshot);
+    // With `[fleet]`: the fleet's marks and suspects before the first
+    // request, when the store answers within a second.
+    fleet::start(&gateway).await;
     let health = tokio::spawn(probe::check::run(Arc::clone(&gateway)));
     let (stop, stopped) = watch::channel(false);
     // One limit on client connections over both data listeners.

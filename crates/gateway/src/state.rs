@@ -466,6 +466,9 @@ pub struct Gateway {
     /// before any strike (`routing.poison_spread`); keyed by tenant id, so
     /// they survive reloads.
     pub spread: crate::health::spread::Spread,
+    /// The store a fleet of replicas shares containment and marks through
+    /// (`[fleet]`, read at start: a reload does not change it).
+    pub fleet: Option<Arc<crate::store::fleet::FleetStore>>,
     /// Bumped by every reload that took effect, so that what schedules
     /// itself by the configuration (the health checkers) looks again at
     /// once instead of after its old interval.
@@ -485,6 +488,12 @@ impl Gateway {
         let access_log = crate::telemetry::access_log::AccessLog::new(
             snapshot.config.access_log_file.as_deref(),
         );
+        let fleet = snapshot.config.fleet.as_ref().map(|fleet| {
+            Arc::new(crate::store::fleet::FleetStore::new(
+                &fleet.store,
+                &fleet.replica_id,
+            ))
+        });
         Arc::new(Self {
             access_log,
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -494,6 +503,7 @@ impl Gateway {
             shard_windows: crate::telemetry::window::ShardWindows::new(window, Instant::now()),
             suspects: crate::health::quarantine::Suspects::new(),
             spread: crate::health::spread::Spread::new(),
+            fleet,
             reloads: tokio::sync::watch::Sender::new(0),
             ejecting: Mutex::new(()),
         })

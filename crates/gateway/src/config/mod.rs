@@ -30,6 +30,7 @@ mod check;
 mod admin;
 mod auth;
 mod cells;
+mod fleet;
 mod forwarding;
 mod health;
 mod http2;
@@ -50,6 +51,7 @@ use admin::{RawAdmin, admin_settings};
 use auth::{RawAuth, jwt_settings};
 use cells::{RawCell, RawPlacement, cell_settings, shard_caps};
 use check::{CellProblem, parse_addr};
+use fleet::{RawFleet, fleet_settings};
 use forwarding::{RawForwarding, forwarding_settings};
 use health::{RawHealth, health_settings};
 use http2::{RawHttp2, http2_settings};
@@ -62,6 +64,7 @@ use routing::{RawRouting, routing_settings};
 pub use admin::AdminSettings;
 pub use auth::JwtSettings;
 pub use cells::{CellSettings, MIN_KEY_BYTES, ShardProtocol, ShardSettings};
+pub use fleet::FleetSettings;
 pub use forwarding::{ForwardedFor, ForwardingSettings};
 pub use health::HealthSettings;
 pub use http2::Http2Settings;
@@ -139,6 +142,9 @@ pub struct GatewayConfig {
     pub(crate) admin: AdminSettings,
     /// The forwarding headers added for shards.
     pub(crate) forwarding: ForwardingSettings,
+    /// The Redis server replicas share containment and marks through,
+    /// when there is a fleet.
+    pub(crate) fleet: Option<FleetSettings>,
     /// The cells; the first is the default.
     pub(crate) cells: Vec<CellSettings>,
     /// Apply reloads that move tenants without being asked to.
@@ -183,6 +189,7 @@ struct RawConfig {
     tls: Option<tls::RawTls>,
     #[serde(default)]
     upstream: tls::RawUpstream,
+    fleet: Option<RawFleet>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -277,7 +284,14 @@ impl GatewayConfig {
         let retry_budget = retry_budget_settings(raw.retry_budget).map_err(err)?;
         let health = health_settings(raw.health).map_err(err)?;
         let outlier = outlier_settings(raw.outlier).map_err(err)?;
-        let limits = limit_settings(raw.limits).map_err(err)?;
+        let mut limits = limit_settings(raw.limits).map_err(err)?;
+        let fleet = fleet_settings(raw.fleet).map_err(err)?;
+        if let Some(fleet) = &fleet
+            && limits.tenant.store.is_none()
+        {
+            // One store for the fleet: its global limits too.
+            limits.tenant.store = Some(fleet.store.clone());
+        }
         let mut cells = cells;
         shard_caps(&mut cells, limits.shard_max_in_flight);
         let http2 = http2_settings(raw.http2).map_err(err)?;
@@ -298,6 +312,7 @@ impl GatewayConfig {
             outlier,
             limits,
             http2,
+            fleet,
             admin,
             forwarding: forwarding_settings(raw.forwarding),
             cells,
@@ -321,6 +336,12 @@ impl GatewayConfig {
     /// Connection and size limits.
     pub fn limits(&self) -> &LimitSettings {
         &self.limits
+    }
+
+    /// The fleet's shared store and this replica's id, when `[fleet]` is
+    /// set.
+    pub fn fleet(&self) -> Option<&FleetSettings> {
+        self.fleet.as_ref()
     }
 
     /// Retry and failover behaviour.

@@ -156,6 +156,18 @@ pub struct HealthState {
     pub failed: bool,
     /// Set by an operator.
     pub drained: bool,
+    /// Who set the operator's marks (or restored them) last, and when:
+    /// with `[fleet]`, the latest mark of any replica wins.
+    pub mark_origin: Option<MarkOrigin>,
+}
+
+/// Who set a shard's marks, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkOrigin {
+    /// The replica (`fleet.replica_id`).
+    pub by: String,
+    /// On its wall clock, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
 }
 
 impl Default for HealthState {
@@ -182,6 +194,7 @@ impl HealthState {
             last_passed: None,
             failed: false,
             drained: false,
+            mark_origin: None,
         }
     }
 

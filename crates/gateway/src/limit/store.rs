@@ -64,6 +64,7 @@ impl Store {
             timeout: settings.timeout,
             scripts: &[SCRIPT],
             key: "limits.tenant.store",
+            reply_bytes: crate::store::REPLY_BYTES,
         });
         Self {
             settings,

@@ -29,6 +29,7 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 
+use crate::fleet;
 use crate::health::Availability;
 use crate::ops::views::{limited, live_blast, worst};
 use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
@@ -315,6 +316,10 @@ struct ShardView {
     ejections: u32,
     failed: bool,
     drained: bool,
+    /// Who set the operator's marks last (`fleet.replica_id`, or "this
+    /// replica" without `[fleet]`), and when (Unix seconds).
+    marked_by: Option<String>,
+    marked_at_unix: Option<f64>,
     in_flight: u64,
     request_rate: f64,
 }
@@ -336,6 +341,11 @@ fn shard_view(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime) -> S
         ejections: health.ejections(),
         failed: health.failed,
         drained: health.drained,
+        marked_by: health.mark_origin.as_ref().map(|origin| origin.by.clone()),
+        marked_at_unix: health
+            .mark_origin
+            .as_ref()
+            .map(|origin| origin.at_ms as f64 / 1000.0),
         in_flight: shard.in_flight(),
         request_rate: gateway.shard_windows.tally(shard.window_key(), now).total as f64
             / gateway.shard_windows.length().as_secs_f64(),
@@ -392,25 +402,26 @@ async fn shard_action(
     Query(query): Query<CellQuery>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let snapshot = gateway.snapshot();
-    let change: fn(&mut crate::health::HealthState, Instant) = match action.as_str() {
-        "fail" => |health, now| health.mark(true, health.drained, now),
-        "drain" => |health, now| health.mark(health.failed, true, now),
-        "restore" => |health, now| health.mark(false, false, now),
-        _ => {
-            return Err(AdminError(
-                StatusCode::NOT_FOUND,
-                format!("no shard action {action:?}: use fail, drain or restore"),
-            ));
+    if !matches!(action.as_str(), "fail" | "drain" | "restore") {
+        return Err(AdminError(
+            StatusCode::NOT_FOUND,
+            format!("no shard action {action:?}: use fail, drain or restore"),
+        ));
+    }
+    let shard = find(&snapshot, &id, query.cell.as_deref())?;
+    let (failed, drained) = {
+        let health = shard.health.lock().expect("health lock");
+        match action.as_str() {
+            "fail" => (true, health.drained),
+            "drain" => (health.failed, true),
+            _ => (false, false),
         }
     };
-    let shard = find(&snapshot, &id, query.cell.as_deref())?;
-    change(
-        &mut shard.health.lock().expect("health lock"),
-        Instant::now(),
-    );
-    tracing::warn!(cell = %shard.cell, shard = %shard.id, action = %action, "operator changed shard state");
+    // Here at once, and with `[fleet]` on every replica.
+    let reach = fleet::mark(&gateway, shard, failed, drained).await;
+    tracing::warn!(cell = %shard.cell, shard = %shard.id, action = %action, applied_on = reach.name(), "operator changed shard state");
     Ok(Json(
-        json!({ "shard": shard_view(&gateway, &snapshot, shard) }),
+        json!({ "shard": shard_view(&gateway, &snapshot, shard), "applied_on": reach.name() }),
     ))
 }
 
@@ -494,6 +505,11 @@ struct SuspectView {
     last_unix: u64,
     /// Seconds until its quarantine ends (unless struck again).
     expires_in_seconds: u64,
+    /// With `[fleet]`: the fleet's store holds it (`false`: marked here
+    /// while the store was unreachable, written back when it answers),
+    /// and the replica that marked it when another did.
+    shared: bool,
+    marked_by: Option<String>,
 }
 
 /// `GET /admin/tenants?suspects=1`: the tenants poison containment has
@@ -514,6 +530,8 @@ fn suspect_tenants(gateway: &Gateway) -> Json<serde_json::Value> {
             shards: suspect.shards,
             stops: suspect.stops,
             strikes: suspect.strikes,
+            shared: suspect.shared,
+            marked_by: suspect.by,
             since_unix: unix(suspect.since),
             last_unix: unix(suspect.last),
             expires_in_seconds: suspect.until.saturating_duration_since(now).as_secs(),
@@ -530,7 +548,7 @@ async fn clear_suspect(
     State(gateway): State<Arc<Gateway>>,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let was_suspect = gateway.suspects.clear(&id, Instant::now());
+    let (was_suspect, reach) = fleet::clear(&gateway, &id).await;
     if !was_suspect && gateway.snapshot().tenants.get(&id).is_none() {
         return Err(AdminError(
             StatusCode::NOT_FOUND,
@@ -540,7 +558,9 @@ async fn clear_suspect(
     if was_suspect {
         tracing::warn!(tenant = %id, "operator lifted a tenant's quarantine");
     }
-    Ok(Json(json!({ "tenant": id, "was_suspect": was_suspect })))
+    Ok(Json(
+        json!({ "tenant": id, "was_suspect": was_suspect, "applied_on": reach.name() }),
+    ))
 }
 
 async fn blast(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {

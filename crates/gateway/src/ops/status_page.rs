@@ -126,10 +126,28 @@ pub(crate) struct State {
     pub(crate) below: usize,
     /// The window's length in seconds.
     pub(crate) window_seconds: u64,
+    /// Since when the fleet's store has not answered (`[fleet]`).
+    pub(crate) fleet_down: Option<SystemTime>,
 }
 
-/// The state in one line, and how bad it is.
+/// The state in one line, and how bad it is; with `[fleet]` and its store
+/// unreachable, it says so (containment is this replica's own meanwhile).
 pub(crate) fn banner(state: &State) -> (Level, String) {
+    let (level, line) = shards_banner(state);
+    match state.fleet_down {
+        None => (level, line),
+        Some(since) => (
+            if level == Level::Ok { Level::Warn } else { level },
+            format!(
+                "{line}; containment per replica: fleet store unreachable since {}",
+                clock(since)
+            ),
+        ),
+    }
+}
+
+/// The banner's news of shards and tenants.
+fn shards_banner(state: &State) -> (Level, String) {
     if state.out.is_empty() {
         let all = format!("All {} up", counted(state.shards as u64, "shard"));
         return if state.below > 0 {
@@ -252,6 +270,7 @@ pub fn render(gateway: &Gateway) -> String {
         with_traffic: ratios.len(),
         below: ratios.iter().filter(|&&r| r < 1.0).count(),
         window_seconds,
+        fleet_down: crate::fleet::down_since(gateway),
     };
     let (level, line) = banner(&state);
 
@@ -656,6 +675,7 @@ mod tests {
             with_traffic: 500,
             below: 0,
             window_seconds: 60,
+            fleet_down: None,
         }
     }
 
@@ -729,6 +749,14 @@ mod tests {
                 "6 of 20 shards out (c/s0 since 00:00:09 by stale health check, c/s1 since 00:00:09 by stale health check, \
                  c/s2 since 00:00:09 by stale health check, c/s3 since 00:00:09 by stale health check, and 2 more); \
                  1 tenant fully down, 7 degraded",
+            ),
+            (
+                State {
+                    fleet_down: Some(at("14:02:07")),
+                    ..state()
+                },
+                Level::Warn,
+                "All 16 shards up; every tenant at 100 %; containment per replica: fleet store unreachable since 14:02:07",
             ),
         ];
         for (state, level, text) in cases {

@@ -17,8 +17,8 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::config::{Exhausted, GatewayConfig, PoisonSpread};
-use crate::health::quarantine::{Begun, Marked, Rules, Struck, Suspects};
-use crate::health::spread::{Flight, Full, Members};
+use crate::health::quarantine::Suspects;
+use crate::health::spread::Flight;
 use crate::protocol::wire::RequestHead;
 use crate::route::attempt::{self, Failure};
 use crate::route::grpc::{self, Kind};
@@ -34,7 +34,7 @@ use crate::upstream::body::{ClientFault, RequestBody};
 /// The attempts of one request: what each of them sends and may take, and
 /// what the earlier ones left.
 pub(super) struct Attempts<'a> {
-    pub(super) gateway: &'a Gateway,
+    pub(super) gateway: &'a Arc<Gateway>,
     pub(super) config: &'a GatewayConfig,
     /// The tenant's cell and its shards.
     pub(super) cell: usize,
@@ -84,27 +84,27 @@ pub(super) struct Attempts<'a> {
 #[derive(Debug, Default)]
 pub(super) struct Containment {
     /// The tenant is suspect.
-    suspect: bool,
+    pub(super) suspect: bool,
     /// The only members the next attempt may go to (in the subset), when
     /// the tenant is narrowed: a suspect's struck members (none of them in
     /// the subset now: not narrowed), or those a tenant with strikes has
     /// struck or is being tried on once they number `poison_after`.
-    pinned: Option<SmallVec<[ShardIndex; 8]>>,
+    pub(super) pinned: Option<SmallVec<[ShardIndex; 8]>>,
     /// The members this request failed crash-like on, as the tenant's own.
-    crashed: SmallVec<[ShardIndex; 8]>,
+    pub(super) crashed: SmallVec<[ShardIndex; 8]>,
     /// The token naming this request's strikes (0: none asked for yet).
-    request: u64,
+    pub(super) request: u64,
     /// The request was stopped: no member more is tried.
-    stopped: bool,
+    pub(super) stopped: bool,
 }
 
 /// An attempt's probe of a member its tenant has not struck, while the
 /// tenant has strikes ([`Suspects::begin`]); ends with the attempt, however
 /// it ends (a client that hangs up drops it too).
-struct Probe<'a> {
-    suspects: &'a Suspects,
-    tenant: &'a str,
-    shard: &'a str,
+pub(super) struct Probe<'a> {
+    pub(super) suspects: &'a Suspects,
+    pub(super) tenant: &'a str,
+    pub(super) shard: &'a str,
 }
 
 impl Drop for Probe<'_> {
@@ -124,7 +124,7 @@ enum Hold<'a> {
 /// A member as [`crate::health::spread`] names it: its run-time state's
 /// address, which the request holds while its attempt is counted there.
 #[inline]
-fn member_key(shard: &Arc<ShardRuntime>) -> usize {
+pub(super) fn member_key(shard: &Arc<ShardRuntime>) -> usize {
     Arc::as_ptr(shard) as usize
 }
 
@@ -192,6 +192,9 @@ impl<'a> Attempts<'a> {
         // at `poison_after` of them (`"contained"`): the next pick is among
         // them.
         let mut reached: Option<SmallVec<[ShardIndex; 8]>> = None;
+        // With `[fleet]`, such a tenant's attempts on every replica go to
+        // the same members first (`home`).
+        let home = (contained && self.config.fleet.is_some()).then(|| self.home());
         let (choice, index, spill, hold) = loop {
             let mut narrowed = Narrowed {
                 caps: self.caps,
@@ -205,6 +208,11 @@ impl<'a> Attempts<'a> {
             }
             if let Some(reached) = &reached {
                 narrowed.pinned = Some(reached);
+            }
+            if narrowed.pinned.is_none()
+                && let Some(home) = home.as_deref().filter(|home| !home.is_empty())
+            {
+                narrowed.pinned = Some(home);
             }
             let choice = member::pick(
                 self.subset,
@@ -266,219 +274,6 @@ impl<'a> Attempts<'a> {
             reserved: choice.reserved,
             hold,
         })
-    }
-
-    /// Poison containment with `routing.poison_spread = "contained"`, as an
-    /// attempt on the shard at `index` begins: its place among the members
-    /// the tenant is on, or, when the tenant is on (or struck)
-    /// `routing.poison_after` others, those members.
-    #[inline]
-    fn flight(&self, index: ShardIndex) -> Result<Flight<'a>, Full> {
-        let (gateway, shards) = (self.gateway, self.shards);
-        let tenant = self.tenant_hash;
-        let cap = self.config.routing.poison_after as usize;
-        gateway
-            .spread
-            .join(tenant, member_key(&shards[index as usize]), cap, || {
-                // One load while no tenant has strikes.
-                if !gateway.suspects.any() {
-                    return None;
-                }
-                self.struck()
-            })
-    }
-
-    /// The members the tenant has struck, as [`member_key`]s of its cell.
-    #[cold]
-    #[inline(never)]
-    fn struck(&self) -> Option<Members> {
-        let struck = self.gateway.suspects.struck(self.tenant, self.now)?;
-        Some(
-            self.shards
-                .iter()
-                .filter(|shard| struck.contains(&shard.id))
-                .map(member_key)
-                .collect(),
-        )
-    }
-
-    /// The members of the subset among `reached` ([`member_key`]s) that
-    /// the tenant may use (a suspect only those it struck).
-    #[cold]
-    #[inline(never)]
-    fn among(&self, reached: &Members) -> SmallVec<[ShardIndex; 8]> {
-        let pinned = self.containment.as_ref().and_then(|c| c.pinned.as_deref());
-        self.subset
-            .iter()
-            .copied()
-            .filter(|&index| reached.contains(&member_key(&self.shards[index as usize])))
-            .filter(|index| pinned.is_none_or(|pinned| pinned.contains(index)))
-            .collect()
-    }
-
-    /// Poison containment before an attempt: where the tenant's strikes
-    /// or quarantine let it be served now (shared by all its requests, so
-    /// read afresh every time).
-    #[cold]
-    #[inline(never)]
-    fn contain(&mut self) {
-        let poison_after = self.config.routing.poison_after as usize;
-        let standing = if poison_after == 0 {
-            None
-        } else {
-            self.gateway
-                .suspects
-                .standing(self.tenant, self.now, poison_after)
-        };
-        let Some(standing) = standing else {
-            if let Some(containment) = &mut self.containment {
-                containment.suspect = false;
-                containment.pinned = None;
-            }
-            return;
-        };
-        let shards = self.shards;
-        let pinned = standing.only.map(|only| {
-            self.subset
-                .iter()
-                .copied()
-                .filter(|&index| only.contains(&shards[index as usize].id))
-                .collect::<SmallVec<[ShardIndex; 8]>>()
-        });
-        let containment = self.containment.get_or_insert_with(Box::default);
-        containment.suspect = standing.suspect;
-        // A suspect none of whose struck members is in its subset now (a
-        // reload moved it) is not narrowed: nowhere else is safer.
-        containment.pinned = pinned.filter(|pinned| !(standing.suspect && pinned.is_empty()));
-    }
-
-    /// Poison containment as an attempt on the shard at `index` begins:
-    /// its probe when the tenant has strikes and had not struck it, or
-    /// `Err` when racing requests of the tenant have reached
-    /// `routing.poison_after` members meanwhile.
-    #[cold]
-    #[inline(never)]
-    fn probe(&self, index: ShardIndex) -> Result<Option<Probe<'a>>, ()> {
-        let suspects = &self.gateway.suspects;
-        let shard = self.shards[index as usize].id.as_str();
-        let poison_after = self.config.routing.poison_after as usize;
-        if poison_after == 0 {
-            return Ok(None);
-        }
-        match suspects.begin(self.tenant, shard, self.now, poison_after) {
-            Begun::Free => Ok(None),
-            Begun::Probe => Ok(Some(Probe {
-                suspects,
-                tenant: self.tenant,
-                shard,
-            })),
-            Begun::Refused => Err(()),
-        }
-    }
-
-    /// Poison containment when an attempt was answered after this request
-    /// struck: what a member answered was not poison, so its strikes are
-    /// taken back.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn answered(&self) {
-        if let Some(containment) = &self.containment
-            && containment.request != 0
-        {
-            self.gateway
-                .suspects
-                .withdraw(self.tenant, containment.request, self.now);
-        }
-    }
-
-    /// Poison containment after a crash-like `failure` on the shard at
-    /// `index`: unless the member is timing out other tenants too (its
-    /// fault, not the tenant's), records the tenant's strike at once (its
-    /// other requests see it before their next attempt), stops the request
-    /// at `routing.poison_after` members of its own or when the strike made
-    /// the tenant suspect, and extends a suspect's quarantine.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn crashed(&mut self, index: usize, failure: Failure, sent: Instant) {
-        let (gateway, routing) = (self.gateway, &self.config.routing);
-        if routing.poison_after == 0 {
-            return;
-        }
-        let shard = &self.shards[index];
-        let cell = &self.config.cells[self.cell].name;
-        let now = Instant::now();
-        // A member that was already failing other tenants when this
-        // attempt was sent is what fails. Only failures seen before the
-        // attempt began count: requests in flight before a hanging poison
-        // time out before it does, and must not excuse it. Only a timeout
-        // is excused so: a crash breaks every request the member holds, the
-        // poison's among them, and a tenant whose request is answered
-        // elsewhere takes its strike back (`answered`).
-        // A hung member fails others only as their attempts time out, one
-        // per try at most: a failure within the longest a request lasts
-        // before this one was sent still says it was failing.
-        let window = routing.request_timeout;
-        if gateway
-            .suspects
-            .shared_fault(shard.window_key(), self.tenant, (sent, now), window)
-            && failure == Failure::Timeout
-        {
-            tracing::debug!(cell = %cell, shard = %shard.id, "a per-try timeout on a shard that is failing other tenants too: no strike");
-            return;
-        }
-        let containment = self.containment.get_or_insert_with(Box::default);
-        containment.crashed.push(index as ShardIndex);
-        if containment.request == 0 {
-            containment.request = gateway.suspects.request();
-        }
-        let own_stop = containment.crashed.len() >= routing.poison_after as usize;
-        let marked = gateway.suspects.record(
-            Struck {
-                cell,
-                tenant: self.tenant,
-                shard: &shard.id,
-                request: containment.request,
-                stopped: own_stop,
-            },
-            now,
-            Rules {
-                poison_after: routing.poison_after as usize,
-                strike_life: routing.request_timeout,
-                quarantine: routing.quarantine,
-            },
-        );
-        let new_suspect = marked == Some(Marked::New);
-        let stopped = own_stop || new_suspect;
-        containment.stopped |= stopped;
-        // A request of a suspect obeys its containment from now on.
-        containment.suspect |= marked.is_some();
-        if stopped {
-            Metrics::cell_event(&gateway.metrics.poison_stops, cell);
-        }
-        if new_suspect {
-            Metrics::cell_event(&gateway.metrics.suspects_marked, cell);
-        }
-        if stopped || new_suspect {
-            // One line for both: they are usually the same moment.
-            let what = match (own_stop, new_suspect) {
-                (true, true) => {
-                    "a request failed crash-like on routing.poison_after members: no further member is tried, and its tenant is suspect (served only by the members it struck, without failover after a request was sent)"
-                }
-                (true, false) => {
-                    "a request failed crash-like on routing.poison_after members: no further member is tried"
-                }
-                _ => {
-                    "tenant is suspect of poisoning its shards: its requests failed crash-like on routing.poison_after members together; it is served only by the members it struck, without failover after a request was sent"
-                }
-            };
-            tracing::warn!(
-                cell = %cell,
-                tenant = %self.tenant,
-                members = containment.crashed.len(),
-                quarantine_seconds = routing.quarantine.as_secs(),
-                "{what}"
-            );
-        }
     }
 
     /// Whether the request may fail over after a failed attempt, and the

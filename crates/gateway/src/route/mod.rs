@@ -13,6 +13,7 @@ pub(crate) mod admission;
 pub(crate) mod attempt;
 pub(crate) mod attempts;
 pub(crate) mod body_setup;
+pub(crate) mod containment;
 pub mod grpc;
 pub(crate) mod member;
 pub mod proxy;

@@ -37,17 +37,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, header};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Body;
 use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::cell::TenantRoute;
 use crate::config::tenants::TenantRecord;
 use crate::config::{AccessLog, GatewayConfig};
 use crate::limit::{Refusal, TenantLimit};
-use crate::protocol::wire::{Fields, RequestHead, Stated};
+use crate::protocol::wire::{Fields, RequestHead};
 use crate::route::admission;
 use crate::route::attempt::Failure;
 use crate::route::attempts::Attempts;
@@ -60,10 +58,10 @@ use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
 use crate::trust::client_cert::CertificateTenant;
 use crate::trust::credential::{self, AuthError};
-use crate::trust::headers::{self, Added, Inbound};
+use crate::trust::headers;
 use crate::trust::target;
 use crate::upstream::UpstreamBody;
-use crate::upstream::body::{ClientBody, ClientBodyError, ClientFault, RequestBody};
+use crate::upstream::body::{ClientBody, RequestBody};
 
 /// Who a request was served for, for metrics and logs.
 struct Served {
@@ -616,7 +614,10 @@ async fn route(
             }
             (Some(failure), result) => {
                 if failure.crash_like() {
-                    attempts.crashed(attempt.shard_index, failure, attempt.started);
+                    // Boxed: with `[fleet]` it waits on the store, and
+                    // the request's future need not carry that state.
+                    Box::pin(attempts.crashed(attempt.shard_index, failure, attempt.started))
+                        .await;
                 }
                 // Its probe, if any, ends only now: a strike it made is
                 // recorded first, so the member is never left uncounted.

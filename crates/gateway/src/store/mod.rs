@@ -29,6 +29,8 @@ use tokio::time::Instant;
 
 use crate::config::RedisUrl;
 
+pub mod fleet;
+
 /// Calls that may wait for an answer at once; more are refused at once
 /// ([`Fault::Unreachable`]: Redis is not keeping up).
 const QUEUE: usize = 4096;
@@ -86,6 +88,9 @@ pub struct RedisSettings {
     pub scripts: &'static [&'static str],
     /// Names the store in logs ("limits.tenant.store").
     pub key: &'static str,
+    /// What the server may send for each call ([`REPLY_BYTES`] for calls
+    /// whose replies are a few numbers).
+    pub reply_bytes: i64,
 }
 
 /// A working connection.
@@ -93,13 +98,15 @@ struct Live {
     connection: MultiplexedConnection,
     /// What the server may still send it ([`Metered`]).
     allowance: Arc<AtomicI64>,
+    /// What it may send for each call ([`RedisSettings::reply_bytes`]).
+    reply_bytes: i64,
 }
 
 impl Live {
-    /// The connection, with [`REPLY_BYTES`] more that its server may send
+    /// The connection, with `reply_bytes` more that its server may send
     /// for the call about to be made on it.
     fn for_call(&self) -> MultiplexedConnection {
-        self.allowance.fetch_add(REPLY_BYTES, Ordering::Relaxed);
+        self.allowance.fetch_add(self.reply_bytes, Ordering::Relaxed);
         self.connection.clone()
     }
 }
@@ -221,6 +228,22 @@ impl Redis {
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = Result<Value, RedisError>>,
     {
+        self.call_within(self.shared.settings.timeout, call, check)
+            .await
+    }
+
+    /// [`Redis::call`] with its own `timeout`, for calls off the request
+    /// path (a look for changes, a write-back) that may wait longer.
+    pub async fn call_within<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        call: F,
+        check: impl FnOnce(Value) -> Option<T>,
+    ) -> Result<T, Fault>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = Result<Value, RedisError>>,
+    {
         self.start();
         let shared = &*self.shared;
         let Some(live) = shared.live.load_full() else {
@@ -230,7 +253,7 @@ impl Redis {
             shared.waiting.fetch_sub(1, Ordering::Relaxed);
             return Err(Fault::Unreachable);
         }
-        let answer = tokio::time::timeout(shared.settings.timeout, call(live.for_call())).await;
+        let answer = tokio::time::timeout(timeout, call(live.for_call())).await;
         shared.waiting.fetch_sub(1, Ordering::Relaxed);
         match answer {
             Ok(Ok(value)) => {
@@ -415,6 +438,7 @@ async fn handshake(settings: &RedisSettings) -> Result<Live, &'static str> {
     Ok(Live {
         connection,
         allowance,
+        reply_bytes: settings.reply_bytes,
     })
 }
 
@@ -423,10 +447,10 @@ async fn handshake(settings: &RedisSettings) -> Result<Live, &'static str> {
 const HANDSHAKE_BYTES: i64 = 64 * 1024;
 
 /// What the server may send for each call made on a connection, beyond
-/// what earlier calls left unused: our replies are a few numbers or a
-/// short string, so a server that sends more is not one to trust, and
-/// nothing it announces is buffered past this.
-const REPLY_BYTES: i64 = 64 * 1024;
+/// what earlier calls left unused, where replies are a few numbers or a
+/// short string (the global limits'): a server that sends more is not one
+/// to trust, and nothing it announces is buffered past this.
+pub const REPLY_BYTES: i64 = 64 * 1024;
 
 /// A store connection's socket, failing its reads once the server has sent
 /// more than the calls made allow ([`HANDSHAKE_BYTES`], [`REPLY_BYTES`] a
