@@ -489,10 +489,11 @@ impl Gateway {
             snapshot.config.access_log_file.as_deref(),
         );
         let fleet = snapshot.config.fleet.as_ref().map(|fleet| {
-            Arc::new(crate::store::fleet::FleetStore::new(
-                &fleet.store,
-                &fleet.replica_id,
-            ))
+            let replica = fleet
+                .replica_id
+                .clone()
+                .unwrap_or_else(crate::config::default_replica_id);
+            Arc::new(crate::store::fleet::FleetStore::new(&fleet.store, &replica))
         });
         Arc::new(Self {
             access_log,

@@ -225,6 +225,8 @@ async fn every_route_needs_the_right_token() {
                 "ejections",
                 "failed",
                 "drained",
+                "marked_by",
+                "marked_at_unix",
                 "in_flight",
                 "request_rate"
             ])

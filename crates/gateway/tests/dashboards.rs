@@ -91,63 +91,17 @@ fn sampled_as(name: &str, kind: &str) -> Vec<String> {
     }
 }
 
-/// The string literal at the start of `text` (after blanks), and the rest.
-fn literal(text: &str) -> Option<(&str, &str)> {
-    let text = text.trim_start().strip_prefix('"')?;
-    let mut escaped = false;
-    for (at, c) in text.char_indices() {
-        match c {
-            '\\' if !escaped => escaped = true,
-            '"' if !escaped => return Some((&text[..at], &text[at + 1..])),
-            _ => escaped = false,
-        }
-    }
-    None
-}
-
-/// Every family `telemetry/metrics.rs` registers, read from its source: prometheus-client
-/// lists a family in `/metrics` only once it has a series, so a counter
-/// that has not fired yet is missing from a scrape. Each
-/// `registry.register("name", "help", variable.clone())` is typed by the
-/// `let variable = …;` that made it.
+/// Every sample name of every family the gateway registers
+/// ([`Metrics::exported_names`]): prometheus-client lists a family in
+/// `/metrics` only once it has a series, so a counter that has not fired
+/// yet is missing from a scrape.
 fn registered_names() -> BTreeSet<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/telemetry/metrics.rs");
-    let source = std::fs::read_to_string(&path).unwrap();
-    let mut names = BTreeSet::new();
-    for call in source.split("registry.register(").skip(1) {
-        let (name, rest) = literal(call).expect("a metric name literal");
-        let (_help, rest) =
-            literal(rest.trim_start().trim_start_matches(',')).expect("a help literal");
-        // The metric: a variable made earlier (`name.clone()`), or made
-        // right there.
-        let argument = rest.trim_start().trim_start_matches(',').trim_start();
-        let argument = &argument[..argument.find(");").unwrap_or(argument.len())];
-        let variable = argument
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .next()
-            .unwrap();
-        let binding = format!("let {variable} = ");
-        let made = match source.find(&binding) {
-            Some(at) => &source[at..at + source[at..].find(';').unwrap()],
-            None => argument,
-        };
-        let kind = if made.contains("Histogram") {
-            "histogram"
-        } else if made.contains("Counter") {
-            "counter"
-        } else if made.contains("Info") {
-            "info"
-        } else {
-            "gauge"
-        };
-        names.extend(sampled_as(&format!("shuffle_{name}"), kind));
-    }
-    names
+    Metrics::new().exported_names().iter().cloned().collect()
 }
 
 /// The metric names the gateway exports: every family registered, checked
 /// against those its registry lists when encoded (`# TYPE` lines), so the
-/// source reading above cannot quietly miss or mistype one.
+/// list above cannot quietly miss or mistype one.
 fn exported_names() -> BTreeSet<String> {
     let registered = registered_names();
     let text = Metrics::new().encode();

@@ -505,7 +505,8 @@ async fn every_family_is_exported_with_values_that_match_the_traffic() {
                     "profile",
                     "result",
                     "listener",
-                    "direction"
+                    "direction",
+                    "operation"
                 ]
                 .contains(&label.as_str()),
                 "unexpected label {label} on {}",

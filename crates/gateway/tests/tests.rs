@@ -2,6 +2,7 @@
 //! backends (the misbehaving test backend), one test binary.
 
 mod pki;
+mod redis_server;
 mod util;
 
 mod admin;
@@ -11,6 +12,7 @@ mod connection;
 mod containment;
 mod dashboards;
 mod deploy;
+mod fleet;
 mod grpc;
 mod h2_shards;
 mod h2_timers;

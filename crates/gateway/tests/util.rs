@@ -300,7 +300,7 @@ pub async fn get_with_key(
 /// Sends `method` `path` with `headers` and `body` to `addr`, with `bearer`
 /// as the bearer token when given; the status, headers and whole body of
 /// the answer.
-async fn send_to(
+pub async fn send_to(
     client: &Client<HttpConnector, Full<Bytes>>,
     addr: SocketAddr,
     method: &str,

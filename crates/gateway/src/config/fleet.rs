@@ -16,8 +16,9 @@ pub struct FleetSettings {
     /// (`fleet.store`, `fleet.timeout_ms`).
     pub store: StoreSettings,
     /// This replica's name in the fleet: who set a mark or struck a member
-    /// (`fleet.replica_id`; by default the host name and process id).
-    pub replica_id: String,
+    /// (`fleet.replica_id`; `None`: [`default_replica_id`], taken when the
+    /// gateway starts).
+    pub replica_id: Option<String>,
     /// How often each replica looks for changes made through the others
     /// (the bound on how long a mark or a suspect takes to reach it).
     pub sync_every: Duration,
@@ -65,9 +66,9 @@ pub(super) fn fleet_settings(f: Option<RawFleet>) -> Result<Option<FleetSettings
                     ),
                 ));
             }
-            id
+            Some(id)
         }
-        None => default_replica_id(),
+        None => None,
     };
     Ok(Some(FleetSettings {
         store: StoreSettings { url, timeout },
@@ -76,9 +77,13 @@ pub(super) fn fleet_settings(f: Option<RawFleet>) -> Result<Option<FleetSettings
     }))
 }
 
+/// Gateways started in this process so far (a test runs several).
+static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// The host name and the process id (`gw-7f9c:4211`): unique in a fleet
 /// whose pods have distinct names, and readable in `GET /admin/shards`.
-fn default_replica_id() -> String {
+/// A second gateway in one process (tests run several) is `gw-7f9c:4211.2`.
+pub fn default_replica_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -91,5 +96,11 @@ fn default_replica_id() -> String {
         })
         .filter(|host| !host.is_empty())
         .unwrap_or_else(|| "replica".to_owned());
-    format!("{host}:{}", std::process::id())
+    let nth = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    let pid = std::process::id();
+    if nth == 1 {
+        format!("{host}:{pid}")
+    } else {
+        format!("{host}:{pid}.{nth}")
+    }
 }

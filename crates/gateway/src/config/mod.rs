@@ -64,7 +64,7 @@ use routing::{RawRouting, routing_settings};
 pub use admin::AdminSettings;
 pub use auth::JwtSettings;
 pub use cells::{CellSettings, MIN_KEY_BYTES, ShardProtocol, ShardSettings};
-pub use fleet::FleetSettings;
+pub use fleet::{FleetSettings, default_replica_id};
 pub use forwarding::{ForwardedFor, ForwardingSettings};
 pub use health::HealthSettings;
 pub use http2::Http2Settings;

@@ -18,6 +18,7 @@
 //! requests away from a bad shard fastest.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -87,7 +88,7 @@ async fn look(gateway: &Gateway, fleet: &FleetStore) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    let looked = fleet.look(&fleet.fresh_epoch, (&held.0, &held.1)).await;
+    let looked = fleet.look((&held.0, &held.1)).await;
     let state = match looked {
         Ok(Looked::Unchanged) => None,
         Ok(Looked::Changed(state)) => Some(state),
@@ -97,11 +98,13 @@ async fn look(gateway: &Gateway, fleet: &FleetStore) {
         }
     };
     answered(gateway, fleet);
-    let mut write_back = false;
+    // After calls the store did not answer, what was set here meanwhile
+    // goes back (the later of two marks wins there).
+    let mut write_back = fleet.write_back_due.swap(false, Ordering::Relaxed);
     if let Some(state) = state {
         // A store with another epoch is new to this replica: started
         // empty, or restarted empty. Everything held here goes back.
-        write_back = state.epoch != held.0;
+        write_back |= state.epoch != held.0;
         apply_marks(gateway, &state.marks, &mut write_back);
         let now = Instant::now();
         for suspect in &state.suspects {
@@ -109,7 +112,7 @@ async fn look(gateway: &Gateway, fleet: &FleetStore) {
                 tracing::warn!(tenant = %suspect.tenant, cell = %suspect.cell, by = %suspect.by, "tenant is suspect of poisoning its shards (marked through another replica)");
             }
         }
-        if !write_back {
+        if state.epoch == held.0 {
             let shared: HashSet<&str> = state
                 .suspects
                 .iter()
@@ -203,8 +206,12 @@ async fn write_back_suspects(gateway: &Gateway, fleet: &FleetStore) {
 /// Clears in the store the tenants an operator cleared here while it was
 /// unreachable.
 async fn retry_clears(gateway: &Gateway, fleet: &FleetStore) {
-    let pending =
-        std::mem::take(&mut *fleet.pending_clears.lock().unwrap_or_else(PoisonError::into_inner));
+    let pending = std::mem::take(
+        &mut *fleet
+            .pending_clears
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
     for (at, tenant) in pending.iter().enumerate() {
         if let Err(fault) = fleet.clear(tenant).await {
             went_down(gateway, fleet, fault, "clear");
@@ -222,6 +229,7 @@ async fn retry_clears(gateway: &Gateway, fleet: &FleetStore) {
 /// first of an outage logged (once) and shown on the status page.
 fn went_down(gateway: &Gateway, fleet: &FleetStore, fault: Fault, operation: &str) {
     gateway.metrics.fleet.fallback(operation);
+    fleet.write_back_due.store(true, Ordering::Relaxed);
     let mut down = fleet
         .down_since
         .lock()
@@ -267,11 +275,7 @@ pub fn down_since(gateway: &Gateway) -> Option<SystemTime> {
 /// here (`Some(Marked::New)` when it made the tenant suspect), or `None`
 /// when the store gave no answer within `fleet.timeout_ms` (the local
 /// decision stands, and the suspect, if any, is written back later).
-pub async fn strike(
-    gateway: &Gateway,
-    struck: Struck<'_>,
-    rules: Rules,
-) -> Option<Option<Marked>> {
+pub async fn strike(gateway: &Gateway, struck: Struck<'_>, rules: Rules) -> Option<Option<Marked>> {
     let fleet = gateway.fleet.as_ref()?;
     let call = StrikeCall {
         cell: struck.cell,
@@ -298,6 +302,25 @@ pub async fn strike(
             went_down(gateway, fleet, fault, "strike");
             None
         }
+    }
+}
+
+/// Reads `tenant`'s standing from the fleet into this replica's suspects,
+/// before one of its requests goes beyond its first members.
+pub async fn consult(gateway: &Gateway, cell: &str, tenant: &str, strike_life: Duration) {
+    let Some(fleet) = &gateway.fleet else {
+        return;
+    };
+    match fleet.standing(tenant).await {
+        Ok(verdict) => {
+            answered(gateway, fleet);
+            if verdict.suspect || !verdict.members.is_empty() {
+                gateway
+                    .suspects
+                    .adopt_verdict(cell, tenant, &verdict, Instant::now(), strike_life);
+            }
+        }
+        Err(fault) => went_down(gateway, fleet, fault, "consult"),
     }
 }
 
@@ -347,10 +370,10 @@ pub async fn mark(gateway: &Gateway, shard: &ShardRuntime, failed: bool, drained
     let at_ms = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64);
-    let by = gateway
-        .fleet
-        .as_ref()
-        .map_or_else(|| "this replica".to_owned(), |fleet| fleet.replica().to_owned());
+    let by = gateway.fleet.as_ref().map_or_else(
+        || "this replica".to_owned(),
+        |fleet| fleet.replica().to_owned(),
+    );
     {
         let mut health = shard.health.lock().unwrap_or_else(PoisonError::into_inner);
         health.mark(failed, drained, Instant::now());

@@ -31,8 +31,8 @@
 //! global lock. Every transition takes `now` explicitly, so expiry is
 //! tested with a paused clock.
 
-use std::collections::{HashMap, HashSet};
 use std::collections::hash_map::{Entry as Slot, RandomState};
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError, TryLockError};

@@ -137,7 +137,11 @@ pub(crate) fn banner(state: &State) -> (Level, String) {
     match state.fleet_down {
         None => (level, line),
         Some(since) => (
-            if level == Level::Ok { Level::Warn } else { level },
+            if level == Level::Ok {
+                Level::Warn
+            } else {
+                level
+            },
             format!(
                 "{line}; containment per replica: fleet store unreachable since {}",
                 clock(since)

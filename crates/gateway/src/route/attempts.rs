@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::config::{Exhausted, GatewayConfig, PoisonSpread};
-use crate::health::quarantine::Suspects;
+use crate::health::quarantine::{Marked, Suspects};
 use crate::health::spread::Flight;
 use crate::protocol::wire::RequestHead;
 use crate::route::attempt::{self, Failure};
@@ -96,6 +96,15 @@ pub(super) struct Containment {
     pub(super) request: u64,
     /// The request was stopped: no member more is tried.
     pub(super) stopped: bool,
+    /// With `[fleet]`: the next attempt would leave the tenant's first
+    /// members, and the fleet's word on it is wanted first
+    /// (`Attempts::consult_fleet`); `consulted` once it was had.
+    pub(super) consult: bool,
+    pub(super) consulted: bool,
+    /// The strike the last attempt recorded here (its member, whether
+    /// the request is at `poison_after` members of its own, what it did to
+    /// the tenant), until `Attempts::crashed` takes it.
+    pub(super) struck: Option<(ShardIndex, bool, Option<Marked>)>,
 }
 
 /// An attempt's probe of a member its tenant has not struck, while the
@@ -195,6 +204,11 @@ impl<'a> Attempts<'a> {
         // With `[fleet]`, such a tenant's attempts on every replica go to
         // the same members first (`home`).
         let home = (contained && self.config.fleet.is_some()).then(|| self.home());
+        if let Some(home) = &home
+            && self.leaves_first_members(home)
+        {
+            return None;
+        }
         let (choice, index, spill, hold) = loop {
             let mut narrowed = Narrowed {
                 caps: self.caps,
@@ -487,7 +501,12 @@ impl<'a> Attempts<'a> {
         // A failure counts now; a success only once its body has ended
         // cleanly (see `body::BackendBody`): a shard that answers heads and
         // then stalls must not have each head forgive its last stall.
-        if failure.is_some() {
+        if let Some(failure) = failure {
+            // The tenant's strike first: a request that then finds the
+            // member ejected also finds why.
+            if failure.crash_like() {
+                self.strike_here(attempt.shard_index, failure, attempt.started);
+            }
             gateway.record_failure(&config.outlier, shard, now);
         }
         failure

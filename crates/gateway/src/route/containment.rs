@@ -8,6 +8,9 @@
 //! attempts on the same members (`home`). The rules are written in
 //! [`crate::route::proxy`]'s documentation.
 
+use std::sync::PoisonError;
+use std::time::Duration;
+
 use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -19,6 +22,7 @@ use crate::health::quarantine::{Begun, Marked, Rules, Struck};
 use crate::health::spread::{Flight, Full, Members};
 use crate::route::attempt::Failure;
 use crate::route::attempts::{Attempts, Probe, member_key};
+use crate::state::ShardRuntime;
 use crate::telemetry::metrics::Metrics;
 
 impl<'a> Attempts<'a> {
@@ -146,13 +150,16 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    /// Poison containment after a crash-like `failure` on the shard at
-    /// `index`: unless the member is timing out other tenants too (its
-    /// fault, not the tenant's), records the tenant's strike at once (its
-    /// other requests see it before their next attempt), stops the request
-    /// at `routing.poison_after` members of its own or when the strike made
-    /// the tenant suspect, and extends a suspect's quarantine.
-    pub(super) async fn crashed(&mut self, index: usize, failure: Failure, sent: Instant) {
+    /// Poison containment as a crash-like `failure` on the shard at
+    /// `index` is judged, before the failure counts toward the member's
+    /// ejection: unless the member is timing out other tenants too (its
+    /// fault, not the tenant's), records the tenant's strike here at once
+    /// (its other requests see it before their next attempt, and before
+    /// the member leaves rotation: a request that sees the member out
+    /// sees why), and notes it for [`Self::crashed`].
+    #[cold]
+    #[inline(never)]
+    pub(super) fn strike_here(&mut self, index: usize, failure: Failure, sent: Instant) {
         let (gateway, routing) = (self.gateway, &self.config.routing);
         if routing.poison_after == 0 {
             return;
@@ -179,6 +186,7 @@ impl<'a> Attempts<'a> {
             tracing::debug!(cell = %cell, shard = %shard.id, "a per-try timeout on a shard that is failing other tenants too: no strike");
             return;
         }
+        let rules = self.rules();
         let containment = self.containment.get_or_insert_with(Box::default);
         containment.crashed.push(index as ShardIndex);
         if containment.request == 0 {
@@ -192,26 +200,56 @@ impl<'a> Attempts<'a> {
             request: containment.request,
             stopped: own_stop,
         };
-        let rules = Rules {
+        let marked = gateway.suspects.record(struck, now, rules);
+        containment.struck = Some((index as ShardIndex, own_stop, marked));
+    }
+
+    /// What containment decides by.
+    fn rules(&self) -> Rules {
+        let routing = &self.config.routing;
+        Rules {
             poison_after: routing.poison_after as usize,
             strike_life: routing.request_timeout,
             quarantine: routing.quarantine,
+        }
+    }
+
+    /// Poison containment after the strike [`Self::strike_here`] recorded:
+    /// with `[fleet]` the fleet's verdict on the tenant, whose strikes on
+    /// every replica count; then the request stops at
+    /// `routing.poison_after` members of its own or when the strike made
+    /// the tenant suspect, and a suspect's quarantine is extended.
+    pub(super) async fn crashed(&mut self) {
+        let gateway = self.gateway;
+        let Some((index, own_stop, mut marked)) =
+            self.containment.as_mut().and_then(|c| c.struck.take())
+        else {
+            return;
         };
-        let mut marked = gateway.suspects.record(struck, now, rules);
+        let shard = &self.shards[index as usize];
+        let cell = &self.config.cells[self.cell].name;
+        let rules = self.rules();
         // With `[fleet]`, the fleet's strikes decide: every replica's
         // count, so R replicas together crash no more members than one.
-        if gateway.fleet.is_some()
-            && let Some(fleet_marked) = fleet::strike(gateway, struck, rules).await
-        {
-            marked = match (marked, fleet_marked) {
-                (Some(Marked::New), _) | (_, Some(Marked::New)) => Some(Marked::New),
-                (Some(Marked::Again), _) | (_, Some(Marked::Again)) => Some(Marked::Again),
-                (None, None) => None,
+        if gateway.fleet.is_some() {
+            let request = self.containment.as_ref().map_or(0, |c| c.request);
+            let struck = Struck {
+                cell,
+                tenant: self.tenant,
+                shard: &shard.id,
+                request,
+                stopped: own_stop,
             };
+            if let Some(fleet_marked) = fleet::strike(gateway, struck, rules).await {
+                marked = match (marked, fleet_marked) {
+                    (Some(Marked::New), _) | (_, Some(Marked::New)) => Some(Marked::New),
+                    (Some(Marked::Again), _) | (_, Some(Marked::Again)) => Some(Marked::Again),
+                    (None, None) => None,
+                };
+            }
         }
-        let containment = self
-            .containment
-            .get_or_insert_with(Box::default);
+        let routing = &self.config.routing;
+        let containment = self.containment.get_or_insert_with(Box::default);
         let new_suspect = marked == Some(Marked::New);
         let stopped = own_stop || new_suspect;
         containment.stopped |= stopped;
@@ -253,7 +291,10 @@ impl<'a> Attempts<'a> {
     /// send a poison tenant's concurrent requests to members of their own
     /// before any strike could be shared; in one order, together they
     /// reach no more members than one replica. A member this request
-    /// tried without a crash-like failure gives its place to the next.
+    /// tried keeps its place until this replica's health takes it out of
+    /// rotation: a refused connection may be a member the tenant's poison
+    /// crashed a moment ago through another replica, whose strike is not
+    /// known yet.
     #[cold]
     #[inline(never)]
     pub(super) fn home(&self) -> SmallVec<[ShardIndex; 8]> {
@@ -262,22 +303,28 @@ impl<'a> Attempts<'a> {
             .containment
             .as_ref()
             .map_or(&[][..], |containment| containment.crashed.as_slice());
+        // The tenant's strikes, here or (as learned) anywhere in the fleet:
+        // a member it struck keeps its place out of rotation too.
+        let struck = if self.gateway.suspects.any() {
+            self.gateway.suspects.struck(self.tenant, self.now)
+        } else {
+            None
+        };
         let failover = self.config.routing.failover;
         let mut home = SmallVec::new();
         for &index in self.subset {
             if home.len() == poison_after {
                 break;
             }
-            let usable = if crashed.contains(&index) {
-                true
-            } else if self.tried.contains(&index) {
-                false
-            } else {
-                !failover
-                    || self.shards[index as usize].availability_at(self.config, self.now)
-                        == Availability::Up
-            };
-            if usable {
+            let shard = &self.shards[index as usize];
+            let up = !failover || shard.availability_at(self.config, self.now) == Availability::Up;
+            if up
+                || crashed.contains(&index)
+                || struck
+                    .as_ref()
+                    .is_some_and(|struck| struck.contains(&shard.id))
+                || self.lately_out(shard)
+            {
                 home.push(index);
             }
         }
@@ -287,5 +334,69 @@ impl<'a> Attempts<'a> {
             return SmallVec::new();
         }
         home
+    }
+
+    /// With `[fleet]`, whether `shard` went out of rotation so lately that
+    /// the strike that may explain it (a tenant's poison crashing it
+    /// through another replica) may not have reached the store yet: within
+    /// four times `fleet.timeout_ms`, and at least 100 ms. Such a member
+    /// keeps its place among the tenant's first members meanwhile (its
+    /// requests go to the other first members, which are up), so that a
+    /// crash is never answered by moving the tenant to a member of its
+    /// own before the fleet could say why.
+    fn lately_out(&self, shard: &ShardRuntime) -> bool {
+        let Some(settings) = &self.config.fleet else {
+            return false;
+        };
+        let settle = (settings.store.timeout * 4).max(Duration::from_millis(100));
+        let health = shard.health.lock().unwrap_or_else(PoisonError::into_inner);
+        health
+            .out_since(self.now, &self.config.health)
+            .is_some_and(|since| self.now.saturating_duration_since(since) < settle)
+    }
+
+    /// With `[fleet]`, whether the next attempt would go to a member
+    /// beyond the tenant's first `poison_after` (one of those is out here,
+    /// or failed this request) before the fleet was asked about the
+    /// tenant: another replica may have struck those first members a
+    /// moment ago, and this replica's own health may be what knows it, not
+    /// its suspects. Then the request asks first ([`Self::consult_fleet`]),
+    /// unless this replica asked about the tenant within `fleet.sync_ms`
+    /// (what it learned then is in its suspects).
+    pub(super) fn leaves_first_members(&mut self, home: &[ShardIndex]) -> bool {
+        let first = &self.subset[..self
+            .subset
+            .len()
+            .min(self.config.routing.poison_after as usize)];
+        if home.iter().all(|index| first.contains(index)) {
+            return false;
+        }
+        if self.containment.as_ref().is_some_and(|c| c.consulted) {
+            return false;
+        }
+        if self.gateway.fleet.is_none() {
+            return false;
+        }
+        self.containment.get_or_insert_with(Box::default).consult = true;
+        true
+    }
+
+    /// Whether [`Self::leaves_first_members`] asked for the fleet's word.
+    pub(super) fn wants_fleet(&self) -> bool {
+        self.containment.as_ref().is_some_and(|c| c.consult)
+    }
+
+    /// Reads the tenant's standing from the fleet (within
+    /// `fleet.timeout_ms`) into this replica's suspects; without an answer
+    /// the replica decides on what it knows, as without a fleet.
+    pub(super) async fn consult_fleet(&mut self) {
+        let containment = self.containment.get_or_insert_with(Box::default);
+        containment.consult = false;
+        containment.consulted = true;
+        let cell = &self.config.cells[self.cell].name;
+        let strike_life = self.config.routing.request_timeout;
+        fleet::consult(self.gateway, cell, self.tenant, strike_life).await;
+        // Read afresh before the next pick.
+        self.contain();
     }
 }

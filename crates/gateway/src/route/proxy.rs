@@ -546,7 +546,16 @@ async fn route(
         spread_full: false,
         logged_tried,
     };
-    while let Some(member) = attempts.member() {
+    loop {
+        let Some(member) = attempts.member() else {
+            // With `[fleet]`, a tenant about to leave its first members
+            // is looked up in the fleet first (boxed: rare).
+            if attempts.wants_fleet() {
+                Box::pin(attempts.consult_fleet()).await;
+                continue;
+            }
+            break;
+        };
         if let Some(backoff) = member.backoff {
             tokio::time::sleep(backoff).await;
         }
@@ -616,8 +625,7 @@ async fn route(
                 if failure.crash_like() {
                     // Boxed: with `[fleet]` it waits on the store, and
                     // the request's future need not carry that state.
-                    Box::pin(attempts.crashed(attempt.shard_index, failure, attempt.started))
-                        .await;
+                    Box::pin(attempts.crashed()).await;
                 }
                 // Its probe, if any, ends only now: a strike it made is
                 // recorded first, so the member is never left uncounted.

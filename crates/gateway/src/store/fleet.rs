@@ -201,8 +201,38 @@ end
 return reply
 ";
 
+/// A tenant's standing, read: KEYS: its strikes, the suspects. ARGV:
+/// tenant. Returns [`STRIKE`]'s shape (`{suspect, 0, ms left,
+/// members...}`), its strikes' members when it is not suspect.
+const STANDING: &str = r"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if held then
+  local s = {}
+  for part in string.gmatch(held, '[^\t]+') do s[#s + 1] = part end
+  if #s == 7 and tonumber(s[1]) and tonumber(s[1]) > now then
+    local reply = {1, 0, tonumber(s[1]) - now}
+    for m in string.gmatch(s[7], '[^,]+') do reply[#reply + 1] = m end
+    return reply
+  end
+end
+local seen, list = {}, {}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if (tonumber(all[i + 1]) or 0) > now then
+    local m = string.match(all[i], '^[^\t]+')
+    if not seen[m] then seen[m] = true; list[#list + 1] = m end
+  end
+end
+table.sort(list)
+local reply = {0, 0, 0}
+for _, m in ipairs(list) do reply[#reply + 1] = m end
+return reply
+";
+
 /// Every script, loaded at each handshake.
-const SCRIPTS: [&str; 6] = [STRIKE, WITHDRAW, CLEAR, MARK, SUSPECT, STATE];
+const SCRIPTS: [&str; 7] = [STRIKE, WITHDRAW, CLEAR, MARK, SUSPECT, STATE, STANDING];
 
 /// An operator's mark on one shard, as the fleet holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,10 +335,11 @@ pub struct StrikeCall<'s> {
 pub struct FleetStore {
     redis: Redis,
     replica: String,
-    scripts: [Script; 6],
-    /// The epoch this replica offers a store that has none: its own id
-    /// and start time, so no two replicas offer the same.
-    pub fresh_epoch: String,
+    scripts: [Script; 7],
+    /// Since the last look that found the store answering, a call it did
+    /// not answer: what this replica set meanwhile is written back at the
+    /// next look that it answers.
+    pub write_back_due: std::sync::atomic::AtomicBool,
     /// The epoch and version of the state last applied here (empty before
     /// the first look).
     pub held: std::sync::Mutex<(String, String)>,
@@ -335,14 +366,11 @@ impl FleetStore {
             key: "fleet.store",
             reply_bytes: FLEET_REPLY_BYTES,
         });
-        let started = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| since.as_micros());
         Self {
             redis,
             replica: replica.to_owned(),
             scripts: SCRIPTS.map(Script::new),
-            fresh_epoch: format!("{replica}@{started}"),
+            write_back_due: std::sync::atomic::AtomicBool::new(false),
             held: std::sync::Mutex::default(),
             down_since: std::sync::Mutex::default(),
             pending_clears: std::sync::Mutex::default(),
@@ -423,6 +451,18 @@ impl FleetStore {
             .await
     }
 
+    /// The tenant's standing fleet-wide, on the request path (within
+    /// `fleet.timeout_ms`): whether it is suspect, with its members, or
+    /// the members its strikes name.
+    pub async fn standing(&self, tenant: &str) -> Result<Verdict, Fault> {
+        let keys = [key(&["strikes:", tenant]), key(&["suspects"])];
+        let args = [tenant.to_owned()];
+        self.run(6, &keys, &args, None, |reply| {
+            verdict(&reply).filter(|verdict| !verdict.new)
+        })
+        .await
+    }
+
     /// Takes back this replica's strikes of request `request`.
     pub async fn withdraw(&self, tenant: &str, request: u64) -> Result<(), Fault> {
         let keys = [key(&["strikes:", tenant])];
@@ -441,10 +481,16 @@ impl FleetStore {
             key(&["version"]),
         ];
         let args = [tenant.to_owned()];
-        self.run(2, &keys, &args, Some(BACKGROUND_TIMEOUT), |reply| match reply {
-            Value::Int(n @ (0 | 1)) => Some(n == 1),
-            _ => None,
-        })
+        self.run(
+            2,
+            &keys,
+            &args,
+            Some(BACKGROUND_TIMEOUT),
+            |reply| match reply {
+                Value::Int(n @ (0 | 1)) => Some(n == 1),
+                _ => None,
+            },
+        )
         .await
     }
 
@@ -460,10 +506,16 @@ impl FleetStore {
             mark.cell.clone(),
             mark.id.clone(),
         ];
-        self.run(3, &keys, &args, Some(BACKGROUND_TIMEOUT), |reply| match reply {
-            Value::Int(n @ (0 | 1)) => Some(n == 1),
-            _ => None,
-        })
+        self.run(
+            3,
+            &keys,
+            &args,
+            Some(BACKGROUND_TIMEOUT),
+            |reply| match reply {
+                Value::Int(n @ (0 | 1)) => Some(n == 1),
+                _ => None,
+            },
+        )
         .await
     }
 
@@ -487,19 +539,21 @@ impl FleetStore {
     }
 
     /// The fleet's state unless it is at `held` (epoch, version); an
-    /// empty store takes `fresh_epoch` as its epoch.
-    pub async fn look(&self, fresh_epoch: &str, held: (&str, &str)) -> Result<Looked, Fault> {
+    /// empty store takes a fresh epoch (this replica's id and the time, so
+    /// that no two looks offer the same one: a store restarted empty is
+    /// always seen as new).
+    pub async fn look(&self, held: (&str, &str)) -> Result<Looked, Fault> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let fresh_epoch = format!("{}@{now}", self.replica);
         let keys = [
             key(&["epoch"]),
             key(&["version"]),
             key(&["marks"]),
             key(&["suspects"]),
         ];
-        let args = [
-            fresh_epoch.to_owned(),
-            held.0.to_owned(),
-            held.1.to_owned(),
-        ];
+        let args = [fresh_epoch, held.0.to_owned(), held.1.to_owned()];
         self.run(5, &keys, &args, Some(BACKGROUND_TIMEOUT), |reply| {
             state(&reply)
         })
@@ -565,7 +619,12 @@ fn verdict(reply: &Value) -> Option<Verdict> {
         _ => return None,
     };
     let left = Duration::from_millis(count(left)?);
-    let members = members(rest.iter().map(text).collect::<Option<Vec<_>>>()?.into_iter())?;
+    let members = members(
+        rest.iter()
+            .map(text)
+            .collect::<Option<Vec<_>>>()?
+            .into_iter(),
+    )?;
     Some(Verdict {
         suspect,
         new,
@@ -680,8 +739,18 @@ mod tests {
             Value::Array(vec![Value::Int(2), Value::Int(0), Value::Int(0)]),
             Value::Array(vec![Value::Int(0), Value::Int(1), Value::Int(0)]),
             Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(-5)]),
-            Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(5), bulk("a b")]),
-            Value::Array(vec![Value::Int(1), Value::Int(0), Value::Int(5), Value::Int(3)]),
+            Value::Array(vec![
+                Value::Int(1),
+                Value::Int(0),
+                Value::Int(5),
+                bulk("a b"),
+            ]),
+            Value::Array(vec![
+                Value::Int(1),
+                Value::Int(0),
+                Value::Int(5),
+                Value::Int(3),
+            ]),
         ] {
             assert_eq!(verdict(&forged), None, "{forged:?}");
         }
@@ -722,7 +791,13 @@ mod tests {
         // A count that promises more than is there, a mark with a flag
         // that is not 0 or 1, a suspect missing a field.
         for forged in [
-            Value::Array(vec![bulk("e"), bulk("1"), Value::Int(2), bulk("x"), bulk("y")]),
+            Value::Array(vec![
+                bulk("e"),
+                bulk("1"),
+                Value::Int(2),
+                bulk("x"),
+                bulk("y"),
+            ]),
             Value::Array(vec![
                 bulk("e"),
                 bulk("1"),

@@ -106,7 +106,8 @@ impl Live {
     /// The connection, with `reply_bytes` more that its server may send
     /// for the call about to be made on it.
     fn for_call(&self) -> MultiplexedConnection {
-        self.allowance.fetch_add(self.reply_bytes, Ordering::Relaxed);
+        self.allowance
+            .fetch_add(self.reply_bytes, Ordering::Relaxed);
         self.connection.clone()
     }
 }

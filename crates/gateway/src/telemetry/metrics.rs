@@ -29,19 +29,21 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Metric, Registry};
+
+use super::registered::Registered;
 use std::sync::atomic::AtomicU64;
 
 use crate::syntax::grpc::Code;
 
 // The label sets and label values moved to their own files; their paths
 // through this module stay, for the callers that name them here.
+pub(crate) use super::fleet::FleetMetrics;
 pub(crate) use super::labels::{
     AttemptLabels, BoundLabels, BuildLabels, CellLabels, DirectionLabels, EjectionLabels,
     FALLBACK_REASONS, FailoverLabels, FallbackLabels, GrpcLabels, LIMIT_KINDS, LISTENERS,
     LimitLabels, ListenerLabels, OutcomeLabels, REQUEST_OUTCOMES, RequestLabels, ResultLabels,
     ShardLabels, SideLabels, ThresholdLabels, request_outcome,
 };
-pub(crate) use super::fleet::FleetMetrics;
 pub(crate) use super::websocket::WebSocketMetrics;
 
 /// Success-ratio bounds of the tenant availability distribution: `0` is
@@ -205,6 +207,8 @@ impl ShardHandles {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Every sample name the registry's families may expose.
+    names: Vec<String>,
     /// One scrape at a time: the scrape-time gauges are cleared, set and
     /// encoded as one step.
     scrape: Mutex<()>,
@@ -289,18 +293,17 @@ fn latency_histogram() -> Histogram {
 /// in call order (the order of the exposition) and handed back, and the
 /// families whose series are known in advance, each created at zero in a
 /// step of its own so that `rate()` and `increase()` see the first event.
-struct Families(Registry);
+struct Families(Registered);
 
 impl Families {
     /// Registers `metric` as `name` with `help` and hands it back.
     fn add_metric<M: Metric + Clone>(&mut self, name: &str, help: &str, metric: M) -> M {
-        self.0.register(name, help, metric.clone());
-        metric
+        self.0.add_metric(name, help, metric)
     }
 
     /// Registers a new, empty `M` as `name` with `help`.
     fn add<M: Metric + Clone + Default>(&mut self, name: &str, help: &str) -> M {
-        self.add_metric(name, help, M::default())
+        self.0.add(name, help)
     }
 
     /// `shuffle_stream_timeouts_total{side}`: the backend's and the
@@ -408,6 +411,16 @@ impl Families {
     }
 }
 
+impl Metrics {
+    /// Every sample name the gateway's families may expose
+    /// (`shuffle_requests_total`, `shuffle_request_duration_seconds_bucket`,
+    /// ...), whether or not they have a series yet: what the alert rules
+    /// and the dashboard may name.
+    pub fn exported_names(&self) -> &[String] {
+        &self.names
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -419,7 +432,7 @@ impl Metrics {
     /// path's counters and latencies, the scrape-time gauges, then the
     /// families with series known in advance, each from its own step.
     pub fn new() -> Self {
-        let mut families = Families(Registry::with_prefix("shuffle"));
+        let mut families = Families(Registered::with_prefix("shuffle"));
         let requests = families.add("requests", "Client requests by cell and outcome");
         let attempts = families.add("attempts", "Attempts to shards by cell, shard and outcome");
         let failovers = families.add("failovers", "Requests that failed over inside the subset: kind=retry after a failed attempt, kind=reroute around a member out of rotation");
@@ -485,6 +498,7 @@ impl Metrics {
         let (reloads, last_reload_success, last_reload_successful) = families.reloads();
         let (connections_accepted, connections_open) = families.connections();
         let (client_bytes_in, client_bytes_out) = families.client_bytes();
+        let (registry, names) = families.0.into_parts();
         Self {
             reloads,
             last_reload_success,
@@ -497,7 +511,8 @@ impl Metrics {
             store_fallbacks,
             grpc_requests,
             tls_handshakes,
-            registry: families.0,
+            registry,
+            names,
             scrape: Mutex::new(()),
             websockets,
             fleet,

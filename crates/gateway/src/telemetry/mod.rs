@@ -9,5 +9,6 @@ pub mod access_log;
 pub mod fleet;
 pub mod labels;
 pub mod metrics;
+mod registered;
 pub mod websocket;
 pub mod window;

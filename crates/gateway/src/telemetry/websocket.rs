@@ -6,7 +6,8 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+
+use super::registered::Registered;
 
 use super::labels::{CellLabels, request_outcome};
 
@@ -52,21 +53,21 @@ impl Drop for OpenTunnel {
 }
 
 impl WebSocketMetrics {
-    pub(super) fn register(registry: &mut Registry) -> Self {
+    pub(super) fn register(registry: &mut Registered) -> Self {
         let upgrades = Family::<UpgradeLabels, Counter>::default();
-        registry.register(
+        registry.add_metric(
             "websocket_upgrades",
             "WebSocket upgrade requests by cell and outcome: switched (tunnel opened), declined (the shard answered 2xx/3xx), else the request outcome the client got",
             upgrades.clone(),
         );
         let open = Family::<CellLabels, Gauge>::default();
-        registry.register(
+        registry.add_metric(
             "websocket_tunnels_open",
             "WebSocket tunnels open now",
             open.clone(),
         );
         let closed = Family::<TunnelCloseLabels, Counter>::default();
-        registry.register(
+        registry.add_metric(
             "websocket_tunnels_closed",
             "WebSocket tunnels closed by cell and reason: closed (both sides ended), idle (limits.tunnel_idle_timeout_ms), error (a side failed), revoked (a reload removed its tenant)",
             closed.clone(),
