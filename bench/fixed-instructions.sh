@@ -16,6 +16,10 @@
 #   callgrind is slow): the difference is what a global limit costs the
 #   gateway per request. After each run the store's fallbacks are checked
 #   to be 0 (every request was judged by Redis).
+#   FLEET=redis://HOST:PORT sets [fleet] store (timeout_ms = 1000) for the
+#   labels whose name contains "fleet" only, so one run pairs a gateway
+#   with [fleet] and one without: the difference is what the fleet costs a
+#   request that touches no suspect and no mark (nothing, by design).
 #   PROTO=h2 sends HTTP/2 with prior knowledge through h2load instead: one
 #   connection with CONNS concurrent streams, CONNS x ROUNDS requests counted.
 #   Prints "label repeat instructions/request instructions-less-software-SHA-256";
@@ -62,6 +66,7 @@ for rep in $(seq "$REPEATS"); do
       printf '\n[forwarding]\nx_forwarded_for = "off"\nx_forwarded_host = false\n'
       [[ -n ${HEALTH_MS:-} ]] && printf '\n[health]\ninterval_ms = %s\n' "$HEALTH_MS"
       [[ ${RATE:-local} == redis://* ]] && printf '\n[limits.tenant]\nstore = "%s"\nstore_timeout_ms = 1000\n' "$RATE"
+      [[ -n ${FLEET:-} && $label == *fleet* ]] && printf '\n[fleet]\nstore = "%s"\ntimeout_ms = 1000\n' "$FLEET"
       printf '\n[[cells]]\nname = "default"\nshards = [\n'
       for i in $(seq 0 $((${K:-2} - 1))); do printf '  { id = "s%s", url = "http://127.0.0.1:%s" },\n' "$i" "$BPORT"; done
       printf ']\n'

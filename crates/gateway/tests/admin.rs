@@ -308,6 +308,11 @@ async fn every_route_needs_the_right_token() {
         "only tenants with traffic"
     );
 
+    // Without [fleet], the fleet view says so.
+    assert_eq!(
+        fixture.admin_json("GET", "/admin/fleet").await,
+        serde_json::json!({ "fleet": null })
+    );
     let blast = fixture.admin_json("GET", "/admin/blast").await;
     let cells = blast["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 1);

@@ -357,6 +357,11 @@ async fn a_mark_set_on_one_replica_reaches_every_replica_and_a_restarted_one() {
     let drained = fleet.admin(0, "POST", "/admin/shards/s0/drain").await;
     assert_eq!(drained["applied_on"], "fleet", "{drained}");
     let by = drained["shard"]["marked_by"].as_str().unwrap().to_owned();
+    // The admin API names the replica that set it, and says the store is up.
+    let view = fleet.admin(0, "GET", "/admin/fleet").await;
+    assert_eq!(view["fleet"]["replica_id"], by.as_str(), "{view}");
+    assert_eq!(view["fleet"]["up"], true, "{view}");
+    assert_eq!(view["fleet"]["store"], format!("127.0.0.1:{}", redis.port));
     fleet
         .everywhere("s0 is drained, marked by replica 0", |n| {
             let (fleet, by) = (Arc::clone(&fleet), by.clone());
@@ -618,4 +623,6 @@ async fn a_store_speaking_garbage_is_never_trusted_and_requests_are_served() {
     assert_ne!(drained["applied_on"], "fleet", "{drained}");
     let (_, up) = fleet_metrics(&fleet, 0, "mark").await;
     assert_eq!(up, 0.0, "a store speaking garbage counted as up");
+    let view = fleet.admin(0, "GET", "/admin/fleet").await;
+    assert_eq!(view["fleet"]["up"], false, "{view}");
 }

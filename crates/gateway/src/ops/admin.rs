@@ -92,6 +92,7 @@ pub const ROUTES: &[Route] = &[
     Route::new(Method::POST, "/admin/tenants/{id}/clear",   Access::Token,                     |m| on(m, clear_suspect)),
     Route::new(Method::GET,  "/admin/blast",                Access::Token,                     |m| on(m, blast)),
     Route::new(Method::POST, "/admin/reload",               Access::Token,                     |m| on(m, reload)),
+    Route::new(Method::GET,  "/admin/fleet",                Access::Token,                     |m| on(m, fleet_view)),
 ];
 
 /// Builds the admin router from [`ROUTES`], each route behind `guard`
@@ -561,6 +562,33 @@ async fn clear_suspect(
     Ok(Json(
         json!({ "tenant": id, "was_suspect": was_suspect, "applied_on": reach.name() }),
     ))
+}
+
+/// `GET /admin/fleet`: whether this replica shares its containment and
+/// marks through a fleet store (`[fleet]`), as which replica, and whether
+/// the store answers now (`{"fleet": null}` without `[fleet]`). Drills
+/// read it from every replica, so a replica left out of the fleet is
+/// named before anything is tested.
+async fn fleet_view(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {
+    let Some(store) = &gateway.fleet else {
+        return Json(json!({ "fleet": null }));
+    };
+    let snapshot = gateway.snapshot();
+    let settings = snapshot.config.fleet();
+    let down_since = fleet::down_since(&gateway).map(|since| {
+        since
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs())
+    });
+    Json(json!({ "fleet": {
+        "replica_id": store.replica(),
+        // `host:port` only: the URL may carry a password.
+        "store": store.address(),
+        "up": store.is_up() && down_since.is_none(),
+        "down_since_unix": down_since,
+        "timeout_ms": settings.map(|s| s.store.timeout.as_millis() as u64),
+        "sync_ms": settings.map(|s| s.sync_every.as_millis() as u64),
+    }}))
 }
 
 async fn blast(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {
