@@ -45,10 +45,15 @@ impl Fleet {
     /// `routing.poison_after = 2`, three replicas; `[fleet]` on `store`
     /// when given.
     async fn start(store: Option<&str>, down: Duration) -> Self {
+        Self::start_with(store, "", down).await
+    }
+
+    /// [`Fleet::start`] with `lines` more in `[fleet]`.
+    async fn start_with(store: Option<&str>, lines: &str, down: Duration) -> Self {
         let extra = match store {
             // A timeout a loaded test machine meets: the bound being tested
             // is the fleet's, not Redis's speed.
-            Some(url) => format!("[fleet]\nstore = \"{url}\"\ntimeout_ms = 500\n"),
+            Some(url) => format!("[fleet]\nstore = \"{url}\"\ntimeout_ms = 500\n{lines}\n"),
             None => String::new(),
         };
         let fixture = Fixture::start(Options {
@@ -625,4 +630,50 @@ async fn a_store_speaking_garbage_is_never_trusted_and_requests_are_served() {
     assert_eq!(up, 0.0, "a store speaking garbage counted as up");
     let view = fleet.admin(0, "GET", "/admin/fleet").await;
     assert_eq!(view["fleet"]["up"], false, "{view}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_over_tls_is_shared_and_one_whose_certificate_fails_is_never_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = crate::pki::Ca::new("fleet store CA");
+    let (cert, key) = ca.server(&["127.0.0.1"]).write(dir.path(), "redis");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let Some((_redis, tls_port)) = Redis::start_tls(&cert, &key).await else {
+        return;
+    };
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let lines = format!("ca_file = \"{}\"\n", ca_file.display());
+    let fleet = Arc::new(Fleet::start_with(Some(&url), &lines, Duration::from_secs(60)).await);
+    for backend in &fleet.fixture.backends {
+        backend.set_mode(Mode::Healthy);
+    }
+    let drained = fleet.admin(0, "POST", "/admin/shards/s0/drain").await;
+    assert_eq!(drained["applied_on"], "fleet", "{drained}");
+    fleet
+        .everywhere("s0 is drained over TLS", |n| {
+            let fleet = Arc::clone(&fleet);
+            async move { fleet.shard(n, "s0").await["drained"] == true }
+        })
+        .await;
+
+    // Another CA: the handshake fails, the store is never up, and the
+    // gateway serves on its own.
+    let other = crate::pki::Ca::new("another CA");
+    let other_file = dir.path().join("other.pem");
+    std::fs::write(&other_file, other.pem()).unwrap();
+    let lines = format!("ca_file = \"{}\"\n", other_file.display());
+    let distrusting = Fleet::start_with(Some(&url), &lines, Duration::from_secs(60)).await;
+    for backend in &distrusting.fixture.backends {
+        backend.set_mode(Mode::Healthy);
+    }
+    let (tenant, _) = &distrusting.fixture.tenants[0];
+    assert_eq!(
+        distrusting.send(0, tenant, "/plain", false).await,
+        StatusCode::OK
+    );
+    let view = distrusting.admin(0, "GET", "/admin/fleet").await;
+    assert_eq!(view["fleet"]["up"], false, "{view}");
+    let drained = distrusting.admin(0, "POST", "/admin/shards/s0/drain").await;
+    assert_ne!(drained["applied_on"], "fleet", "{drained}");
 }

@@ -14,6 +14,8 @@ pub struct Redis {
     child: Child,
     pub port: u16,
     dir: tempfile::TempDir,
+    /// Arguments beyond the defaults (TLS), kept for a restart.
+    extra: Vec<String>,
 }
 
 impl Drop for Redis {
@@ -27,6 +29,33 @@ impl Redis {
     /// Starts one, or `None` (the test skips) when `redis-server` is not
     /// installed (CI fails instead: `testkit::skip`).
     pub async fn start() -> Option<Self> {
+        Self::start_with(Vec::new()).await
+    }
+
+    /// [`Redis::start`] with TLS too, on a port of its own (returned) with
+    /// the certificate and key in `cert` and `key`; clients need not show
+    /// one. The plain port stays, for the readiness `PING`.
+    pub async fn start_tls(cert: &Path, key: &Path) -> Option<(Self, u16)> {
+        let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let extra = vec![
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_owned(),
+            cert.display().to_string(),
+            "--tls-key-file".to_owned(),
+            key.display().to_string(),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        Some((Self::start_with(extra).await?, tls_port))
+    }
+
+    /// Starts one with `extra` arguments.
+    async fn start_with(extra: Vec<String>) -> Option<Self> {
         let installed = Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
@@ -46,8 +75,13 @@ impl Redis {
                 .local_addr()
                 .unwrap()
                 .port();
-            if let Some(child) = Self::spawn(dir.path(), port).await {
-                return Some(Self { child, port, dir });
+            if let Some(child) = Self::spawn(dir.path(), port, &extra).await {
+                return Some(Self {
+                    child,
+                    port,
+                    dir,
+                    extra,
+                });
             }
         }
         panic!("redis-server did not start on any of 20 ports");
@@ -55,13 +89,14 @@ impl Redis {
 
     /// Starts `redis-server` on `port`; `None` when it exits (the port was
     /// taken), once it answers `PING` otherwise.
-    pub async fn spawn(dir: &Path, port: u16) -> Option<Child> {
+    async fn spawn(dir: &Path, port: u16, extra: &[String]) -> Option<Child> {
         let log = std::fs::File::create(dir.join(format!("redis-{port}.log"))).unwrap();
         let mut child = Command::new("redis-server")
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--protected-mode", "no", "--dir"])
             .arg(dir)
+            .args(extra)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -133,7 +168,7 @@ impl Redis {
     /// Starts it again on the same port.
     pub async fn restart(&mut self) {
         for _ in 0..100 {
-            if let Some(child) = Self::spawn(self.dir.path(), self.port).await {
+            if let Some(child) = Self::spawn(self.dir.path(), self.port, &self.extra).await {
                 self.child = child;
                 return;
             }

@@ -1,6 +1,7 @@
 //! `[fleet]`: the Redis server a fleet of replicas shares its poison
 //! containment and operator marks through, and this replica's name in it.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -28,6 +29,7 @@ pub struct FleetSettings {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawFleet {
     store: Option<Redacted>,
+    ca_file: Option<String>,
     replica_id: Option<String>,
     timeout_ms: Option<u64>,
     sync_ms: Option<u64>,
@@ -36,7 +38,10 @@ pub(super) struct RawFleet {
 /// The longest replica id: it is written with every mark and strike.
 const MAX_REPLICA_ID: usize = 128;
 
-pub(super) fn fleet_settings(f: Option<RawFleet>) -> Result<Option<FleetSettings>, KeyProblem> {
+pub(super) fn fleet_settings(
+    f: Option<RawFleet>,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<Option<FleetSettings>, KeyProblem> {
     let Some(f) = f else {
         return Ok(None);
     };
@@ -49,6 +54,20 @@ pub(super) fn fleet_settings(f: Option<RawFleet>) -> Result<Option<FleetSettings
         ));
     };
     let url = RedisUrl::parse(&url).map_err(|problem| ("fleet.store", problem))?;
+    let ca_file = f.ca_file.as_deref().map(resolve);
+    let tls = match (url.tls, ca_file) {
+        (true, ca_file) => Some(
+            super::tls::store_tls("fleet.ca_file", ca_file)
+                .map_err(|(_, problem)| ("fleet.ca_file", problem))?,
+        ),
+        (false, None) => None,
+        (false, Some(_)) => {
+            return Err((
+                "fleet.ca_file",
+                "is set, but fleet.store is redis:// (no TLS); write rediss:// to use it, or remove fleet.ca_file".to_owned(),
+            ));
+        }
+    };
     let timeout = millis("fleet.timeout_ms", f.timeout_ms, 5, 1..=1_000)?;
     let sync_every = millis("fleet.sync_ms", f.sync_ms, 250, 50..=1_000)?;
     let replica_id = match f.replica_id {
@@ -71,7 +90,7 @@ pub(super) fn fleet_settings(f: Option<RawFleet>) -> Result<Option<FleetSettings
         None => None,
     };
     Ok(Some(FleetSettings {
-        store: StoreSettings { url, timeout },
+        store: StoreSettings { url, timeout, tls },
         replica_id,
         sync_every,
     }))

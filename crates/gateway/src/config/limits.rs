@@ -183,9 +183,19 @@ fn tenant_limit_settings(t: RawTenantLimits) -> Result<TenantLimitSettings, KeyP
     )?;
     let store = t
         .store
-        .map(|Redacted(url)| RedisUrl::parse(&url).map(|url| StoreSettings { url, timeout }))
+        .map(|Redacted(url)| RedisUrl::parse(&url))
         .transpose()
-        .map_err(|p| ("limits.tenant.store", p))?;
+        .map_err(|p| ("limits.tenant.store", p))?
+        .map(|url| {
+            // `rediss://`: checked against the system's trust store.
+            let tls = url
+                .tls
+                .then(|| super::tls::store_tls("limits.tenant.store", None))
+                .transpose()
+                .map_err(|(_, problem)| ("limits.tenant.store", problem))?;
+            Ok::<_, KeyProblem>(StoreSettings { url, timeout, tls })
+        })
+        .transpose()?;
     Ok(TenantLimitSettings { defaults, store })
 }
 

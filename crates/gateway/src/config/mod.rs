@@ -78,7 +78,7 @@ pub use outlier::OutlierSettings;
 pub use retry_budget::RetryBudgetSettings;
 pub use routing::{Exhausted, PoisonSpread, RoutingSettings};
 pub use shard_url::{ShardUrl, ShardUrlError};
-pub use store::{RedisUrl, StoreSettings};
+pub use store::{RedisUrl, StoreSettings, StoreTls};
 pub use tls::{ClientCertificate, MtlsSettings, TenantFrom, TlsSettings, UpstreamTlsSettings};
 
 /// Why the configuration was refused.
@@ -285,7 +285,7 @@ impl GatewayConfig {
         let health = health_settings(raw.health).map_err(err)?;
         let outlier = outlier_settings(raw.outlier).map_err(err)?;
         let mut limits = limit_settings(raw.limits).map_err(err)?;
-        let fleet = fleet_settings(raw.fleet).map_err(err)?;
+        let fleet = fleet_settings(raw.fleet, &resolve).map_err(err)?;
         if let Some(fleet) = &fleet
             && limits.tenant.store.is_none()
         {

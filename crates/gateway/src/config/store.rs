@@ -1,8 +1,11 @@
-//! `limits.tenant.store`: the Redis server request rates are shared
-//! through, and its URL, whose password nothing prints.
+//! A Redis server replicas share (`limits.tenant.store`, `fleet.store`):
+//! its URL, whose password nothing prints, and TLS to it (`rediss://`).
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::ClientConfig;
 use serde::Deserialize;
 
 /// `limits.tenant.store`: a Redis server shared by every replica.
@@ -14,6 +17,32 @@ pub struct StoreSettings {
     /// The longest one call may take before the request is judged by the
     /// local limiter instead (`store_timeout_ms`).
     pub timeout: Duration,
+    /// TLS to it, for a `rediss://` URL.
+    pub tls: Option<StoreTls>,
+}
+
+/// TLS to a store: the roots its certificate is checked against (the CA
+/// file named, or the system's trust store).
+#[derive(Clone)]
+pub struct StoreTls {
+    /// The CA file, when one is named (`fleet.ca_file`).
+    pub ca_file: Option<PathBuf>,
+    /// The client configuration every connection uses.
+    pub client: Arc<ClientConfig>,
+}
+
+impl PartialEq for StoreTls {
+    fn eq(&self, other: &Self) -> bool {
+        self.ca_file == other.ca_file
+    }
+}
+
+impl std::fmt::Debug for StoreTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreTls")
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A `redis://[[user]:password@]host:port[/db]` URL. The password is a
@@ -28,6 +57,8 @@ pub struct RedisUrl {
     pub username: Option<String>,
     /// The database number (`SELECT`), when not 0.
     pub db: u32,
+    /// `rediss://`: TLS to the server.
+    pub tls: bool,
     password: Option<String>,
 }
 
@@ -35,9 +66,16 @@ impl RedisUrl {
     /// Parses a `redis://` URL. Errors never repeat the URL: it may carry a
     /// password.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let rest = text.strip_prefix("redis://").ok_or_else(|| {
-            "must start with redis:// (e.g. \"redis://127.0.0.1:6379\"); TLS (rediss://) and Unix sockets are not supported".to_owned()
-        })?;
+        let (tls, rest) = match (
+            text.strip_prefix("redis://"),
+            text.strip_prefix("rediss://"),
+        ) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => {
+                return Err("must start with redis:// or rediss:// (TLS), e.g. \"redis://127.0.0.1:6379\"; Unix sockets are not supported".to_owned());
+            }
+        };
         let (login, rest) = match rest.rsplit_once('@') {
             Some((login, rest)) => (Some(login), rest),
             None => (None, rest),
@@ -79,6 +117,7 @@ impl RedisUrl {
             port,
             username,
             db,
+            tls,
             password,
         })
     }
@@ -96,6 +135,7 @@ impl std::fmt::Debug for RedisUrl {
             .field("port", &self.port)
             .field("username", &self.username)
             .field("db", &self.db)
+            .field("tls", &self.tls)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .finish()
     }

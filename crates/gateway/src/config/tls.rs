@@ -648,6 +648,40 @@ pub(crate) fn upstream_tls_settings(
     }))
 }
 
+/// TLS to a Redis store (`rediss://`): its certificate checked against the
+/// CA file `ca_file` names (as `key`), or against the system's trust store.
+pub(crate) fn store_tls(
+    key: &str,
+    ca_file: Option<PathBuf>,
+) -> Result<super::store::StoreTls, Problem> {
+    let roots = match &ca_file {
+        Some(path) => read_roots(key, path)?,
+        None => {
+            let mut roots = RootCertStore::empty();
+            let (added, _) =
+                roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            if added == 0 {
+                return Err((
+                    key.to_owned(),
+                    "is not set and the system's trust store holds no certificate; \
+                     set it to the CA file that issued the store's certificate"
+                        .into(),
+                ));
+            }
+            roots
+        }
+    };
+    let client = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|error| (key.to_owned(), error.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(super::store::StoreTls {
+        ca_file,
+        client: Arc::new(client),
+    })
+}
+
 /// A shard's `server_name`: the name its certificate must carry (and the
 /// SNI sent), when it differs from the URL's host.
 pub(crate) fn server_name(text: &str) -> Result<ServerName<'static>, String> {

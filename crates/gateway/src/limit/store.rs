@@ -9,6 +9,7 @@
 //! nothing but allowed-or-not: a reply that is not what the script returns
 //! is a fault like any other, and ends the connection.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -65,6 +66,7 @@ impl Store {
             scripts: &[SCRIPT],
             key: "limits.tenant.store",
             reply_bytes: crate::store::REPLY_BYTES,
+            tls: settings.tls.as_ref().map(|tls| Arc::clone(&tls.client)),
         });
         Self {
             settings,
@@ -193,6 +195,7 @@ mod tests {
         let store = Store::new(StoreSettings {
             url,
             timeout: Duration::from_millis(5),
+            tls: None,
         });
         for shown in [format!("{store:?}"), store.address()] {
             assert!(!shown.contains("hunter2"), "{shown}");

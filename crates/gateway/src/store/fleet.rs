@@ -365,6 +365,10 @@ impl FleetStore {
             scripts: &SCRIPTS,
             key: "fleet.store",
             reply_bytes: FLEET_REPLY_BYTES,
+            tls: settings
+                .tls
+                .as_ref()
+                .map(|tls| std::sync::Arc::clone(&tls.client)),
         });
         Self {
             redis,

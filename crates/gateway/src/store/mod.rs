@@ -91,6 +91,8 @@ pub struct RedisSettings {
     /// What the server may send for each call ([`REPLY_BYTES`] for calls
     /// whose replies are a few numbers).
     pub reply_bytes: i64,
+    /// TLS to the server (`rediss://`).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// A working connection.
@@ -404,24 +406,20 @@ async fn handshake(settings: &RedisSettings) -> Result<Live, &'static str> {
         .map_err(|_| "cannot connect")?;
     let _ = socket.set_nodelay(true);
     let allowance = Arc::new(AtomicI64::new(HANDSHAKE_BYTES));
-    let metered = Metered {
-        socket,
-        allowance: Arc::clone(&allowance),
+    let mut connection = match &settings.tls {
+        None => open(&login, metered(socket, &allowance), config).await?,
+        Some(tls) => {
+            let name = rustls_pki_types::ServerName::try_from(url.host.clone())
+                .map_err(|_| "the store's host is not a name a certificate can carry")?;
+            let stream = tokio_rustls::TlsConnector::from(Arc::clone(tls))
+                .connect(name, socket)
+                .await
+                .map_err(
+                    |_| "TLS handshake failed: check the store's certificate against the CA",
+                )?;
+            open(&login, metered(stream, &allowance), config).await?
+        }
     };
-    let (mut connection, driver) = MultiplexedConnection::new_with_config(&login, metered, config)
-        .await
-        .map_err(|error| match error.kind() {
-            // The server's words may quote what was sent: never logged.
-            ErrorKind::AuthenticationFailed => {
-                "AUTH refused: check the user and password in the store's URL"
-            }
-            ErrorKind::Server(_) => {
-                "refused: check the user, password and database in the store's URL"
-            }
-            _ => "cannot connect",
-        })?;
-    // Ends when every handle of the connection is gone, or its socket.
-    tokio::spawn(driver);
     for script in settings.scripts {
         // Not `Script::load_async`: it asserts (in debug builds) that the
         // digest is the one it computed, and a forged server's is not.
@@ -443,6 +441,40 @@ async fn handshake(settings: &RedisSettings) -> Result<Live, &'static str> {
     })
 }
 
+/// `socket`, metered by `allowance`.
+fn metered<S>(socket: S, allowance: &Arc<AtomicI64>) -> Metered<S> {
+    Metered {
+        socket,
+        allowance: Arc::clone(allowance),
+    }
+}
+
+/// Logs in over `metered` and starts the connection's driver task.
+async fn open<S>(
+    login: &RedisConnectionInfo,
+    metered: Metered<S>,
+    config: AsyncConnectionConfig,
+) -> Result<MultiplexedConnection, &'static str>
+where
+    S: AsyncRead + AsyncWrite + Send + Sync + Unpin + 'static,
+{
+    let (connection, driver) = MultiplexedConnection::new_with_config(login, metered, config)
+        .await
+        .map_err(|error| match error.kind() {
+            // The server's words may quote what was sent: never logged.
+            ErrorKind::AuthenticationFailed => {
+                "AUTH refused: check the user and password in the store's URL"
+            }
+            ErrorKind::Server(_) => {
+                "refused: check the user, password and database in the store's URL"
+            }
+            _ => "cannot connect",
+        })?;
+    // Ends when every handle of the connection is gone, or its socket.
+    tokio::spawn(driver);
+    Ok(connection)
+}
+
 /// What the server may send during the handshake (the login's answers and
 /// the scripts' digests are a few dozen bytes each).
 const HANDSHAKE_BYTES: i64 = 64 * 1024;
@@ -458,12 +490,12 @@ pub const REPLY_BYTES: i64 = 64 * 1024;
 /// call): a forged or broken server announcing a huge reply, or streaming
 /// without end, ends its connection (a [`Fault::Unreachable`]) instead of
 /// growing the gateway's memory.
-struct Metered {
-    socket: TcpStream,
+struct Metered<S> {
+    socket: S,
     allowance: Arc<AtomicI64>,
 }
 
-impl AsyncRead for Metered {
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -482,7 +514,7 @@ impl AsyncRead for Metered {
     }
 }
 
-impl AsyncWrite for Metered {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
