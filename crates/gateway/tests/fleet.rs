@@ -376,6 +376,22 @@ async fn a_mark_set_on_one_replica_reaches_every_replica_and_a_restarted_one() {
             }
         })
         .await;
+    // Another replica's status page says who drained it.
+    let (_, _, page) = send_to(
+        &fleet.fixture.client,
+        fleet.addrs(1).1,
+        "GET",
+        "/",
+        Some(TOKEN),
+        &[],
+        b"",
+    )
+    .await;
+    let page = String::from_utf8_lossy(&page);
+    assert!(
+        page.contains(&format!("by admin on {by} at ")),
+        "replica 1's status page does not name who drained s0"
+    );
     // Every replica keeps s0's tenants away from it now.
     let s0 = fleet.fixture.backend("s0");
     let before = s0.requests();

@@ -383,14 +383,29 @@ fn shard_tile(
         (Some(p50), Some(p99)) => format!("p50 {} · p99 {}", millis(p50), millis(p99)),
         _ => "p50 – · p99 –".to_owned(),
     };
+    // An operator's mark names who set it (with `[fleet]`, any replica).
+    let marked = matches!(
+        line.availability,
+        Availability::Failed | Availability::Drained
+    )
+    .then(|| {
+        let health = line.runtime.health.lock().expect("health lock");
+        health.mark_origin.clone()
+    })
+    .flatten()
+    .map(|origin| {
+        let at = UNIX_EPOCH + Duration::from_millis(origin.at_ms);
+        format!(" on {} at {}", escape(&origin.by), clock(at))
+    })
+    .unwrap_or_default();
     let since = match (line.availability.cause(), line.since) {
         (None, _) => String::new(),
         (Some(cause), Some(since)) => format!(
-            "<div class=\"since\">out since {} ({}) by {cause}</div>",
+            "<div class=\"since\">out since {} ({}) by {cause}{marked}</div>",
             clock(since),
             ago(wall.duration_since(since).unwrap_or_default())
         ),
-        (Some(cause), None) => format!("<div class=\"since\">out by {cause}</div>"),
+        (Some(cause), None) => format!("<div class=\"since\">out by {cause}{marked}</div>"),
     };
     let _ = write!(
         html,
