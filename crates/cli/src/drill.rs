@@ -55,6 +55,13 @@ Examples:
       --admin-token-file admin.token --tenants-file drill-tenants.tsv --fail s3
   shuffle-shard drill ... --kill s3 --wait-seconds 30   # you break s3 yourself
   shuffle-shard drill ... --break s3=http://127.0.0.1:9203 --break-mode health-stall
+  shuffle-shard drill --gateway http://gw-a:8080 --admin http://gw-a:9901 \\
+      --gateway http://gw-b:8080 --admin http://gw-b:9901 ... --fail s3   # a fleet
+
+Several --gateway/--admin pairs drill a fleet of replicas ([fleet]): the \
+load takes them in turn, the fault is injected through the first, and \
+every replica must report it (and the failovers of all count). A replica \
+without [fleet] fails the drill (exit 1) naming it before any fault.
 
 --break ID=CONTROL_URL breaks a shard run by `shuffle-shard backend --control` \
 through its control API: the drill sets --break-mode (default killed; any \
@@ -96,12 +103,12 @@ contained worst case. Give MS longer than a phase of load.";
 // Exactly one way to make the fault: `--fail`, `--kill` or `--break`.
 #[command(group(ArgGroup::new("fault").required(true).args(["fail", "kill", "break", "poison", "rolling_restart"])))]
 pub struct DrillArgs {
-    /// The gateway's data URL
-    #[arg(long, value_name = "URL")]
-    gateway: String,
-    /// The gateway's admin URL
-    #[arg(long, value_name = "URL")]
-    admin: String,
+    /// The gateway's data URL; repeat it for each replica of a fleet
+    #[arg(long, value_name = "URL", required = true)]
+    gateway: Vec<String>,
+    /// The gateway's admin URL; one per --gateway, in the same order
+    #[arg(long, value_name = "URL", required = true)]
+    admin: Vec<String>,
     /// File holding the admin bearer token
     #[arg(long, value_name = "PATH")]
     admin_token_file: PathBuf,
@@ -202,6 +209,15 @@ impl From<LoadProtocol> for drill::load::Protocol {
 #[error("drill failed: {0}")]
 pub struct PropertiesViolated(pub String);
 
+/// A replica left out of the fleet is a finding (exit 1, as a violated
+/// property), not a drill that could not run.
+fn not_one_fleet(error: drill::DrillError) -> anyhow::Error {
+    match error {
+        drill::DrillError::NotOneFleet(what) => PropertiesViolated(what).into(),
+        other => other.into(),
+    }
+}
+
 /// Runs `shuffle-shard drill`.
 pub fn run(args: DrillArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&args.min_success) {
@@ -225,14 +241,25 @@ pub fn run(args: DrillArgs) -> Result<()> {
     let text = std::fs::read_to_string(&args.tenants_file)
         .with_context(|| format!("cannot read --tenants-file {}", args.tenants_file.display()))?;
     let tenants = drill::credentials::parse(&text).map_err(|e| anyhow!("--tenants-file: {e}"))?;
-    let admin_url: http::Uri = args
-        .admin
-        .parse()
-        .map_err(|_| anyhow!("--admin {:?} is not a URL", args.admin))?;
-    let _: http::Uri = args
-        .gateway
-        .parse()
-        .map_err(|_| anyhow!("--gateway {:?} is not a URL", args.gateway))?;
+    if args.admin.len() != args.gateway.len() {
+        bail!(
+            "give one --admin per --gateway, in the same order (got {} --gateway and {} --admin)",
+            args.gateway.len(),
+            args.admin.len()
+        );
+    }
+    let mut replicas = Vec::with_capacity(args.gateway.len());
+    for (gateway, admin) in args.gateway.iter().zip(&args.admin) {
+        let admin_url: http::Uri = admin
+            .parse()
+            .map_err(|_| anyhow!("--admin {admin:?} is not a URL"))?;
+        let _: http::Uri = gateway
+            .parse()
+            .map_err(|_| anyhow!("--gateway {gateway:?} is not a URL"))?;
+        replicas.push((gateway.clone(), AdminClient::new(&admin_url, token.trim())));
+    }
+    // The first replica is the one faults are injected through.
+    let (gateway, admin) = replicas.remove(0);
     let shape = LoadShape {
         requests_per_tenant: args.requests_per_tenant,
         concurrency: args.concurrency,
@@ -247,29 +274,43 @@ pub fn run(args: DrillArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let admin = AdminClient::new(&admin_url, token.trim());
     let (passed, violations) = match (fault, poison, rolling) {
         (_, _, Some(plan)) => {
-            let report = runtime.block_on(async {
-                let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
-                drill::rolling::run(&session, &plan, &say).await
-            })?;
+            let report = runtime
+                .block_on(async {
+                    let session = Session::prepare(&gateway, admin, tenants, shape)
+                        .await?
+                        .with_replicas(replicas)
+                        .await?;
+                    drill::rolling::run(&session, &plan, &say).await
+                })
+                .map_err(not_one_fleet)?;
             let _flow = print_answer(args.json, &report, render_rolling)?;
             (report.passed, report.violations)
         }
         (Some(fault), _, None) => {
-            let report = runtime.block_on(async {
-                let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
-                drill::run::run(&session, &fault, thresholds, &say).await
-            })?;
+            let report = runtime
+                .block_on(async {
+                    let session = Session::prepare(&gateway, admin, tenants, shape)
+                        .await?
+                        .with_replicas(replicas)
+                        .await?;
+                    drill::run::run(&session, &fault, thresholds, &say).await
+                })
+                .map_err(not_one_fleet)?;
             let _flow = print_answer(args.json, &report, render)?;
             (report.passed, report.violations)
         }
         (None, Some(plan), None) => {
-            let report = runtime.block_on(async {
-                let session = Session::prepare(&args.gateway, admin, tenants, shape).await?;
-                drill::poison::run(&session, &plan, thresholds, &say).await
-            })?;
+            let report = runtime
+                .block_on(async {
+                    let session = Session::prepare(&gateway, admin, tenants, shape)
+                        .await?
+                        .with_replicas(replicas)
+                        .await?;
+                    drill::poison::run(&session, &plan, thresholds, &say).await
+                })
+                .map_err(not_one_fleet)?;
             let _flow = print_answer(args.json, &report, render_poison)?;
             (report.passed, report.violations)
         }

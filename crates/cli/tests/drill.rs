@@ -20,6 +20,8 @@ use gateway::runtime::Running;
 
 struct Setup {
     dir: tempfile::TempDir,
+    /// The configuration file the gateway was started from.
+    config: std::path::PathBuf,
     backends: Vec<Backend>,
     /// Each backend's control API URL, in shard order.
     controls: Vec<String>,
@@ -39,6 +41,7 @@ impl Setup {
         let running = gateway::runtime::start(snapshot).await.unwrap();
         Self {
             dir,
+            config: path,
             backends,
             controls,
             running,
@@ -60,6 +63,12 @@ async fn setup_with(routing: &str, health: &str) -> Setup {
 /// As [`setup_with`], with shards speaking `protocol` (gRPC ones as `h2c`
 /// shards).
 async fn setup_speaking(routing: &str, health: &str, protocol: Protocol) -> Setup {
+    setup_in_fleet(routing, health, protocol, "").await
+}
+
+/// As [`setup_speaking`], with `fleet` as the body of the `[fleet]` table
+/// (none when empty).
+async fn setup_in_fleet(routing: &str, health: &str, protocol: Protocol, fleet: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let mut backends = Vec::new();
     let mut controls = Vec::new();
@@ -88,6 +97,9 @@ async fn setup_speaking(routing: &str, health: &str, protocol: Protocol) -> Setu
     let mut tables = vec![("routing".to_owned(), routing.to_owned())];
     if !health.is_empty() {
         tables.push(("health".to_owned(), health.to_owned()));
+    }
+    if !fleet.is_empty() {
+        tables.push(("fleet".to_owned(), fleet.to_owned()));
     }
     let toml = GatewayToml {
         zone_aware: true,
@@ -887,4 +899,103 @@ async fn a_contained_poison_whale_crashes_at_most_two_of_its_shards_and_the_dril
     assert_eq!(verdict["fully_down"]["matches"], true, "{report:#}");
     assert_eq!(report["violations"], serde_json::json!([]), "{report:#}");
     assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+}
+
+/// Another replica of `setup`'s gateway, from the configuration file at
+/// `config`.
+async fn replica(config: &std::path::Path) -> Running {
+    let snapshot = gateway::Snapshot::load(config, None).unwrap();
+    gateway::runtime::start(snapshot).await.unwrap()
+}
+
+/// The drill binary's exit code, JSON report and stderr, with a
+/// `--gateway`/`--admin` pair for the setup's gateway and each of `others`.
+async fn drill_fleet(
+    setup: &Setup,
+    others: &[&Running],
+    fault: &str,
+) -> (Option<i32>, serde_json::Value, String) {
+    let mut args = drill_args(setup, fault, true);
+    for other in others {
+        args.extend([
+            "--gateway".to_owned(),
+            format!("http://{}", other.addr),
+            "--admin".to_owned(),
+            format!("http://{}", other.admin_addr),
+        ]);
+    }
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let report = serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null);
+    (
+        output.status.code(),
+        report,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_three_replicas_is_drilled_as_one_and_a_replica_left_out_is_named() {
+    let Some(redis) = testkit::redis::Redis::start().await else {
+        return;
+    };
+    let fleet = format!("store = \"{}\"\ntimeout_ms = 500\n", redis.url());
+    let setup = setup_in_fleet("", "", Protocol::Http1, &fleet).await;
+    let (b, c) = (replica(&setup.config).await, replica(&setup.config).await);
+
+    // s1 failed through the first replica's admin API: every replica must
+    // report it out, and the load through all three keeps the properties.
+    let (code, report, stderr) = drill_fleet(&setup, &[&b, &c], "--fail s1").await;
+    assert_eq!(code, Some(0), "{stderr}\n{report}");
+    assert_sets_match(&report["verdict"]);
+    // The load went through every replica: each counted requests.
+    for running in [&setup.running, &b, &c] {
+        let served = gateway_requests(running).await;
+        assert!(served > 0.0, "replica {} served nothing", running.addr);
+    }
+
+    // A replica of the same files without [fleet]: named, exit 1, and no
+    // fault injected.
+    let text = std::fs::read_to_string(&setup.config).unwrap();
+    let alone = setup.dir.path().join("alone.toml");
+    let cut = text.find("[fleet]").expect("the configuration has [fleet]");
+    let rest = &text[cut + "[fleet]".len()..];
+    let end = rest
+        .find("\n[")
+        .map_or(text.len(), |at| cut + "[fleet]".len() + at + 1);
+    std::fs::write(&alone, format!("{}{}", &text[..cut], &text[end..])).unwrap();
+    let outsider = replica(&alone).await;
+    let (code, _, stderr) = drill_fleet(&setup, &[&b, &outsider], "--fail s1").await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("http://{}", outsider.addr)) && stderr.contains("without [fleet]"),
+        "the replica left out is not named: {stderr}"
+    );
+}
+
+/// The sum of `shuffle_requests_total` a gateway exports.
+async fn gateway_requests(running: &Running) -> f64 {
+    let token = "drill-test-admin-token-0123456789";
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let request = http::Request::get(format!("http://{}/metrics", running.admin_addr))
+        .header("authorization", format!("Bearer {token}"))
+        .body(http_body_util::Full::default())
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|line| line.starts_with("shuffle_requests_total"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

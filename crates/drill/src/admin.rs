@@ -149,6 +149,31 @@ impl AdminClient {
             .any(|member| member["health"].as_str() != Some("up")))
     }
 
+    /// Where the admin API is, for messages.
+    pub fn base(&self) -> String {
+        self.api.base().to_string()
+    }
+
+    /// Whether the gateway shares its containment and marks through a
+    /// fleet store (`[fleet]`): `None` without one (or from a gateway too
+    /// old to say), else whether the store answers now.
+    pub async fn fleet(&self) -> Result<Option<bool>, DrillError> {
+        let (status, body) = self.call(Method::GET, "/admin/fleet").await?;
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(DrillError::Gateway(format!(
+                "admin API /admin/fleet answered {status}"
+            )));
+        }
+        let value: Value = serde_json::from_slice(&body)
+            .map_err(|e| DrillError::Gateway(format!("admin API /admin/fleet: not JSON: {e}")))?;
+        Ok(value["fleet"]
+            .is_object()
+            .then(|| value["fleet"]["up"].as_bool() == Some(true)))
+    }
+
     /// The sum of `shuffle_failovers_total` over every cell and kind.
     pub async fn failovers(&self) -> Result<f64, DrillError> {
         let (status, body) = self.call(Method::GET, "/metrics").await?;

@@ -17,6 +17,11 @@ pub enum DrillError {
     /// unexpectedly.
     #[error("{0}")]
     Gateway(String),
+    /// The replicas given are not one fleet: one of them runs without
+    /// `[fleet]`, so what the drill does through one stays its own (a
+    /// finding about the deployment, as a violated property is).
+    #[error("{0}")]
+    NotOneFleet(String),
     /// A shard's control API (the drill's `--break`) could not be reached or
     /// refused the mode.
     #[error("{0}")]

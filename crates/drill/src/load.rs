@@ -77,31 +77,34 @@ pub struct LoadShape {
 /// Sends `requests_per_tenant` GETs for every tenant, interleaved (round
 /// after round over all tenants) so that each tenant's requests spread over
 /// the whole phase.
+///
+/// With several gateways (the replicas of a fleet), the requests take them
+/// in turn.
 pub async fn drive(
-    gateway: &str,
+    gateways: &[String],
     tenants: &[TenantCredential],
     shape: LoadShape,
 ) -> Vec<TenantSample> {
     let total = tenants.len() * shape.requests_per_tenant;
-    drive_while(gateway, tenants, shape, total, None).await
+    drive_while(gateways, tenants, shape, total, None).await
 }
 
 /// Sends requests round after round over every tenant, without a pause,
 /// until `stop` is set (the requests in flight then finish): the load under
 /// a rolling restart, which lasts as long as the restarts do.
 pub async fn drive_until(
-    gateway: &str,
+    gateways: &[String],
     tenants: &[TenantCredential],
     shape: LoadShape,
     stop: Arc<AtomicBool>,
 ) -> Vec<TenantSample> {
-    drive_while(gateway, tenants, shape, usize::MAX, Some(stop)).await
+    drive_while(gateways, tenants, shape, usize::MAX, Some(stop)).await
 }
 
 /// Sends up to `total` requests, interleaved over the tenants, until
 /// `stop` (if any) is set.
 async fn drive_while(
-    gateway: &str,
+    gateways: &[String],
     tenants: &[TenantCredential],
     shape: LoadShape,
     total: usize,
@@ -109,26 +112,35 @@ async fn drive_while(
 ) -> Vec<TenantSample> {
     let sender = match shape.protocol {
         Protocol::Http => Sender::Http(Client::builder(TokioExecutor::new()).build_http()),
-        Protocol::Grpc => match grpc_channel(gateway) {
-            Some(channel) => Sender::Grpc(channel),
+        Protocol::Grpc => match gateways
+            .iter()
+            .map(|gateway| grpc_channel(gateway))
+            .collect::<Option<Vec<_>>>()
+        {
+            Some(channels) => Sender::Grpc(channels),
             // Not a URL a channel can be made for: every call fails, as
             // every request would with an HTTP client.
             None => return failed(tenants.len(), shape.requests_per_tenant),
         },
     };
-    if tenants.is_empty() {
+    if tenants.is_empty() || gateways.is_empty() {
         return Vec::new();
     }
     let next = Arc::new(AtomicUsize::new(0));
     let tenants: Arc<Vec<TenantCredential>> = Arc::new(tenants.to_vec());
-    let url = format!("{}/drill", gateway.trim_end_matches('/'));
+    let urls: Arc<Vec<String>> = Arc::new(
+        gateways
+            .iter()
+            .map(|gateway| format!("{}/drill", gateway.trim_end_matches('/')))
+            .collect(),
+    );
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..shape.concurrency.max(1) {
-        let (sender, next, tenants, url, stop) = (
+        let (sender, next, tenants, urls, stop) = (
             sender.clone(),
             Arc::clone(&next),
             Arc::clone(&tenants),
-            url.clone(),
+            Arc::clone(&urls),
             stop.clone(),
         );
         workers.spawn(async move {
@@ -145,11 +157,18 @@ async fn drive_while(
                     return results;
                 }
                 let tenant = job % tenants.len();
+                // Replicas in turn, shifted each round so that every tenant
+                // goes through every replica.
+                let replica = (job + job / tenants.len()) % urls.len();
                 let started = Instant::now();
                 let api_key = tenants[tenant].api_key();
                 let ok = match &sender {
-                    Sender::Http(client) => send(client, &url, api_key, shape.timeout).await,
-                    Sender::Grpc(channel) => call(channel, api_key, shape.timeout).await,
+                    Sender::Http(client) => {
+                        send(client, &urls[replica], api_key, shape.timeout).await
+                    }
+                    Sender::Grpc(channels) => {
+                        call(&channels[replica], api_key, shape.timeout).await
+                    }
                 };
                 let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
                 results.push((tenant, ok, micros));
@@ -175,7 +194,8 @@ async fn drive_while(
 #[allow(clippy::large_enum_variant)]
 enum Sender {
     Http(Client<HttpConnector, Full<Bytes>>),
-    Grpc(tonic::transport::Channel),
+    /// One channel per gateway.
+    Grpc(Vec<tonic::transport::Channel>),
 }
 
 /// Every tenant's sample with every request failed.

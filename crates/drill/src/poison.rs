@@ -202,11 +202,14 @@ pub async fn run(
         plan.tenant,
         subset.join(", ")
     ));
-    let failovers_before = session.admin().failovers().await?;
+    let failovers_before = session.failovers().await?;
     let mut statuses = Vec::with_capacity(sent);
-    for _ in 0..sent {
+    // Through every replica in turn: with a fleet, what one replica learns
+    // of the tenant must hold it on the others.
+    let gateways = session.gateways();
+    for at in 0..sent {
         let status = load::poison(
-            session.gateway(),
+            &gateways[at % gateways.len()],
             session.credential(poison),
             session.shape().timeout,
         )
@@ -214,7 +217,7 @@ pub async fn run(
         statuses.push(status);
     }
     let during = session.measure_without(poison).await;
-    let failovers = session.admin().failovers().await? - failovers_before;
+    let failovers = session.failovers().await? - failovers_before;
     watching.store(false, Ordering::Relaxed);
     let gateway_saw_out = watcher
         .await

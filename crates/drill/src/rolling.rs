@@ -124,7 +124,7 @@ pub async fn run(
     let stop = Arc::new(AtomicBool::new(false));
     let load = async {
         crate::load::drive_until(
-            session.gateway(),
+            &session.gateways(),
             session.credentials(),
             session.shape(),
             Arc::clone(&stop),

@@ -366,9 +366,9 @@ pub async fn run(
         out_after.as_secs_f64()
     ));
     let measured = async {
-        let failovers_before = session.admin().failovers().await?;
+        let failovers_before = session.failovers().await?;
         let during = session.measure().await;
-        let failovers_after = session.admin().failovers().await?;
+        let failovers_after = session.failovers().await?;
         let measured_out = session.measured_degraded().await?;
         Ok::<_, DrillError>((during, failovers_after - failovers_before, measured_out))
     }

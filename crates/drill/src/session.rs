@@ -91,6 +91,10 @@ pub struct Verdict {
 pub struct Session {
     gateway: String,
     admin: AdminClient,
+    /// The other replicas of a fleet, each its data URL and admin API
+    /// (none for one gateway): load is spread over every replica, a fault
+    /// is injected through the first, and every replica must report it.
+    replicas: Vec<(String, AdminClient)>,
     tenants: Vec<TenantCredential>,
     /// Each tenant's cell and subset (shard ids).
     subsets: Vec<(String, Vec<String>)>,
@@ -142,6 +146,7 @@ impl Session {
         Self {
             gateway: gateway.to_owned(),
             admin,
+            replicas: Vec::new(),
             tenants,
             subsets,
             cells,
@@ -183,9 +188,68 @@ impl Session {
         )
     }
 
-    /// The admin client.
+    /// Adds the other replicas of a fleet (data URL and admin API each),
+    /// after checking that every replica, this one included, shares its
+    /// containment and marks through a fleet store: a replica without one
+    /// would keep a fault injected through another to itself, and the
+    /// drill would test nothing. The error names the replica.
+    pub async fn with_replicas(
+        mut self,
+        replicas: Vec<(String, AdminClient)>,
+    ) -> Result<Self, DrillError> {
+        if replicas.is_empty() {
+            return Ok(self);
+        }
+        let every = std::iter::once((self.gateway.as_str(), &self.admin)).chain(
+            replicas
+                .iter()
+                .map(|(gateway, admin)| (gateway.as_str(), admin)),
+        );
+        for (gateway, admin) in every {
+            match admin.fleet().await? {
+                Some(true) => {}
+                Some(false) => {
+                    return Err(DrillError::Precondition(format!(
+                        "replica {gateway} (admin {}) cannot reach its fleet store: a fault injected through another replica would not reach it; fix the store first (GET /admin/fleet)",
+                        admin.base()
+                    )));
+                }
+                None => {
+                    return Err(DrillError::NotOneFleet(format!(
+                        "replica {gateway} (admin {}) runs without [fleet]: an operator's mark and poison containment would be its own; set [fleet] store on every replica, or drill one gateway",
+                        admin.base()
+                    )));
+                }
+            }
+        }
+        self.replicas = replicas;
+        Ok(self)
+    }
+
+    /// The admin client (of the first replica: faults go through it).
     pub fn admin(&self) -> &AdminClient {
         &self.admin
+    }
+
+    /// Every replica's data URL, the first first.
+    pub fn gateways(&self) -> Vec<String> {
+        std::iter::once(self.gateway.clone())
+            .chain(self.replicas.iter().map(|(gateway, _)| gateway.clone()))
+            .collect()
+    }
+
+    /// Every replica's admin API, the first first.
+    pub fn admins(&self) -> impl Iterator<Item = &AdminClient> {
+        std::iter::once(&self.admin).chain(self.replicas.iter().map(|(_, admin)| admin))
+    }
+
+    /// The sum of every replica's `shuffle_failovers_total`.
+    pub async fn failovers(&self) -> Result<f64, DrillError> {
+        let mut total = 0.0;
+        for admin in self.admins() {
+            total += admin.failovers().await?;
+        }
+        Ok(total)
     }
 
     /// Number of tenants.
@@ -196,7 +260,7 @@ impl Session {
     /// Drives one phase of load.
     pub async fn measure(&self) -> Phase {
         Phase {
-            samples: load::drive(&self.gateway, &self.tenants, self.shape).await,
+            samples: load::drive(&self.gateways(), &self.tenants, self.shape).await,
         }
     }
 
@@ -210,7 +274,7 @@ impl Session {
             .filter(|&(t, _)| t != skip)
             .map(|(_, tenant)| tenant.clone())
             .collect();
-        let mut samples = load::drive(&self.gateway, &others, self.shape).await;
+        let mut samples = load::drive(&self.gateways(), &others, self.shape).await;
         samples.insert(skip.min(samples.len()), TenantSample::default());
         Phase { samples }
     }
@@ -272,16 +336,24 @@ impl Session {
         Ok(degraded)
     }
 
-    /// The shards the gateway reports out of rotation now.
+    /// The shards the gateway reports out of rotation now; with several
+    /// replicas, those every replica reports out.
     pub async fn out_of_rotation(&self) -> Result<Vec<ShardRef>, DrillError> {
-        Ok(self
-            .admin
-            .shards()
-            .await?
-            .into_iter()
-            .filter(|shard| shard.health != "up")
-            .map(|shard| (shard.cell, shard.id))
-            .collect())
+        let mut out: Option<Vec<ShardRef>> = None;
+        for admin in self.admins() {
+            let here: Vec<ShardRef> = admin
+                .shards()
+                .await?
+                .into_iter()
+                .filter(|shard| shard.health != "up")
+                .map(|shard| (shard.cell, shard.id))
+                .collect();
+            out = Some(match out {
+                None => here,
+                Some(before) => before.into_iter().filter(|s| here.contains(s)).collect(),
+            });
+        }
+        Ok(out.unwrap_or_default())
     }
 
     /// The analyser's prediction: per tenant (every member failed, some

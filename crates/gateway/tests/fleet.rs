@@ -24,8 +24,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::redis_server::Redis;
 use crate::util::{Fixture, Options, send_to};
+use testkit::redis::Redis;
 
 const TOKEN: &str = "fleet-admin-token-8b2d64e1f0";
 

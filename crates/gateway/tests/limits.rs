@@ -24,8 +24,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::admin::{TOKEN, options};
-use crate::redis_server::Redis;
 use crate::util::{CustomShard, Fixture, Options, eventually, get_with_key, request_to, text};
+use testkit::redis::Redis;
 
 /// A rate no bucket refills at during a test.
 const SLOW: &str = "requests_per_second = 0.001";

@@ -2,7 +2,6 @@
 //! backends (the misbehaving test backend), one test binary.
 
 mod pki;
-mod redis_server;
 mod util;
 
 mod admin;

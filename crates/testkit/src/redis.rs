@@ -1,6 +1,7 @@
 //! A `redis-server` of a test's own (Debian's package), for the global
-//! limits and the fleet: started on a free port, killed, frozen, shut down
-//! empty and started again, as the tests need.
+//! limits, the fleet and the fleet drill: started on a free port (with TLS
+//! too, when asked), killed, frozen, shut down empty and started again, as
+//! the tests need.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -12,6 +13,7 @@ use tokio::net::TcpStream;
 /// A `redis-server` of the test's own, on a port of its own.
 pub struct Redis {
     child: Child,
+    /// Its plain port on 127.0.0.1.
     pub port: u16,
     dir: tempfile::TempDir,
     /// Arguments beyond the defaults (TLS), kept for a restart.
@@ -62,7 +64,7 @@ impl Redis {
             .status()
             .is_ok_and(|status| status.success());
         if !installed {
-            testkit::skip::missing("redis-server", "apt-get install redis-server");
+            crate::skip::missing("redis-server", "apt-get install redis-server");
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -136,6 +138,7 @@ impl Redis {
         String::from_utf8(reply).unwrap()
     }
 
+    /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
