@@ -33,26 +33,23 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, header};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Body;
-use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::cell::TenantRoute;
 use crate::config::tenants::TenantRecord;
 use crate::config::{AccessLog, GatewayConfig};
 use crate::limit::{Refusal, TenantLimit};
-use crate::protocol::wire::{Fields, RequestHead, Stated};
+use crate::protocol::wire::{Fields, RequestHead};
 use crate::route::admission;
 use crate::route::attempt::Failure;
 use crate::route::attempts::Attempts;
 use crate::route::body_setup::{Outgoing, receive_body, stated};
 use crate::route::grpc::{self, Kind};
+use crate::route::record::{Logged, Served, log_request};
 use crate::route::refusal::{client_fault_response, error_response, json_error, refuse};
 use crate::route::response::{InFlight, ResponseBody};
 use crate::route::tunnel;
@@ -60,70 +57,10 @@ use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
 use crate::trust::client_cert::CertificateTenant;
 use crate::trust::credential::{self, AuthError};
-use crate::trust::headers::{self, Added, Inbound};
+use crate::trust::headers;
 use crate::trust::target;
 use crate::upstream::UpstreamBody;
-use crate::upstream::body::{ClientBody, ClientBodyError, ClientFault, RequestBody};
-
-/// Who a request was served for, for metrics and logs.
-struct Served {
-    /// The snapshot the request was routed with (its cell index means
-    /// something only there).
-    snapshot: Arc<Snapshot>,
-    cell: usize,
-    /// The tenant's position in the snapshot's tenants file.
-    tenant: usize,
-    attempts: usize,
-    /// When a backend's answer was taken, if one was: the clock read that
-    /// ended the attempt also ends the request (what is left is
-    /// bookkeeping), saving a read per request.
-    answered_at: Option<Instant>,
-}
-
-impl Served {
-    /// A request routed with `snapshot` to `cell` for the tenant at
-    /// `tenant`, before any attempt.
-    fn new(snapshot: &Arc<Snapshot>, cell: usize, tenant: usize) -> Self {
-        Self {
-            snapshot: Arc::clone(snapshot),
-            cell,
-            tenant,
-            attempts: 0,
-            answered_at: None,
-        }
-    }
-}
-
-/// What the access log keeps of a request as it goes (only when
-/// `logging.access_log` is on; boxed, so that a request without it carries
-/// one pointer).
-struct Logged {
-    format: AccessLog,
-    /// The request's id, sent to every shard tried as `x-request-id`.
-    request_id: HeaderValue,
-    method: Method,
-    /// The path, without the query (which can carry secrets).
-    path: String,
-    /// When the head had been read, by the wall clock.
-    time: std::time::SystemTime,
-    /// The shards tried, in order.
-    tried: SmallVec<[ShardIndex; 8]>,
-}
-
-impl Logged {
-    #[cold]
-    #[inline(never)]
-    fn new(format: AccessLog, request: &Request<ClientBody>, fields: &Fields) -> Box<Self> {
-        Box::new(Self {
-            format,
-            request_id: headers::request_id(fields),
-            method: request.method().clone(),
-            path: request.uri().path().to_owned(),
-            time: std::time::SystemTime::now(),
-            tried: SmallVec::new(),
-        })
-    }
-}
+use crate::upstream::body::{ClientBody, RequestBody};
 
 /// The client connection a request came on, as the request path needs it.
 #[derive(Debug, Clone)]
@@ -212,7 +149,7 @@ pub async fn handle(
             served.as_ref(),
             &mut response,
             (status, grpc_status),
-            (peer, started, elapsed),
+            (peer.addr, started, elapsed),
             body.as_ref(),
         );
     }
@@ -256,80 +193,6 @@ pub async fn handle(
         }
     }
     response
-}
-
-/// Writes the access log's record of a request that got `response`
-/// (`status`, and the gRPC status its head showed for a gRPC call) from
-/// `peer`, `elapsed` after it `started`: a `tracing` event now (text, for
-/// requests that reached a tenant), or a JSON line when the response ends.
-#[cold]
-#[inline(never)]
-fn log_request(
-    gateway: &Arc<Gateway>,
-    logged: Logged,
-    served: Option<&Served>,
-    response: &mut Response<ResponseBody>,
-    (status, grpc_status): (StatusCode, Option<Option<Code>>),
-    (peer, started, elapsed): (&Peer, Instant, Duration),
-    body: Option<&RequestBody>,
-) {
-    let cell = served.map(|served| served.snapshot.config.cells[served.cell].name.as_str());
-    let tenant = served.and_then(|served| served.snapshot.tenants.at(served.tenant));
-    let shards: Vec<String> = served.map_or_else(Vec::new, |served| {
-        logged
-            .tried
-            .iter()
-            .filter_map(|&index| served.snapshot.shards[served.cell].get(index as usize))
-            .map(|shard| shard.id.clone())
-            .collect()
-    });
-    let grpc_status = grpc_status.map(|status| status.map_or("unseen", Code::name));
-    let request_id = String::from_utf8_lossy(logged.request_id.as_bytes()).into_owned();
-    let attempts = served.map_or(0, |served| served.attempts);
-    match logged.format {
-        AccessLog::Json => {
-            let record = Box::new(crate::telemetry::access_log::Record {
-                time: logged.time,
-                started,
-                request_id,
-                tenant: tenant.map(|tenant| tenant.id.clone()),
-                cell: cell.map(str::to_owned),
-                shards,
-                status: status.as_u16(),
-                grpc_status,
-                attempts,
-                method: logged.method.to_string(),
-                path: logged.path,
-                client: peer.addr,
-                bytes_in: body.map_or(0, RequestBody::received),
-                bytes_out: 0,
-            });
-            response.body_mut().log_on_end(record, gateway);
-        }
-        AccessLog::Text => {
-            let (Some(tenant), Some(cell)) = (tenant, cell) else {
-                // The text log has always shown requests that reached a
-                // tenant; the others are counted by outcome.
-                return;
-            };
-            tracing::info!(
-                request_id = %request_id,
-                tenant = %tenant.id,
-                method = %logged.method,
-                path = %logged.path,
-                cell = %cell,
-                shards = %shards.join(","),
-                status = status.as_u16(),
-                grpc_status,
-                attempts,
-                // Rounded to microseconds, so that it reads as written.
-                elapsed_ms = elapsed.as_micros() as f64 / 1000.0,
-                client = %peer.addr,
-                "request"
-            );
-        }
-        AccessLog::Off => {}
-    }
 }
 
 /// The request path proper, one step after another; returns the response
