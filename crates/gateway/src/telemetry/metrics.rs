@@ -304,9 +304,17 @@ impl Families {
     /// client's series.
     fn stream_timeouts(&mut self) -> (Counter, Counter) {
         let stream_timeouts: Family<SideLabels, Counter> = self.add("stream_timeouts", "Streams cut off because one side stopped moving: side=backend sent nothing of a response body for limits.backend_idle_timeout_ms; side=client accepted nothing for limits.client_write_timeout_ms, or sent nothing of its HTTP/2 request body for limits.client_body_timeout_ms");
-        let backend = stream_timeouts.get_or_create(&SideLabels { side: "backend" });
-        let client = stream_timeouts.get_or_create(&SideLabels { side: "client" });
-        (backend.clone(), client.clone())
+        // Both series exist from the start (at 0), so a rate() over them
+        // works before the first timeout. Each is cloned at once: the guard
+        // `get_or_create` returns holds the family's lock, and the next
+        // series' creation waits for it to be let go.
+        let backend = stream_timeouts
+            .get_or_create(&SideLabels { side: "backend" })
+            .clone();
+        let client = stream_timeouts
+            .get_or_create(&SideLabels { side: "client" })
+            .clone();
+        (backend, client)
     }
 
     /// `shuffle_tls_handshakes_total{outcome}`, every outcome at zero.
@@ -387,9 +395,14 @@ impl Families {
     /// `shuffle_client_bytes_total{direction}`: `(in, out)`.
     fn client_bytes(&mut self) -> (Counter, Counter) {
         let bytes: Family<DirectionLabels, Counter> = self.add("client_bytes", "Bytes read from (direction=in) and written to (direction=out) client connections, TLS records included; counted every 64 KiB and when a connection closes");
-        let into = bytes.get_or_create(&DirectionLabels { direction: "in" });
-        let out = bytes.get_or_create(&DirectionLabels { direction: "out" });
-        (into.clone(), out.clone())
+        // Cloned at once, as in `stream_timeouts`.
+        let into = bytes
+            .get_or_create(&DirectionLabels { direction: "in" })
+            .clone();
+        let out = bytes
+            .get_or_create(&DirectionLabels { direction: "out" })
+            .clone();
+        (into, out)
     }
 }
 
@@ -721,13 +734,6 @@ fn unix_seconds() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn zz_dump_exposition() {
-        let text = Metrics::new().encode();
-        let text: String = text.lines().filter(|l| !l.starts_with("shuffle_last_reload_success_timestamp")).map(|l| format!("{l}\n")).collect();
-        std::fs::write(std::env::var("EXPO_OUT").unwrap(), text).unwrap();
-    }
 
     #[test]
     fn the_accept_header_chooses_the_exposition() {
