@@ -105,42 +105,103 @@ fn literal(text: &str) -> Option<(&str, &str)> {
     None
 }
 
-/// Every family `telemetry/metrics.rs` registers, read from its source: prometheus-client
-/// lists a family in `/metrics` only once it has a series, so a counter
-/// that has not fired yet is missing from a scrape. Each
-/// `registry.register("name", "help", variable.clone())` is typed by the
-/// `let variable = …;` that made it.
+/// The identifier `text` starts with (empty if none).
+fn identifier(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    &text[..end]
+}
+
+/// `text` without its string literals (a help text may say anything).
+fn without_literals(mut text: &str) -> String {
+    let mut kept = String::new();
+    while let Some(at) = text.find('"') {
+        kept.push_str(&text[..at]);
+        match literal(&text[at..]) {
+            Some((_, rest)) => text = rest,
+            None => return kept,
+        }
+    }
+    kept.push_str(text);
+    kept
+}
+
+/// Every family the gateway registers, read from `src/telemetry/`'s
+/// source: prometheus-client lists a family in `/metrics` only once it has
+/// a series, so a counter that has not fired yet is missing from a scrape.
+/// A registration names its family with a literal and its help next:
+/// `families.add("name", "help")` (or `self.add`), `families.add_metric(
+/// "name", "help", metric)`, `registry.register("name", "help",
+/// variable.clone())`. Its kind is read, string literals left out, from
+/// what types it: the `let` that binds it (`let name: Family<…, Counter>
+/// = …`), the metric made right there, the `let variable = …;` that made
+/// the variable registered, or the `Metrics` field the binding fills.
 fn registered_names() -> BTreeSet<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/telemetry/metrics.rs");
-    let source = std::fs::read_to_string(&path).unwrap();
+    let telemetry = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/telemetry");
+    let read = |file: &str| std::fs::read_to_string(telemetry.join(file)).unwrap();
+    let (metrics, websocket) = (read("metrics.rs"), read("websocket.rs"));
+    // `Metrics`' field `name`, as declared.
+    let field = |name: &str| {
+        let declares = format!("{name}: ");
+        metrics
+            .lines()
+            .map(str::trim)
+            .find(|line| {
+                !name.is_empty()
+                    && line.ends_with(',')
+                    && line
+                        .strip_prefix("pub(crate) ")
+                        .unwrap_or(line)
+                        .starts_with(&declares)
+            })
+            .unwrap_or("")
+    };
     let mut names = BTreeSet::new();
-    for call in source.split("registry.register(").skip(1) {
-        let (name, rest) = literal(call).expect("a metric name literal");
-        let (_help, rest) =
-            literal(rest.trim_start().trim_start_matches(',')).expect("a help literal");
-        // The metric: a variable made earlier (`name.clone()`), or made
-        // right there.
-        let argument = rest.trim_start().trim_start_matches(',').trim_start();
-        let argument = &argument[..argument.find(");").unwrap_or(argument.len())];
-        let variable = argument
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .next()
-            .unwrap();
-        let binding = format!("let {variable} = ");
-        let made = match source.find(&binding) {
-            Some(at) => &source[at..at + source[at..].find(';').unwrap()],
-            None => argument,
+    for source in [metrics.as_str(), websocket.as_str()] {
+        // The `let variable = …;` in `source` that made `variable`.
+        let made_by = |variable: &str| {
+            let binding = format!("let {variable} = ");
+            source
+                .find(&binding)
+                .map_or("", |at| &source[at..at + source[at..].find(';').unwrap()])
         };
-        let kind = if made.contains("Histogram") {
-            "histogram"
-        } else if made.contains("Counter") {
-            "counter"
-        } else if made.contains("Info") {
-            "info"
-        } else {
-            "gauge"
-        };
-        names.extend(sampled_as(&format!("shuffle_{name}"), kind));
+        for call in [".add(", ".add_metric(", ".register("] {
+            for (at, _) in source.match_indices(call) {
+                // `add` and `add_metric` pass their own parameters on,
+                // naming no family.
+                let Some((name, rest)) = literal(&source[at + call.len()..]) else {
+                    continue;
+                };
+                let (_help, rest) =
+                    literal(rest.trim_start().trim_start_matches(',')).expect("a help literal");
+                let argument = rest.trim_start().trim_start_matches(',').trim_start();
+                let argument = &argument[..argument.find(");").unwrap_or(argument.len())];
+                let statement = source[..at]
+                    .rfind("let ")
+                    .map_or("", |let_at| &source[let_at..at]);
+                let bound = identifier(statement.trim_start_matches("let "));
+                let made = without_literals(
+                    &[
+                        statement,
+                        argument,
+                        made_by(identifier(argument)),
+                        field(bound),
+                    ]
+                    .concat(),
+                );
+                let kind = if made.contains("Histogram") {
+                    "histogram"
+                } else if made.contains("Counter") {
+                    "counter"
+                } else if made.contains("Info") {
+                    "info"
+                } else {
+                    "gauge"
+                };
+                names.extend(sampled_as(&format!("shuffle_{name}"), kind));
+            }
+        }
     }
     names
 }
