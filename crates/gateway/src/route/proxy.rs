@@ -1,12 +1,13 @@
 //! The request path, one step after another: credential → tenant → cell and
 //! subset → target check → body set-up → member → attempt → outcome. `route`
 //! reads as that list; each step is a function or method named for it
-//! (`tenant`, `Snapshot::tenant_route`, `target_allowed`, `Outgoing` and
-//! `receive_body`, then the attempts, one level down in
-//! [`crate::route::attempts`]: `Attempts::member`, `Attempts::start` and
-//! `send`, `Attempts::judge`, and `stream_back` here or
-//! `Attempts::unanswered` there). The gateway's own error answers are
-//! [`crate::route::refusal`]'s.
+//! (`tenant`, `Snapshot::tenant_route`, `target_allowed`, `deadline`,
+//! `body_refusal`, `outgoing` and `receive_body`, then the attempts, set up
+//! by `attempts` and one level down in [`crate::route::attempts`]:
+//! `Attempts::member`, `Attempts::start` and `send`, then `outcome` here,
+//! which has `Attempts::judge` judge the result and streams an answer back
+//! (`stream_back`) or opens its tunnel, or `Attempts::unanswered` there).
+//! The gateway's own error answers are [`crate::route::refusal`]'s.
 //!
 //! Failover rules: a connection failure (nothing sent) always moves on to
 //! another member; a timeout, reset or retryable status moves on only when
@@ -35,18 +36,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::request::Parts;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, header};
 use hyper::body::Body;
+use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use crate::cell::TenantRoute;
 use crate::config::tenants::TenantRecord;
 use crate::config::{AccessLog, GatewayConfig};
-use crate::limit::{Refusal, TenantLimit};
+use crate::limit::{Refusal, TenantInFlight, TenantLimit};
 use crate::protocol::wire::{Fields, RequestHead};
 use crate::route::admission;
 use crate::route::attempt::Failure;
-use crate::route::attempts::Attempts;
+use crate::route::attempts::{Attempt, Attempts};
 use crate::route::body_setup::{Outgoing, receive_body, stated};
 use crate::route::grpc::{self, Kind};
 use crate::route::record::{Logged, Served, log_request};
@@ -230,7 +234,6 @@ async fn route(
     {
         return (refused, None);
     }
-    let mut deadline = started + config.routing.request_timeout;
 
     // Credential → tenant.
     let tenant = match tenant(&snapshot, fields, peer) {
@@ -241,18 +244,9 @@ async fn route(
     // Tenant → cell and subset (computed once per tenant and snapshot).
     let Some(route) = snapshot.tenant_route(tenant) else {
         // Cannot happen: the tenant was found in this very snapshot.
-        return (
-            refuse(
-                kind,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                Code::Internal,
-                "tenant has no route",
-            ),
-            None,
-        );
+        return (no_route(kind), None);
     };
-    let cell = route.cell;
-    let mut served = Served::new(&snapshot, cell, tenant.position);
+    let mut served = Served::new(&snapshot, route.cell, tenant.position);
 
     // The tenant's limits (one branch for a tenant without any); the
     // global bucket's call is boxed, so that requests without it do not
@@ -262,11 +256,11 @@ async fn route(
         let admitted = match snapshot.limits.store() {
             Some(store) if limit.rate.is_some() => {
                 Box::pin(admission::admit_global(
-                    gateway, &snapshot, store, limit, &tenant.id, cell, started,
+                    gateway, &snapshot, store, limit, &tenant.id, route.cell, started,
                 ))
                 .await
             }
-            _ => admission::admit(gateway, &snapshot, limit, cell, started),
+            _ => admission::admit(gateway, &snapshot, limit, route.cell, started),
         };
         match admitted {
             Ok(guard) => tenant_in_flight = guard,
@@ -274,85 +268,28 @@ async fn route(
         }
     }
 
-    // The target check.
-    if !target_allowed(&snapshot, cell, request.uri()) {
+    // The target check, then the deadline.
+    if !target_allowed(&snapshot, route.cell, request.uri()) {
         return (target_refused(kind), Some(served));
     }
-
-    // A gRPC call's own deadline, when it sets a shorter one.
-    if kind == Kind::Grpc {
-        match grpc::deadline(fields, started, deadline) {
-            Ok(sooner) => deadline = sooner,
-            Err(error) => {
-                let message = format!("malformed grpc-timeout: {error}");
-                return (
-                    refuse(kind, StatusCode::BAD_REQUEST, Code::Internal, &message),
-                    Some(served),
-                );
-            }
-        }
-    }
+    let deadline = match deadline(config, kind, fields, started) {
+        Ok(deadline) => deadline,
+        Err(refused) => return (refused, Some(served)),
+    };
 
     // The body set-up: refuse what is too large, decide what passes and
     // whether it may be repeated, buffer what may be replayed.
     let (parts, incoming) = request.into_parts();
     let declared_length = incoming.size_hint().exact();
-    if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
-        return (
-            refuse(
-                kind,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                Code::ResourceExhausted,
-                "request body too large",
-            ),
-            Some(served),
-        );
+    if let Some(refused) = body_refusal(config, kind, declared_length, &incoming, &websocket) {
+        return (refused, Some(served));
     }
-    if websocket.is_some() && !incoming.is_end_stream() {
-        // Where a body would end and the new protocol begin is anyone's
-        // guess: a smuggling opportunity, and no WebSocket client sends one.
-        return (
-            refuse(
-                kind,
-                StatusCode::BAD_REQUEST,
-                Code::Internal,
-                "a WebSocket upgrade request must not carry a body",
-            ),
-            Some(served),
-        );
-    }
-    // With the access log on: the request id every attempt sends, and
-    // where the shards tried are noted (the log stays the caller's).
-    let (request_id, logged_tried) = match log.as_deref_mut() {
-        Some(Logged {
-            request_id, tried, ..
-        }) => (Some(&*request_id), Some(tried)),
-        None => (None, None),
-    };
-    let mut outgoing = Outgoing::new(
-        config,
-        snapshot.prefixed[cell],
-        route,
-        fields,
-        peer.forwarded_for.as_ref(),
-        &parts.method,
-    );
-    if let Some(request_id) = request_id {
-        // The gateway's id goes to the shard in place of the client's.
-        outgoing.added.request_id = Some(request_id);
-        outgoing.inbound.replace_request_id();
-    }
-    if kind == Kind::Grpc {
-        // Every call is a POST: a call is safe to repeat when its method
-        // is configured so (or, as any request, by an idempotency key).
-        outgoing.safe_to_repeat |=
-            grpc::repeat_safe_method(&config.routing.grpc_idempotent_methods, parts.uri.path());
-    }
+    let (request_id, logged_tried) = Logged::for_attempts(log.as_deref_mut());
+    let outgoing = outgoing(&snapshot, route, fields, peer, &parts, kind, request_id);
     // One clock read per attempt serves health, the deadline and timing.
-    let mut now = started;
-    let body = if incoming.is_end_stream() {
+    let (body, now) = if incoming.is_end_stream() {
         // No body (most requests): nothing to read, wait for or time.
-        RequestBody::Buffered(Bytes::new())
+        (RequestBody::Buffered(Bytes::new()), started)
     } else {
         let received = receive_body(
             incoming,
@@ -363,10 +300,7 @@ async fn route(
             deadline,
         );
         match received.await {
-            Ok((body, read)) => {
-                now = read;
-                body
-            }
+            Ok(received) => received,
             Err(fault) => return (client_fault_response(kind, fault), Some(served)),
         }
     };
@@ -374,43 +308,15 @@ async fn route(
     gateway.budget.record_request(started);
 
     // Member → attempt → outcome, until one answers or nothing may be tried.
-    let mut attempts = Attempts {
+    let mut attempts = attempts(
         gateway,
-        config,
-        shards: &snapshot.shards[cell],
-        cell,
-        subset: route.subset.as_slice(),
-        tenant: &tenant.id,
-        tenant_hash: tenant.id_hash,
-        // The head as every attempt sends it; each sets its shard's target,
-        // `Host` and `x-shuffle-shard`.
-        client: RequestHead {
-            method: &parts.method,
-            target: "",
-            fields,
-            inbound: &outgoing.inbound,
-            stated: stated(&body, declared_length),
-            added: outgoing.added,
-            host: None,
-            shard: None,
-        },
-        uri: &parts.uri,
-        body: &body,
-        // Once an upgrade request may have reached a shard, the shard may
-        // have switched: only a connection never made fails over.
-        safe_to_repeat: outgoing.safe_to_repeat && websocket.is_none(),
-        deadline,
-        now,
-        tried: SmallVec::new(),
-        last_failure: None,
-        kind,
-        out_of_time: false,
-        caps: snapshot.caps[cell].as_deref(),
-        containment: None,
-        shed: false,
-        spread_full: false,
+        &snapshot,
+        (route, tenant),
+        (&parts, fields, &outgoing),
+        (&body, declared_length, websocket.is_some()),
+        (deadline, now, kind),
         logged_tried,
-    };
+    );
     while let Some(member) = attempts.member() {
         if let Some(backoff) = member.backoff {
             tokio::time::sleep(backoff).await;
@@ -435,65 +341,250 @@ async fn route(
         if let Err(failure) = &result
             && let Some(fault) = body.client_fault(*failure == Failure::Timeout)
         {
-            return (
-                attempt.client_fault(kind, fault, attempts.cell_name()),
-                Some(served),
-            );
+            let response = attempt.client_fault(kind, fault, attempts.cell_name());
+            return (response, Some(served));
         }
-        match (attempts.judge(&attempt, &result), result) {
-            (None, Ok(response)) => {
-                served.answered_at = Some(attempts.now);
-                if attempts.containment.is_some() {
-                    attempts.answered();
-                }
-                if response.status() == StatusCode::SWITCHING_PROTOCOLS
-                    && let Some(client) = websocket.take()
-                {
-                    let cell = attempts.cell_name();
-                    // The tunnel holds the tenant's in-flight place as it
-                    // holds the shard's, until both directions end.
-                    let tunnel = tunnel::open(
-                        response,
-                        client,
-                        (attempt.in_flight, tenant_in_flight),
-                        gateway,
-                        (cell, &tenant.id),
-                        attempt.shard,
-                    );
-                    let response = tunnel.unwrap_or_else(|| {
-                        refuse(
-                            kind,
-                            StatusCode::BAD_GATEWAY,
-                            Code::Unavailable,
-                            "the backend failed",
-                        )
-                    });
-                    return (response, Some(served));
-                }
-                // The common case returns the response where it is built.
-                let mut response = stream_back(response, attempt.in_flight);
-                if let Some(guard) = tenant_in_flight {
-                    response.body_mut().hold(guard);
-                }
-                return (response, Some(served));
-            }
-            (Some(failure), result) => {
-                if failure.crash_like() {
-                    attempts.crashed(attempt.shard_index, failure, attempt.started);
-                }
-                // Its probe, if any, ends only now: a strike it made is
-                // recorded first, so the member is never left uncounted.
-                drop(attempt);
-                attempts.last_failure = Some((failure, result.ok()));
-            }
-            (None, Err(_)) => unreachable!("an error always has a failure"),
+        if let Some(response) = outcome(
+            &mut attempts,
+            attempt,
+            result,
+            &mut websocket,
+            &mut tenant_in_flight,
+            gateway,
+        ) {
+            served.answered_at = Some(attempts.now);
+            return (response, Some(served));
         }
     }
-    let mut response = attempts.unanswered();
+    (held(attempts.unanswered(), tenant_in_flight), Some(served))
+}
+
+/// The tenant → cell step's answer when the tenant has no route.
+#[cold]
+fn no_route(kind: Kind) -> Response<ResponseBody> {
+    refuse(
+        kind,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Code::Internal,
+        "tenant has no route",
+    )
+}
+
+/// The request's deadline: `routing.request_timeout_ms` after it
+/// `started`, or a gRPC call's own deadline when it sets a shorter one (a
+/// malformed `grpc-timeout` is refused).
+#[inline]
+#[expect(
+    clippy::result_large_err,
+    reason = "inlined into `route`, which returns the refusal as it is: boxing it would allocate"
+)]
+fn deadline(
+    config: &GatewayConfig,
+    kind: Kind,
+    fields: &Fields,
+    started: Instant,
+) -> Result<Instant, Response<ResponseBody>> {
+    let deadline = started + config.routing.request_timeout;
+    if kind != Kind::Grpc {
+        return Ok(deadline);
+    }
+    grpc::deadline(fields, started, deadline).map_err(|error| {
+        let message = format!("malformed grpc-timeout: {error}");
+        refuse(kind, StatusCode::BAD_REQUEST, Code::Internal, &message)
+    })
+}
+
+/// The body set-up's refusals, before anything of the body is read: a
+/// declared length over `limits.max_body_bytes`, and a WebSocket upgrade
+/// request (`websocket`) that carries a body.
+#[inline]
+fn body_refusal(
+    config: &GatewayConfig,
+    kind: Kind,
+    declared_length: Option<u64>,
+    incoming: &ClientBody,
+    websocket: &Option<tunnel::Requested>,
+) -> Option<Response<ResponseBody>> {
+    if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
+        return Some(refuse(
+            kind,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Code::ResourceExhausted,
+            "request body too large",
+        ));
+    }
+    if websocket.is_some() && !incoming.is_end_stream() {
+        // Where a body would end and the new protocol begin is anyone's
+        // guess: a smuggling opportunity, and no WebSocket client sends one.
+        return Some(refuse(
+            kind,
+            StatusCode::BAD_REQUEST,
+            Code::Internal,
+            "a WebSocket upgrade request must not carry a body",
+        ));
+    }
+    None
+}
+
+/// What the request's head decides for every attempt ([`Outgoing`]), with
+/// the access log's `request_id`, when it is on, sent in place of the
+/// client's, and a gRPC call's repeat-safety by its method.
+#[inline]
+fn outgoing<'a>(
+    snapshot: &'a Snapshot,
+    route: &'a TenantRoute,
+    fields: &'a Fields,
+    peer: &'a Peer,
+    parts: &Parts,
+    kind: Kind,
+    request_id: Option<&'a HeaderValue>,
+) -> Outgoing<'a> {
+    let config = &snapshot.config;
+    let mut outgoing = Outgoing::new(
+        config,
+        snapshot.prefixed[route.cell],
+        route,
+        fields,
+        peer.forwarded_for.as_ref(),
+        &parts.method,
+    );
+    if let Some(request_id) = request_id {
+        // The gateway's id goes to the shard in place of the client's.
+        outgoing.added.request_id = Some(request_id);
+        outgoing.inbound.replace_request_id();
+    }
+    if kind == Kind::Grpc {
+        // Every call is a POST: a call is safe to repeat when its method
+        // is configured so (or, as any request, by an idempotency key).
+        outgoing.safe_to_repeat |=
+            grpc::repeat_safe_method(&config.routing.grpc_idempotent_methods, parts.uri.path());
+    }
+    outgoing
+}
+
+/// The attempts of a request for `tenant` on its `route`, before the
+/// first: the request as every attempt sends it, its body (`websocket`
+/// when it asks to upgrade), its deadline, the clock read `now` and its
+/// `kind`, and where the access log notes the shards tried.
+#[inline]
+fn attempts<'a>(
+    gateway: &'a Gateway,
+    snapshot: &'a Snapshot,
+    (route, tenant): (&'a TenantRoute, &'a TenantRecord),
+    (parts, fields, outgoing): (&'a Parts, &'a Fields, &'a Outgoing<'a>),
+    (body, declared_length, websocket): (&'a RequestBody, Option<u64>, bool),
+    (deadline, now, kind): (Instant, Instant, Kind),
+    logged_tried: Option<&'a mut SmallVec<[ShardIndex; 8]>>,
+) -> Attempts<'a> {
+    let cell = route.cell;
+    Attempts {
+        gateway,
+        config: &snapshot.config,
+        shards: &snapshot.shards[cell],
+        cell,
+        subset: route.subset.as_slice(),
+        tenant: &tenant.id,
+        tenant_hash: tenant.id_hash,
+        // The head as every attempt sends it; each sets its shard's target,
+        // `Host` and `x-shuffle-shard`.
+        client: RequestHead {
+            method: &parts.method,
+            target: "",
+            fields,
+            inbound: &outgoing.inbound,
+            stated: stated(body, declared_length),
+            added: outgoing.added,
+            host: None,
+            shard: None,
+        },
+        uri: &parts.uri,
+        body,
+        // Once an upgrade request may have reached a shard, the shard may
+        // have switched: only a connection never made fails over.
+        safe_to_repeat: outgoing.safe_to_repeat && !websocket,
+        deadline,
+        now,
+        tried: SmallVec::new(),
+        last_failure: None,
+        kind,
+        out_of_time: false,
+        caps: snapshot.caps[cell].as_deref(),
+        containment: None,
+        shed: false,
+        spread_full: false,
+        logged_tried,
+    }
+}
+
+/// An attempt's outcome, as `attempts` judges its `result`: an answer is
+/// the client's response (`None` when the attempt failed, which is noted
+/// for the next). A WebSocket upgrade a shard switched becomes a tunnel,
+/// which takes the client's `websocket` and the tenant's in-flight place.
+#[inline]
+fn outcome<'a>(
+    attempts: &mut Attempts<'a>,
+    attempt: Attempt<'a>,
+    result: Result<Response<UpstreamBody>, Failure>,
+    websocket: &mut Option<tunnel::Requested>,
+    tenant_in_flight: &mut Option<TenantInFlight>,
+    gateway: &Arc<Gateway>,
+) -> Option<Response<ResponseBody>> {
+    match (attempts.judge(&attempt, &result), result) {
+        (None, Ok(response)) => {
+            if attempts.containment.is_some() {
+                attempts.answered();
+            }
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS
+                && let Some(client) = websocket.take()
+            {
+                // The tunnel holds the tenant's in-flight place as it
+                // holds the shard's, until both directions end.
+                let tunnel = tunnel::open(
+                    response,
+                    client,
+                    (attempt.in_flight, tenant_in_flight.take()),
+                    gateway,
+                    (attempts.cell_name(), attempts.tenant),
+                    attempt.shard,
+                );
+                return Some(tunnel.unwrap_or_else(|| {
+                    refuse(
+                        attempts.kind,
+                        StatusCode::BAD_GATEWAY,
+                        Code::Unavailable,
+                        "the backend failed",
+                    )
+                }));
+            }
+            // The common case returns the response where it is built.
+            let response = stream_back(response, attempt.in_flight);
+            Some(held(response, tenant_in_flight.take()))
+        }
+        (Some(failure), result) => {
+            if failure.crash_like() {
+                attempts.crashed(attempt.shard_index, failure, attempt.started);
+            }
+            // Its probe, if any, ends only now: a strike it made is
+            // recorded first, so the member is never left uncounted.
+            drop(attempt);
+            attempts.last_failure = Some((failure, result.ok()));
+            None
+        }
+        (None, Err(_)) => unreachable!("an error always has a failure"),
+    }
+}
+
+/// `response`, holding the tenant's in-flight place (when its in-flight
+/// requests are limited) until its body ends.
+#[inline]
+fn held(
+    mut response: Response<ResponseBody>,
+    tenant_in_flight: Option<TenantInFlight>,
+) -> Response<ResponseBody> {
     if let Some(guard) = tenant_in_flight {
         response.body_mut().hold(guard);
     }
-    (response, Some(served))
+    response
 }
 
 /// The answer to a request its tenant's limits refused: `429` with

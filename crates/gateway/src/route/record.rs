@@ -83,6 +83,20 @@ impl Logged {
             tried: SmallVec::new(),
         })
     }
+
+    /// With the access log on (`log`): the request id every attempt sends,
+    /// and where the shards tried are noted (the log stays the caller's).
+    #[inline]
+    pub(super) fn for_attempts(
+        log: Option<&mut Self>,
+    ) -> (Option<&HeaderValue>, Option<&mut SmallVec<[ShardIndex; 8]>>) {
+        match log {
+            Some(Self {
+                request_id, tried, ..
+            }) => (Some(&*request_id), Some(tried)),
+            None => (None, None),
+        }
+    }
 }
 
 /// Writes the access log's record of a request that got `response`
