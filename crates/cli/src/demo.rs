@@ -92,25 +92,7 @@ async fn demo(args: &DemoArgs) -> Result<()> {
     let started = Instant::now();
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let grpc = args.protocol == LoadProtocol::Grpc;
-    let shard_protocol = if grpc {
-        Protocol::Grpc
-    } else {
-        Protocol::Http1
-    };
-    let mut backends = Vec::new();
-    for i in 0..SHARDS {
-        backends.push(
-            Backend::start_speaking(
-                &format!("s{i}"),
-                std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-                // Nothing in the demo reads what a shard saw.
-                Recording::Off,
-                shard_protocol,
-            )
-            .await
-            .context("cannot start a test shard")?,
-        );
-    }
+    let backends = start_shards(grpc).await?;
     // A fresh secret key and token for this run only.
     let token = random_hex(24);
     let credentials: Vec<TenantCredential> = (0..args.tenants)
@@ -118,48 +100,9 @@ async fn demo(args: &DemoArgs) -> Result<()> {
             TenantCredential::new(format!("tenant-{t}"), format!("demo-{t}-{}", random_hex(8)))
         })
         .collect();
-    let tenants: Vec<(String, String)> = credentials
-        .iter()
-        .map(|credential| (credential.tenant.clone(), credential.api_key().to_owned()))
-        .collect();
-    let path = GatewayToml {
-        k: K,
-        key_version: "demo".into(),
-        zone_aware: true,
-        tables: if grpc {
-            // gRPC shards are checked with the gRPC health protocol, and
-            // the demo's method is safe to repeat, so a call a shard broke
-            // after receiving it may go to another member.
-            vec![
-                ("health".into(), "interval_ms = 500\ngrpc = true".into()),
-                (
-                    "routing".into(),
-                    format!(
-                        "grpc_idempotent_methods = [\"{}\"]",
-                        drill::load::GRPC_METHOD
-                    ),
-                ),
-            ]
-        } else {
-            vec![("health".into(), "interval_ms = 500".into())]
-        },
-        admin_token: Some(token.clone()),
-        admin: "status_page_without_token = true".into(),
-        cell: "demo".into(),
-        shards: backends
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let shard =
-                    Shard::new(b.id(), b.url()).in_zone(if i < SHARDS / 2 { "a" } else { "b" });
-                if grpc { shard.speaking("h2c") } else { shard }
-            })
-            .collect(),
-        tenants: tenants_toml(&tenants),
-        ..GatewayToml::default()
-    }
-    .write(dir.path())
-    .context("cannot write the demo's configuration")?;
+    let path = configuration(grpc, &backends, &credentials, &token)
+        .write(dir.path())
+        .context("cannot write the demo's configuration")?;
     let snapshot = gateway::Snapshot::load(&path, None)?;
     let running = gateway::runtime::start(snapshot).await?;
     let status_page = format!("http://{}/", running.admin_addr);
@@ -182,63 +125,7 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         shape,
     )
     .await?;
-    // The bound is generous because the demo runs shards, gateway and load
-    // generator on the same cores: tail latency there says more about the
-    // machine than about the gateway.
-    let thresholds = Thresholds {
-        min_success: 0.999,
-        latency_bound_ms: 250.0,
-    };
-
-    let cell = "demo".to_owned();
-    let mut phases = Vec::new();
-    let (baseline, failovers) = measure(&session).await?;
-    phases.push(
-        phase_result(
-            "baseline",
-            &session,
-            &baseline,
-            &baseline,
-            &[],
-            failovers,
-            thresholds,
-        )
-        .await?,
-    );
-    report_phase(args, phases.last()).await;
-
-    // One shard, then a second one in the other zone: with zone-aware k = 2
-    // the tenants on exactly that pair are the only ones that can go down.
-    let mut failed: Vec<ShardRef> = Vec::new();
-    for (name, shard) in [("fail s3", "s3"), ("fail s3 + s11", "s11")] {
-        session.admin().fail(shard).await?;
-        failed.push((cell.clone(), shard.to_owned()));
-        let (during, failovers) = measure(&session).await?;
-        phases.push(
-            phase_result(
-                name, &session, &baseline, &during, &failed, failovers, thresholds,
-            )
-            .await?,
-        );
-        report_phase(args, phases.last()).await;
-    }
-    for (_, shard) in &failed {
-        session.admin().restore(shard).await?;
-    }
-    let (after, failovers) = measure(&session).await?;
-    phases.push(
-        phase_result(
-            "restored",
-            &session,
-            &baseline,
-            &after,
-            &[],
-            failovers,
-            thresholds,
-        )
-        .await?,
-    );
-    report_phase(args, phases.last()).await;
+    let phases = phases(args, &session).await?;
 
     running.shutdown().await;
     drop(backends);
@@ -257,6 +144,145 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         let _: crate::output::Flow = print_text(&render(&summary))?;
     }
     Ok(())
+}
+
+/// The demo's [`SHARDS`] test shards on 127.0.0.1, speaking gRPC (`grpc`)
+/// or HTTP/1.1.
+async fn start_shards(grpc: bool) -> Result<Vec<Backend>> {
+    let shard_protocol = if grpc {
+        Protocol::Grpc
+    } else {
+        Protocol::Http1
+    };
+    let mut backends = Vec::new();
+    for i in 0..SHARDS {
+        backends.push(
+            Backend::start_speaking(
+                &format!("s{i}"),
+                std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+                // Nothing in the demo reads what a shard saw.
+                Recording::Off,
+                shard_protocol,
+            )
+            .await
+            .context("cannot start a test shard")?,
+        );
+    }
+    Ok(backends)
+}
+
+/// The gateway's configuration: `backends` as one cell in two zones,
+/// zone-aware with k = [`K`], the tenants of `credentials`, and the admin
+/// API behind `token` (the status page open).
+fn configuration(
+    grpc: bool,
+    backends: &[Backend],
+    credentials: &[TenantCredential],
+    token: &str,
+) -> GatewayToml {
+    let tenants: Vec<(String, String)> = credentials
+        .iter()
+        .map(|credential| (credential.tenant.clone(), credential.api_key().to_owned()))
+        .collect();
+    GatewayToml {
+        k: K,
+        key_version: "demo".into(),
+        zone_aware: true,
+        tables: if grpc {
+            // gRPC shards are checked with the gRPC health protocol, and
+            // the demo's method is safe to repeat, so a call a shard broke
+            // after receiving it may go to another member.
+            vec![
+                ("health".into(), "interval_ms = 500\ngrpc = true".into()),
+                (
+                    "routing".into(),
+                    format!(
+                        "grpc_idempotent_methods = [\"{}\"]",
+                        drill::load::GRPC_METHOD
+                    ),
+                ),
+            ]
+        } else {
+            vec![("health".into(), "interval_ms = 500".into())]
+        },
+        admin_token: Some(token.to_owned()),
+        admin: "status_page_without_token = true".into(),
+        cell: "demo".into(),
+        shards: backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let shard =
+                    Shard::new(b.id(), b.url()).in_zone(if i < SHARDS / 2 { "a" } else { "b" });
+                if grpc { shard.speaking("h2c") } else { shard }
+            })
+            .collect(),
+        tenants: tenants_toml(&tenants),
+        ..GatewayToml::default()
+    }
+}
+
+/// The demo's phases, each measured and reported as it ends: a baseline,
+/// one shard failed, a second one, and both restored.
+async fn phases(args: &DemoArgs, session: &Session) -> Result<Vec<PhaseResult>> {
+    // The bound is generous because the demo runs shards, gateway and load
+    // generator on the same cores: tail latency there says more about the
+    // machine than about the gateway.
+    let thresholds = Thresholds {
+        min_success: 0.999,
+        latency_bound_ms: 250.0,
+    };
+
+    let cell = "demo".to_owned();
+    let mut phases = Vec::new();
+    let (baseline, failovers) = measure(session).await?;
+    phases.push(
+        phase_result(
+            "baseline",
+            session,
+            &baseline,
+            &baseline,
+            &[],
+            failovers,
+            thresholds,
+        )
+        .await?,
+    );
+    report_phase(args, phases.last()).await;
+
+    // One shard, then a second one in the other zone: with zone-aware k = 2
+    // the tenants on exactly that pair are the only ones that can go down.
+    let mut failed: Vec<ShardRef> = Vec::new();
+    for (name, shard) in [("fail s3", "s3"), ("fail s3 + s11", "s11")] {
+        session.admin().fail(shard).await?;
+        failed.push((cell.clone(), shard.to_owned()));
+        let (during, failovers) = measure(session).await?;
+        phases.push(
+            phase_result(
+                name, session, &baseline, &during, &failed, failovers, thresholds,
+            )
+            .await?,
+        );
+        report_phase(args, phases.last()).await;
+    }
+    for (_, shard) in &failed {
+        session.admin().restore(shard).await?;
+    }
+    let (after, failovers) = measure(session).await?;
+    phases.push(
+        phase_result(
+            "restored",
+            session,
+            &baseline,
+            &after,
+            &[],
+            failovers,
+            thresholds,
+        )
+        .await?,
+    );
+    report_phase(args, phases.last()).await;
+    Ok(phases)
 }
 
 /// One phase of load and how much the gateway's failover counter rose

@@ -13,9 +13,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use analysis::load::{self, LoadReport, Whale};
 use analysis::overlap::Overlap;
 use analysis::plan::Plan;
-use analysis::{AnalysisError, BlastModel, Impact, Sweep, binomial, overlap};
+use analysis::{
+    AnalysisError, BlastModel, Impact, Placements, Population, Sweep, binomial, overlap,
+};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
+use placement::Fleet;
 use serde::Serialize;
 // `::` because this module is itself named `report`.
 use ::report::{ReportInput, WhaleRow, ZoneOutage, render};
@@ -110,7 +113,7 @@ struct ReportJson<'a> {
     key: &'a str,
     shards: usize,
     tenants: u64,
-    algorithm: &'static str,
+    algorithm: &'a str,
     k: u32,
     /// Zone names and sizes; empty when placement ignores zones.
     zones: Vec<ZoneJson<'a>>,
@@ -179,13 +182,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         return Err(anyhow!(AnalysisError::NoZones).context("--zone-outage"));
     }
     let capacity = crate::blast::check_capacity(args.capacity, &population)?;
-    if let Some(version) = &args.key_version
-        && (version.is_empty() || version.chars().any(char::is_control))
-    {
-        bail!(
-            "--key-version {version:?} is not a label; give the version name, e.g. --key-version v3"
-        );
-    }
+    check_key_version(args.key_version.as_deref())?;
     let n = setup.fleet.len();
     let plan = crate::plan::measure(&setup, &population, budget)?;
     let placements = place_all(&placer, &population);
@@ -204,16 +201,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         .weights()
         .is_some()
         .then(|| load::load(&placements, &population, capacity, TOP_TENANTS));
-    let whales: Vec<WhaleRow> = load
-        .as_ref()
-        .map(|load| load::whales(&placements, &population, load))
-        .unwrap_or_default()
-        .into_iter()
-        .map(|whale| WhaleRow {
-            tenant: population.id(whale.tenant).into_owned(),
-            whale,
-        })
-        .collect();
+    let whales = whales(&placements, &population, load.as_ref());
     let failures = budget.concurrent_failures;
     let sets = binomial(n as u64, failures as u64).min(u128::from(MAX_SETS));
     let sweep = with_progress(
@@ -221,16 +209,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         |report| model.sweep(failures, MAX_SETS, SEED, report),
     )?;
     let zone_outages = if args.zone_outage {
-        fleet
-            .zones()
-            .iter()
-            .map(|zone| {
-                Ok(ZoneOutage {
-                    zone: zone.name.clone(),
-                    impact: model.impact(&zone.members)?,
-                })
-            })
-            .collect::<Result<Vec<_>, AnalysisError>>()?
+        zone_outages(fleet, &model)?
     } else {
         Vec::new()
     };
@@ -279,57 +258,110 @@ pub fn run(args: ReportArgs) -> Result<()> {
     }
     print_note(key_note);
     let _flow = if args.json {
-        print_json(&ReportJson {
-            generated: &generated,
-            key: &key,
-            shards: n,
-            tenants: model.tenants(),
-            algorithm,
-            k: config.k,
-            zones: zones
-                .iter()
-                .map(|(name, shards)| ZoneJson {
-                    name,
-                    shards: *shards,
-                })
-                .collect(),
-            capacity,
-            plan: &plan,
-            pairwise_overlap: OverlapJson {
-                measured: &measured,
-                expected_shared_counts: expected.as_deref(),
-            },
-            load: load.as_ref(),
-            whales: whales
-                .iter()
-                .map(|row| WhaleJson {
-                    tenant: &row.tenant,
-                    whale: &row.whale,
-                })
-                .collect(),
-            sweep: SweepJson {
-                sweep: &sweep,
-                worst_bound: if sweep.sampled {
-                    "lower bound"
-                } else {
-                    "exact"
-                },
-            },
-            zone_outages: args.zone_outage.then(|| {
-                zone_outages
-                    .iter()
-                    .map(|outage| ZoneOutageJson {
-                        zone: &outage.zone,
-                        impact: &outage.impact,
-                    })
-                    .collect()
-            }),
-        })?
+        print_json(&report_json(&input, &sweep, args.zone_outage))?
     } else {
         let out = args.out.as_deref().unwrap_or_else(|| "-".as_ref());
         print_text(&format!("{}\n", out.display()))?
     };
     Ok(())
+}
+
+/// Refuses a `--key-version` that is not a label (empty, or with control
+/// characters): it is printed in the report's header.
+fn check_key_version(version: Option<&str>) -> Result<()> {
+    if let Some(version) = version
+        && (version.is_empty() || version.chars().any(char::is_control))
+    {
+        bail!(
+            "--key-version {version:?} is not a label; give the version name, e.g. --key-version v3"
+        );
+    }
+    Ok(())
+}
+
+/// The whales of a weighted population (none without weights), each with
+/// its tenant's id.
+fn whales(
+    placements: &Placements,
+    population: &Population,
+    load: Option<&LoadReport>,
+) -> Vec<WhaleRow> {
+    load.map(|load| load::whales(placements, population, load))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|whale| WhaleRow {
+            tenant: population.id(whale.tenant).into_owned(),
+            whale,
+        })
+        .collect()
+}
+
+/// What failing each of `fleet`'s zones in turn does to `model`'s tenants.
+fn zone_outages(fleet: &Fleet, model: &BlastModel) -> Result<Vec<ZoneOutage>, AnalysisError> {
+    fleet
+        .zones()
+        .iter()
+        .map(|zone| {
+            Ok(ZoneOutage {
+                zone: zone.name.clone(),
+                impact: model.impact(&zone.members)?,
+            })
+        })
+        .collect()
+}
+
+/// The report's data as `--json` prints it: the page's `input`, with its
+/// `sweep`, and the zone outages when they were asked for (`zone_outage`).
+fn report_json<'a>(input: &ReportInput<'a>, sweep: &'a Sweep, zone_outage: bool) -> ReportJson<'a> {
+    ReportJson {
+        generated: input.generated,
+        key: input.key,
+        shards: input.shards,
+        tenants: input.tenants,
+        algorithm: input.algorithm,
+        k: input.k,
+        zones: input
+            .zones
+            .iter()
+            .map(|(name, shards)| ZoneJson {
+                name,
+                shards: *shards,
+            })
+            .collect(),
+        capacity: input.capacity,
+        plan: input.plan,
+        pairwise_overlap: OverlapJson {
+            measured: input.overlap,
+            expected_shared_counts: input.expected_shared_counts,
+        },
+        load: input.load,
+        whales: input
+            .whales
+            .iter()
+            .map(|row| WhaleJson {
+                tenant: &row.tenant,
+                whale: &row.whale,
+            })
+            .collect(),
+        sweep: SweepJson {
+            sweep,
+            worst_bound: if sweep.sampled {
+                "lower bound"
+            } else {
+                "exact"
+            },
+        },
+        zone_outages: zone_outage.then(|| {
+            input
+                .zone_outages
+                .iter()
+                .map(|outage| ZoneOutageJson {
+                    zone: &outage.zone,
+                    impact: &outage.impact,
+                })
+                .collect()
+        }),
+    }
 }
 
 /// Which key placed the tenants, for the header: where it came from and

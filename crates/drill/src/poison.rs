@@ -408,7 +408,6 @@ pub fn evaluate(
     thresholds: Thresholds,
 ) -> PoisonVerdict {
     let contained = poison_after.filter(|&a| a > 0);
-    let name = |(c, id): &ShardRef| format!("{c}/{id}");
     let crashed_ids: Vec<String> = witness
         .crashed
         .iter()
@@ -419,12 +418,111 @@ pub fn evaluate(
     let contained_model = contained.map(|a| model(session, poison, cell, subset, Some(a)));
     let model_for_crashed = model(session, poison, cell, &crashed_ids, None);
 
+    let (mut violations, crashed_matches) = crash_violations(
+        session,
+        poison,
+        (cell, subset),
+        &witness,
+        contained,
+        &crashed_ids,
+    );
+
+    // Tenant by tenant, against the crashed shards as measured.
+    let sets = TenantSets::new(session, poison, witness.crashed, during);
+    let tenant = |t: usize| session.credential(t).tenant.clone();
+    let for_crashed = &model_for_crashed;
+    let fully_down = SetCheck::compare(
+        &sets.measured_down,
+        &sets.predicted_down,
+        for_crashed.others_fully_down,
+        tenant,
+    );
+    let degraded = SetCheck::compare(
+        &sets.measured_degraded,
+        &sets.predicted_degraded,
+        for_crashed.degraded,
+        tenant,
+    );
+    let unaffected = SetCheck::compare(
+        &sets.measured_unaffected,
+        &sets.predicted_unaffected,
+        (sets.others as u64).saturating_sub(for_crashed.others_fully_down + for_crashed.degraded),
+        tenant,
+    );
+
+    let judgement = judge(
+        tenant,
+        (baseline, during),
+        (&sets.predicted_degraded, &sets.predicted_unaffected),
+        witness.failovers,
+        thresholds,
+    );
+    violations.extend(judgement.violations);
+    violations.extend(fully_down.violation("measured fully down"));
+    if let Some(bound) = &contained_model
+        && sets.measured_down.len() as u64 > bound.others_fully_down
+    {
+        violations.push(format!(
+            "{} tenants went fully down, more than the contained worst case of {}",
+            sets.measured_down.len(),
+            bound.others_fully_down
+        ));
+    }
+    PoisonVerdict {
+        tenant: session.credential(poison).tenant.clone(),
+        subset: {
+            // Sorted like `crashed`, so the two compare as lists.
+            let mut names: Vec<String> = subset.iter().map(|id| format!("{cell}/{id}")).collect();
+            names.sort();
+            names
+        },
+        poison_requests: witness.statuses.len(),
+        poison_statuses: witness.statuses,
+        crashed: witness.crashed.iter().map(shard_name).collect(),
+        crashed_source: witness.source.to_owned(),
+        gateway_saw_out: witness.gateway_saw_out.iter().map(shard_name).collect(),
+        fully_down,
+        degraded,
+        unaffected,
+        properties: judgement.properties,
+        unaffected_errors: judgement.unaffected_errors,
+        degraded_min_success: judgement.affected_min,
+        failovers: witness.failovers,
+        poison_after,
+        models: PoisonModels {
+            uncontained,
+            contained: contained_model,
+            for_crashed: model_for_crashed,
+        },
+        crashed_matches,
+        violations,
+    }
+}
+
+/// A shard as the verdict names it: `cell/id`.
+fn shard_name((cell, id): &ShardRef) -> String {
+    format!("{cell}/{id}")
+}
+
+/// Where the poison crashed shards, against where it may have: the
+/// violations (a shard outside the poison tenant's `subset` down; more
+/// shards down than the model, uncontained or `contained` to at most that
+/// many, allows; none at all, so nothing was tested), and whether the
+/// crashed shards match the model.
+fn crash_violations(
+    session: &Session,
+    poison: usize,
+    (cell, subset): (&str, &[String]),
+    witness: &Witness<'_>,
+    contained: Option<usize>,
+    crashed_ids: &[String],
+) -> (Vec<String>, bool) {
     let mut violations = Vec::new();
     let outside: Vec<String> = witness
         .crashed
         .iter()
         .filter(|(c, id)| c != cell || !subset.contains(id))
-        .map(name)
+        .map(shard_name)
         .collect();
     if !outside.is_empty() {
         violations.push(format!(
@@ -464,110 +562,71 @@ pub fn evaluate(
             session.credential(poison).tenant
         ));
     }
+    (violations, crashed_matches)
+}
 
-    // Tenant by tenant, against the crashed shards as measured.
-    let hit = |t: usize| {
-        let (c, members) = &session.subsets()[t];
-        members
+/// Every tenant but the poison one, sorted by what the `crashed` shards
+/// predict for it (fully down: all its members crashed; degraded: some;
+/// unaffected: none) and by what was measured (fully down: a success ratio
+/// under [`DOWN_BELOW`] during the phase; degraded and unaffected as
+/// predicted, among the others).
+struct TenantSets {
+    /// How many tenants there are but the poison one.
+    others: usize,
+    predicted_down: BTreeSet<usize>,
+    predicted_degraded: BTreeSet<usize>,
+    predicted_unaffected: BTreeSet<usize>,
+    measured_down: BTreeSet<usize>,
+    measured_degraded: BTreeSet<usize>,
+    measured_unaffected: BTreeSet<usize>,
+}
+
+impl TenantSets {
+    fn new(session: &Session, poison: usize, crashed: &BTreeSet<ShardRef>, during: &Phase) -> Self {
+        let hit = |t: usize| {
+            let (c, members) = &session.subsets()[t];
+            members
+                .iter()
+                .filter(|id| crashed.contains(&(c.clone(), (*id).clone())))
+                .count()
+        };
+        let others: Vec<usize> = (0..session.tenants()).filter(|&t| t != poison).collect();
+        let predicted_down: BTreeSet<usize> = others
             .iter()
-            .filter(|id| witness.crashed.contains(&(c.clone(), (*id).clone())))
-            .count()
-    };
-    let others: Vec<usize> = (0..session.tenants()).filter(|&t| t != poison).collect();
-    let predicted_down: BTreeSet<usize> = others
-        .iter()
-        .copied()
-        .filter(|&t| hit(t) == session.subsets()[t].1.len() && hit(t) > 0)
-        .collect();
-    let predicted_degraded: BTreeSet<usize> = others
-        .iter()
-        .copied()
-        .filter(|&t| hit(t) > 0 && !predicted_down.contains(&t))
-        .collect();
-    let predicted_unaffected: BTreeSet<usize> =
-        others.iter().copied().filter(|&t| hit(t) == 0).collect();
-    let measured_down: BTreeSet<usize> = others
-        .iter()
-        .copied()
-        .filter(|&t| during.samples[t].ratio() < DOWN_BELOW)
-        .collect();
-    let measured_degraded: BTreeSet<usize> = others
-        .iter()
-        .copied()
-        .filter(|&t| hit(t) > 0 && !measured_down.contains(&t))
-        .collect();
-    let measured_unaffected: BTreeSet<usize> = others
-        .iter()
-        .copied()
-        .filter(|&t| hit(t) == 0 && !measured_down.contains(&t))
-        .collect();
-    let tenant = |t: usize| session.credential(t).tenant.clone();
-    let for_crashed = &model_for_crashed;
-    let fully_down = SetCheck::compare(
-        &measured_down,
-        &predicted_down,
-        for_crashed.others_fully_down,
-        tenant,
-    );
-    let degraded = SetCheck::compare(
-        &measured_degraded,
-        &predicted_degraded,
-        for_crashed.degraded,
-        tenant,
-    );
-    let unaffected = SetCheck::compare(
-        &measured_unaffected,
-        &predicted_unaffected,
-        (others.len() as u64).saturating_sub(for_crashed.others_fully_down + for_crashed.degraded),
-        tenant,
-    );
-
-    let judgement = judge(
-        tenant,
-        (baseline, during),
-        (&predicted_degraded, &predicted_unaffected),
-        witness.failovers,
-        thresholds,
-    );
-    violations.extend(judgement.violations);
-    violations.extend(fully_down.violation("measured fully down"));
-    if let Some(bound) = &contained_model
-        && measured_down.len() as u64 > bound.others_fully_down
-    {
-        violations.push(format!(
-            "{} tenants went fully down, more than the contained worst case of {}",
-            measured_down.len(),
-            bound.others_fully_down
-        ));
-    }
-    PoisonVerdict {
-        tenant: session.credential(poison).tenant.clone(),
-        subset: {
-            // Sorted like `crashed`, so the two compare as lists.
-            let mut names: Vec<String> = subset.iter().map(|id| format!("{cell}/{id}")).collect();
-            names.sort();
-            names
-        },
-        poison_requests: witness.statuses.len(),
-        poison_statuses: witness.statuses,
-        crashed: witness.crashed.iter().map(name).collect(),
-        crashed_source: witness.source.to_owned(),
-        gateway_saw_out: witness.gateway_saw_out.iter().map(name).collect(),
-        fully_down,
-        degraded,
-        unaffected,
-        properties: judgement.properties,
-        unaffected_errors: judgement.unaffected_errors,
-        degraded_min_success: judgement.affected_min,
-        failovers: witness.failovers,
-        poison_after,
-        models: PoisonModels {
-            uncontained,
-            contained: contained_model,
-            for_crashed: model_for_crashed,
-        },
-        crashed_matches,
-        violations,
+            .copied()
+            .filter(|&t| hit(t) == session.subsets()[t].1.len() && hit(t) > 0)
+            .collect();
+        let predicted_degraded: BTreeSet<usize> = others
+            .iter()
+            .copied()
+            .filter(|&t| hit(t) > 0 && !predicted_down.contains(&t))
+            .collect();
+        let predicted_unaffected: BTreeSet<usize> =
+            others.iter().copied().filter(|&t| hit(t) == 0).collect();
+        let measured_down: BTreeSet<usize> = others
+            .iter()
+            .copied()
+            .filter(|&t| during.samples[t].ratio() < DOWN_BELOW)
+            .collect();
+        let measured_degraded: BTreeSet<usize> = others
+            .iter()
+            .copied()
+            .filter(|&t| hit(t) > 0 && !measured_down.contains(&t))
+            .collect();
+        let measured_unaffected: BTreeSet<usize> = others
+            .iter()
+            .copied()
+            .filter(|&t| hit(t) == 0 && !measured_down.contains(&t))
+            .collect();
+        Self {
+            others: others.len(),
+            predicted_down,
+            predicted_degraded,
+            predicted_unaffected,
+            measured_down,
+            measured_degraded,
+            measured_unaffected,
+        }
     }
 }
 

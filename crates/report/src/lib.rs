@@ -175,12 +175,31 @@ p.note{color:#444}
 /// Renders the report as one complete HTML document.
 pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
     validate(input)?;
-    let plan = input.plan;
-    let budget = plan.budget;
-
+    // Each part of the page is written into it by a step of its own, in
+    // the page's order. `write!` into a String cannot fail; the steps
+    // ignore its results for that reason alone.
     let mut page = String::with_capacity(64 * 1024);
-    // `write!` into a String cannot fail; the results are ignored for that
-    // reason alone.
+    header(&mut page, input);
+    recommendation(&mut page, input.plan);
+    charts_against_k(&mut page, input.plan)?;
+    overlap_section(&mut page, input)?;
+    load_section(&mut page, input)?;
+    page.push_str(&worst_case_table(input.plan));
+    if let Some(sweep) = input.sweep {
+        page.push_str(&sweep_summary(sweep, input.tenants, input.k));
+    }
+    if !input.zone_outages.is_empty() {
+        page.push_str(&zone_outage_table(input.zone_outages, input.tenants));
+    }
+    page.push_str("</body>\n</html>\n");
+    Ok(page)
+}
+
+/// The document's head (title, inline style, content security policy) and
+/// the page's header: what was analysed, with which key, when, against
+/// which budget.
+fn header(page: &mut String, input: &ReportInput<'_>) {
+    let budget = input.plan.budget;
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -222,7 +241,11 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
             None => "not given (nothing is checked against a capacity)".to_owned(),
         },
     );
+}
 
+/// The recommendation: the plan's verdict, by tenant count and, with
+/// weights, by share of traffic.
+fn recommendation(page: &mut String, plan: &Plan) {
     let by_traffic = match &plan.traffic_verdict {
         Some(verdict) => format!(
             "<p class=\"verdict\" id=\"verdict-traffic\">By share of traffic (tenant weights): {}</p>\n",
@@ -240,7 +263,12 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
         },
         escape(&plan.verdict)
     );
+}
 
+/// The charts of fully down and degraded against k: by tenant count, and
+/// by share of traffic when the tenants have weights.
+fn charts_against_k(page: &mut String, plan: &Plan) -> Result<(), ReportError> {
+    let budget = plan.budget;
     let chart = charts::fully_down_and_degraded(
         &plan.rows,
         budget.max_degraded,
@@ -282,7 +310,11 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
             failures = budget.concurrent_failures,
         );
     }
+    Ok(())
+}
 
+/// The pairs sharing j shards at k, measured and expected: chart and table.
+fn overlap_section(page: &mut String, input: &ReportInput<'_>) -> Result<(), ReportError> {
     let chart = charts::shared_counts(&input.overlap.shared_counts, input.expected_shared_counts)?;
     let _ = write!(
         page,
@@ -304,7 +336,11 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
         input.expected_shared_counts,
     ));
     page.push_str("</section>\n");
+    Ok(())
+}
 
+/// The per-shard load at k, its notes and the whales, or why there is none.
+fn load_section(page: &mut String, input: &ReportInput<'_>) -> Result<(), ReportError> {
     page.push_str("<section>\n<h2>Per-shard load</h2>\n");
     match input.load {
         Some(load) => {
@@ -330,18 +366,7 @@ pub fn render(input: &ReportInput<'_>) -> Result<String, ReportError> {
         ),
     }
     page.push_str("</section>\n");
-
-    page.push_str(&worst_case_table(plan));
-
-    if let Some(sweep) = input.sweep {
-        page.push_str(&sweep_summary(sweep, input.tenants, input.k));
-    }
-    if !input.zone_outages.is_empty() {
-        page.push_str(&zone_outage_table(input.zone_outages, input.tenants));
-    }
-
-    page.push_str("</body>\n</html>\n");
-    Ok(page)
+    Ok(())
 }
 
 /// Rejects figures a chart cannot place, before drawing anything.

@@ -23,6 +23,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::ClientCertificate;
 use crate::listen::connection::{self, Protocol};
+use crate::listen::lingering;
 use crate::listen::shutdown::ShutdownWatch;
 use crate::route::proxy::Peer;
 use crate::state::Gateway;
@@ -60,7 +61,7 @@ pub(crate) async fn serve(
         .map(|mtls| mtls.tenant_from.clone());
     drop(snapshot);
 
-    let io = connection::client_io(&gateway, stream, slot);
+    let io = lingering::client_io(&gateway, stream, slot);
     let handshake = tokio::time::timeout_at(handshake_deadline, acceptor.accept(io));
     let outcome = tokio::select! {
         outcome = handshake => outcome,

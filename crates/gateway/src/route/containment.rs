@@ -214,6 +214,15 @@ impl<'a> Attempts<'a> {
         }
     }
 
+    /// Whether [`Self::strike_here`] recorded a strike that
+    /// [`Self::crashed`] has not taken yet.
+    #[inline]
+    pub(super) fn struck_pending(&self) -> bool {
+        self.containment
+            .as_ref()
+            .is_some_and(|containment| containment.struck.is_some())
+    }
+
     /// Poison containment after the strike [`Self::strike_here`] recorded:
     /// with `[fleet]` the fleet's verdict on the tenant, whose strikes on
     /// every replica count; then the request stops at

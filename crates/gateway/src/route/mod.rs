@@ -4,6 +4,7 @@
 //! ([`attempts`]: member ([`member`]) → attempt ([`attempt`]), until one
 //! answers) → outcome ([`proxy`], which runs the steps in order, and
 //! [`response`], the body that streams back and reports how it ended;
+//! [`record`], what a request's metrics and access log keep of it;
 //! [`grpc`] for what differs for a gRPC call, [`refusal`] for the
 //! gateway's own error answers), or, for a WebSocket upgrade, a tunnel
 //! ([`tunnel`], over [`splice`]). It never imports the listeners or the
@@ -17,6 +18,7 @@ pub(crate) mod containment;
 pub mod grpc;
 pub(crate) mod member;
 pub mod proxy;
+pub(crate) mod record;
 pub mod refusal;
 pub mod response;
 pub(crate) mod splice;

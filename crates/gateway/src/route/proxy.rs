@@ -1,12 +1,13 @@
 //! The request path, one step after another: credential → tenant → cell and
 //! subset → target check → body set-up → member → attempt → outcome. `route`
 //! reads as that list; each step is a function or method named for it
-//! (`tenant`, `Snapshot::tenant_route`, `target_allowed`, `Outgoing` and
-//! `receive_body`, then the attempts, one level down in
-//! [`crate::route::attempts`]: `Attempts::member`, `Attempts::start` and
-//! `send`, `Attempts::judge`, and `stream_back` here or
-//! `Attempts::unanswered` there). The gateway's own error answers are
-//! [`crate::route::refusal`]'s.
+//! (`tenant`, `Snapshot::tenant_route`, `target_allowed`, `deadline`,
+//! `body_refusal`, `outgoing` and `receive_body`, then the attempts, set up
+//! by `attempts` and one level down in [`crate::route::attempts`]:
+//! `Attempts::member`, `Attempts::start` and `send`, then `outcome` here,
+//! which has `Attempts::judge` judge the result and streams an answer back
+//! (`stream_back`) or opens its tunnel, or `Attempts::unanswered` there).
+//! The gateway's own error answers are [`crate::route::refusal`]'s.
 //!
 //! Failover rules: a connection failure (nothing sent) always moves on to
 //! another member; a timeout, reset or retryable status moves on only when
@@ -33,24 +34,26 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
+use http::request::Parts;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, header};
 use hyper::body::Body;
 use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use crate::cell::TenantRoute;
 use crate::config::tenants::TenantRecord;
 use crate::config::{AccessLog, GatewayConfig};
-use crate::limit::{Refusal, TenantLimit};
+use crate::limit::{Refusal, TenantInFlight, TenantLimit};
 use crate::protocol::wire::{Fields, RequestHead};
 use crate::route::admission;
 use crate::route::attempt::Failure;
-use crate::route::attempts::Attempts;
+use crate::route::attempts::{Attempt, Attempts};
 use crate::route::body_setup::{Outgoing, receive_body, stated};
 use crate::route::grpc::{self, Kind};
+use crate::route::record::{Logged, Served, log_request};
 use crate::route::refusal::{client_fault_response, error_response, json_error, refuse};
 use crate::route::response::{InFlight, ResponseBody};
 use crate::route::tunnel;
@@ -62,66 +65,6 @@ use crate::trust::headers;
 use crate::trust::target;
 use crate::upstream::UpstreamBody;
 use crate::upstream::body::{ClientBody, RequestBody};
-
-/// Who a request was served for, for metrics and logs.
-struct Served {
-    /// The snapshot the request was routed with (its cell index means
-    /// something only there).
-    snapshot: Arc<Snapshot>,
-    cell: usize,
-    /// The tenant's position in the snapshot's tenants file.
-    tenant: usize,
-    attempts: usize,
-    /// When a backend's answer was taken, if one was: the clock read that
-    /// ended the attempt also ends the request (what is left is
-    /// bookkeeping), saving a read per request.
-    answered_at: Option<Instant>,
-}
-
-impl Served {
-    /// A request routed with `snapshot` to `cell` for the tenant at
-    /// `tenant`, before any attempt.
-    fn new(snapshot: &Arc<Snapshot>, cell: usize, tenant: usize) -> Self {
-        Self {
-            snapshot: Arc::clone(snapshot),
-            cell,
-            tenant,
-            attempts: 0,
-            answered_at: None,
-        }
-    }
-}
-
-/// What the access log keeps of a request as it goes (only when
-/// `logging.access_log` is on; boxed, so that a request without it carries
-/// one pointer).
-struct Logged {
-    format: AccessLog,
-    /// The request's id, sent to every shard tried as `x-request-id`.
-    request_id: HeaderValue,
-    method: Method,
-    /// The path, without the query (which can carry secrets).
-    path: String,
-    /// When the head had been read, by the wall clock.
-    time: std::time::SystemTime,
-    /// The shards tried, in order.
-    tried: SmallVec<[ShardIndex; 8]>,
-}
-
-impl Logged {
-    #[cold]
-    #[inline(never)]
-    fn new(format: AccessLog, request: &Request<ClientBody>, fields: &Fields) -> Box<Self> {
-        Box::new(Self {
-            format,
-            request_id: headers::request_id(fields),
-            method: request.method().clone(),
-            path: request.uri().path().to_owned(),
-            time: std::time::SystemTime::now(),
-            tried: SmallVec::new(),
-        })
-    }
-}
 
 /// The client connection a request came on, as the request path needs it.
 #[derive(Debug, Clone)]
@@ -210,7 +153,7 @@ pub async fn handle(
             served.as_ref(),
             &mut response,
             (status, grpc_status),
-            (peer, started, elapsed),
+            (peer.addr, started, elapsed),
             body.as_ref(),
         );
     }
@@ -256,80 +199,6 @@ pub async fn handle(
     response
 }
 
-/// Writes the access log's record of a request that got `response`
-/// (`status`, and the gRPC status its head showed for a gRPC call) from
-/// `peer`, `elapsed` after it `started`: a `tracing` event now (text, for
-/// requests that reached a tenant), or a JSON line when the response ends.
-#[cold]
-#[inline(never)]
-fn log_request(
-    gateway: &Arc<Gateway>,
-    logged: Logged,
-    served: Option<&Served>,
-    response: &mut Response<ResponseBody>,
-    (status, grpc_status): (StatusCode, Option<Option<Code>>),
-    (peer, started, elapsed): (&Peer, Instant, Duration),
-    body: Option<&RequestBody>,
-) {
-    let cell = served.map(|served| served.snapshot.config.cells[served.cell].name.as_str());
-    let tenant = served.and_then(|served| served.snapshot.tenants.at(served.tenant));
-    let shards: Vec<String> = served.map_or_else(Vec::new, |served| {
-        logged
-            .tried
-            .iter()
-            .filter_map(|&index| served.snapshot.shards[served.cell].get(index as usize))
-            .map(|shard| shard.id.clone())
-            .collect()
-    });
-    let grpc_status = grpc_status.map(|status| status.map_or("unseen", Code::name));
-    let request_id = String::from_utf8_lossy(logged.request_id.as_bytes()).into_owned();
-    let attempts = served.map_or(0, |served| served.attempts);
-    match logged.format {
-        AccessLog::Json => {
-            let record = Box::new(crate::telemetry::access_log::Record {
-                time: logged.time,
-                started,
-                request_id,
-                tenant: tenant.map(|tenant| tenant.id.clone()),
-                cell: cell.map(str::to_owned),
-                shards,
-                status: status.as_u16(),
-                grpc_status,
-                attempts,
-                method: logged.method.to_string(),
-                path: logged.path,
-                client: peer.addr,
-                bytes_in: body.map_or(0, RequestBody::received),
-                bytes_out: 0,
-            });
-            response.body_mut().log_on_end(record, gateway);
-        }
-        AccessLog::Text => {
-            let (Some(tenant), Some(cell)) = (tenant, cell) else {
-                // The text log has always shown requests that reached a
-                // tenant; the others are counted by outcome.
-                return;
-            };
-            tracing::info!(
-                request_id = %request_id,
-                tenant = %tenant.id,
-                method = %logged.method,
-                path = %logged.path,
-                cell = %cell,
-                shards = %shards.join(","),
-                status = status.as_u16(),
-                grpc_status,
-                attempts,
-                // Rounded to microseconds, so that it reads as written.
-                elapsed_ms = elapsed.as_micros() as f64 / 1000.0,
-                client = %peer.addr,
-                "request"
-            );
-        }
-        AccessLog::Off => {}
-    }
-}
-
 /// The request path proper, one step after another; returns the response
 /// and, once the tenant is known, who it was for. `request_body` receives
 /// the request body once it is set up, so the caller can tell whether it
@@ -365,7 +234,6 @@ async fn route(
     {
         return (refused, None);
     }
-    let mut deadline = started + config.routing.request_timeout;
 
     // Credential → tenant.
     let tenant = match tenant(&snapshot, fields, peer) {
@@ -376,32 +244,22 @@ async fn route(
     // Tenant → cell and subset (computed once per tenant and snapshot).
     let Some(route) = snapshot.tenant_route(tenant) else {
         // Cannot happen: the tenant was found in this very snapshot.
-        return (
-            refuse(
-                kind,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                Code::Internal,
-                "tenant has no route",
-            ),
-            None,
-        );
+        return (no_route(kind), None);
     };
-    let cell = route.cell;
-    let mut served = Served::new(&snapshot, cell, tenant.position);
+    let mut served = Served::new(&snapshot, route.cell, tenant.position);
 
-    // The tenant's limits (one branch for a tenant without any); the
-    // global bucket's call is boxed, so that requests without it do not
-    // carry its state.
+    // The tenant's limits (one branch for a tenant without any); the global
+    // bucket's call is boxed, so requests without it do not carry its state.
     let mut tenant_in_flight = None;
     if let Some(limit) = snapshot.limits.of(tenant.position) {
         let admitted = match snapshot.limits.store() {
             Some(store) if limit.rate.is_some() => {
                 Box::pin(admission::admit_global(
-                    gateway, &snapshot, store, limit, &tenant.id, cell, started,
+                    gateway, &snapshot, store, limit, &tenant.id, route.cell, started,
                 ))
                 .await
             }
-            _ => admission::admit(gateway, &snapshot, limit, cell, started),
+            _ => admission::admit(gateway, &snapshot, limit, route.cell, started),
         };
         match admitted {
             Ok(guard) => tenant_in_flight = guard,
@@ -409,64 +267,205 @@ async fn route(
         }
     }
 
-    // The target check.
-    if !target_allowed(&snapshot, cell, request.uri()) {
+    // The target check, then the deadline.
+    if !target_allowed(&snapshot, route.cell, request.uri()) {
         return (target_refused(kind), Some(served));
     }
-
-    // A gRPC call's own deadline, when it sets a shorter one.
-    if kind == Kind::Grpc {
-        match grpc::deadline(fields, started, deadline) {
-            Ok(sooner) => deadline = sooner,
-            Err(error) => {
-                let message = format!("malformed grpc-timeout: {error}");
-                return (
-                    refuse(kind, StatusCode::BAD_REQUEST, Code::Internal, &message),
-                    Some(served),
-                );
-            }
-        }
-    }
+    let deadline = match deadline(config, kind, fields, started) {
+        Ok(deadline) => deadline,
+        Err(refused) => return (refused, Some(served)),
+    };
 
     // The body set-up: refuse what is too large, decide what passes and
     // whether it may be repeated, buffer what may be replayed.
     let (parts, incoming) = request.into_parts();
     let declared_length = incoming.size_hint().exact();
-    if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
-        return (
-            refuse(
-                kind,
-                StatusCode::PAYLOAD_TOO_LARGE,
-                Code::ResourceExhausted,
-                "request body too large",
-            ),
-            Some(served),
+    if let Some(refused) = body_refusal(config, kind, declared_length, &incoming, &websocket) {
+        return (refused, Some(served));
+    }
+    let (request_id, logged_tried) = Logged::for_attempts(log.as_deref_mut());
+    let outgoing = outgoing(&snapshot, route, fields, peer, &parts, kind, request_id);
+    // One clock read per attempt serves health, the deadline and timing.
+    let (body, now) = if incoming.is_end_stream() {
+        // No body (most requests): nothing to read, wait for or time.
+        (RequestBody::Buffered(Bytes::new()), started)
+    } else {
+        let received = receive_body(
+            incoming,
+            declared_length,
+            outgoing.safe_to_repeat,
+            config,
+            started,
+            deadline,
         );
+        match received.await {
+            Ok(received) => received,
+            Err(fault) => return (client_fault_response(kind, fault), Some(served)),
+        }
+    };
+    *request_body = Some(body.clone());
+    gateway.budget.record_request(started);
+
+    // Member → attempt → outcome, until one answers or nothing may be tried.
+    let mut attempts = attempts(
+        gateway,
+        &snapshot,
+        (route, tenant),
+        (&parts, fields, &outgoing),
+        (&body, declared_length, websocket.is_some()),
+        (deadline, now, kind),
+        logged_tried,
+    );
+    loop {
+        let Some(member) = attempts.member() else {
+            // With `[fleet]`, one leaving its first members asks the fleet.
+            if attempts.wants_fleet() {
+                Box::pin(attempts.consult_fleet()).await;
+                continue;
+            }
+            break;
+        };
+        if let Some(backoff) = member.backoff {
+            tokio::time::sleep(backoff).await;
+        }
+        let Some(attempt) = attempts.start(member, &mut served.attempts) else {
+            attempts.out_of_time = true;
+            break;
+        };
+        let result = exchange(&attempts, &attempt, websocket.is_some()).await;
+        // The client's body, not the shard, ended the attempt: answer the
+        // client, and neither blame the shard nor try another.
+        if let Err(failure) = &result
+            && let Some(fault) = body.client_fault(*failure == Failure::Timeout)
+        {
+            let response = attempt.client_fault(kind, fault, attempts.cell_name());
+            return (response, Some(served));
+        }
+        if let Some(response) = outcome(
+            &mut attempts,
+            attempt,
+            result,
+            &mut websocket,
+            &mut tenant_in_flight,
+            gateway,
+        ) {
+            served.answered_at = Some(attempts.now);
+            return (response, Some(served));
+        }
+        // The rest of a strike made as the attempt was judged (boxed: with
+        // `[fleet]` it waits on the store).
+        if attempts.struck_pending() {
+            Box::pin(attempts.crashed()).await;
+        }
+    }
+    (held(attempts.unanswered(), tenant_in_flight), Some(served))
+}
+
+/// The attempt step's exchange: the request sent to the attempt's member
+/// (or the WebSocket upgrade), and its answer or failure.
+#[inline]
+async fn exchange(
+    attempts: &Attempts<'_>,
+    attempt: &Attempt<'_>,
+    websocket: bool,
+) -> Result<Response<UpstreamBody>, Failure> {
+    if attempt.operator_failed() {
+        // A shard an operator failed is down as far as the gateway is
+        // concerned: an attempt on it (only possible with failover off)
+        // fails as a refused connection would, without touching the
+        // backend.
+        Err(Failure::Connect)
+    } else if websocket {
+        attempts.upgrade(attempt).await
+    } else {
+        attempts.send(attempt).await
+    }
+}
+
+/// The tenant → cell step's answer when the tenant has no route.
+#[cold]
+fn no_route(kind: Kind) -> Response<ResponseBody> {
+    refuse(
+        kind,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Code::Internal,
+        "tenant has no route",
+    )
+}
+
+/// The request's deadline: `routing.request_timeout_ms` after it
+/// `started`, or a gRPC call's own deadline when it sets a shorter one (a
+/// malformed `grpc-timeout` is refused).
+#[inline]
+#[expect(
+    clippy::result_large_err,
+    reason = "inlined into `route`, which returns the refusal as it is: boxing it would allocate"
+)]
+fn deadline(
+    config: &GatewayConfig,
+    kind: Kind,
+    fields: &Fields,
+    started: Instant,
+) -> Result<Instant, Response<ResponseBody>> {
+    let deadline = started + config.routing.request_timeout;
+    if kind != Kind::Grpc {
+        return Ok(deadline);
+    }
+    grpc::deadline(fields, started, deadline).map_err(|error| {
+        let message = format!("malformed grpc-timeout: {error}");
+        refuse(kind, StatusCode::BAD_REQUEST, Code::Internal, &message)
+    })
+}
+
+/// The body set-up's refusals, before anything of the body is read: a
+/// declared length over `limits.max_body_bytes`, and a WebSocket upgrade
+/// request (`websocket`) that carries a body.
+#[inline]
+fn body_refusal(
+    config: &GatewayConfig,
+    kind: Kind,
+    declared_length: Option<u64>,
+    incoming: &ClientBody,
+    websocket: &Option<tunnel::Requested>,
+) -> Option<Response<ResponseBody>> {
+    if declared_length.is_some_and(|length| length > config.limits.max_body_bytes) {
+        return Some(refuse(
+            kind,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Code::ResourceExhausted,
+            "request body too large",
+        ));
     }
     if websocket.is_some() && !incoming.is_end_stream() {
         // Where a body would end and the new protocol begin is anyone's
         // guess: a smuggling opportunity, and no WebSocket client sends one.
-        return (
-            refuse(
-                kind,
-                StatusCode::BAD_REQUEST,
-                Code::Internal,
-                "a WebSocket upgrade request must not carry a body",
-            ),
-            Some(served),
-        );
+        return Some(refuse(
+            kind,
+            StatusCode::BAD_REQUEST,
+            Code::Internal,
+            "a WebSocket upgrade request must not carry a body",
+        ));
     }
-    // With the access log on: the request id every attempt sends, and
-    // where the shards tried are noted (the log stays the caller's).
-    let (request_id, logged_tried) = match log.as_deref_mut() {
-        Some(Logged {
-            request_id, tried, ..
-        }) => (Some(&*request_id), Some(tried)),
-        None => (None, None),
-    };
+    None
+}
+
+/// What the request's head decides for every attempt ([`Outgoing`]), with
+/// the access log's `request_id`, when it is on, sent in place of the
+/// client's, and a gRPC call's repeat-safety by its method.
+#[inline]
+fn outgoing<'a>(
+    snapshot: &'a Snapshot,
+    route: &'a TenantRoute,
+    fields: &'a Fields,
+    peer: &'a Peer,
+    parts: &Parts,
+    kind: Kind,
+    request_id: Option<&'a HeaderValue>,
+) -> Outgoing<'a> {
+    let config = &snapshot.config;
     let mut outgoing = Outgoing::new(
         config,
-        snapshot.prefixed[cell],
+        snapshot.prefixed[route.cell],
         route,
         fields,
         peer.forwarded_for.as_ref(),
@@ -483,35 +482,27 @@ async fn route(
         outgoing.safe_to_repeat |=
             grpc::repeat_safe_method(&config.routing.grpc_idempotent_methods, parts.uri.path());
     }
-    // One clock read per attempt serves health, the deadline and timing.
-    let mut now = started;
-    let body = if incoming.is_end_stream() {
-        // No body (most requests): nothing to read, wait for or time.
-        RequestBody::Buffered(Bytes::new())
-    } else {
-        let received = receive_body(
-            incoming,
-            declared_length,
-            outgoing.safe_to_repeat,
-            config,
-            started,
-            deadline,
-        );
-        match received.await {
-            Ok((body, read)) => {
-                now = read;
-                body
-            }
-            Err(fault) => return (client_fault_response(kind, fault), Some(served)),
-        }
-    };
-    *request_body = Some(body.clone());
-    gateway.budget.record_request(started);
+    outgoing
+}
 
-    // Member → attempt → outcome, until one answers or nothing may be tried.
-    let mut attempts = Attempts {
+/// The attempts of a request for `tenant` on its `route`, before the
+/// first: the request as every attempt sends it, its body (`websocket`
+/// when it asks to upgrade), its deadline, the clock read `now` and its
+/// `kind`, and where the access log notes the shards tried.
+#[inline]
+fn attempts<'a>(
+    gateway: &'a Arc<Gateway>,
+    snapshot: &'a Snapshot,
+    (route, tenant): (&'a TenantRoute, &'a TenantRecord),
+    (parts, fields, outgoing): (&'a Parts, &'a Fields, &'a Outgoing<'a>),
+    (body, declared_length, websocket): (&'a RequestBody, Option<u64>, bool),
+    (deadline, now, kind): (Instant, Instant, Kind),
+    logged_tried: Option<&'a mut SmallVec<[ShardIndex; 8]>>,
+) -> Attempts<'a> {
+    let cell = route.cell;
+    Attempts {
         gateway,
-        config,
+        config: &snapshot.config,
         shards: &snapshot.shards[cell],
         cell,
         subset: route.subset.as_slice(),
@@ -524,16 +515,16 @@ async fn route(
             target: "",
             fields,
             inbound: &outgoing.inbound,
-            stated: stated(&body, declared_length),
+            stated: stated(body, declared_length),
             added: outgoing.added,
             host: None,
             shard: None,
         },
         uri: &parts.uri,
-        body: &body,
+        body,
         // Once an upgrade request may have reached a shard, the shard may
         // have switched: only a connection never made fails over.
-        safe_to_repeat: outgoing.safe_to_repeat && websocket.is_none(),
+        safe_to_repeat: outgoing.safe_to_repeat && !websocket,
         deadline,
         now,
         tried: SmallVec::new(),
@@ -545,101 +536,76 @@ async fn route(
         shed: false,
         spread_full: false,
         logged_tried,
-    };
-    loop {
-        let Some(member) = attempts.member() else {
-            // With `[fleet]`, a tenant about to leave its first members
-            // is looked up in the fleet first (boxed: rare).
-            if attempts.wants_fleet() {
-                Box::pin(attempts.consult_fleet()).await;
-                continue;
-            }
-            break;
-        };
-        if let Some(backoff) = member.backoff {
-            tokio::time::sleep(backoff).await;
-        }
-        let Some(attempt) = attempts.start(member, &mut served.attempts) else {
-            attempts.out_of_time = true;
-            break;
-        };
-        let result = if attempt.operator_failed() {
-            // A shard an operator failed is down as far as the gateway is
-            // concerned: an attempt on it (only possible with failover off)
-            // fails as a refused connection would, without touching the
-            // backend.
-            Err(Failure::Connect)
-        } else if websocket.is_some() {
-            attempts.upgrade(&attempt).await
-        } else {
-            attempts.send(&attempt).await
-        };
-        // The client's body, not the shard, ended the attempt: answer the
-        // client, and neither blame the shard nor try another.
-        if let Err(failure) = &result
-            && let Some(fault) = body.client_fault(*failure == Failure::Timeout)
-        {
-            return (
-                attempt.client_fault(kind, fault, attempts.cell_name()),
-                Some(served),
-            );
-        }
-        match (attempts.judge(&attempt, &result), result) {
-            (None, Ok(response)) => {
-                served.answered_at = Some(attempts.now);
-                if attempts.containment.is_some() {
-                    attempts.answered();
-                }
-                if response.status() == StatusCode::SWITCHING_PROTOCOLS
-                    && let Some(client) = websocket.take()
-                {
-                    let cell = attempts.cell_name();
-                    // The tunnel holds the tenant's in-flight place as it
-                    // holds the shard's, until both directions end.
-                    let tunnel = tunnel::open(
-                        response,
-                        client,
-                        (attempt.in_flight, tenant_in_flight),
-                        gateway,
-                        (cell, &tenant.id),
-                        attempt.shard,
-                    );
-                    let response = tunnel.unwrap_or_else(|| {
-                        refuse(
-                            kind,
-                            StatusCode::BAD_GATEWAY,
-                            Code::Unavailable,
-                            "the backend failed",
-                        )
-                    });
-                    return (response, Some(served));
-                }
-                // The common case returns the response where it is built.
-                let mut response = stream_back(response, attempt.in_flight);
-                if let Some(guard) = tenant_in_flight {
-                    response.body_mut().hold(guard);
-                }
-                return (response, Some(served));
-            }
-            (Some(failure), result) => {
-                if failure.crash_like() {
-                    // Boxed: with `[fleet]` it waits on the store, and
-                    // the request's future need not carry that state.
-                    Box::pin(attempts.crashed()).await;
-                }
-                // Its probe, if any, ends only now: a strike it made is
-                // recorded first, so the member is never left uncounted.
-                drop(attempt);
-                attempts.last_failure = Some((failure, result.ok()));
-            }
-            (None, Err(_)) => unreachable!("an error always has a failure"),
-        }
     }
-    let mut response = attempts.unanswered();
+}
+
+/// An attempt's outcome, as `attempts` judges its `result`: an answer is
+/// the client's response (`None` when the attempt failed, which is noted
+/// for the next). A WebSocket upgrade a shard switched becomes a tunnel,
+/// which takes the client's `websocket` and the tenant's in-flight place.
+#[inline]
+fn outcome<'a>(
+    attempts: &mut Attempts<'a>,
+    attempt: Attempt<'a>,
+    result: Result<Response<UpstreamBody>, Failure>,
+    websocket: &mut Option<tunnel::Requested>,
+    tenant_in_flight: &mut Option<TenantInFlight>,
+    gateway: &Arc<Gateway>,
+) -> Option<Response<ResponseBody>> {
+    match (attempts.judge(&attempt, &result), result) {
+        (None, Ok(response)) => {
+            if attempts.containment.is_some() {
+                attempts.answered();
+            }
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS
+                && let Some(client) = websocket.take()
+            {
+                // The tunnel holds the tenant's in-flight place as it
+                // holds the shard's, until both directions end.
+                let tunnel = tunnel::open(
+                    response,
+                    client,
+                    (attempt.in_flight, tenant_in_flight.take()),
+                    gateway,
+                    (attempts.cell_name(), attempts.tenant),
+                    attempt.shard,
+                );
+                return Some(tunnel.unwrap_or_else(|| {
+                    refuse(
+                        attempts.kind,
+                        StatusCode::BAD_GATEWAY,
+                        Code::Unavailable,
+                        "the backend failed",
+                    )
+                }));
+            }
+            // The common case returns the response where it is built.
+            let response = stream_back(response, attempt.in_flight);
+            Some(held(response, tenant_in_flight.take()))
+        }
+        (Some(failure), result) => {
+            // Its probe, if any, ends only now: a strike it made was
+            // recorded as it was judged, so the member is never left
+            // uncounted.
+            drop(attempt);
+            attempts.last_failure = Some((failure, result.ok()));
+            None
+        }
+        (None, Err(_)) => unreachable!("an error always has a failure"),
+    }
+}
+
+/// `response`, holding the tenant's in-flight place (when its in-flight
+/// requests are limited) until its body ends.
+#[inline]
+fn held(
+    mut response: Response<ResponseBody>,
+    tenant_in_flight: Option<TenantInFlight>,
+) -> Response<ResponseBody> {
     if let Some(guard) = tenant_in_flight {
         response.body_mut().hold(guard);
     }
-    (response, Some(served))
+    response
 }
 
 /// The answer to a request its tenant's limits refused: `429` with

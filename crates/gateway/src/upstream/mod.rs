@@ -43,31 +43,30 @@
 pub mod body;
 pub(crate) mod exchange;
 pub(crate) mod h2;
+// HTTP/1.1's reads and writes on a connection, and how a response body is
+// read (the body's type is below, with the pool that makes it).
+mod http1_io;
 pub(crate) mod idle;
+mod response_body;
 pub(crate) mod transport;
 pub(crate) mod upgrade;
 
-use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use bytes::{Bytes, BytesMut};
-use http::{Method, Response, Uri};
-use hyper::body::{Body, Frame, SizeHint};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use bytes::BytesMut;
+use http::{Response, Uri};
+use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
-use crate::protocol::wire::{
-    self, ChunkedDecoder, Decoded, Fields, RequestFraming, RequestHead, ResponseFraming, Stated,
-    WireError,
-};
-use crate::trust::headers::{self, Inbound};
+use crate::protocol::wire::{self, ChunkedDecoder, Fields, RequestHead, ResponseFraming};
 use crate::upstream::body::AttemptBody;
-use crate::upstream::idle::{Expired, IdleTimer};
+use crate::upstream::http1_io::{
+    READ_SIZE, Written, read_head, refused_session, request_framing, upload, write_head,
+};
+use crate::upstream::idle::IdleTimer;
 use crate::upstream::transport::{Connector, Transport, WhileIdle};
 
 pub use exchange::{ExchangeError, SendError, Timeouts};
@@ -83,9 +82,6 @@ pub const MAX_IDLE: usize = 512;
 /// reused: each exchange has a connection of its own, so bytes it sends
 /// late cannot be read as another request's answer.
 pub const NO_REUSE_AFTER_UNASKED_BYTES: Duration = Duration::from_secs(60);
-
-/// Bytes a read asks for at least: responses that fit come in one read.
-const READ_SIZE: usize = 8 * 1024;
 
 /// A buffered request body at most this large is copied behind its head,
 /// so that both leave in one write.
@@ -485,185 +481,6 @@ impl Upstream {
     }
 }
 
-/// How the request body goes out, and the `Content-Length` to add, if any.
-/// The framing the proxy stated for a streamed body (`Transfer-Encoding:
-/// chunked`, or the client's `Content-Length`, which hyper has held the
-/// client to) is kept; a buffered body without one gets its length; a
-/// streamed body without one is chunked. An empty `POST`, `PUT` or `PATCH` says
-/// `Content-Length: 0`, which some servers insist on.
-fn request_framing(request: &RequestHead<'_>, body: &AttemptBody) -> (RequestFraming, Option<u64>) {
-    let forwards_length = || {
-        request.fields.iter().any(|(name, _)| {
-            name.eq_ignore_ascii_case(b"content-length") && request.inbound.forwards(name)
-        })
-    };
-    match request.stated {
-        // A streamed body kept whole and sent again: its length is known
-        // now.
-        Some(Stated::Chunked) if let AttemptBody::Buffered(bytes) = body => {
-            return (
-                RequestFraming::Length,
-                Some(bytes.as_ref().map_or(0, Bytes::len) as u64),
-            );
-        }
-        Some(Stated::Chunked) => return (RequestFraming::Chunked, None),
-        // The client's own length goes out when it may; else the gateway
-        // states it.
-        Some(Stated::Length(length)) => {
-            return (
-                RequestFraming::Length,
-                (!forwards_length()).then_some(length),
-            );
-        }
-        None => {}
-    }
-    if forwards_length() {
-        return (RequestFraming::Length, None);
-    }
-    let length = match body {
-        AttemptBody::Buffered(bytes) => bytes.as_ref().map_or(0, Bytes::len) as u64,
-        AttemptBody::Done => 0,
-        AttemptBody::Waiting(_) | AttemptBody::Streaming(..) => {
-            return (RequestFraming::Chunked, None);
-        }
-    };
-    let says_length =
-        length > 0 || matches!(*request.method, Method::POST | Method::PUT | Method::PATCH);
-    (RequestFraming::Length, says_length.then_some(length))
-}
-
-/// How far a failed first write got.
-enum Written {
-    /// Not a byte: the backend received nothing of this request.
-    Nothing,
-    /// Some bytes left before the failure.
-    Some(io::Error),
-}
-
-/// Writes the request head (and a coalesced body).
-async fn write_head(stream: &mut Transport, bytes: &[u8]) -> Result<(), Written> {
-    let mut written = 0;
-    while written < bytes.len() {
-        match stream.write(&bytes[written..]).await {
-            Ok(0) if written == 0 => return Err(Written::Nothing),
-            Ok(0) => return Err(Written::Some(io::ErrorKind::WriteZero.into())),
-            Ok(n) => written += n,
-            Err(_) if written == 0 => return Err(Written::Nothing),
-            Err(error) => return Err(Written::Some(error)),
-        }
-    }
-    Ok(())
-}
-
-/// Streams the client's body to the backend, chunked or as is. The
-/// client's trailers cross the same boundary its header fields did
-/// ([`headers::request_trailer_passes`]).
-async fn upload<W: AsyncWrite + Unpin>(
-    writer: &mut W,
-    body: &mut AttemptBody,
-    framing: RequestFraming,
-    inbound: &Inbound,
-    scratch: &mut Vec<u8>,
-) -> Result<(), ExchangeError> {
-    let chunked = framing == RequestFraming::Chunked;
-    loop {
-        let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await;
-        scratch.clear();
-        let last = match frame {
-            None if chunked => {
-                wire::encode_last_chunk(scratch, None);
-                true
-            }
-            None => return Ok(()),
-            Some(Err(error)) => return Err(ExchangeError::Body(error)),
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) if data.is_empty() => continue,
-                Ok(data) if chunked => {
-                    wire::encode_chunk(scratch, &data);
-                    false
-                }
-                Ok(data) => {
-                    writer.write_all(&data).await.map_err(ExchangeError::Io)?;
-                    continue;
-                }
-                Err(frame) => match frame.into_trailers() {
-                    Ok(trailers) if chunked => {
-                        let trailers = headers::filter_trailers(trailers, |name| {
-                            headers::request_trailer_passes(inbound, name)
-                        });
-                        wire::encode_last_chunk(scratch, Some(&trailers));
-                        true
-                    }
-                    // Trailers cannot travel with a Content-Length body.
-                    _ => continue,
-                },
-            },
-        };
-        writer.write_all(scratch).await.map_err(ExchangeError::Io)?;
-        if last {
-            return Ok(());
-        }
-    }
-}
-
-/// Reads until `parse` finds a whole response head (after any 1xx) in
-/// `read` ([`wire::parse_response_head`], or its upgrading twin).
-async fn read_head<R: AsyncRead + Unpin>(
-    reader: &mut R,
-    read: &mut BytesMut,
-    method: &Method,
-    parse: impl Fn(&mut BytesMut, &Method) -> Result<Option<wire::ResponseHead>, WireError>,
-) -> Result<wire::ResponseHead, ExchangeError> {
-    let mut answered = !read.is_empty();
-    loop {
-        if answered && let Some(head) = parse(read, method)? {
-            return Ok(head);
-        }
-        make_room(read);
-        match reader.read_buf(read).await {
-            Ok(0) if answered => return Err(ExchangeError::Truncated),
-            Ok(0) => return Err(ExchangeError::ClosedBeforeAnswer),
-            Ok(_) => answered = true,
-            Err(error) if !answered && is_reset(&error) => {
-                return Err(ExchangeError::ClosedBeforeAnswer);
-            }
-            Err(error) => return Err(ExchangeError::Io(error)),
-        }
-    }
-}
-
-/// Room for one more read of [`READ_SIZE`].
-fn make_room(read: &mut BytesMut) {
-    if read.capacity() - read.len() < READ_SIZE / 8 {
-        read.reserve(READ_SIZE);
-    }
-}
-
-/// Whether a shard's TLS refused the session: a fatal alert (a
-/// certificate it does not accept, or none where it requires one) where
-/// the response should be. Under TLS 1.3 a shard judges the gateway's
-/// certificate after the gateway's side of the handshake has ended, so
-/// this is how a refused client certificate arrives; a shard that refused
-/// the session never handed the request to its application.
-fn refused_session(error: &ExchangeError) -> bool {
-    let ExchangeError::Io(error) = error else {
-        return false;
-    };
-    error
-        .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        .is_some_and(|error| matches!(error, rustls::Error::AlertReceived(_)))
-}
-
-fn is_reset(error: &io::Error) -> bool {
-    matches!(
-        error.kind(),
-        io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-    )
-}
-
 impl Upstream {
     /// [`Upstream::send`] to an HTTP/2 shard: `request` with `body` on a
     /// stream of a pooled connection, or of a new one made within
@@ -731,173 +548,6 @@ pub struct UpstreamBody {
     fields: Fields,
     /// Fires when the backend has sent nothing for too long.
     idle: IdleTimer,
-}
-
-impl std::fmt::Debug for UpstreamBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamBody")
-            .field("state", &self.state)
-            .finish_non_exhaustive()
-    }
-}
-
-impl UpstreamBody {
-    /// The response's header fields, as the backend sent them.
-    pub fn fields(&self) -> &Fields {
-        &self.fields
-    }
-
-    /// The body ended: the connection goes back if it can carry another
-    /// exchange (bytes beyond the response mean it cannot).
-    fn finish(&mut self) {
-        self.state = BodyState::Done;
-        if let Some(connection) = self.connection.take()
-            && self.reusable
-        {
-            if connection.read.is_empty() {
-                self.upstream.checkin(connection);
-            } else {
-                // Bytes beyond the response's end came with it.
-                drop(connection);
-                self.upstream.caught_sending_unasked(Instant::now());
-            }
-        }
-    }
-
-    /// The next frame of an HTTP/2 response body, under the same idle and
-    /// total timers as an HTTP/1.1 one.
-    fn poll_http2(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
-        let BodyState::Http2(stream) = &mut self.state else {
-            return Poll::Ready(None);
-        };
-        let Poll::Ready(polled) = stream.poll_frame(cx) else {
-            let error = match ready!(self.idle.poll_expired(cx)) {
-                Expired::Idle => ExchangeError::Stalled,
-                Expired::Budget => ExchangeError::TooSlow,
-            };
-            // Dropping the stream resets it.
-            self.state = BodyState::Done;
-            return Poll::Ready(Some(Err(error)));
-        };
-        self.idle.progressed();
-        match polled {
-            None => {
-                self.state = BodyState::Done;
-                Poll::Ready(None)
-            }
-            Some(Ok(frame)) => Poll::Ready(Some(Ok(frame))),
-            Some(Err(error)) => {
-                self.state = BodyState::Done;
-                Poll::Ready(Some(Err(ExchangeError::Http2(error))))
-            }
-        }
-    }
-
-    /// The body failed: the connection is closed.
-    fn fail(&mut self, error: ExchangeError) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
-        self.state = BodyState::Done;
-        self.connection = None;
-        Poll::Ready(Some(Err(error)))
-    }
-}
-
-impl Body for UpstreamBody {
-    type Data = Bytes;
-    type Error = ExchangeError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
-        let this = &mut *self;
-        if matches!(this.state, BodyState::Http2(_)) {
-            return this.poll_http2(cx);
-        }
-        loop {
-            let Some(connection) = this.connection.as_mut() else {
-                return Poll::Ready(None);
-            };
-            let read = &mut connection.read;
-            match &mut this.state {
-                BodyState::Done => return Poll::Ready(None),
-                BodyState::Length(0) => {
-                    this.finish();
-                    return Poll::Ready(None);
-                }
-                BodyState::Length(left) => {
-                    if !read.is_empty() {
-                        let take = usize::try_from(*left).unwrap_or(usize::MAX).min(read.len());
-                        *left -= take as u64;
-                        let data = read.split_to(take).freeze();
-                        if *left == 0 {
-                            this.finish();
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                }
-                BodyState::Chunked(decoder) => match decoder.decode(read) {
-                    Ok(Decoded::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                    Ok(Decoded::Trailers(trailers)) => {
-                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
-                    }
-                    Ok(Decoded::End) => {
-                        this.finish();
-                        return Poll::Ready(None);
-                    }
-                    Ok(Decoded::NeedMore) => {}
-                    Err(error) => return this.fail(error.into()),
-                },
-                BodyState::UntilClose => {
-                    if !read.is_empty() {
-                        return Poll::Ready(Some(Ok(Frame::data(read.split().freeze()))));
-                    }
-                }
-                // Polled above.
-                BodyState::Http2(_) => return Poll::Ready(None),
-            }
-            make_room(read);
-            let polled = tokio_util::io::poll_read_buf(Pin::new(&mut connection.stream), cx, read);
-            if polled.is_pending() {
-                let error = match ready!(this.idle.poll_expired(cx)) {
-                    Expired::Idle => ExchangeError::Stalled,
-                    Expired::Budget => ExchangeError::TooSlow,
-                };
-                return this.fail(error);
-            }
-            this.idle.progressed();
-            match ready!(polled) {
-                Ok(0) if matches!(this.state, BodyState::UntilClose) => {
-                    this.state = BodyState::Done;
-                    this.connection = None;
-                    return Poll::Ready(None);
-                }
-                Ok(0) => return this.fail(ExchangeError::Truncated),
-                Ok(_) => {}
-                Err(error) => return this.fail(ExchangeError::Io(error)),
-            }
-        }
-    }
-
-    #[inline]
-    fn is_end_stream(&self) -> bool {
-        match &self.state {
-            BodyState::Done | BodyState::Length(0) => true,
-            BodyState::Http2(stream) => stream.is_end_stream(),
-            _ => false,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.state {
-            BodyState::Length(left) => SizeHint::with_exact(*left),
-            BodyState::Done => SizeHint::with_exact(0),
-            BodyState::Http2(stream) => stream.size_hint(),
-            _ => SizeHint::default(),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -19,10 +19,10 @@ use bytes::BytesMut;
 use http::{Response, StatusCode};
 
 use crate::protocol::wire::{self, Fields, RequestHead, WireError};
+use crate::upstream::http1_io::{Written, read_head, write_head};
 use crate::upstream::transport::Transport;
 use crate::upstream::{
-    BodyState, Connection, ExchangeError, SendError, Timeouts, Upstream, UpstreamBody, Written,
-    read_head, write_head,
+    BodyState, Connection, ExchangeError, SendError, Timeouts, Upstream, UpstreamBody,
 };
 
 /// A shard connection that switched protocols, out of the pool for good.

@@ -1,0 +1,177 @@
+//! What the request path keeps of a request for its metrics and its access
+//! log: who it was served for ([`Served`]), what the log notes as the
+//! request goes ([`Logged`]), and the log's record, written when the
+//! response is ready ([`log_request`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use placement::ShardIndex;
+use smallvec::SmallVec;
+use tokio::time::Instant;
+
+use crate::config::AccessLog;
+use crate::protocol::wire::Fields;
+use crate::route::response::ResponseBody;
+use crate::state::{Gateway, Snapshot};
+use crate::syntax::grpc::Code;
+use crate::trust::headers;
+use crate::upstream::body::{ClientBody, RequestBody};
+
+/// Who a request was served for, for metrics and logs.
+pub(super) struct Served {
+    /// The snapshot the request was routed with (its cell index means
+    /// something only there).
+    pub(super) snapshot: Arc<Snapshot>,
+    pub(super) cell: usize,
+    /// The tenant's position in the snapshot's tenants file.
+    pub(super) tenant: usize,
+    pub(super) attempts: usize,
+    /// When a backend's answer was taken, if one was: the clock read that
+    /// ended the attempt also ends the request (what is left is
+    /// bookkeeping), saving a read per request.
+    pub(super) answered_at: Option<Instant>,
+}
+
+impl Served {
+    /// A request routed with `snapshot` to `cell` for the tenant at
+    /// `tenant`, before any attempt.
+    #[inline]
+    pub(super) fn new(snapshot: &Arc<Snapshot>, cell: usize, tenant: usize) -> Self {
+        Self {
+            snapshot: Arc::clone(snapshot),
+            cell,
+            tenant,
+            attempts: 0,
+            answered_at: None,
+        }
+    }
+}
+
+/// What the access log keeps of a request as it goes (only when
+/// `logging.access_log` is on; boxed, so that a request without it carries
+/// one pointer).
+pub(super) struct Logged {
+    format: AccessLog,
+    /// The request's id, sent to every shard tried as `x-request-id`.
+    pub(super) request_id: HeaderValue,
+    method: Method,
+    /// The path, without the query (which can carry secrets).
+    path: String,
+    /// When the head had been read, by the wall clock.
+    time: std::time::SystemTime,
+    /// The shards tried, in order.
+    pub(super) tried: SmallVec<[ShardIndex; 8]>,
+}
+
+impl Logged {
+    #[cold]
+    #[inline(never)]
+    pub(super) fn new(
+        format: AccessLog,
+        request: &Request<ClientBody>,
+        fields: &Fields,
+    ) -> Box<Self> {
+        Box::new(Self {
+            format,
+            request_id: headers::request_id(fields),
+            method: request.method().clone(),
+            path: request.uri().path().to_owned(),
+            time: std::time::SystemTime::now(),
+            tried: SmallVec::new(),
+        })
+    }
+
+    /// With the access log on (`log`): the request id every attempt sends,
+    /// and where the shards tried are noted (the log stays the caller's).
+    #[inline]
+    pub(super) fn for_attempts(
+        log: Option<&mut Self>,
+    ) -> (Option<&HeaderValue>, Option<&mut SmallVec<[ShardIndex; 8]>>) {
+        match log {
+            Some(Self {
+                request_id, tried, ..
+            }) => (Some(&*request_id), Some(tried)),
+            None => (None, None),
+        }
+    }
+}
+
+/// Writes the access log's record of a request that got `response`
+/// (`status`, and the gRPC status its head showed for a gRPC call) from
+/// `client`, `elapsed` after it `started`: a `tracing` event now (text, for
+/// requests that reached a tenant), or a JSON line when the response ends.
+#[cold]
+#[inline(never)]
+pub(super) fn log_request(
+    gateway: &Arc<Gateway>,
+    logged: Logged,
+    served: Option<&Served>,
+    response: &mut Response<ResponseBody>,
+    (status, grpc_status): (StatusCode, Option<Option<Code>>),
+    (client, started, elapsed): (SocketAddr, Instant, Duration),
+    body: Option<&RequestBody>,
+) {
+    let cell = served.map(|served| served.snapshot.config.cells[served.cell].name.as_str());
+    let tenant = served.and_then(|served| served.snapshot.tenants.at(served.tenant));
+    let shards: Vec<String> = served.map_or_else(Vec::new, |served| {
+        logged
+            .tried
+            .iter()
+            .filter_map(|&index| served.snapshot.shards[served.cell].get(index as usize))
+            .map(|shard| shard.id.clone())
+            .collect()
+    });
+    let grpc_status = grpc_status.map(|status| status.map_or("unseen", Code::name));
+    let request_id = String::from_utf8_lossy(logged.request_id.as_bytes()).into_owned();
+    let attempts = served.map_or(0, |served| served.attempts);
+    match logged.format {
+        AccessLog::Json => {
+            let record = Box::new(crate::telemetry::access_log::Record {
+                time: logged.time,
+                started,
+                request_id,
+                tenant: tenant.map(|tenant| tenant.id.clone()),
+                cell: cell.map(str::to_owned),
+                shards,
+                status: status.as_u16(),
+                grpc_status,
+                attempts,
+                method: logged.method.to_string(),
+                path: logged.path,
+                client,
+                bytes_in: body.map_or(0, RequestBody::received),
+                bytes_out: 0,
+            });
+            response.body_mut().log_on_end(record, gateway);
+        }
+        AccessLog::Text => {
+            let (Some(tenant), Some(cell)) = (tenant, cell) else {
+                // The text log has always shown requests that reached a
+                // tenant; the others are counted by outcome.
+                return;
+            };
+            // The text log's target is the one it has always had, so that
+            // a filter (`RUST_LOG=gateway::route::proxy=info`) still finds it.
+            tracing::info!(
+                target: "gateway::route::proxy",
+                request_id = %request_id,
+                tenant = %tenant.id,
+                method = %logged.method,
+                path = %logged.path,
+                cell = %cell,
+                shards = %shards.join(","),
+                status = status.as_u16(),
+                grpc_status,
+                attempts,
+                // Rounded to microseconds, so that it reads as written.
+                elapsed_ms = elapsed.as_micros() as f64 / 1000.0,
+                client = %client,
+                "request"
+            );
+        }
+        AccessLog::Off => {}
+    }
+}
