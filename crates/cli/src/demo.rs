@@ -2,7 +2,10 @@
 //! process on 127.0.0.1, 16 test shards in 2 zones and a gateway with a
 //! fresh key and 2,000 tenants (k = 2); drives load; fails one shard, then
 //! two; restores them; and after each phase prints what was measured beside
-//! what the analyser's model predicts.
+//! what the analyser's model predicts. With `--replicas N` it runs N
+//! gateways of one configuration as a fleet on a `redis-server` of its own
+//! (`[fleet]`), drives the load through all of them and fails the shards
+//! through the first.
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +35,11 @@ pub struct DemoArgs {
     /// The shards and the load: HTTP/1.1, or gRPC (gRPC shards over h2c, unary calls)
     #[arg(long, value_name = "PROTOCOL", value_enum, default_value_t = LoadProtocol::Http)]
     protocol: LoadProtocol,
+    /// Gateways of one configuration, run as a fleet through a
+    /// redis-server of the demo's own (redis-server must be on PATH when
+    /// above 1)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8))]
+    replicas: u8,
     /// Print the summary as JSON
     #[arg(long)]
     json: bool,
@@ -56,6 +64,7 @@ struct PhaseResult {
 #[derive(Debug, Serialize)]
 struct DemoSummary {
     protocol: &'static str,
+    replicas: u8,
     shards: usize,
     tenants: usize,
     k: u32,
@@ -65,6 +74,10 @@ struct DemoSummary {
 }
 
 const SHARDS: usize = 16;
+
+/// The longest the demo waits for every replica to apply a fail or a
+/// restore (a fleet's replicas apply one within `fleet.sync_ms`).
+const SETTLE: Duration = Duration::from_secs(5);
 const K: u32 = 2;
 
 /// Runs `shuffle-shard demo`.
@@ -100,11 +113,26 @@ async fn demo(args: &DemoArgs) -> Result<()> {
             TenantCredential::new(format!("tenant-{t}"), format!("demo-{t}-{}", random_hex(8)))
         })
         .collect();
-    let path = configuration(grpc, &backends, &credentials, &token)
+    // A fleet needs its store first; a missing redis-server is said plainly.
+    let store = if args.replicas > 1 {
+        Some(FleetStore::start(dir.path()).await?)
+    } else {
+        None
+    };
+    let mut toml = configuration(grpc, &backends, &credentials, &token);
+    if let Some(store) = &store {
+        toml.tables
+            .push(("fleet".into(), format!("store = \"{}\"", store.url())));
+    }
+    let path = toml
         .write(dir.path())
         .context("cannot write the demo's configuration")?;
     let snapshot = gateway::Snapshot::load(&path, None)?;
     let running = gateway::runtime::start(snapshot).await?;
+    let mut others = Vec::new();
+    for _ in 1..args.replicas {
+        others.push(gateway::runtime::start(gateway::Snapshot::load(&path, None)?).await?);
+    }
     let status_page = format!("http://{}/", running.admin_addr);
     if !args.json {
         eprintln!("status page: {status_page} (while the demo runs)");
@@ -118,19 +146,35 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         timeout: Duration::from_secs(5),
         protocol: args.protocol.into(),
     };
+    let replicas = others
+        .iter()
+        .map(|other| {
+            let admin_url: http::Uri = format!("http://{}", other.admin_addr).parse()?;
+            Ok((
+                format!("http://{}", other.addr),
+                AdminClient::new(&admin_url, &token),
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let session = Session::prepare(
         &format!("http://{}", running.addr),
         admin,
         credentials,
         shape,
     )
+    .await?
+    .with_replicas(replicas)
     .await?;
     let phases = phases(args, &session).await?;
 
     running.shutdown().await;
-    drop(backends);
+    for other in others {
+        other.shutdown().await;
+    }
+    drop((backends, store));
     let summary = DemoSummary {
         protocol: if grpc { "grpc" } else { "http" },
+        replicas: args.replicas,
         shards: SHARDS,
         tenants: args.tenants,
         k: K,
@@ -144,6 +188,66 @@ async fn demo(args: &DemoArgs) -> Result<()> {
         let _: crate::output::Flow = print_text(&render(&summary))?;
     }
     Ok(())
+}
+
+/// The fleet's store for `--replicas`: a `redis-server` of the demo's own
+/// on 127.0.0.1, without persistence, stopped with the demo.
+struct FleetStore {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl FleetStore {
+    /// Starts `redis-server` in `dir` on a free port, and waits until it
+    /// answers `PING`; says what is missing when it cannot be run.
+    async fn start(dir: &std::path::Path) -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|error| {
+                anyhow::anyhow!(
+                    "--replicas runs the gateways as a fleet through Redis, and redis-server could not be run ({error}); install it (Debian: apt-get install redis-server) or run the demo without --replicas"
+                )
+            })?;
+        let store = Self { child, port };
+        for _ in 0..500 {
+            if store.answers().await {
+                return Ok(store);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        anyhow::bail!("redis-server on 127.0.0.1:{port} did not answer PING within 5 s")
+    }
+
+    /// Whether it answers `PING`.
+    async fn answers(&self) -> bool {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
+            return false;
+        };
+        let mut answer = [0_u8; 7];
+        stream.write_all(b"PING\r\n").await.is_ok()
+            && stream.read_exact(&mut answer).await.is_ok()
+            && &answer == b"+PONG\r\n"
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for FleetStore {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// The demo's [`SHARDS`] test shards on 127.0.0.1, speaking gRPC (`grpc`)
@@ -256,6 +360,8 @@ async fn phases(args: &DemoArgs, session: &Session) -> Result<Vec<PhaseResult>> 
     for (name, shard) in [("fail s3", "s3"), ("fail s3 + s11", "s11")] {
         session.admin().fail(shard).await?;
         failed.push((cell.clone(), shard.to_owned()));
+        // Through every replica of a fleet before the phase is measured.
+        session.await_everywhere(&failed, &[], SETTLE).await?;
         let (during, failovers) = measure(session).await?;
         phases.push(
             phase_result(
@@ -268,6 +374,7 @@ async fn phases(args: &DemoArgs, session: &Session) -> Result<Vec<PhaseResult>> 
     for (_, shard) in &failed {
         session.admin().restore(shard).await?;
     }
+    session.await_everywhere(&[], &failed, SETTLE).await?;
     let (after, failovers) = measure(session).await?;
     phases.push(
         phase_result(
@@ -288,9 +395,9 @@ async fn phases(args: &DemoArgs, session: &Session) -> Result<Vec<PhaseResult>> 
 /// One phase of load and how much the gateway's failover counter rose
 /// during it.
 async fn measure(session: &Session) -> Result<(drill::Phase, f64)> {
-    let before = session.admin().failovers().await?;
+    let before = session.failovers().await?;
     let phase = session.measure().await;
-    let after = session.admin().failovers().await?;
+    let after = session.failovers().await?;
     Ok((phase, after - before))
 }
 
@@ -376,11 +483,19 @@ fn render(summary: &DemoSummary) -> String {
         ]);
     }
     let mut out = format!(
-        "Demo{}: {} tenants on {} shards in 2 zones, k = {} (zone-aware rendezvous), {:.1} s\n\n{}",
+        "Demo{}{}: {} tenants on {} shards in 2 zones, k = {} (zone-aware rendezvous), {:.1} s\n\n{}",
         if summary.protocol == "grpc" {
             " (gRPC unary calls to gRPC shards over h2c)"
         } else {
             ""
+        },
+        if summary.replicas > 1 {
+            format!(
+                " through {} replicas of one gateway ([fleet] on a redis-server of its own; shards failed through the first)",
+                summary.replicas
+            )
+        } else {
+            String::new()
         },
         summary.tenants,
         summary.shards,

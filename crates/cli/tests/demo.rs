@@ -13,6 +13,38 @@ fn the_grpc_demo_matches_the_model_in_every_phase() {
     assert_eq!(summary["protocol"], "grpc");
 }
 
+#[test]
+fn the_demo_through_three_replicas_matches_the_model_in_every_phase() {
+    let installed = std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !installed {
+        testkit::skip::missing("redis-server", "apt-get install redis-server");
+        return;
+    }
+    let summary = demo(&["--tenants", "300", "--replicas", "3"]);
+    assert_eq!(summary["replicas"], 3);
+}
+
+#[test]
+fn the_demo_says_plainly_that_replicas_need_redis_server() {
+    // A PATH without redis-server.
+    let empty = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("shuffle-shard"))
+        .args(["demo", "--tenants", "50", "--replicas", "2"])
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("redis-server could not be run")
+            && stderr.contains("apt-get install redis-server"),
+        "{stderr}"
+    );
+}
+
 /// Runs the demo with `args`, checks every phase against the model, and
 /// returns its summary.
 fn demo(args: &[&str]) -> serde_json::Value {

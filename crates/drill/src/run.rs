@@ -243,8 +243,9 @@ pub(crate) fn names(shards: &[ShardRef]) -> String {
         .join(", ")
 }
 
-/// Polls the admin API until `done` holds for the out-of-rotation set: how
-/// long it took, or `None` once the timeout passed.
+/// Polls the admin API until `done` holds for the out-of-rotation set (of
+/// every replica, with several): how long it took, or `None` once the
+/// timeout passed.
 pub(crate) async fn wait_for(
     session: &Session,
     timeout: Duration,
@@ -252,7 +253,12 @@ pub(crate) async fn wait_for(
 ) -> Result<Option<Duration>, DrillError> {
     let started = tokio::time::Instant::now();
     loop {
-        if done(&session.out_of_rotation().await?) {
+        if session
+            .out_of_rotation_each()
+            .await?
+            .iter()
+            .all(|out| done(out))
+        {
             return Ok(Some(started.elapsed()));
         }
         if started.elapsed() >= timeout {

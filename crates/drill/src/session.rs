@@ -243,6 +243,37 @@ impl Session {
         std::iter::once(&self.admin).chain(self.replicas.iter().map(|(_, admin)| admin))
     }
 
+    /// Waits until every replica reports each of `out` out of rotation and
+    /// none of `back` (an operator's mark reaches a fleet's replicas within
+    /// `fleet.sync_ms`), or `within` passes; whether they all agreed.
+    pub async fn await_everywhere(
+        &self,
+        out: &[ShardRef],
+        back: &[ShardRef],
+        within: std::time::Duration,
+    ) -> Result<bool, DrillError> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let mut agreed = true;
+            for admin in self.admins() {
+                let shards = admin.shards().await?;
+                let is_out = |(cell, id): &ShardRef| {
+                    shards
+                        .iter()
+                        .any(|s| &s.cell == cell && &s.id == id && s.health != "up")
+                };
+                agreed &= out.iter().all(is_out) && !back.iter().any(is_out);
+            }
+            if agreed {
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// The sum of every replica's `shuffle_failovers_total`.
     pub async fn failovers(&self) -> Result<f64, DrillError> {
         let mut total = 0.0;
@@ -339,21 +370,29 @@ impl Session {
     /// The shards the gateway reports out of rotation now; with several
     /// replicas, those every replica reports out.
     pub async fn out_of_rotation(&self) -> Result<Vec<ShardRef>, DrillError> {
-        let mut out: Option<Vec<ShardRef>> = None;
+        let mut each = self.out_of_rotation_each().await?.into_iter();
+        let first = each.next().unwrap_or_default();
+        Ok(each.fold(first, |out, here| {
+            out.into_iter().filter(|s| here.contains(s)).collect()
+        }))
+    }
+
+    /// The shards each replica reports out of rotation now, the first
+    /// replica's first.
+    pub async fn out_of_rotation_each(&self) -> Result<Vec<Vec<ShardRef>>, DrillError> {
+        let mut each = Vec::new();
         for admin in self.admins() {
-            let here: Vec<ShardRef> = admin
-                .shards()
-                .await?
-                .into_iter()
-                .filter(|shard| shard.health != "up")
-                .map(|shard| (shard.cell, shard.id))
-                .collect();
-            out = Some(match out {
-                None => here,
-                Some(before) => before.into_iter().filter(|s| here.contains(s)).collect(),
-            });
+            each.push(
+                admin
+                    .shards()
+                    .await?
+                    .into_iter()
+                    .filter(|shard| shard.health != "up")
+                    .map(|shard| (shard.cell, shard.id))
+                    .collect(),
+            );
         }
-        Ok(out.unwrap_or_default())
+        Ok(each)
     }
 
     /// The analyser's prediction: per tenant (every member failed, some
