@@ -50,6 +50,16 @@ impl Fleet {
 
     /// [`Fleet::start`] with `lines` more in `[fleet]`.
     async fn start_with(store: Option<&str>, lines: &str, down: Duration) -> Self {
+        Self::start_quarantined(store, lines, 600, down).await
+    }
+
+    /// [`Fleet::start_with`] with `routing.quarantine_seconds = quarantine`.
+    async fn start_quarantined(
+        store: Option<&str>,
+        lines: &str,
+        quarantine: u64,
+        down: Duration,
+    ) -> Self {
         let extra = match store {
             // A timeout a loaded test machine meets: the bound being tested
             // is the fleet's, not Redis's speed.
@@ -60,7 +70,7 @@ impl Fleet {
             shards: 12,
             tenants: 60,
             k: 4,
-            routing: "poison_after = 2\nquarantine_seconds = 600\n".into(),
+            routing: format!("poison_after = 2\nquarantine_seconds = {quarantine}\n"),
             // Checks slow enough that passive ejection and the operator
             // are what move shards.
             extra,
@@ -692,4 +702,53 @@ async fn a_store_over_tls_is_shared_and_one_whose_certificate_fails_is_never_use
     assert_eq!(view["fleet"]["up"], false, "{view}");
     let drained = distrusting.admin(0, "POST", "/admin/shards/s0/drain").await;
     assert_ne!(drained["applied_on"], "fleet", "{drained}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspect_expires_on_every_replica_by_the_stores_clock() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    // A one-second quarantine; the crashed shards come back at once.
+    let fleet = Arc::new(
+        Fleet::start_quarantined(Some(&redis.url()), "", 1, Duration::from_millis(100)).await,
+    );
+    let (poisoner, _) = poisoner_and_others(&fleet.fixture);
+    let status = fleet.send(0, &poisoner, "/poison", true).await;
+    assert!(status.is_server_error(), "{status}");
+    fleet
+        .everywhere("the poisoner is suspect", |n| {
+            let (fleet, poisoner) = (Arc::clone(&fleet), poisoner.clone());
+            async move { fleet.suspects(n).await.contains(&poisoner) }
+        })
+        .await;
+    // The quarantine ends in the store, and every replica lets it go.
+    fleet
+        .everywhere("the poisoner's quarantine ended", |n| {
+            let (fleet, poisoner) = (Arc::clone(&fleet), poisoner.clone());
+            async move { !fleet.suspects(n).await.contains(&poisoner) }
+        })
+        .await;
+    // A replica started now does not learn it (the store drops an ended
+    // quarantine when it is read).
+    let restarted = Fleet::replica(&fleet.fixture).await;
+    let listed = send_to(
+        &fleet.fixture.client,
+        restarted.admin_addr,
+        "GET",
+        "/admin/tenants?suspects=1",
+        Some(TOKEN),
+        &[],
+        b"",
+    )
+    .await;
+    assert!(
+        !String::from_utf8_lossy(&listed.2).contains(&format!("\"{poisoner}\"")),
+        "a replica started after the quarantine ended learned it"
+    );
+    assert_eq!(
+        redis.command("HLEN shuffle-shard:fleet:suspects").await,
+        ":0\r\n",
+        "the store still holds the ended quarantine after a replica read it"
+    );
 }
