@@ -274,14 +274,19 @@ pub fn run(args: DrillArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    // The session every kind of drill runs in: the replicas' subsets read,
+    // and with several replicas, each checked to be part of the fleet.
+    let session = async {
+        Session::prepare(&gateway, admin, tenants, shape)
+            .await?
+            .with_replicas(replicas)
+            .await
+    };
     let (passed, violations) = match (fault, poison, rolling) {
         (_, _, Some(plan)) => {
             let report = runtime
                 .block_on(async {
-                    let session = Session::prepare(&gateway, admin, tenants, shape)
-                        .await?
-                        .with_replicas(replicas)
-                        .await?;
+                    let session = session.await?;
                     drill::rolling::run(&session, &plan, &say).await
                 })
                 .map_err(not_one_fleet)?;
@@ -291,10 +296,7 @@ pub fn run(args: DrillArgs) -> Result<()> {
         (Some(fault), _, None) => {
             let report = runtime
                 .block_on(async {
-                    let session = Session::prepare(&gateway, admin, tenants, shape)
-                        .await?
-                        .with_replicas(replicas)
-                        .await?;
+                    let session = session.await?;
                     drill::run::run(&session, &fault, thresholds, &say).await
                 })
                 .map_err(not_one_fleet)?;
@@ -304,10 +306,7 @@ pub fn run(args: DrillArgs) -> Result<()> {
         (None, Some(plan), None) => {
             let report = runtime
                 .block_on(async {
-                    let session = Session::prepare(&gateway, admin, tenants, shape)
-                        .await?
-                        .with_replicas(replicas)
-                        .await?;
+                    let session = session.await?;
                     drill::poison::run(&session, &plan, thresholds, &say).await
                 })
                 .map_err(not_one_fleet)?;

@@ -144,6 +144,22 @@ impl Fleet {
         serde_json::from_slice(&body).unwrap()
     }
 
+    /// `GET path` on the admin API at `admin` (a replica outside the three),
+    /// with the token: the body as text.
+    async fn admin_text(&self, admin: std::net::SocketAddr, path: &str) -> String {
+        let (_, _, body) = send_to(
+            &self.fixture.client,
+            admin,
+            "GET",
+            path,
+            Some(TOKEN),
+            &[],
+            b"",
+        )
+        .await;
+        String::from_utf8_lossy(&body).into_owned()
+    }
+
     /// The tenants replica `n` lists as suspect.
     async fn suspects(&self, n: usize) -> BTreeSet<String> {
         self.admin(n, "GET", "/admin/tenants?suspects=1").await["suspects"]
@@ -425,17 +441,10 @@ async fn a_mark_set_on_one_replica_reaches_every_replica_and_a_restarted_one() {
 
     // A replica started now knows the mark before its first request.
     let restarted = Fleet::replica(&fleet.fixture).await;
-    let shards = send_to(
-        &fleet.fixture.client,
-        restarted.admin_addr,
-        "GET",
-        "/admin/shards",
-        Some(TOKEN),
-        &[],
-        b"",
-    )
-    .await;
-    let shards: Value = serde_json::from_slice(&shards.2).unwrap();
+    let shards = fleet
+        .admin_text(restarted.admin_addr, "/admin/shards")
+        .await;
+    let shards: Value = serde_json::from_str(&shards).unwrap();
     let s0_view = shards["shards"]
         .as_array()
         .unwrap()
@@ -470,18 +479,11 @@ async fn a_suspect_is_known_by_every_replica_and_cleared_through_any() {
         .await;
     // A replica started now knows it.
     let restarted = Fleet::replica(&fleet.fixture).await;
-    let listed = send_to(
-        &fleet.fixture.client,
-        restarted.admin_addr,
-        "GET",
-        "/admin/tenants?suspects=1",
-        Some(TOKEN),
-        &[],
-        b"",
-    )
-    .await;
+    let listed = fleet
+        .admin_text(restarted.admin_addr, "/admin/tenants?suspects=1")
+        .await;
     assert!(
-        String::from_utf8_lossy(&listed.2).contains(&format!("\"{poisoner}\"")),
+        listed.contains(&format!("\"{poisoner}\"")),
         "a restarted replica does not know the suspect"
     );
 
@@ -732,18 +734,11 @@ async fn a_suspect_expires_on_every_replica_by_the_stores_clock() {
     // A replica started now does not learn it (the store drops an ended
     // quarantine when it is read).
     let restarted = Fleet::replica(&fleet.fixture).await;
-    let listed = send_to(
-        &fleet.fixture.client,
-        restarted.admin_addr,
-        "GET",
-        "/admin/tenants?suspects=1",
-        Some(TOKEN),
-        &[],
-        b"",
-    )
-    .await;
+    let listed = fleet
+        .admin_text(restarted.admin_addr, "/admin/tenants?suspects=1")
+        .await;
     assert!(
-        !String::from_utf8_lossy(&listed.2).contains(&format!("\"{poisoner}\"")),
+        !listed.contains(&format!("\"{poisoner}\"")),
         "a replica started after the quarantine ended learned it"
     );
     assert_eq!(

@@ -11,6 +11,29 @@ use crate::limit::store::Store;
 use crate::limit::{Refusal, TenantInFlight, TenantLimit};
 use crate::state::{Gateway, Snapshot};
 
+/// Admits a request of `tenant`, which has `limit`, in `cell` at `now`:
+/// by the global bucket when the store is set and the tenant has a rate
+/// (boxed, so that requests without it do not carry its state), else by
+/// this replica's own.
+pub(crate) async fn admit_tenant(
+    gateway: &Gateway,
+    snapshot: &Snapshot,
+    limit: &TenantLimit,
+    tenant: &str,
+    cell: usize,
+    now: Instant,
+) -> Result<Option<TenantInFlight>, Refusal> {
+    match snapshot.limits.store() {
+        Some(store) if limit.rate.is_some() => {
+            Box::pin(admit_global(
+                gateway, snapshot, store, limit, tenant, cell, now,
+            ))
+            .await
+        }
+        _ => admit(gateway, snapshot, limit, cell, now),
+    }
+}
+
 /// Admits a request of a tenant with `limit` in `cell` on this replica's
 /// bucket, at `now`; the tenant's in-flight count, when it is limited,
 /// until the guard is dropped.

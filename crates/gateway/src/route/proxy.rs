@@ -248,19 +248,11 @@ async fn route(
     };
     let mut served = Served::new(&snapshot, route.cell, tenant.position);
 
-    // The tenant's limits (one branch for a tenant without any); the global
-    // bucket's call is boxed, so requests without it do not carry its state.
+    // The tenant's limits (one branch for a tenant without any).
     let mut tenant_in_flight = None;
     if let Some(limit) = snapshot.limits.of(tenant.position) {
-        let admitted = match snapshot.limits.store() {
-            Some(store) if limit.rate.is_some() => {
-                Box::pin(admission::admit_global(
-                    gateway, &snapshot, store, limit, &tenant.id, route.cell, started,
-                ))
-                .await
-            }
-            _ => admission::admit(gateway, &snapshot, limit, route.cell, started),
-        };
+        let (id, cell) = (&tenant.id, route.cell);
+        let admitted = admission::admit_tenant(gateway, &snapshot, limit, id, cell, started).await;
         match admitted {
             Ok(guard) => tenant_in_flight = guard,
             Err(refusal) => return (limited(kind, limit, &refusal), Some(served)),
@@ -332,7 +324,15 @@ async fn route(
             attempts.out_of_time = true;
             break;
         };
-        let result = exchange(&attempts, &attempt, websocket.is_some()).await;
+        let result = if attempt.operator_failed() {
+            // An operator's failed shard fails as a refused connection
+            // would (only possible with failover off), touching nothing.
+            Err(Failure::Connect)
+        } else if websocket.is_some() {
+            attempts.upgrade(&attempt).await
+        } else {
+            attempts.send(&attempt).await
+        };
         // The client's body, not the shard, ended the attempt: answer the
         // client, and neither blame the shard nor try another.
         if let Err(failure) = &result
@@ -359,27 +359,6 @@ async fn route(
         }
     }
     (held(attempts.unanswered(), tenant_in_flight), Some(served))
-}
-
-/// The attempt step's exchange: the request sent to the attempt's member
-/// (or the WebSocket upgrade), and its answer or failure.
-#[inline]
-async fn exchange(
-    attempts: &Attempts<'_>,
-    attempt: &Attempt<'_>,
-    websocket: bool,
-) -> Result<Response<UpstreamBody>, Failure> {
-    if attempt.operator_failed() {
-        // A shard an operator failed is down as far as the gateway is
-        // concerned: an attempt on it (only possible with failover off)
-        // fails as a refused connection would, without touching the
-        // backend.
-        Err(Failure::Connect)
-    } else if websocket {
-        attempts.upgrade(attempt).await
-    } else {
-        attempts.send(attempt).await
-    }
 }
 
 /// The tenant → cell step's answer when the tenant has no route.
@@ -489,7 +468,9 @@ fn outgoing<'a>(
 /// first: the request as every attempt sends it, its body (`websocket`
 /// when it asks to upgrade), its deadline, the clock read `now` and its
 /// `kind`, and where the access log notes the shards tried.
-#[inline]
+// Always inlined: the attempts are built where the request's future keeps
+// them, not built here and copied there.
+#[inline(always)]
 fn attempts<'a>(
     gateway: &'a Arc<Gateway>,
     snapshot: &'a Snapshot,
@@ -543,7 +524,8 @@ fn attempts<'a>(
 /// the client's response (`None` when the attempt failed, which is noted
 /// for the next). A WebSocket upgrade a shard switched becomes a tunnel,
 /// which takes the client's `websocket` and the tenant's in-flight place.
-#[inline]
+// Always inlined, as `attempts`: the answer is not copied out of a frame.
+#[inline(always)]
 fn outcome<'a>(
     attempts: &mut Attempts<'a>,
     attempt: Attempt<'a>,
@@ -597,7 +579,7 @@ fn outcome<'a>(
 
 /// `response`, holding the tenant's in-flight place (when its in-flight
 /// requests are limited) until its body ends.
-#[inline]
+#[inline(always)]
 fn held(
     mut response: Response<ResponseBody>,
     tenant_in_flight: Option<TenantInFlight>,
