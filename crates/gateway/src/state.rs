@@ -640,6 +640,17 @@ impl Gateway {
                 tls_listen(&next.config),
             ),
         ];
+        // `[fleet]` too: the store and the replica's name are taken at start,
+        // and a request path that changed its rules without the store (or
+        // the other way round) would keep neither promise.
+        if current.config.fleet != next.config.fleet {
+            return Err(ConfigError::new(
+                &next.config.path,
+                "fleet",
+                "is read at start; [fleet] stays as it is until a restart; put it back, or restart the gateway to change it",
+            )
+            .into());
+        }
         for (key, now, asked) in bound_at_start {
             if now != asked {
                 let now = now.map_or_else(|| "(none)".to_owned(), |addr| addr.to_string());

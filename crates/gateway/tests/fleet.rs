@@ -548,6 +548,23 @@ async fn a_store_that_dies_freezes_or_restarts_empty_never_fails_a_request_and_g
         }
     };
 
+    // A suspect the fleet holds before the store dies.
+    let (poisoner, _) = poisoner_and_others(&fleet.fixture);
+    for backend in &fleet.fixture.backends {
+        backend.set_mode(Mode::CrashOnPoison(Duration::from_millis(50)));
+    }
+    let status = fleet.send(0, &poisoner, "/poison", true).await;
+    assert!(status.is_server_error(), "{status}");
+    for backend in &fleet.fixture.backends {
+        backend.set_mode(Mode::Healthy);
+    }
+    fleet
+        .everywhere("the poisoner is suspect", |n| {
+            let (fleet, poisoner) = (Arc::clone(&fleet), poisoner.clone());
+            async move { fleet.suspects(n).await.contains(&poisoner) }
+        })
+        .await;
+
     // Killed: every request is still served; the gauge drops and a
     // missed look is counted.
     redis.kill();
@@ -593,6 +610,15 @@ async fn a_store_that_dies_freezes_or_restarts_empty_never_fails_a_request_and_g
         })
         .await;
     all_served(Arc::clone(&fleet), tenants.clone()).await;
+    // The suspect too, written back, still held everywhere some looks
+    // later (a store restarted empty lifts nobody's quarantine).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    for n in 0..3 {
+        assert!(
+            fleet.suspects(n).await.contains(&poisoner),
+            "replica {n} forgot the suspect when the store came back empty"
+        );
+    }
 
     // Frozen (SIGSTOP, connections open): requests are served all the
     // same, and the store is used again once it wakes.
@@ -746,4 +772,28 @@ async fn a_suspect_expires_on_every_replica_by_the_stores_clock() {
         ":0\r\n",
         "the store still holds the ended quarantine after a replica read it"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_cannot_change_the_fleet() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let fleet = Fleet::start(Some(&redis.url()), Duration::from_secs(60)).await;
+    let path = fleet.fixture.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    // A replica taken out of the fleet by a reload would keep sharing
+    // through the store it started with while its requests stop keeping
+    // the fleet's rules: refused, naming the key.
+    let edited = text.replace("timeout_ms = 500", "timeout_ms = 200");
+    assert_ne!(edited, text);
+    std::fs::write(&path, edited).unwrap();
+    let error = fleet.fixture.running.gateway.reload(false).unwrap_err();
+    let error = error.to_string();
+    assert!(
+        error.contains("fleet") && error.contains("restart"),
+        "{error}"
+    );
+    std::fs::write(&path, text).unwrap();
+    assert!(fleet.fixture.running.gateway.reload(false).is_ok());
 }

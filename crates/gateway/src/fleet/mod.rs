@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::health::MarkOrigin;
 use crate::health::quarantine::{Marked, Rules, Struck};
 use crate::state::{Gateway, ShardRuntime};
-use crate::store::fleet::{Fault, FleetStore, Looked, SharedMark, StrikeCall};
+use crate::store::fleet::{Fault, FleetStore, Looked, SharedMark, StrikeCall, storable};
 
 /// How long start-up waits for the fleet's state before serving on its own
 /// (a restarted replica learns the marks and suspects first when it can).
@@ -102,9 +102,19 @@ async fn look(gateway: &Gateway, fleet: &FleetStore) {
     // goes back (the later of two marks wins there).
     let mut write_back = fleet.write_back_due.swap(false, Ordering::Relaxed);
     if let Some(state) = state {
-        // A store with another epoch is new to this replica: started
-        // empty, or restarted empty. Everything held here goes back.
-        write_back |= state.epoch != held.0;
+        // A store with another epoch is new to this replica (started
+        // empty, or restarted empty), and so is one whose version went
+        // back (a failover to a replica that missed writes): everything
+        // held here goes back, the suspects it shared included.
+        let went_back = matches!(
+            (held.1.parse::<u64>(), state.version.parse::<u64>()),
+            (Ok(before), Ok(now)) if now < before
+        );
+        let new_store = state.epoch != held.0 || went_back;
+        if new_store {
+            gateway.suspects.unshare_all();
+        }
+        write_back |= new_store;
         apply_marks(gateway, &state.marks, &mut write_back);
         let now = Instant::now();
         for suspect in &state.suspects {
@@ -112,7 +122,7 @@ async fn look(gateway: &Gateway, fleet: &FleetStore) {
                 tracing::warn!(tenant = %suspect.tenant, cell = %suspect.cell, by = %suspect.by, "tenant is suspect of poisoning its shards (marked through another replica)");
             }
         }
-        if state.epoch == held.0 {
+        if !new_store {
             let shared: HashSet<&str> = state
                 .suspects
                 .iter()
@@ -142,10 +152,15 @@ fn apply_marks(gateway: &Gateway, marks: &[SharedMark], write_back: &mut bool) {
             continue;
         };
         let mut health = shard.health.lock().unwrap_or_else(PoisonError::into_inner);
-        let held_at = health.mark_origin.as_ref().map(|origin| origin.at_ms);
-        match held_at {
-            Some(at) if at > mark.at_ms => *write_back = true,
-            Some(at) if at == mark.at_ms => {}
+        // The later mark wins; one of the same millisecond by replica id,
+        // as the store orders them.
+        let held = health
+            .mark_origin
+            .as_ref()
+            .map(|origin| (origin.at_ms, origin.by.as_str()));
+        match held.map(|held| held.cmp(&(mark.at_ms, mark.by.as_str()))) {
+            Some(std::cmp::Ordering::Greater) => *write_back = true,
+            Some(std::cmp::Ordering::Equal) => {}
             _ => {
                 let changed = (health.failed, health.drained) != (mark.failed, mark.drained);
                 health.mark(mark.failed, mark.drained, now);
@@ -176,8 +191,12 @@ async fn write_back_marks(gateway: &Gateway, fleet: &FleetStore) {
     }
 }
 
-/// The shard's mark as the fleet holds it, if an operator set one.
+/// The shard's mark as the fleet holds it, if an operator set one (and
+/// its ids can be kept in the store).
 fn shared_mark(shard: &ShardRuntime) -> Option<SharedMark> {
+    if !(storable(&shard.cell) && storable(&shard.id)) {
+        return None;
+    }
     let health = shard.health.lock().unwrap_or_else(PoisonError::into_inner);
     let origin = health.mark_origin.as_ref()?;
     Some(SharedMark {
@@ -193,6 +212,9 @@ fn shared_mark(shard: &ShardRuntime) -> Option<SharedMark> {
 /// Writes back the suspects the store does not hold.
 async fn write_back_suspects(gateway: &Gateway, fleet: &FleetStore) {
     for suspect in gateway.suspects.unshared(Instant::now(), fleet.replica()) {
+        if !(storable(&suspect.tenant) && suspect.members.iter().all(|m| storable(m))) {
+            continue;
+        }
         match fleet.write_suspect(&suspect).await {
             Ok(()) => gateway.suspects.shared(&suspect.tenant),
             Err(fault) => {
@@ -230,6 +252,12 @@ async fn retry_clears(gateway: &Gateway, fleet: &FleetStore) {
 fn went_down(gateway: &Gateway, fleet: &FleetStore, fault: Fault, operation: &str) {
     gateway.metrics.fleet.fallback(operation);
     fleet.write_back_due.store(true, Ordering::Relaxed);
+    // One slow answer on the request path (`fleet.timeout_ms` is a few
+    // milliseconds) is counted, not called an outage: the looks, which
+    // wait longer, say whether the store is down.
+    if fault == Fault::Timeout && matches!(operation, "strike" | "consult" | "withdraw") {
+        return;
+    }
     let mut down = fleet
         .down_since
         .lock()
@@ -277,6 +305,12 @@ pub fn down_since(gateway: &Gateway) -> Option<SystemTime> {
 /// decision stands, and the suspect, if any, is written back later).
 pub async fn strike(gateway: &Gateway, struck: Struck<'_>, rules: Rules) -> Option<Option<Marked>> {
     let fleet = gateway.fleet.as_ref()?;
+    if ![struck.cell, struck.tenant, struck.shard]
+        .iter()
+        .all(|id| storable(id))
+    {
+        return None;
+    }
     let call = StrikeCall {
         cell: struck.cell,
         tenant: struck.tenant,
@@ -311,6 +345,9 @@ pub async fn consult(gateway: &Gateway, cell: &str, tenant: &str, strike_life: D
     let Some(fleet) = &gateway.fleet else {
         return;
     };
+    if !storable(tenant) {
+        return;
+    }
     match fleet.standing(tenant).await {
         Ok(verdict) => {
             answered(gateway, fleet);
@@ -352,6 +389,12 @@ pub enum Reach {
     /// Applied here only: the store gave no answer; it is written back
     /// when the store answers again.
     Pending,
+    /// Not applied in the fleet: the store holds a later mark of the
+    /// shard (another replica's), which this replica takes at its next look.
+    Superseded,
+    /// Applied here only: the shard's or cell's id cannot be kept in the
+    /// store (see [`crate::store::fleet::storable`]).
+    Unshareable,
 }
 
 impl Reach {
@@ -361,6 +404,12 @@ impl Reach {
             Reach::Alone => "replica",
             Reach::Fleet => "fleet",
             Reach::Pending => "replica (fleet store unreachable: written back when it answers)",
+            Reach::Superseded => {
+                "replica (the fleet store holds a later mark of this shard, which every replica takes)"
+            }
+            Reach::Unshareable => {
+                "replica (this id cannot be shared through the fleet store: visible ASCII without ',' only)"
+            }
         }
     }
 }
@@ -389,12 +438,16 @@ pub async fn mark(gateway: &Gateway, shard: &ShardRuntime, failed: bool, drained
         return Reach::Alone;
     };
     let Some(mark) = shared_mark(shard) else {
-        return Reach::Alone;
+        return Reach::Unshareable;
     };
     match fleet.mark(&mark).await {
-        Ok(_) => {
+        Ok(stands) => {
             answered(gateway, fleet);
-            Reach::Fleet
+            if stands {
+                Reach::Fleet
+            } else {
+                Reach::Superseded
+            }
         }
         Err(fault) => {
             went_down(gateway, fleet, fault, "mark");
@@ -410,6 +463,9 @@ pub async fn clear(gateway: &Gateway, tenant: &str) -> (bool, Reach) {
     let Some(fleet) = &gateway.fleet else {
         return (here, Reach::Alone);
     };
+    if !storable(tenant) {
+        return (here, Reach::Unshareable);
+    }
     match fleet.clear(tenant).await {
         Ok(there) => {
             answered(gateway, fleet);

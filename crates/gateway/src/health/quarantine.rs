@@ -660,6 +660,16 @@ impl Suspects {
             .collect()
     }
 
+    /// Forgets that the fleet's store holds any suspect (it restarted
+    /// empty, or went back): every one is written back.
+    pub fn unshare_all(&self) {
+        for entry in self.lock().values_mut() {
+            if let Some(suspect) = &mut entry.suspect {
+                suspect.shared = false;
+            }
+        }
+    }
+
     /// Notes that the fleet's store holds `tenant`'s suspicion now.
     pub fn shared(&self, tenant: &str) {
         if let Some(suspect) = self

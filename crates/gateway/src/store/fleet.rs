@@ -9,7 +9,7 @@
 //! when the store returns) is [`crate::fleet`]'s. Every number Redis
 //! returns is checked before it is used: a reply that is not what the
 //! script returns is a [`Fault::BadReply`], never a panic, and nothing a
-//! forged server sends is buffered past [`FLEET_REPLY_BYTES`] a call.
+//! forged server sends is buffered past four calls of [`FLEET_REPLY_BYTES`].
 //!
 //! Times that decide anything (a strike's life, a quarantine's end) are
 //! Redis's own clock, read in the script, so replicas whose clocks differ
@@ -124,14 +124,16 @@ return n
 ";
 
 /// Sets a shard's mark unless a later one is held (a restore is a mark
-/// too: neither failed nor drained). KEYS: the marks, the version. ARGV:
+/// too: neither failed nor drained); two set in the same millisecond are
+/// ordered by replica id, as every replica orders them. KEYS: the marks, the version. ARGV:
 /// field, failed, drained, set at (ms), replica, cell, shard id. Returns
 /// 1 when set, 0 when a later mark stands.
 const MARK: &str = r"
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if held then
-  local at = tonumber(string.match(held, '^[^\t]*\t[^\t]*\t([^\t]*)'))
-  if at and at > tonumber(ARGV[4]) then return 0 end
+  local at, by = string.match(held, '^[^\t]*\t[^\t]*\t([^\t]*)\t([^\t]*)')
+  at = tonumber(at)
+  if at and (at > tonumber(ARGV[4]) or (at == tonumber(ARGV[4]) and by > ARGV[5])) then return 0 end
 end
 redis.call('HSET', KEYS[1], ARGV[1], table.concat({ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]}, '\t'))
 redis.call('INCR', KEYS[2])
@@ -595,11 +597,23 @@ fn count(value: &Value) -> Option<u64> {
     }
 }
 
-/// A shard or tenant id as the store holds it: visible ASCII, as the
-/// configuration and the tenants file require; anything else is forged.
+/// Whether `text` can be kept in the store as an id: visible ASCII
+/// without the separator the stored lists use (`,`), at most [`MAX_ID`]
+/// bytes. The fleet shares nothing about a shard, cell or tenant whose id
+/// is not (it stays this replica's own).
+pub fn storable(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= MAX_ID
+        && text.bytes().all(|b| b.is_ascii_graphic() && b != b',')
+}
+
+/// The longest id the store keeps.
+const MAX_ID: usize = 1024;
+
+/// A shard or tenant id as the store holds it ([`storable`]); anything
+/// else was not written by a replica.
 fn id(text: &str) -> Option<String> {
-    (!text.is_empty() && text.len() <= 256 && text.bytes().all(|b| b.is_ascii_graphic()))
-        .then(|| text.to_owned())
+    storable(text).then(|| text.to_owned())
 }
 
 /// The members list of a verdict or a suspect.
@@ -693,14 +707,17 @@ fn state(reply: &Value) -> Option<Looked> {
                 return None;
             }
             let (held_marks, held_suspects) = rest.split_at(2 * marks);
+            // An entry that does not read (not what a replica writes) is
+            // left out, not the whole state: one bad entry must not stop a
+            // fleet from sharing anything else.
             let marks = held_marks
                 .chunks(2)
-                .map(|pair| mark(text(&pair[1])?))
-                .collect::<Option<Vec<_>>>()?;
+                .filter_map(|pair| mark(text(&pair[1])?))
+                .collect();
             let suspects = held_suspects
                 .chunks(2)
-                .map(|pair| suspect(text(&pair[0])?, text(&pair[1])?))
-                .collect::<Option<Vec<_>>>()?;
+                .filter_map(|pair| suspect(text(&pair[0])?, text(&pair[1])?))
+                .collect();
             Some(Looked::Changed(FleetState {
                 epoch: text(epoch)?.to_owned(),
                 version: text(version)?.to_owned(),
@@ -761,7 +778,7 @@ mod tests {
     }
 
     #[test]
-    fn a_state_is_read_whole_or_not_at_all() {
+    fn a_state_is_read_entry_by_entry_and_a_wrong_shape_is_refused() {
         let reply = Value::Array(vec![
             bulk("e1"),
             bulk("7"),
@@ -792,32 +809,38 @@ mod tests {
             super::state(&Value::Array(vec![bulk("e1"), bulk("7")])),
             Some(Looked::Unchanged)
         );
-        // A count that promises more than is there, a mark with a flag
-        // that is not 0 or 1, a suspect missing a field.
-        for forged in [
-            Value::Array(vec![
-                bulk("e"),
-                bulk("1"),
-                Value::Int(2),
-                bulk("x"),
-                bulk("y"),
-            ]),
-            Value::Array(vec![
-                bulk("e"),
-                bulk("1"),
-                Value::Int(1),
-                bulk("k"),
-                bulk("2\t0\t1\tr\tc\ts"),
-            ]),
-            Value::Array(vec![
-                bulk("e"),
-                bulk("1"),
-                Value::Int(0),
-                bulk("t"),
-                bulk("1\tc\t1\tr\t1\t1"),
-            ]),
-        ] {
-            assert_eq!(super::state(&forged), None, "{forged:?}");
+        // A count that promises more than is there is no state at all.
+        let short = Value::Array(vec![
+            bulk("e"),
+            bulk("1"),
+            Value::Int(2),
+            bulk("x"),
+            bulk("y"),
+        ]);
+        assert_eq!(super::state(&short), None);
+        // A mark with a flag that is not 0 or 1, and a suspect missing a
+        // field, are left out; the rest of the state is read.
+        let odd = Value::Array(vec![
+            bulk("e"),
+            bulk("1"),
+            Value::Int(2),
+            bulk("k"),
+            bulk("2\t0\t1\tr\tc\ts"),
+            bulk("k2"),
+            bulk("1\t0\t5\tr\tc\ts2"),
+            bulk("t"),
+            bulk("1\tc\t1\tr\t1\t1"),
+        ]);
+        let Some(Looked::Changed(state)) = super::state(&odd) else {
+            panic!("not read");
+        };
+        assert_eq!(state.marks.len(), 1);
+        assert_eq!(state.marks[0].id, "s2");
+        assert!(state.suspects.is_empty());
+        // Ids the store cannot keep.
+        for id in ["", "a,b", "a b", "\u{e9}"] {
+            assert!(!storable(id), "{id:?}");
         }
+        assert!(storable("tenant-7:eu/1"));
     }
 }

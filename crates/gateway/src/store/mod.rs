@@ -108,8 +108,15 @@ impl Live {
     /// The connection, with `reply_bytes` more that its server may send
     /// for the call about to be made on it.
     fn for_call(&self) -> MultiplexedConnection {
-        self.allowance
-            .fetch_add(self.reply_bytes, Ordering::Relaxed);
+        // Capped: what calls answered with less than their share leave
+        // does not add up, so a server quiet for an hour cannot then send
+        // an hour's worth of allowances at once.
+        let cap = self.reply_bytes * ALLOWANCE_CALLS;
+        let _ = self
+            .allowance
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                Some(left.saturating_add(self.reply_bytes).min(cap))
+            });
         self.connection.clone()
     }
 }
@@ -474,6 +481,10 @@ where
     tokio::spawn(driver);
     Ok(connection)
 }
+
+/// How many calls' worth of replies a connection's allowance may hold at
+/// most ([`Live::for_call`]).
+const ALLOWANCE_CALLS: i64 = 4;
 
 /// What the server may send during the handshake (the login's answers and
 /// the scripts' digests are a few dozen bytes each).
