@@ -152,6 +152,13 @@ struct Entry {
     /// Members a request of the tenant is being tried on for the first
     /// time since it has strikes, with how many attempts.
     probes: Vec<(String, u32)>,
+    /// With `[fleet]`: the members the fleet's strikes named at its last
+    /// verdict on the tenant (other replicas' included), until when they
+    /// count here. They narrow where the tenant may go, as strikes do, but
+    /// only this replica's own strikes make it suspect here: the fleet's
+    /// decide in the store, and a strike another replica took back there
+    /// is gone here at the next verdict.
+    fleet_struck: (Vec<String>, Instant),
     suspect: Option<Suspect>,
 }
 
@@ -161,7 +168,17 @@ impl Entry {
             cell: cell.to_owned(),
             strikes: Vec::new(),
             probes: Vec::new(),
+            fleet_struck: (Vec::new(), Instant::now()),
             suspect: None,
+        }
+    }
+
+    /// The fleet's struck members that count at `now`.
+    fn fleet_struck(&self, now: Instant) -> &[String] {
+        if self.fleet_struck.1 > now {
+            &self.fleet_struck.0
+        } else {
+            &[]
         }
     }
 
@@ -175,13 +192,21 @@ impl Entry {
             self.suspect = None;
         }
         self.strikes.retain(|strike| strike.until > now);
-        self.suspect.is_none() && self.strikes.is_empty() && self.probes.is_empty()
+        if self.fleet_struck.1 <= now {
+            self.fleet_struck.0.clear();
+        }
+        self.suspect.is_none()
+            && self.strikes.is_empty()
+            && self.probes.is_empty()
+            && self.fleet_struck.0.is_empty()
     }
 
-    /// The distinct members struck, then those probed.
-    fn reached(&self) -> Vec<String> {
+    /// The distinct members struck (here, or per the fleet), then those
+    /// probed.
+    fn reached(&self, now: Instant) -> Vec<String> {
         let mut reached: Vec<String> = Vec::new();
         let struck = self.strikes.iter().map(|strike| &strike.shard);
+        let struck = struck.chain(self.fleet_struck(now));
         for shard in struck.chain(self.probes.iter().map(|(shard, _)| shard)) {
             if !reached.contains(shard) {
                 reached.push(shard.clone());
@@ -323,7 +348,7 @@ impl Suspects {
                 only: Some(suspect.shards.clone()),
             },
             None => {
-                let reached = entry.reached();
+                let reached = entry.reached(now);
                 Standing {
                     suspect: false,
                     only: (reached.len() >= poison_after).then_some(reached),
@@ -351,14 +376,17 @@ impl Suspects {
         let Some(entry) = tenants.get_mut(tenant) else {
             return Begun::Free;
         };
-        if entry.suspect.is_some() || entry.strikes.iter().any(|strike| strike.shard == shard) {
+        if entry.suspect.is_some()
+            || entry.strikes.iter().any(|strike| strike.shard == shard)
+            || entry.fleet_struck(now).iter().any(|struck| struck == shard)
+        {
             return Begun::Free;
         }
         if let Some((_, attempts)) = entry.probes.iter_mut().find(|(probed, _)| probed == shard) {
             *attempts += 1;
             return Begun::Probe;
         }
-        if entry.reached().len() >= poison_after {
+        if entry.reached(now).len() >= poison_after {
             return Begun::Refused;
         }
         entry.probes.push((shard.to_owned(), 1));
@@ -380,7 +408,10 @@ impl Suspects {
         let shards = suspect
             .into_iter()
             .flat_map(|suspect| suspect.shards.iter());
-        for shard in shards.chain(strikes.map(|strike| &strike.shard)) {
+        let strikes = strikes
+            .map(|strike| &strike.shard)
+            .chain(entry.fleet_struck(now));
+        for shard in shards.chain(strikes) {
             if !struck.contains(shard) {
                 struck.push(shard.clone());
             }
@@ -556,17 +587,9 @@ impl Suspects {
         }
         let mut tenants = self.lock();
         let entry = self.entry(&mut tenants, tenant, cell);
-        for member in &verdict.members {
-            if !entry.strikes.iter().any(|strike| &strike.shard == member) {
-                // Another replica's strike: never withdrawn here (its own
-                // replica takes it back in the store).
-                entry.strikes.push(Strike {
-                    shard: member.clone(),
-                    until: now + strike_life,
-                    request: 0,
-                });
-            }
-        }
+        // The fleet's word replaces what it said before: a strike taken
+        // back there is gone here too.
+        entry.fleet_struck = (verdict.members.clone(), now + strike_life);
         self.count.store(tenants.len(), Ordering::Relaxed);
         None
     }
@@ -626,6 +649,7 @@ impl Suspects {
             {
                 entry.suspect = None;
                 entry.strikes.clear();
+                entry.fleet_struck.0.clear();
                 lifted.push(tenant.clone());
             }
         }
@@ -704,6 +728,7 @@ impl Suspects {
         let mut tenants = self.lock();
         let was_suspect = tenants.get_mut(tenant).is_some_and(|entry| {
             entry.strikes.clear();
+            entry.fleet_struck.0.clear();
             entry
                 .suspect
                 .take()
