@@ -403,17 +403,7 @@ async fn a_mark_set_on_one_replica_reaches_every_replica_and_a_restarted_one() {
         })
         .await;
     // Another replica's status page says who drained it.
-    let (_, _, page) = send_to(
-        &fleet.fixture.client,
-        fleet.addrs(1).1,
-        "GET",
-        "/",
-        Some(TOKEN),
-        &[],
-        b"",
-    )
-    .await;
-    let page = String::from_utf8_lossy(&page);
+    let page = fleet.admin_text(fleet.addrs(1).1, "/").await;
     assert!(
         page.contains(&format!("by admin on {by} at ")),
         "replica 1's status page does not name who drained s0"
@@ -582,19 +572,9 @@ async fn a_store_that_dies_freezes_or_restarts_empty_never_fails_a_request_and_g
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The status page says containment is per replica now.
-    let (_, _, page) = send_to(
-        &fleet.fixture.client,
-        fleet.addrs(0).1,
-        "GET",
-        "/",
-        Some(TOKEN),
-        &[],
-        b"",
-    )
-    .await;
+    let page = fleet.admin_text(fleet.addrs(0).1, "/").await;
     assert!(
-        String::from_utf8_lossy(&page)
-            .contains("containment per replica: fleet store unreachable since"),
+        page.contains("containment per replica: fleet store unreachable since"),
         "the banner does not say the fleet store is unreachable"
     );
     // A drain while it is down is this replica's alone, for now.

@@ -487,17 +487,8 @@ impl FleetStore {
             key(&["version"]),
         ];
         let args = [tenant.to_owned()];
-        self.run(
-            2,
-            &keys,
-            &args,
-            Some(BACKGROUND_TIMEOUT),
-            |reply| match reply {
-                Value::Int(n @ (0 | 1)) => Some(n == 1),
-                _ => None,
-            },
-        )
-        .await
+        self.run(2, &keys, &args, Some(BACKGROUND_TIMEOUT), flag)
+            .await
     }
 
     /// Sets a shard's mark; whether it stands (`false`: a later one does).
@@ -512,17 +503,8 @@ impl FleetStore {
             mark.cell.clone(),
             mark.id.clone(),
         ];
-        self.run(
-            3,
-            &keys,
-            &args,
-            Some(BACKGROUND_TIMEOUT),
-            |reply| match reply {
-                Value::Int(n @ (0 | 1)) => Some(n == 1),
-                _ => None,
-            },
-        )
-        .await
+        self.run(3, &keys, &args, Some(BACKGROUND_TIMEOUT), flag)
+            .await
     }
 
     /// Writes back a suspect this replica holds, merged with the fleet's.
@@ -564,6 +546,14 @@ impl FleetStore {
             state(&reply)
         })
         .await
+    }
+}
+
+/// A script's 0 or 1, as `false` or `true`.
+fn flag(reply: Value) -> Option<bool> {
+    match reply {
+        Value::Int(n @ (0 | 1)) => Some(n == 1),
+        _ => None,
     }
 }
 
