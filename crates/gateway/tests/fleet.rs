@@ -777,3 +777,81 @@ async fn a_reload_cannot_change_the_fleet() {
     std::fs::write(&path, text).unwrap();
     assert!(fleet.fixture.running.gateway.reload(false).is_ok());
 }
+
+/// The number of scripts `redis` has run (`EVALSHA` and `EVAL` calls).
+async fn scripts_run(redis: &Redis) -> u64 {
+    use tokio::io::AsyncReadExt as _;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", redis.port))
+        .await
+        .unwrap();
+    stream.write_all(b"INFO commandstats\r\n").await.unwrap();
+    let mut reply = Vec::new();
+    let mut buffer = [0_u8; 4096];
+    // `$LENGTH\r\n` then the text and a CRLF.
+    loop {
+        let read = stream.read(&mut buffer).await.unwrap();
+        assert!(read > 0, "redis closed the INFO reply early");
+        reply.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some((head, body)) = text.split_once("\r\n")
+            && let Ok(length) = head.trim_start_matches('$').parse::<usize>()
+            && body.len() >= length
+        {
+            return body
+                .lines()
+                .filter(|line| {
+                    line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:")
+                })
+                .filter_map(|line| {
+                    line.split_once("calls=")?
+                        .1
+                        .split(',')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_simply_down_costs_the_store_a_read_a_tenant_now_and_then_not_one_a_request() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let fleet = Fleet::start(Some(&redis.url()), Duration::from_secs(60)).await;
+    for backend in &fleet.fixture.backends {
+        backend.set_mode(Mode::Healthy);
+    }
+    // A tenant whose first member is down (not by its doing).
+    let tenant = fleet.fixture.tenants[0].0.clone();
+    let first = fleet.fixture.subset_ids(&tenant)[0].clone();
+    fleet.fixture.backend(&first).set_mode(Mode::Killed);
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while fleet.shard(0, &first).await["health"] == "up" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{first} never went out"
+        );
+        fleet.send(0, &tenant, "/warm", false).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Out for longer than a strike's life (routing.request_timeout_ms,
+    // 3 s here): whatever explains it would be in the store by now.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let before = scripts_run(&redis).await;
+    for _ in 0..40 {
+        assert_eq!(
+            fleet.send(0, &tenant, "/served", false).await,
+            StatusCode::OK
+        );
+    }
+    let read = scripts_run(&redis).await - before;
+    // One read, then the clean answer serves for fleet.sync_ms; and the
+    // replica's own looks (every 250 ms) run scripts too.
+    assert!(
+        read < 20,
+        "40 requests of a tenant whose first member is simply down ran {read} scripts"
+    );
+}

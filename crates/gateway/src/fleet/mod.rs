@@ -341,7 +341,14 @@ pub async fn strike(gateway: &Gateway, struck: Struck<'_>, rules: Rules) -> Opti
 
 /// Reads `tenant`'s standing from the fleet into this replica's suspects,
 /// before one of its requests goes beyond its first members.
-pub async fn consult(gateway: &Gateway, cell: &str, tenant: &str, strike_life: Duration) {
+/// `tenant` is its id and its hash
+/// ([`crate::config::tenants::TenantRecord::id_hash`]).
+pub async fn consult(
+    gateway: &Gateway,
+    cell: &str,
+    (tenant, hash): (&str, u64),
+    strike_life: Duration,
+) {
     let Some(fleet) = &gateway.fleet else {
         return;
     };
@@ -351,6 +358,9 @@ pub async fn consult(gateway: &Gateway, cell: &str, tenant: &str, strike_life: D
     match fleet.standing(tenant).await {
         Ok(verdict) => {
             answered(gateway, fleet);
+            if !verdict.suspect && verdict.members.is_empty() {
+                fleet.note_clean(hash);
+            }
             if verdict.suspect || !verdict.members.is_empty() {
                 gateway
                     .suspects

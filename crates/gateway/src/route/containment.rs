@@ -383,11 +383,41 @@ impl<'a> Attempts<'a> {
         if self.containment.as_ref().is_some_and(|c| c.consulted) {
             return false;
         }
-        if self.gateway.fleet.is_none() {
+        let (Some(fleet), Some(settings)) = (&self.gateway.fleet, &self.config.fleet) else {
+            return false;
+        };
+        // A shard that is simply down: the fleet had nothing against the
+        // tenant a moment ago, and every member passed over has been out
+        // for longer than a strike takes to reach the store.
+        if fleet.clean_lately(self.tenant_hash, settings.sync_every)
+            && self.passed_over_long_ago(home)
+        {
             return false;
         }
         self.containment.get_or_insert_with(Box::default).consult = true;
         true
+    }
+
+    /// Whether every member of the subset before `home`'s last that is not
+    /// in `home` has been out of rotation for at least a strike's life
+    /// (`routing.request_timeout_ms`): a strike that explains it is in the
+    /// store by then, so a clean answer read since still holds for them.
+    fn passed_over_long_ago(&self, home: &[ShardIndex]) -> bool {
+        let Some(last) = home.last() else {
+            return false;
+        };
+        let strike_life = self.config.routing.request_timeout;
+        self.subset
+            .iter()
+            .take_while(|index| *index != last)
+            .filter(|index| !home.contains(index))
+            .all(|&index| {
+                let shard = &self.shards[index as usize];
+                let health = shard.health.lock().unwrap_or_else(PoisonError::into_inner);
+                health
+                    .out_since(self.now, &self.config.health)
+                    .is_some_and(|since| self.now.saturating_duration_since(since) >= strike_life)
+            })
     }
 
     /// Whether [`Self::leaves_first_members`] asked for the fleet's word.
@@ -404,7 +434,8 @@ impl<'a> Attempts<'a> {
         containment.consulted = true;
         let cell = &self.config.cells[self.cell].name;
         let strike_life = self.config.routing.request_timeout;
-        fleet::consult(self.gateway, cell, self.tenant, strike_life).await;
+        let tenant = (self.tenant, self.tenant_hash);
+        fleet::consult(self.gateway, cell, tenant, strike_life).await;
         // Read afresh before the next pick.
         self.contain();
     }

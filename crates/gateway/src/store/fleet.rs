@@ -351,7 +351,16 @@ pub struct FleetStore {
     /// Tenants an operator cleared here while the store was unreachable:
     /// cleared there once it answers.
     pub pending_clears: std::sync::Mutex<Vec<String>>,
+    /// Which tenants were found clean lately ([`FleetStore::clean_lately`]):
+    /// a tenant hash and a time in each pair of slots.
+    clean: Box<[std::sync::atomic::AtomicU64]>,
+    /// What `clean`'s times count from.
+    started: tokio::time::Instant,
 }
+
+/// Slots of [`FleetStore::clean_lately`]: tenants whose hashes share one
+/// are read again sooner, nothing worse.
+const CLEAN_SLOTS: usize = 1024;
 
 /// The longest a call made off the request path (the look for changes,
 /// writing back) may take.
@@ -380,6 +389,10 @@ impl FleetStore {
             held: std::sync::Mutex::default(),
             down_since: std::sync::Mutex::default(),
             pending_clears: std::sync::Mutex::default(),
+            clean: (0..2 * CLEAN_SLOTS)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+            started: tokio::time::Instant::now(),
         }
     }
 
@@ -467,6 +480,32 @@ impl FleetStore {
             verdict(&reply).filter(|verdict| !verdict.new)
         })
         .await
+    }
+
+    /// Whether the tenant with `hash` was found, within `within` ago, with
+    /// neither strikes nor a quarantine anywhere in the fleet
+    /// ([`FleetStore::note_clean`]).
+    pub fn clean_lately(&self, hash: u64, within: Duration) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let slot = (hash as usize % CLEAN_SLOTS) * 2;
+        self.clean[slot].load(Relaxed) == hash
+            && self
+                .millis_now()
+                .saturating_sub(self.clean[slot + 1].load(Relaxed))
+                < u64::try_from(within.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Notes that the tenant with `hash` was found clean just now.
+    pub fn note_clean(&self, hash: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let slot = (hash as usize % CLEAN_SLOTS) * 2;
+        self.clean[slot].store(hash, Relaxed);
+        self.clean[slot + 1].store(self.millis_now(), Relaxed);
+    }
+
+    /// Milliseconds since this store was made, plus one (0: never).
+    fn millis_now(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX) + 1
     }
 
     /// Takes back this replica's strikes of request `request`.
