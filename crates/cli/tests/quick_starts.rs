@@ -12,8 +12,6 @@ mod common;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::free_port;
-
 /// The first ```` ```sh ```` block after the line `heading` in `file` (a
 /// path from the repository's root).
 fn block(file: &str, heading: &str) -> String {
@@ -43,6 +41,26 @@ fn quick_start(heading: &str) -> String {
 
 /// Every port written as `127.0.0.1:PORT` or `localhost:PORT`, replaced by
 /// a free one (the same free one wherever the same port is written).
+/// A port free now, below the kernel's ephemeral range (32768 and up on
+/// Linux) and not in `taken`: a port the kernel hands out for `bind(0)` is
+/// one it may also hand to any outgoing connection (a health check, curl)
+/// before the script's process binds it, and a second `bind(0)` may give
+/// the same one again.
+fn unclaimed_port(taken: &[String]) -> u16 {
+    use std::hash::{BuildHasher, RandomState};
+    let seed = RandomState::new();
+    for attempt in 0_u64..10_000 {
+        let port = 20_000 + (seed.hash_one(attempt) % 12_000) as u16;
+        if taken.contains(&port.to_string()) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port from 20000 to 31999");
+}
+
 fn free_ports(script: &str) -> String {
     let mut ports: BTreeMap<String, String> = BTreeMap::new();
     let mut out = String::with_capacity(script.len());
@@ -57,9 +75,10 @@ fn free_ports(script: &str) -> String {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         if digits > 0 {
             let port = &rest[..digits];
+            let taken: Vec<String> = ports.values().cloned().collect();
             let free = ports
                 .entry(port.to_owned())
-                .or_insert_with(|| free_port().to_string());
+                .or_insert_with(|| unclaimed_port(&taken).to_string());
             out.push_str(free);
             rest = &rest[digits..];
         }
