@@ -170,6 +170,22 @@ impl Fleet {
             .collect()
     }
 
+    /// Waits until every replica lists `tenant` as suspect (`suspect`), or
+    /// lists it no more.
+    async fn suspect_everywhere(&self, tenant: &str, suspect: bool) {
+        for n in 0..3 {
+            let deadline = tokio::time::Instant::now() + DEADLINE;
+            while self.suspects(n).await.contains(tenant) != suspect {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "replica {n}: is {tenant} suspect? {}, not {suspect}",
+                    !suspect
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
     /// Shard `id` as replica `n`'s admin API shows it.
     async fn shard(&self, n: usize, id: &str) -> Value {
         self.admin(n, "GET", "/admin/shards").await["shards"]
@@ -461,12 +477,7 @@ async fn a_suspect_is_known_by_every_replica_and_cleared_through_any() {
     let (poisoner, _) = poisoner_and_others(&fleet.fixture);
     let status = fleet.send(0, &poisoner, "/poison", true).await;
     assert!(status.is_server_error(), "{status}");
-    fleet
-        .everywhere("the poisoner is suspect", |n| {
-            let (fleet, poisoner) = (Arc::clone(&fleet), poisoner.clone());
-            async move { fleet.suspects(n).await.contains(&poisoner) }
-        })
-        .await;
+    fleet.suspect_everywhere(&poisoner, true).await;
     // A replica started now knows it.
     let restarted = Fleet::replica(&fleet.fixture).await;
     let listed = fleet
@@ -482,12 +493,7 @@ async fn a_suspect_is_known_by_every_replica_and_cleared_through_any() {
         .await;
     assert_eq!(cleared["was_suspect"], true);
     assert_eq!(cleared["applied_on"], "fleet");
-    fleet
-        .everywhere("the poisoner is no longer suspect", |n| {
-            let (fleet, poisoner) = (Arc::clone(&fleet), poisoner.clone());
-            async move { !fleet.suspects(n).await.contains(&poisoner) }
-        })
-        .await;
+    fleet.suspect_everywhere(&poisoner, false).await;
     drop(restarted);
 }
 
@@ -548,12 +554,7 @@ async fn a_store_that_dies_freezes_or_restarts_empty_never_fails_a_request_and_g
     for backend in &fleet.fixture.backends {
         backend.set_mode(Mode::Healthy);
     }
-    fleet
-        .everywhere("the poisoner is suspect", |n| {
-            let (fleet, poisoner) = (Arc::clone(&fleet), poisoner.clone());
-            async move { fleet.suspects(n).await.contains(&poisoner) }
-        })
-        .await;
+    fleet.suspect_everywhere(&poisoner, true).await;
 
     // Killed: every request is still served; the gauge drops and a
     // missed look is counted.
@@ -724,19 +725,9 @@ async fn a_suspect_expires_on_every_replica_by_the_stores_clock() {
     let (poisoner, _) = poisoner_and_others(&fleet.fixture);
     let status = fleet.send(0, &poisoner, "/poison", true).await;
     assert!(status.is_server_error(), "{status}");
-    fleet
-        .everywhere("the poisoner is suspect", |n| {
-            let (fleet, poisoner) = (Arc::clone(&fleet), poisoner.clone());
-            async move { fleet.suspects(n).await.contains(&poisoner) }
-        })
-        .await;
+    fleet.suspect_everywhere(&poisoner, true).await;
     // The quarantine ends in the store, and every replica lets it go.
-    fleet
-        .everywhere("the poisoner's quarantine ended", |n| {
-            let (fleet, poisoner) = (Arc::clone(&fleet), poisoner.clone());
-            async move { !fleet.suspects(n).await.contains(&poisoner) }
-        })
-        .await;
+    fleet.suspect_everywhere(&poisoner, false).await;
     // A replica started now does not learn it (the store drops an ended
     // quarantine when it is read).
     let restarted = Fleet::replica(&fleet.fixture).await;
