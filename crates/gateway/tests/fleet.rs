@@ -335,13 +335,7 @@ async fn poison_one_replica_after_another_crashes_at_most_poison_after_members_i
         "three replicas together crashed {crashed:?}, more than routing.poison_after = 2"
     );
     // Suspect on every replica, with the members it struck.
-    fleet
-        .everywhere("the poisoner is listed as suspect", |n| {
-            let fleet = Arc::clone(&fleet);
-            let poisoner = poisoner.clone();
-            async move { fleet.suspects(n).await.contains(&poisoner) }
-        })
-        .await;
+    fleet.suspect_everywhere(&poisoner, true).await;
     nobody_else_erred(&fleet, &stop, load).await;
 }
 
