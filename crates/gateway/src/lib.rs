@@ -12,6 +12,9 @@
 //! - [`telemetry`]: metrics, sliding windows and the access log: what is
 //!   counted, below everything that counts.
 //! - [`config`]: the configuration file and the tenants file, validated.
+//! - [`tenants`]: the tenant registry: every tenant's entry checked
+//!   against the configuration and kept compact, with its sources (TOML
+//!   and JSON Lines files).
 //! - [`cell`]: tenant → cell and each cell's placement, compiled from the
 //!   configuration, and each cell's live blast-radius model.
 //! - [`store`]: the Redis server replicas share (one connection that never
@@ -58,6 +61,7 @@ pub mod state;
 pub mod store;
 pub mod syntax;
 pub mod telemetry;
+pub mod tenants;
 pub mod trust;
 pub mod upstream;
 

@@ -80,7 +80,7 @@ impl Topology {
                 .set_override(tenant.id.clone(), rule)
                 .map_err(|e| {
                     ConfigError::new(
-                        &config.tenants_file,
+                        &config.tenants.describe(),
                         format!("tenants.{}", tenant.id),
                         e.to_string(),
                     )

@@ -40,6 +40,7 @@ mod outlier;
 mod retry_budget;
 mod routing;
 mod store;
+mod tenant_source;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -79,6 +80,7 @@ pub use retry_budget::RetryBudgetSettings;
 pub use routing::{Exhausted, PoisonSpread, RoutingSettings};
 pub use shard_url::{ShardUrl, ShardUrlError};
 pub use store::{RedisUrl, StoreSettings, StoreTls};
+pub use tenant_source::{PostgresUrl, TenantSource, TenantStoreSettings};
 pub use tls::{ClientCertificate, MtlsSettings, TenantFrom, TlsSettings, UpstreamTlsSettings};
 
 /// Why the configuration was refused.
@@ -116,8 +118,8 @@ pub struct GatewayConfig {
     /// Where the plaintext data listener binds, when there is one (a
     /// gateway may serve TLS only).
     pub(crate) listen: Option<SocketAddr>,
-    /// The tenants file.
-    pub(crate) tenants_file: PathBuf,
+    /// Where the tenants come from: the tenants file or the tenant store.
+    pub(crate) tenants: TenantSource,
     /// JWT authentication, when configured.
     pub(crate) jwt: Option<JwtSettings>,
     /// Client certificates as tenant identity, when configured.
@@ -161,7 +163,8 @@ pub struct GatewayConfig {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<String>,
-    tenants_file: String,
+    tenants_file: Option<String>,
+    tenants: Option<tenant_source::RawTenants>,
     placement: RawPlacement,
     cells: Vec<RawCell>,
     #[serde(default)]
@@ -286,6 +289,9 @@ impl GatewayConfig {
         let outlier = outlier_settings(raw.outlier).map_err(err)?;
         let mut limits = limit_settings(raw.limits).map_err(err)?;
         let fleet = fleet_settings(raw.fleet, &resolve).map_err(err)?;
+        let tenants =
+            tenant_source::tenant_source(raw.tenants_file.as_deref(), raw.tenants.take(), &resolve)
+                .map_err(err)?;
         if let Some(fleet) = &fleet
             && limits.tenant.store.is_none()
         {
@@ -301,7 +307,7 @@ impl GatewayConfig {
         Ok(Self {
             path: path.to_owned(),
             listen,
-            tenants_file: resolve(&raw.tenants_file),
+            tenants,
             jwt,
             mtls,
             tls,
@@ -377,6 +383,11 @@ impl GatewayConfig {
     /// Whether reloads that move tenants apply without being asked to.
     pub fn reload_allow_migration(&self) -> bool {
         self.reload_allow_migration
+    }
+
+    /// Where the tenants come from.
+    pub fn tenants(&self) -> &TenantSource {
+        &self.tenants
     }
 
     /// The cell with this name.

@@ -124,7 +124,7 @@ impl std::fmt::Debug for Tenants {
 impl Tenants {
     /// Reads and validates the tenants file named by the configuration.
     pub fn load(config: &GatewayConfig) -> Result<Self, ConfigError> {
-        let path = &config.tenants_file;
+        let path = &config.tenants.describe();
         let text = std::fs::read_to_string(path).map_err(|error| {
             ConfigError::new(path, "-", format!("cannot read the tenants file: {error}"))
         })?;
