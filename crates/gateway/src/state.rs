@@ -210,14 +210,14 @@ impl ShardRuntime {
     }
 }
 
-/// One registry bucket's routes, computed on first use.
-type RouteBucket = Arc<[std::sync::OnceLock<Box<TenantRoute>>]>;
+/// One registry bucket's routes, each computed on first use, the table
+/// itself made when the bucket's first tenant is seen: a million tenants
+/// of whom few send requests cost a pointer per bucket, not per tenant.
+type RouteBucket = Arc<std::sync::OnceLock<Box<[std::sync::OnceLock<Box<TenantRoute>>]>>>;
 
-/// Routes for every tenant of `tenants`' bucket `bucket`, none computed yet.
-fn fresh_routes(tenants: &Tenants, bucket: usize) -> RouteBucket {
-    (0..tenants.bucket_len(bucket))
-        .map(|_| std::sync::OnceLock::new())
-        .collect()
+/// Routes for a bucket, none computed yet.
+fn fresh_routes() -> RouteBucket {
+    Arc::new(std::sync::OnceLock::new())
 }
 
 /// Everything a request needs, swapped as one on reload.
@@ -233,8 +233,10 @@ pub struct Snapshot {
     pub authenticator: Authenticator,
     /// Per cell, per shard index: the shard's run-time state.
     pub shards: Vec<Vec<Arc<ShardRuntime>>>,
-    /// Per cell: the blast-radius model over the cell's tenants.
-    pub blast: Vec<crate::cell::live_blast::CellModel>,
+    /// Per cell: the blast-radius model over the cell's tenants, built on
+    /// first use ([`Snapshot::blast`]); a thread starts building it as
+    /// soon as the snapshot is served, so requests never wait for it.
+    blast: std::sync::OnceLock<Vec<crate::cell::live_blast::CellModel>>,
     /// Per cell: some shard's URL has a path prefix, so request targets
     /// must stay under it ([`crate::trust::target::stays_under_prefix`]).
     pub(crate) prefixed: Vec<bool>,
@@ -264,7 +266,17 @@ impl Snapshot {
     pub fn load(path: &std::path::Path, previous: Option<&Snapshot>) -> Result<Self, LoadError> {
         let config = GatewayConfig::load(path)?;
         let tenants = match config.tenants() {
-            TenantSource::File(file) => crate::tenants::load::from_file(file, &config)?,
+            TenantSource::File(file) => {
+                let began = std::time::Instant::now();
+                let tenants = crate::tenants::load::from_file(file, &config)?;
+                tracing::info!(
+                    tenants = tenants.len(),
+                    file = %file.display(),
+                    elapsed_ms = began.elapsed().as_millis() as u64,
+                    "tenants loaded"
+                );
+                tenants
+            }
             TenantSource::Store(_) => todo!("tenant store"),
         };
         Self::build(config, tenants, previous)
@@ -305,7 +317,6 @@ impl Snapshot {
                     .collect()
             })
             .collect();
-        let blast = crate::cell::live_blast::build(&topology, &tenants);
         let prefixed = shards
             .iter()
             .map(|cell| cell.iter().any(|shard| !shard.path_prefix.is_empty()))
@@ -327,7 +338,7 @@ impl Snapshot {
             })
             .collect();
         let routes = (0..tenants.bucket_count())
-            .map(|bucket| fresh_routes(&tenants, bucket))
+            .map(|_| fresh_routes())
             .collect();
         let admin_token =
             match &config.admin.token_file {
@@ -348,7 +359,7 @@ impl Snapshot {
             topology,
             authenticator,
             shards,
-            blast,
+            blast: std::sync::OnceLock::new(),
             prefixed,
             admin_token,
             cell_metrics: (0..cell_count)
@@ -367,11 +378,43 @@ impl Snapshot {
             return None;
         }
         let slot = tenant.slot();
-        let route = self
-            .routes
-            .get(slot.bucket as usize)?
-            .get(slot.index as usize)?;
+        let bucket = slot.bucket as usize;
+        let routes = self.routes.get(bucket)?.get_or_init(|| {
+            (0..self.tenants.bucket_len(bucket))
+                .map(|_| std::sync::OnceLock::new())
+                .collect()
+        });
+        let route = routes.get(slot.index as usize)?;
         Some(route.get_or_init(|| Box::new(self.topology.route(tenant))))
+    }
+
+    /// Per cell: the blast-radius model over its tenants (built by the
+    /// first caller: placing every tenant takes a while at millions).
+    pub fn blast(&self) -> &[crate::cell::live_blast::CellModel] {
+        self.blast
+            .get_or_init(|| crate::cell::live_blast::build(&self.topology, &self.tenants))
+    }
+
+    /// Starts building [`Snapshot::blast`] on a thread of its own, so the
+    /// first status page or metrics scrape finds it ready.
+    pub(crate) fn model_in_background(self: &Arc<Self>) {
+        if std::env::var_os("XX_SKIP_BLAST").is_some() { return; }
+        let snapshot = Arc::clone(self);
+        let started = std::thread::Builder::new()
+            .name("blast-model".into())
+            .spawn(move || {
+                let began = std::time::Instant::now();
+                snapshot.blast();
+                tracing::debug!(
+                    tenants = snapshot.tenants.len(),
+                    elapsed_ms = began.elapsed().as_millis() as u64,
+                    "blast-radius model built"
+                );
+            });
+        if let Err(error) = started {
+            // The first reader builds it instead.
+            tracing::warn!(%error, "cannot start a thread for the blast-radius model");
+        }
     }
 
     /// A cell's request metrics.
@@ -538,9 +581,11 @@ impl Gateway {
                 .unwrap_or_else(crate::config::default_replica_id);
             Arc::new(crate::store::fleet::FleetStore::new(&fleet.store, &replica))
         });
+        let snapshot = Arc::new(snapshot);
+        snapshot.model_in_background();
         Arc::new(Self {
             access_log,
-            snapshot: ArcSwap::from_pointee(snapshot),
+            snapshot: ArcSwap::new(snapshot),
             budget,
             metrics,
             tenant_windows: crate::telemetry::window::Windows::new(window, Instant::now()),
@@ -740,7 +785,9 @@ impl Gateway {
             // Opened a moment ago by the configuration's own check.
             tracing::warn!(%error, "cannot open the new logging.access_log_file; the access log keeps its old destination");
         }
-        self.snapshot.store(Arc::new(next));
+        let next = Arc::new(next);
+        next.model_in_background();
+        self.snapshot.store(next);
         self.reloads.send_modify(|generation| *generation += 1);
         Ok(Reloaded {
             changed: movement.changed,

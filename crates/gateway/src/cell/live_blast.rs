@@ -17,10 +17,13 @@ use crate::tenants::{TenantSlot, Tenants};
 #[derive(Debug)]
 pub struct CellModel {
     /// The registry version it was built from (its buckets shared, not
-    /// copied), so that its tenants can be named by slot.
+    /// copied): the cell's tenants are its tenants of the cell, in its
+    /// order, the `t`th one placed at `placements`' `t`.
     registry: Tenants,
-    /// The cell's tenants, by slot in `registry`.
-    tenants: Vec<TenantSlot>,
+    /// The cell's index.
+    cell: usize,
+    /// How many tenants the cell has.
+    tenants: usize,
     placements: Placements,
     model: Option<BlastModel>,
 }
@@ -44,23 +47,24 @@ pub struct LiveBlast {
 
 /// Builds every cell's model.
 pub fn build(topology: &Topology, tenants: &Tenants) -> Vec<CellModel> {
-    let mut slots: Vec<Vec<TenantSlot>> = vec![Vec::new(); topology.cells().len()];
-    for tenant in tenants.iter() {
-        slots[tenant.cell_index()].push(tenant.slot());
-    }
-    topology
-        .cells()
-        .iter()
-        .zip(slots)
-        .map(|(cell, slots)| {
+    (0..topology.cells().len())
+        .map(|cell| {
+            let placer = &topology.cells()[cell].placer;
+            // The cell's tenants in registry order, as slots only while
+            // placing (placement is parallel and needs them indexed).
+            let slots: Vec<TenantSlot> = tenants
+                .iter()
+                .filter(|t| t.cell_index() == cell)
+                .map(|t| t.slot())
+                .collect();
             let at = |t: usize| tenants.at(slots[t]).expect("a slot of this registry");
             let uniform = (!slots.iter().any(|&slot| {
                 let tenant = tenants.at(slot).expect("a slot of this registry");
                 tenant.k().is_some() || tenant.shards().is_some()
             }))
-            .then_some(cell.placer.config().k as usize);
+            .then_some(placer.config().k as usize);
             let placements = Placements::from_fn(
-                cell.placer.fleet().len(),
+                placer.fleet().len(),
                 slots.len(),
                 uniform,
                 &|t, out| topology.tenant_subset_into(at(t), out),
@@ -73,7 +77,8 @@ pub fn build(topology: &Topology, tenants: &Tenants) -> Vec<CellModel> {
                 .flatten();
             CellModel {
                 registry: tenants.clone(),
-                tenants: slots,
+                cell,
+                tenants: slots.len(),
                 placements,
                 model,
             }
@@ -87,11 +92,11 @@ impl CellModel {
         let fully_down_tenants: Vec<String> = self
             .placements
             .iter()
-            .zip(&self.tenants)
+            .zip(self.registry.iter().filter(|t| t.cell_index() == self.cell))
             .filter(|(subset, _)| {
                 !subset.is_empty() && subset.iter().all(|s| unavailable.contains(s))
             })
-            .filter_map(|(_, &slot)| Some(self.registry.at(slot)?.id().to_owned()))
+            .map(|(_, tenant)| tenant.id().to_owned())
             .collect();
         let (fully_down, degraded) = match (&self.model, unavailable.is_empty()) {
             (_, true) => (0, 0),
@@ -104,7 +109,7 @@ impl CellModel {
         LiveBlast {
             cell: cell.to_owned(),
             unavailable: ids.to_vec(),
-            tenants: self.tenants.len() as u64,
+            tenants: self.tenants as u64,
             fully_down,
             degraded,
             fully_down_tenants,

@@ -86,7 +86,7 @@ pub fn live_blast(snapshot: &Snapshot, cell: usize) -> LiveBlast {
         .filter(|(_, shard)| shard.availability(&snapshot.config) != Availability::Up)
         .map(|(index, shard)| (index as placement::ShardIndex, shard.id.clone()))
         .unzip();
-    snapshot.blast[cell].evaluate(&snapshot.config.cells[cell].name, &indices, &ids)
+    snapshot.blast()[cell].evaluate(&snapshot.config.cells[cell].name, &indices, &ids)
 }
 
 /// One tenant's refusals by its limits since the gateway started.

@@ -259,16 +259,32 @@ fn dedicated(shards: &[String], cell: &CellSettings) -> Result<Box<[u32]>, Entry
     Ok(indices.into_boxed_slice())
 }
 
-/// 64 hex digits as the 32 bytes they spell.
+/// 64 hex digits (either case) as the 32 bytes they spell.
 pub fn parse_digest(hex: &str) -> Option<[u8; 32]> {
-    let bytes = hex.as_bytes();
-    if bytes.len() != 64 {
-        return None;
-    }
+    // A table, not a match: digits and letters come at random in a digest,
+    // and a branch per character mispredicts half the time (this was a
+    // fifth of loading a million tenants).
+    const NIBBLE: [u8; 256] = {
+        let mut table = [0xFF; 256];
+        let mut c = 0;
+        while c < 256 {
+            table[c] = match c as u8 {
+                b'0'..=b'9' => c as u8 - b'0',
+                b'a'..=b'f' => c as u8 - b'a' + 10,
+                b'A'..=b'F' => c as u8 - b'A' + 10,
+                _ => 0xFF,
+            };
+            c += 1;
+        }
+        table
+    };
+    let bytes: &[u8; 64] = hex.as_bytes().try_into().ok()?;
     let mut digest = [0u8; 32];
+    let mut invalid = 0;
     for (out, pair) in digest.iter_mut().zip(bytes.chunks_exact(2)) {
-        let text = std::str::from_utf8(pair).ok()?;
-        *out = u8::from_str_radix(text, 16).ok()?;
+        let (high, low) = (NIBBLE[usize::from(pair[0])], NIBBLE[usize::from(pair[1])]);
+        invalid |= high | low;
+        *out = high << 4 | (low & 0x0F);
     }
-    Some(digest)
+    (invalid & 0xF0 == 0).then_some(digest)
 }

@@ -24,35 +24,33 @@ fn bytes_per_tenant(format: Format) -> u64 {
 pub fn from_file(path: &Path, config: &GatewayConfig) -> Result<Tenants, ConfigError> {
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let expected = size / bytes_per_tenant(Format::of(path));
-    let mut tenants = Tenants::with_capacity(expected as usize);
+    let mut tenants = Tenants::loading(expected as usize);
     files::read_located(path, |location, entry| {
         let valid = check(&entry, config)
             .map_err(|(field, problem)| FilesError::new(path, location.field(field), problem))?;
-        tenants.push_loading(&valid);
+        tenants.push(&valid);
         Ok(())
     })
     .map_err(files_error)?;
     tenants
-        .finish_loading()
-        .map_err(|conflict| conflict_in_file(path, &conflict))?;
-    Ok(tenants)
+        .finish()
+        .map_err(|conflict| conflict_in_file(path, &conflict))
 }
 
 /// Reads, checks and indexes tenants-file TOML text as if read from
 /// `path` (tests and the fuzzer; a file is read with [`from_file`]).
 pub fn from_toml(path: &Path, text: &str, config: &GatewayConfig) -> Result<Tenants, ConfigError> {
-    let mut tenants = Tenants::with_capacity(text.len() / bytes_per_tenant(Format::Toml) as usize);
+    let mut tenants = Tenants::loading(text.len() / bytes_per_tenant(Format::Toml) as usize);
     files::read_toml(path, text, |location, entry| {
         let valid = check(&entry, config)
             .map_err(|(field, problem)| FilesError::new(path, location.field(field), problem))?;
-        tenants.push_loading(&valid);
+        tenants.push(&valid);
         Ok(())
     })
     .map_err(files_error)?;
     tenants
-        .finish_loading()
-        .map_err(|conflict| ConfigError::new(path, "-", conflict.to_string()))?;
-    Ok(tenants)
+        .finish()
+        .map_err(|conflict| ConfigError::new(path, "-", conflict.to_string()))
 }
 
 /// Builds a registry from entries already in memory (tests, the tenant
@@ -63,17 +61,16 @@ pub fn from_entries(
     config: &GatewayConfig,
     source: &Path,
 ) -> Result<Tenants, ConfigError> {
-    let mut tenants = Tenants::with_capacity(expected);
+    let mut tenants = Tenants::loading(expected);
     for (n, entry) in entries.into_iter().enumerate() {
         let valid = check(&entry, config).map_err(|(field, problem)| {
             ConfigError::new(source, Location::Entry(n).field(field), problem)
         })?;
-        tenants.push_loading(&valid);
+        tenants.push(&valid);
     }
     tenants
-        .finish_loading()
-        .map_err(|conflict| ConfigError::new(source, "-", conflict.to_string()))?;
-    Ok(tenants)
+        .finish()
+        .map_err(|conflict| ConfigError::new(source, "-", conflict.to_string()))
 }
 
 /// One entry checked, its problem as (field, problem).

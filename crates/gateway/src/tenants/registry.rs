@@ -135,7 +135,9 @@ pub struct Tenants {
 
 impl Default for Tenants {
     fn default() -> Self {
-        Self::with_capacity(0)
+        Self::loading(0)
+            .finish()
+            .expect("an empty registry has no duplicates")
     }
 }
 
@@ -272,28 +274,25 @@ pub enum Conflict {
 }
 
 impl Tenants {
-    /// An empty registry sized for about `expected` tenants: the bucket
-    /// count follows it (it only affects speed, never what is found).
-    pub fn with_capacity(expected: usize) -> Self {
+    /// A registry of about `expected` tenants to load with
+    /// [`Loading::push`]: the bucket count follows `expected` (it only
+    /// affects speed, never what is found).
+    pub fn loading(expected: usize) -> Loading {
         let buckets = (expected / TENANTS_PER_BUCKET).max(1).next_power_of_two();
         let bits = buckets.trailing_zeros().min(MAX_BUCKET_BITS);
         let count = 1usize << bits;
         let per = expected / count + expected / count / 8;
-        Self {
+        Loading {
             buckets: (0..count)
-                .map(|_| {
-                    Arc::new(Bucket {
-                        records: Vec::with_capacity(per),
-                        ids: String::with_capacity(per * 16),
-                        garbage: 0,
-                    })
+                .map(|_| Bucket {
+                    records: Vec::with_capacity(per),
+                    ids: String::with_capacity(per * 16),
+                    garbage: 0,
                 })
                 .collect(),
             keys: (0..count)
-                .map(|_| {
-                    Arc::new(KeyBucket {
-                        entries: Vec::with_capacity(per),
-                    })
+                .map(|_| KeyBucket {
+                    entries: Vec::with_capacity(per),
                 })
                 .collect(),
             shift: 64 - bits,
@@ -472,32 +471,45 @@ impl Tenants {
         self.len -= 1;
         true
     }
+}
 
-    /// Adds a tenant while loading a whole population, unsorted and
-    /// unchecked for duplicates: [`Tenants::finish_loading`] sorts every
-    /// bucket once and finds duplicates then (sorted inserts one by one
-    /// would move each bucket's records once per tenant).
-    pub fn push_loading(&mut self, entry: &ValidEntry) {
+/// A registry being loaded: plain buckets (no sharing yet), filled
+/// unsorted and unchecked, then sorted and checked once by
+/// [`Loading::finish`] (sorted inserts one by one would move each bucket's
+/// records once per tenant).
+pub struct Loading {
+    buckets: Vec<Bucket>,
+    keys: Vec<KeyBucket>,
+    shift: u32,
+    len: usize,
+}
+
+impl Loading {
+    fn bucket_of(&self, hash: u64) -> usize {
+        hash.checked_shr(self.shift).unwrap_or(0) as usize
+    }
+
+    /// Adds a tenant.
+    pub fn push(&mut self, entry: &ValidEntry) {
         let hash = id_hash(&entry.id);
         let bucket = self.bucket_of(hash);
-        let b = Arc::make_mut(&mut self.buckets[bucket]);
+        let b = &mut self.buckets[bucket];
         let record = Record::new(hash, entry, b.ids.len());
         b.ids.push_str(&entry.id);
         b.records.push(record);
         if let Some(digest) = &entry.api_key_sha256 {
-            let k = self.key_bucket_of(digest);
-            let keys = &mut Arc::make_mut(&mut self.keys[k]).entries;
-            keys.push((prefix_of(digest), hash));
+            let top = u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"));
+            let k = self.bucket_of(top);
+            self.keys[k].entries.push((prefix_of(digest), hash));
         }
         self.len += 1;
     }
 
-    /// Sorts what [`Tenants::push_loading`] added and checks it: an id
-    /// listed twice, or two tenants with one API key, is the first
-    /// conflict found. Gives back the spare capacity of the estimates.
-    pub fn finish_loading(&mut self) -> Result<(), Conflict> {
-        for bucket in &mut self.buckets {
-            let b = Arc::make_mut(bucket);
+    /// Sorts what was added and checks it: an id listed twice, or two
+    /// tenants with one API key, is the first conflict found. Gives back
+    /// the spare capacity of the estimates.
+    pub fn finish(mut self) -> Result<Tenants, Conflict> {
+        for b in &mut self.buckets {
             b.records.sort_unstable_by_key(|r| r.hash);
             b.records.shrink_to_fit();
             b.ids.shrink_to_fit();
@@ -510,13 +522,28 @@ impl Tenants {
                 }
             }
         }
-        for k in 0..self.keys.len() {
-            let keys = &mut Arc::make_mut(&mut self.keys[k]).entries;
-            keys.sort_unstable();
-            keys.shrink_to_fit();
-            let keys = &self.keys[k].entries;
-            for pair in keys.windows(2).filter(|pair| pair[0].0 == pair[1].0) {
-                let digest = |hash: u64| {
+        for keys in &mut self.keys {
+            keys.entries.sort_unstable();
+            keys.entries.shrink_to_fit();
+        }
+        let tenants = Tenants {
+            buckets: self.buckets.into_iter().map(Arc::new).collect(),
+            keys: self.keys.into_iter().map(Arc::new).collect(),
+            shift: self.shift,
+            len: self.len,
+        };
+        tenants.check_keys()?;
+        Ok(tenants)
+    }
+}
+
+impl Tenants {
+    /// Two tenants with one API key, if there are: their key entries share
+    /// a prefix, and their records a digest.
+    fn check_keys(&self) -> Result<(), Conflict> {
+        for keys in &self.keys {
+            for pair in keys.entries.windows(2).filter(|pair| pair[0].0 == pair[1].0) {
+                let digests = |hash: u64| {
                     let b = &self.buckets[self.bucket_of(hash)];
                     let at = b.records.partition_point(|r| r.hash < hash);
                     b.records[at..]
@@ -526,8 +553,8 @@ impl Tenants {
                         .map(|r| r.digest)
                         .collect::<Vec<_>>()
                 };
-                let first = digest(pair[0].1);
-                if let Some(twice) = digest(pair[1].1).iter().find(|d| first.contains(d))
+                let first = digests(pair[0].1);
+                if let Some(twice) = digests(pair[1].1).iter().find(|d| first.contains(d))
                     && let Some(owner) = self.by_key_digest(twice)
                 {
                     return Err(Conflict::DuplicateKey(owner.id().to_owned()));
