@@ -425,8 +425,8 @@ impl TenantStore {
         .await
     }
 
-    /// The changes after `seq`, oldest first, at most `limit` tenants, each
-    /// with its entry now (read in the same snapshot as the log). A tenant
+    /// The changes after `seq`, at most `limit` of them, as the tenants they
+    /// touched: each once, in the order of its latest change, with its entry now (read in the same snapshot as the log). A tenant
     /// changed again after the returned high-water mark comes again on the
     /// next call: applying an entry twice is harmless.
     pub async fn changes_since(&self, seq: u64, limit: u32) -> Result<Changes, TenantStoreError> {
@@ -456,16 +456,21 @@ impl TenantStore {
                 .query(schema::CHANGES, &[&after, &i64::from(limit)])
                 .await
                 .map_err(&fail)?;
-            let mut high = seq;
-            let mut ids: Vec<String> = Vec::with_capacity(rows.len());
-            let mut seen = std::collections::HashSet::with_capacity(rows.len());
+            // Each tenant once, ordered by its latest change in the page.
+            let mut latest: std::collections::HashMap<String, i64> =
+                std::collections::HashMap::with_capacity(rows.len());
+            let mut high = after;
             for row in &rows {
-                high = high.max(row.get::<_, i64>(0).max(0) as u64);
-                let id: String = row.get(1);
-                if seen.insert(id.clone()) {
-                    ids.push(id);
-                }
+                let number: i64 = row.get(0);
+                high = high.max(number);
+                latest.insert(row.get(1), number);
             }
+            let mut ids: Vec<(i64, String)> = latest
+                .into_iter()
+                .map(|(id, number)| (number, id))
+                .collect();
+            ids.sort_unstable();
+            let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
             let mut now: std::collections::HashMap<String, Result<TenantEntry, BadRow>> = tx
                 .query(&schema::select_many(), &[&ids])
                 .await
@@ -485,7 +490,7 @@ impl TenantStore {
                 })
                 .collect();
             Ok(Changes {
-                seq: high,
+                seq: high.max(0) as u64,
                 changed,
                 behind: false,
             })
