@@ -25,17 +25,19 @@ use std::time::Duration;
 use tokio::sync::{Mutex, MutexGuard, mpsc};
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_postgres::IsolationLevel;
-use tokio_postgres::error::SqlState;
 
-use crate::config::{PostgresUrl, TenantStoreSettings};
+use crate::config::TenantStoreSettings;
 use crate::tenants::TenantEntry;
 
 mod connect;
+mod error;
 mod row;
 mod schema;
 
 use connect::Live;
-pub use connect::{PASSWORD_VARIABLE, settings};
+pub use connect::settings;
+use error::classify;
+pub use error::{PASSWORD_VARIABLE, TenantStoreError};
 pub use row::BadRow;
 pub use schema::CHANNEL;
 
@@ -51,86 +53,6 @@ const PRUNE_EVERY: u32 = 64;
 
 /// Notifications a [`TenantStore::listen`] receiver may fall behind by.
 const NOTIFY_QUEUE: usize = 1024;
-
-/// Why a call to the tenant store failed. None of them carries the
-/// password.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TenantStoreError {
-    /// The store URL or TLS settings are wrong.
-    #[error("tenant store settings: {problem}")]
-    Settings {
-        /// What is wrong, and how to fix it.
-        problem: String,
-    },
-    /// No connection: refused, lost, TLS failed, or not a PostgreSQL server.
-    #[error(
-        "the tenant store at {store} is unreachable ({problem}); check that PostgreSQL is running there and accepts connections"
-    )]
-    Unreachable {
-        /// The store's URL without its password.
-        store: String,
-        /// What the connection said.
-        problem: String,
-    },
-    /// No answer within `tenants.timeout_ms`: stalled or overloaded.
-    #[error(
-        "the tenant store at {store} did not answer within {after:?} (tenants.timeout_ms); it is stalled or overloaded"
-    )]
-    Timeout {
-        /// The store's URL without its password.
-        store: String,
-        /// How long the call waited.
-        after: Duration,
-    },
-    /// The server refused the login (role, password or database).
-    #[error(
-        "the tenant store at {store} refused the login ({problem}); check the role, the password (in the URL or {PASSWORD_VARIABLE}) and the database name"
-    )]
-    Login {
-        /// The store's URL without its password.
-        store: String,
-        /// What the server said.
-        problem: String,
-    },
-    /// The database has no tenant tables yet.
-    #[error(
-        "the tenant store at {store} has no shuffle-shard schema; run `shuffle-shard tenants init-schema --store URL` once"
-    )]
-    SchemaMissing {
-        /// The store's URL without its password.
-        store: String,
-    },
-    /// The database was set up by a newer shuffle-shard.
-    #[error(
-        "the tenant store at {store} holds schema version {found}, newer than this build's {supported}; upgrade shuffle-shard"
-    )]
-    SchemaNewer {
-        /// The store's URL without its password.
-        store: String,
-        /// The version found.
-        found: i32,
-        /// The newest version this build knows.
-        supported: i32,
-    },
-    /// The server refused a statement.
-    #[error("the tenant store refused a query: {problem}")]
-    Query {
-        /// What the server said.
-        problem: String,
-    },
-    /// A row that does not convert, or an entry the store cannot hold.
-    #[error("{0}")]
-    BadRow(#[from] BadRow),
-}
-
-impl TenantStoreError {
-    /// Whether the store is down (unreachable or stalled), as opposed to
-    /// answering with a refusal: the caller keeps what it has and retries.
-    pub fn is_down(&self) -> bool {
-        matches!(self, Self::Unreachable { .. } | Self::Timeout { .. })
-    }
-}
 
 /// What [`TenantStore::put`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,57 +95,6 @@ impl std::fmt::Debug for TenantStore {
             .field("timeout", &self.settings.timeout)
             .finish_non_exhaustive()
     }
-}
-
-/// A [`tokio_postgres::Error`] as one of ours.
-fn classify(url: &PostgresUrl, error: tokio_postgres::Error) -> TenantStoreError {
-    let store = url.to_string();
-    let problem = describe(&error);
-    match error.as_db_error().map(|db| db.code().clone()) {
-        Some(code) if code == SqlState::UNDEFINED_TABLE => {
-            TenantStoreError::SchemaMissing { store }
-        }
-        Some(code)
-            if code == SqlState::INVALID_PASSWORD
-                || code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
-                || code == SqlState::INVALID_CATALOG_NAME =>
-        {
-            TenantStoreError::Login { store, problem }
-        }
-        Some(code)
-            if code == SqlState::ADMIN_SHUTDOWN
-                || code == SqlState::CRASH_SHUTDOWN
-                || code == SqlState::CANNOT_CONNECT_NOW
-                || code == SqlState::TOO_MANY_CONNECTIONS =>
-        {
-            TenantStoreError::Unreachable { store, problem }
-        }
-        Some(_) => TenantStoreError::Query { problem },
-        // No answer from a server: an I/O error, a closed connection, TLS,
-        // or bytes that are not PostgreSQL's protocol.
-        None => TenantStoreError::Unreachable { store, problem },
-    }
-}
-
-/// The error and its causes on one line.
-fn describe(error: &tokio_postgres::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-        source = cause_of(source);
-    }
-    text
-}
-
-fn cause_of<'a>(
-    error: Option<&'a (dyn std::error::Error + 'static)>,
-) -> Option<&'a (dyn std::error::Error + 'static)> {
-    error.and_then(std::error::Error::source)
 }
 
 /// The shared connection, held for one call.
@@ -630,7 +501,11 @@ impl TenantStore {
     /// Prunes the change log on one write in [`PRUNE_EVERY`]; a failure
     /// only waits for the next.
     async fn maybe_prune(&self) {
-        if self.writes.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY != 0 {
+        if !self
+            .writes
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(PRUNE_EVERY)
+        {
             return;
         }
         if let Err(error) = self.prune_changes(CHANGE_LOG_RETENTION).await {

@@ -15,13 +15,9 @@ use tokio_postgres::tls::{MakeTlsConnect, NoTls};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::TenantStoreError;
+use super::error::{PASSWORD_VARIABLE, TenantStoreError, classify};
 use super::schema::CHANNEL;
 use crate::config::{PostgresUrl, TenantStoreSettings};
-
-/// The variable a password is read from when the URL has none (as libpq
-/// does), so that it need not be written into a file or a command line.
-pub const PASSWORD_VARIABLE: &str = "PGPASSWORD";
 
 /// A connection, and the task driving it (aborted with it).
 pub(super) struct Live {
@@ -99,7 +95,7 @@ pub(super) async fn open(
     if let Some(password) = password {
         config.password(password.as_bytes());
     }
-    let fail = |e: tokio_postgres::Error| super::classify(url, e);
+    let fail = |e: tokio_postgres::Error| classify(url, e);
     let (client, task) = match &settings.tls {
         None => {
             config.ssl_mode(SslMode::Disable);
