@@ -9,6 +9,7 @@
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
@@ -19,6 +20,9 @@ use gateway::tenants::entry::check_id;
 use crate::output::{Flow, JsonLines, OutputFailed};
 use crate::progress::with_progress;
 use crate::tenants_files::{FilesError, read_entries, write_entries};
+
+/// The longest one round trip to the store may take.
+const STORE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `tenants`: the subcommands.
 #[derive(Debug, Args)]
@@ -97,7 +101,10 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// Connects to the store named on the command line.
 fn connect(runtime: &tokio::runtime::Runtime, args: &StoreArgs) -> anyhow::Result<TenantStore> {
-    let settings = settings(&args.store, args.ca_file.clone())?;
+    let mut settings = settings(&args.store, args.ca_file.clone())?;
+    // A batch of thousands of tenants may take longer than the gateway's
+    // bound for one query; an operator at a terminal can wait.
+    settings.timeout = STORE_TIMEOUT;
     Ok(runtime.block_on(TenantStore::connect(&settings))?)
 }
 

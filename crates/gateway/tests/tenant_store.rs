@@ -35,6 +35,14 @@ fn entry(id: &str) -> TenantEntry {
     }
 }
 
+/// `call`'s outcome, failing (rather than hanging) if it never returns: the
+/// store's own bound is what the fault tests check.
+async fn returns<T>(call: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("the call returns")
+}
+
 /// Every tenant `load_all` returns, good or bad.
 async fn load(store: &TenantStore) -> (u64, Vec<TenantEntry>, Vec<tenants::BadRow>) {
     let (mut good, mut bad) = (Vec::new(), Vec::new());
@@ -369,7 +377,7 @@ async fn a_stalled_server_times_out_and_recovers() {
     store.put(&entry("before")).await.unwrap();
     pg.signal("STOP");
     let started = Instant::now();
-    let error = store_short.put(&entry("during")).await.unwrap_err();
+    let error = returns(store_short.put(&entry("during"))).await.unwrap_err();
     assert!(
         matches!(error, TenantStoreError::Timeout { .. }),
         "{error:?}"
@@ -377,18 +385,18 @@ async fn a_stalled_server_times_out_and_recovers() {
     assert!(error.is_down());
     for call in 0..2 {
         // The second finds no connection, and times out connecting.
-        let error = store_short.count().await.unwrap_err();
+        let error = returns(store_short.count()).await.unwrap_err();
         assert!(
             matches!(error, TenantStoreError::Timeout { .. }),
             "{call}: {error:?}"
         );
     }
-    let error = store_short.load_all(|_| {}).await.unwrap_err();
+    let error = returns(store_short.load_all(|_| {})).await.unwrap_err();
     assert!(
         matches!(error, TenantStoreError::Timeout { .. }),
         "{error:?}"
     );
-    let error = TenantStore::listen(&short).await.unwrap_err();
+    let error = returns(TenantStore::listen(&short)).await.unwrap_err();
     assert!(
         matches!(error, TenantStoreError::Timeout { .. }),
         "{error:?}"
@@ -402,7 +410,7 @@ async fn a_stalled_server_times_out_and_recovers() {
     pg.signal("CONT");
     let mut recovered = false;
     for _ in 0..40 {
-        if store_short.count().await.is_ok() {
+        if returns(store_short.count()).await.is_ok() {
             recovered = true;
             break;
         }
@@ -472,7 +480,7 @@ async fn a_server_speaking_garbage_is_an_error_not_a_hang() {
         let mut short = settings(&format!("postgres://u:pw@127.0.0.1:{port}/db"));
         short.timeout = SHORT;
         let started = Instant::now();
-        let error = TenantStore::connect(&short).await.unwrap_err();
+        let error = returns(TenantStore::connect(&short)).await.unwrap_err();
         assert!(error.is_down(), "{error:?}");
         assert!(started.elapsed() < Duration::from_secs(10));
         server.abort();

@@ -62,7 +62,8 @@ pub fn settings(
         url,
         tls,
         snapshot_file: None,
-        timeout: Duration::from_secs(5),
+        // As `tenants.timeout_ms` defaults to; a tool may wait longer.
+        timeout: Duration::from_secs(2),
         check_every: Duration::from_millis(500),
     })
 }
