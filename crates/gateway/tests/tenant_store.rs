@@ -57,12 +57,15 @@ async fn load(store: &TenantStore) -> (u64, Vec<TenantEntry>, Vec<tenants::BadRo
 }
 
 #[tokio::test]
-async fn init_schema_is_idempotent_even_twice_at_once() {
+async fn init_schema_is_idempotent_even_four_at_once() {
     let Some(pg) = Postgres::start().await else {
         return;
     };
-    let one = TenantStore::connect(&settings(&pg.url())).await.unwrap();
-    let two = TenantStore::connect(&settings(&pg.url())).await.unwrap();
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(TenantStore::connect(&settings(&pg.url())).await.unwrap());
+    }
+    let one = &stores[0];
     let missing = one.check_schema().await.unwrap_err();
     assert!(
         matches!(missing, TenantStoreError::SchemaMissing { .. }),
@@ -73,10 +76,20 @@ async fn init_schema_is_idempotent_even_twice_at_once() {
         one.count().await,
         Err(TenantStoreError::SchemaMissing { .. })
     ));
-    let (a, b) = tokio::join!(one.init_schema(), two.init_schema());
-    let mut created = [a.unwrap(), b.unwrap()];
+    // Four at once: one creates it, the others wait and find it made.
+    let (a, b, c, d) = tokio::join!(
+        stores[0].init_schema(),
+        stores[1].init_schema(),
+        stores[2].init_schema(),
+        stores[3].init_schema()
+    );
+    let mut created = [a.unwrap(), b.unwrap(), c.unwrap(), d.unwrap()];
     created.sort();
-    assert_eq!(created, [false, true], "exactly one of them creates it");
+    assert_eq!(
+        created,
+        [false, false, false, true],
+        "exactly one creates it"
+    );
     assert!(!one.init_schema().await.unwrap());
     one.check_schema().await.unwrap();
     assert_eq!(one.count().await.unwrap(), 0);
@@ -377,7 +390,9 @@ async fn a_stalled_server_times_out_and_recovers() {
     store.put(&entry("before")).await.unwrap();
     pg.signal("STOP");
     let started = Instant::now();
-    let error = returns(store_short.put(&entry("during"))).await.unwrap_err();
+    let error = returns(store_short.put(&entry("during")))
+        .await
+        .unwrap_err();
     assert!(
         matches!(error, TenantStoreError::Timeout { .. }),
         "{error:?}"

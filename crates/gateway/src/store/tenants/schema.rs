@@ -96,8 +96,12 @@ pub(super) const COLUMNS: &str =
     "id, api_key_sha256, cell, k, shards, max_in_flight, requests_per_second, burst";
 
 /// Whether the schema table exists (it cannot be read in the same
-/// statement: a missing table fails the whole statement).
-pub(super) const SCHEMA_EXISTS: &str = "SELECT to_regclass('shuffle_shard_schema') IS NOT NULL";
+/// statement: a missing table fails the whole statement). Read from the
+/// catalog with the statement's snapshot, not `to_regclass`: its cache is
+/// not refreshed by an advisory lock, so after waiting for another
+/// `init-schema` it could still say "missing".
+pub(super) const SCHEMA_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables \
+    WHERE tablename = 'shuffle_shard_schema' AND schemaname = ANY (current_schemas(false)))";
 
 /// The version the database holds.
 pub(super) const READ_VERSION: &str = "SELECT max(version) FROM shuffle_shard_schema";
