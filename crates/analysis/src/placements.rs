@@ -45,27 +45,45 @@ impl Placements {
         population: &Population,
         progress: &(dyn Fn(u64, u64) + Sync),
     ) -> Self {
-        let n = placer.fleet().len();
         let tenants = population.len();
+        let any_override = (0..tenants)
+            .into_par_iter()
+            .any(|t| placer.has_override(&population.id(t)));
+        let uniform = (!any_override).then_some(placer.config().k as usize);
+        Self::from_fn(
+            placer.fleet().len(),
+            tenants,
+            uniform,
+            &|t, out| placer.subset_into(&population.id(t), out),
+            progress,
+        )
+    }
+
+    /// Places `tenants` tenants with `place` (tenant `t`'s subset into the
+    /// buffer, in any order), in parallel. With `uniform = Some(k)` every
+    /// subset must have `k` members, and they are kept without offsets.
+    pub fn from_fn(
+        n: usize,
+        tenants: usize,
+        uniform: Option<usize>,
+        place: &(dyn Fn(usize, &mut Vec<ShardIndex>) + Sync),
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Self {
         let placed = AtomicU64::new(0);
         let chunk_done = |count: usize| {
             let done = placed.fetch_add(count as u64, Ordering::Relaxed) + count as u64;
             progress(done, tenants as u64);
         };
         progress(0, tenants as u64);
-        let any_override = (0..tenants)
-            .into_par_iter()
-            .any(|t| placer.has_override(&population.id(t)));
-        if !any_override {
-            let k = placer.config().k as usize;
+        if let Some(k) = uniform {
             let mut members = vec![0; tenants * k];
             members
-                .par_chunks_mut(CHUNK * k)
+                .par_chunks_mut((CHUNK * k).max(1))
                 .enumerate()
                 .for_each(|(chunk, out)| {
                     let mut subset = Vec::with_capacity(k);
                     for (offset, slot) in out.chunks_exact_mut(k).enumerate() {
-                        placer.subset_into(&population.id(chunk * CHUNK + offset), &mut subset);
+                        place(chunk * CHUNK + offset, &mut subset);
                         subset.sort_unstable();
                         slot.copy_from_slice(&subset);
                     }
@@ -84,7 +102,7 @@ impl Placements {
                 let mut sizes = Vec::new();
                 let mut subset = Vec::new();
                 for t in chunk * CHUNK..((chunk + 1) * CHUNK).min(tenants) {
-                    placer.subset_into(&population.id(t), &mut subset);
+                    place(t, &mut subset);
                     subset.sort_unstable();
                     members.extend_from_slice(&subset);
                     sizes.push(subset.len());

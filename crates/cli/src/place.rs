@@ -128,7 +128,7 @@ fn tenant_args(tenants: Vec<OsString>) -> Result<Vec<String>> {
 /// tenants file's overrides, and which cell each tenant is in.
 struct GatewaySetup {
     topology: gateway::cell::Topology,
-    tenants: gateway::config::tenants::Tenants,
+    tenants: gateway::tenants::Tenants,
     /// The cell every tenant is placed in, when --cell was given.
     cell: Option<usize>,
 }
@@ -136,8 +136,14 @@ struct GatewaySetup {
 impl GatewaySetup {
     fn load(path: &std::path::Path, cell: Option<&str>) -> Result<Self> {
         let config = gateway::GatewayConfig::load(path)?;
-        let tenants = gateway::config::tenants::Tenants::load(&config)?;
-        let topology = gateway::cell::Topology::build(&config, &tenants)?;
+        let tenants = match config.tenants().file() {
+            Some(file) => gateway::tenants::load::from_file(file, &config)?,
+            None => bail!(
+                "{} keeps its tenants in the tenant store; `place --config` reads a tenants file: export one with shuffle-shard tenants export",
+                path.display()
+            ),
+        };
+        let topology = gateway::cell::Topology::build(&config)?;
         let cell = match cell {
             Some(name) => Some(topology.find(name).ok_or_else(|| {
                 let names: Vec<&str> = config.cells().iter().map(|c| c.name.as_str()).collect();
@@ -159,11 +165,9 @@ impl GatewaySetup {
     /// The cell a tenant is placed in.
     fn cell_of(&self, tenant: &str) -> usize {
         self.cell.unwrap_or_else(|| {
-            let configured = self
-                .tenants
+            self.tenants
                 .get(tenant)
-                .and_then(|record| record.cell.as_deref());
-            self.topology.cell_index(configured)
+                .map_or(0, |registered| registered.cell_index())
         })
     }
 }
@@ -200,7 +204,17 @@ impl Emitter<'_> {
                 (&cell.placer, Some(cell.settings.name.as_str()), true)
             }
         };
-        placer.subset_into(tenant, &mut self.subset);
+        match &self.source {
+            // A registered tenant placed in its own cell gets its own k or
+            // shards, as the gateway places it.
+            Source::Gateway(setup) => match setup.tenants.get(tenant) {
+                Some(registered) if setup.cell_of(tenant) == registered.cell_index() => setup
+                    .topology
+                    .tenant_subset_into(registered, &mut self.subset),
+                _ => placer.subset_into(tenant, &mut self.subset),
+            },
+            Source::Plain(_) => placer.subset_into(tenant, &mut self.subset),
+        }
         let ids = with_ids.then_some(ShardIds {
             fleet: placer.fleet(),
             shards: &self.subset,

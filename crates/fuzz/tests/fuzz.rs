@@ -180,9 +180,12 @@ fn gateway_tenants_file() {
     let path = dir.path().join("tenants.toml");
     fuzz("tenants", |input| {
         let text = String::from_utf8_lossy(input);
-        if let Ok(tenants) = gateway::config::tenants::Tenants::parse(&path, &text, &config) {
+        if let Ok(tenants) = gateway::tenants::load::from_toml(&path, &text, &config) {
             // Whatever was accepted must also be placeable.
-            let _ = gateway::cell::Topology::build(&config, &tenants);
+            let topology = gateway::cell::Topology::build(&config).unwrap();
+            for tenant in tenants.iter() {
+                let _ = topology.route(tenant);
+            }
         }
     });
 }
@@ -195,7 +198,7 @@ fn credentials() {
         &seed("config", "full.toml"),
     )
     .expect("the full corpus configuration is valid");
-    let tenants = gateway::config::tenants::Tenants::parse(
+    let tenants = gateway::tenants::load::from_toml(
         &dir.path().join("tenants.toml"),
         "[[tenants]]\nid = \"acme\"\napi_key_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n",
         &config,

@@ -14,10 +14,10 @@ use thiserror::Error;
 use tokio::time::Instant;
 
 use crate::cell::{TenantRoute, Topology};
-use crate::config::tenants::{TenantRecord, Tenants};
-use crate::config::{ConfigError, GatewayConfig, ShardSettings};
+use crate::config::{ConfigError, GatewayConfig, ShardSettings, TenantSource};
 use crate::health::retry_budget::RetryBudget;
 use crate::health::{Availability, HealthState};
+use crate::tenants::{Tenant, Tenants};
 use crate::trust::authenticate::Authenticator;
 use crate::upstream::transport::Connector;
 use crate::upstream::{IDLE_TIMEOUT, Upstream};
@@ -73,6 +73,30 @@ impl Movement {
     /// its shards (a larger `k` under rendezvous).
     pub fn is_growth(&self) -> bool {
         self.changed > 0 && self.members_lost == 0
+    }
+
+    /// Counts one tenant that had members `old` and has `new` (by shard
+    /// id; in another cell when not `same_cell`, where every member is
+    /// lost and every new one gained).
+    pub(crate) fn add(
+        &mut self,
+        old: &std::collections::BTreeSet<String>,
+        new: &std::collections::BTreeSet<String>,
+        same_cell: bool,
+    ) {
+        let (gained, lost) = if same_cell {
+            (
+                new.difference(old).count() as u64,
+                old.difference(new).count() as u64,
+            )
+        } else {
+            (new.len() as u64, old.len() as u64)
+        };
+        self.changed += u64::from(gained + lost > 0);
+        self.gaining += u64::from(gained > 0);
+        self.losing += u64::from(lost > 0);
+        self.members_gained += gained;
+        self.members_lost += lost;
     }
 
     /// The members gained and lost, in words.
@@ -186,6 +210,16 @@ impl ShardRuntime {
     }
 }
 
+/// One registry bucket's routes, computed on first use.
+type RouteBucket = Arc<[std::sync::OnceLock<Box<TenantRoute>>]>;
+
+/// Routes for every tenant of `tenants`' bucket `bucket`, none computed yet.
+fn fresh_routes(tenants: &Tenants, bucket: usize) -> RouteBucket {
+    (0..tenants.bucket_len(bucket))
+        .map(|_| std::sync::OnceLock::new())
+        .collect()
+}
+
 /// Everything a request needs, swapped as one on reload.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -211,9 +245,11 @@ pub struct Snapshot {
     pub limits: crate::limit::Limits,
     /// Per cell: its request metric series, looked up on first use.
     cell_metrics: Vec<std::sync::OnceLock<crate::telemetry::metrics::CellHandles>>,
-    /// Per tenant (by position in the tenants file): its route, computed on
-    /// first use. Boxed so that tenants never seen cost one pointer each.
-    routes: Vec<std::sync::OnceLock<Box<TenantRoute>>>,
+    /// Per tenant (by slot: per registry bucket, per place in it): its
+    /// route, computed on first use. Boxed so that tenants never seen cost
+    /// one pointer each; by bucket so that a change to a few tenants
+    /// starts afresh only the buckets it touched.
+    routes: Vec<RouteBucket>,
     /// Per cell, when any of its shards has an in-flight cap: each shard's
     /// cap by index (`u64::MAX` for none). `None` for a cell without caps,
     /// whose requests take the member step's uncapped path.
@@ -227,7 +263,10 @@ impl Snapshot {
     /// (their pooled connections follow [`Gateway::reload`]'s rule).
     pub fn load(path: &std::path::Path, previous: Option<&Snapshot>) -> Result<Self, LoadError> {
         let config = GatewayConfig::load(path)?;
-        let tenants = Tenants::load(&config)?;
+        let tenants = match config.tenants() {
+            TenantSource::File(file) => crate::tenants::load::from_file(file, &config)?,
+            TenantSource::Store(_) => todo!("tenant store"),
+        };
         Self::build(config, tenants, previous)
     }
 
@@ -237,7 +276,7 @@ impl Snapshot {
         tenants: Tenants,
         previous: Option<&Snapshot>,
     ) -> Result<Self, LoadError> {
-        let topology = Topology::build(&config, &tenants)?;
+        let topology = Topology::build(&config)?;
         // The key file is read here, once per load; its problems are
         // reported against the configuration key that names it.
         let authenticator = Authenticator::new(config.jwt.as_ref())
@@ -287,8 +326,8 @@ impl Snapshot {
                     })
             })
             .collect();
-        let routes = (0..tenants.len())
-            .map(|_| std::sync::OnceLock::new())
+        let routes = (0..tenants.bucket_count())
+            .map(|bucket| fresh_routes(&tenants, bucket))
             .collect();
         let admin_token =
             match &config.admin.token_file {
@@ -320,21 +359,19 @@ impl Snapshot {
         })
     }
 
-    /// A configured tenant's route (cell and subset), computed the first
-    /// time the tenant is seen in this snapshot. `None` only for a record
-    /// that is not one of this snapshot's tenants.
-    pub fn tenant_route(&self, tenant: &TenantRecord) -> Option<&TenantRoute> {
-        let slot = self.routes.get(tenant.position)?;
-        // A record from another snapshot's tenants file could sit at the
-        // same position and name someone else.
-        if !self
-            .tenants
-            .at(tenant.position)
-            .is_some_and(|own| std::ptr::eq(own, tenant))
-        {
+    /// A registered tenant's route (cell and subset), computed the first
+    /// time the tenant is seen in this snapshot. `None` only for a tenant
+    /// of another registry version (another snapshot's).
+    pub fn tenant_route(&self, tenant: Tenant<'_>) -> Option<&TenantRoute> {
+        if !tenant.is_in(&self.tenants) {
             return None;
         }
-        Some(slot.get_or_init(|| Box::new(self.topology.route(tenant.cell.as_deref(), &tenant.id))))
+        let slot = tenant.slot();
+        let route = self
+            .routes
+            .get(slot.bucket as usize)?
+            .get(slot.index as usize)?;
+        Some(route.get_or_init(|| Box::new(self.topology.route(tenant))))
     }
 
     /// A cell's request metrics.
@@ -359,51 +396,57 @@ impl Snapshot {
         self.shards.iter().flatten()
     }
 
-    /// A tenant's cell index and subset (shard indices).
+    /// A tenant's cell index and subset (shard indices): a registered
+    /// tenant's route, or where an unregistered id would go in the first
+    /// cell.
     pub fn route(&self, tenant: &str) -> (usize, Vec<placement::ShardIndex>) {
-        let configured = self.tenants.get(tenant).and_then(|t| t.cell.as_deref());
-        let cell = self.topology.cell_index(configured);
-        (cell, self.topology.subset(cell, tenant))
+        match self.tenants.get(tenant) {
+            Some(registered) => (
+                registered.cell_index(),
+                self.topology.tenant_subset(registered),
+            ),
+            None => (0, self.topology.subset(0, tenant)),
+        }
     }
 
     /// What `next` changes in the subsets of the tenants configured in
     /// both snapshots: members gained and lost per tenant, by shard id (a
     /// tenant in another cell has lost every member and gained the new
-    /// ones).
+    /// ones). A tenant whose entry and cell placement are the same in both
+    /// is not placed again: it cannot have moved.
     pub fn migration_to(&self, next: &Snapshot) -> Movement {
-        let shard_ids = |s: &Snapshot, cell: usize, subset: &[placement::ShardIndex]| {
-            subset
-                .iter()
-                .map(|&i| s.config.cells[cell].shards[i as usize].id.clone())
-                .collect::<std::collections::BTreeSet<_>>()
+        let same_cell = |old: usize, new: usize| {
+            let (a, b) = (&self.config.cells[old], &next.config.cells[new]);
+            a.name == b.name && a.placer_settings_equal(b)
         };
         let mut movement = Movement::default();
         for tenant in self.tenants.iter() {
-            let id = tenant.id.as_str();
-            if next.tenants.get(id).is_none() {
+            let Some(after) = next.tenants.get(tenant.id()) else {
+                continue;
+            };
+            movement.tenants += 1;
+            if same_cell(tenant.cell_index(), after.cell_index())
+                && tenant.k() == after.k()
+                && tenant.shards() == after.shards()
+            {
                 continue;
             }
-            movement.tenants += 1;
-            let (old_cell, old) = self.route(id);
-            let (new_cell, new) = next.route(id);
-            let old = shard_ids(self, old_cell, &old);
-            let new = shard_ids(next, new_cell, &new);
-            let (gained, lost) =
-                if self.config.cells[old_cell].name == next.config.cells[new_cell].name {
-                    (
-                        new.difference(&old).count() as u64,
-                        old.difference(&new).count() as u64,
-                    )
-                } else {
-                    (new.len() as u64, old.len() as u64)
-                };
-            movement.changed += u64::from(gained + lost > 0);
-            movement.gaining += u64::from(gained > 0);
-            movement.losing += u64::from(lost > 0);
-            movement.members_gained += gained;
-            movement.members_lost += lost;
+            movement.add(&self.members_of(tenant), &next.members_of(after), {
+                self.config.cells[tenant.cell_index()].name
+                    == next.config.cells[after.cell_index()].name
+            });
         }
         movement
+    }
+
+    /// A registered tenant's members, by shard id.
+    pub(crate) fn members_of(&self, tenant: Tenant<'_>) -> std::collections::BTreeSet<String> {
+        let cell = &self.config.cells[tenant.cell_index()];
+        self.topology
+            .tenant_subset(tenant)
+            .iter()
+            .map(|&i| cell.shards[i as usize].id.clone())
+            .collect()
     }
 
     /// Creates every series of this snapshot's cells and shards that

@@ -571,7 +571,7 @@ async fn fail_restore_and_drain_steer_real_traffic() {
 pub fn analyser(fixture: &Fixture, failed: &[&str]) -> (u64, u64, Vec<String>) {
     let snapshot = fixture.running.gateway.snapshot();
     let cell = &snapshot.topology.cells()[0];
-    let ids: Vec<String> = snapshot.tenants.iter().map(|t| t.id.clone()).collect();
+    let ids: Vec<String> = snapshot.tenants.iter().map(|t| t.id().to_owned()).collect();
     let population = Population::listed(ids.clone(), None);
     let placements = Placements::compute(&cell.placer, &population);
     let model = BlastModel::new(&placements).unwrap();

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 
-use gateway::config::tenants::Tenants;
 use gateway::{GatewayConfig, Snapshot};
 
 use crate::util::random_bytes;
@@ -53,7 +52,8 @@ fn load(gateway_toml: &str, tenants_toml: &str, secrets: &str) -> (tempfile::Tem
     std::fs::write(&path, text).unwrap();
     std::fs::write(dir.path().join("tenants.toml"), tenants_toml).unwrap();
     let config = GatewayConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let tenants = Tenants::load(&config).unwrap_or_else(|e| panic!("{e}"));
+    let tenants = gateway::tenants::load::from_file(config.tenants().file().unwrap(), &config)
+        .unwrap_or_else(|e| panic!("{e}"));
     let snapshot = Snapshot::build(config, tenants, None).unwrap_or_else(|e| panic!("{e}"));
     (dir, snapshot)
 }

@@ -753,7 +753,7 @@ const ADMIN_TOKEN: &str = "websocket-test-admin-token-0123";
 /// in-flight requests are not limited).
 fn tenant_in_flight(fixture: &Fixture, tenant: &str) -> u64 {
     let snapshot = fixture.running.gateway.snapshot();
-    let position = snapshot.tenants.get(tenant).unwrap().position;
+    let position = snapshot.tenants.get(tenant).unwrap().slot();
     snapshot
         .limits
         .of(position)
@@ -976,7 +976,7 @@ async fn every_way_a_tunnel_ends_gives_its_tenants_place_back_exactly_once() {
     assert_eq!(tenant_in_flight(&fixture, &tenant), 2);
     let limit = {
         let snapshot = fixture.running.gateway.snapshot();
-        let position = snapshot.tenants.get(&tenant).unwrap().position;
+        let position = snapshot.tenants.get(&tenant).unwrap().slot();
         Arc::clone(&snapshot.limits.of(position).unwrap().state)
     };
     let Fixture { running, .. } = fixture;
@@ -1106,7 +1106,7 @@ async fn a_reload_that_removes_a_tenant_closes_its_tunnels_and_no_others() {
     let mut staying = open_tunnel(&fixture, &kept).await;
     let limit = {
         let snapshot = fixture.running.gateway.snapshot();
-        let position = snapshot.tenants.get(&revoked).unwrap().position;
+        let position = snapshot.tenants.get(&revoked).unwrap().slot();
         Arc::clone(&snapshot.limits.of(position).unwrap().state)
     };
     // A reload that keeps both tenants closes nothing.

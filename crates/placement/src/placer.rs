@@ -224,6 +224,19 @@ impl Placer {
             .expect("k and the fleet were validated when the placer was built");
     }
 
+    /// The tenant's subset of `k` members, in selection order, into a
+    /// caller-owned buffer (cleared first), whatever override the placer
+    /// holds for it: for callers that keep tenants' own sizes themselves.
+    pub fn subset_of_size_into(
+        &self,
+        tenant: &str,
+        k: u32,
+        out: &mut Vec<ShardIndex>,
+    ) -> Result<(), PlacementError> {
+        check_k(k, self.fleet.n())?;
+        self.engine.place_into(tenant, k, out)
+    }
+
     /// The tenant's subset as shard ids, in selection order.
     pub fn subset_ids(&self, tenant: &str) -> Vec<&str> {
         self.subset(tenant)

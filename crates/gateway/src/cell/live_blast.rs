@@ -6,18 +6,21 @@
 //! built once per configuration load over the tenants of each cell, and
 //! evaluated against the current set of unavailable shards on demand.
 
-use analysis::{BlastModel, Placements, Population};
+use analysis::{BlastModel, Placements};
 use placement::ShardIndex;
 use serde::Serialize;
 
 use crate::cell::Topology;
-use crate::config::tenants::Tenants;
+use crate::tenants::{TenantSlot, Tenants};
 
 /// One cell's model.
 #[derive(Debug)]
 pub struct CellModel {
-    /// The cell's tenants, in tenants-file order.
-    pub tenants: Vec<String>,
+    /// The registry version it was built from (its buckets shared, not
+    /// copied), so that its tenants can be named by slot.
+    registry: Tenants,
+    /// The cell's tenants, by slot in `registry`.
+    tenants: Vec<TenantSlot>,
     placements: Placements,
     model: Option<BlastModel>,
 }
@@ -41,25 +44,36 @@ pub struct LiveBlast {
 
 /// Builds every cell's model.
 pub fn build(topology: &Topology, tenants: &Tenants) -> Vec<CellModel> {
+    let mut slots: Vec<Vec<TenantSlot>> = vec![Vec::new(); topology.cells().len()];
+    for tenant in tenants.iter() {
+        slots[tenant.cell_index()].push(tenant.slot());
+    }
     topology
         .cells()
         .iter()
-        .enumerate()
-        .map(|(index, cell)| {
-            let ids: Vec<String> = tenants
-                .iter()
-                .filter(|t| topology.cell_index(t.cell.as_deref()) == index)
-                .map(|t| t.id.clone())
-                .collect();
-            let population = Population::listed(ids.clone(), None);
-            let placements = Placements::compute(&cell.placer, &population);
+        .zip(slots)
+        .map(|(cell, slots)| {
+            let at = |t: usize| tenants.at(slots[t]).expect("a slot of this registry");
+            let uniform = (!slots.iter().any(|&slot| {
+                let tenant = tenants.at(slot).expect("a slot of this registry");
+                tenant.k().is_some() || tenant.shards().is_some()
+            }))
+            .then_some(cell.placer.config().k as usize);
+            let placements = Placements::from_fn(
+                cell.placer.fleet().len(),
+                slots.len(),
+                uniform,
+                &|t, out| topology.tenant_subset_into(at(t), out),
+                &|_, _| {},
+            );
             // A population the exact tables cannot hold (a dedicated list
             // longer than the tables allow) still gets counts by scanning.
-            let model = (!ids.is_empty())
+            let model = (!slots.is_empty())
                 .then(|| BlastModel::new(&placements).ok())
                 .flatten();
             CellModel {
-                tenants: ids,
+                registry: tenants.clone(),
+                tenants: slots,
                 placements,
                 model,
             }
@@ -77,7 +91,7 @@ impl CellModel {
             .filter(|(subset, _)| {
                 !subset.is_empty() && subset.iter().all(|s| unavailable.contains(s))
             })
-            .map(|(_, tenant)| tenant.clone())
+            .filter_map(|(_, &slot)| Some(self.registry.at(slot)?.id().to_owned()))
             .collect();
         let (fully_down, degraded) = match (&self.model, unavailable.is_empty()) {
             (_, true) => (0, 0),

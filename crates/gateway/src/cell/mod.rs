@@ -12,10 +12,10 @@
 pub mod live_blast;
 
 use http::HeaderValue;
-use placement::{Placer, ShardIndex, TenantOverride};
+use placement::{Placer, ShardIndex};
 
-use crate::config::tenants::Tenants;
 use crate::config::{CellSettings, ConfigError, GatewayConfig};
+use crate::tenants::Tenant;
 
 /// Where a configured tenant's requests go: its cell, its subset there, and
 /// the header value that names the tenant to backends.
@@ -40,7 +40,7 @@ pub struct TenantRoute {
 pub struct Cell {
     /// The cell's settings.
     pub settings: CellSettings,
-    /// Its placer, with per-tenant overrides applied.
+    /// Its placer (tenants' own sizes and shards apply in [`Topology::route`]).
     pub placer: Placer,
 }
 
@@ -51,8 +51,10 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Builds every cell's placer and applies the tenants' overrides.
-    pub fn build(config: &GatewayConfig, tenants: &Tenants) -> Result<Self, ConfigError> {
+    /// Builds every cell's placer. Tenants' own sizes and shards are not
+    /// the placers': they stay in the registry and apply in [`Self::route`],
+    /// so a change to one tenant never rebuilds a placer.
+    pub fn build(config: &GatewayConfig) -> Result<Self, ConfigError> {
         let mut cells = Vec::with_capacity(config.cells.len());
         for settings in &config.cells {
             let placer = settings.placer().map_err(|e| {
@@ -67,26 +69,7 @@ impl Topology {
                 placer,
             });
         }
-        let mut topology = Self { cells };
-        for tenant in tenants.iter() {
-            let cell = topology.cell_index(tenant.cell.as_deref());
-            let rule = match (&tenant.k, &tenant.shards) {
-                (Some(k), _) => TenantOverride::K(*k),
-                (None, Some(shards)) => TenantOverride::Dedicated(shards.clone()),
-                (None, None) => continue,
-            };
-            topology.cells[cell]
-                .placer
-                .set_override(tenant.id.clone(), rule)
-                .map_err(|e| {
-                    ConfigError::new(
-                        &config.tenants.describe(),
-                        format!("tenants.{}", tenant.id),
-                        e.to_string(),
-                    )
-                })?;
-        }
-        Ok(topology)
+        Ok(Self { cells })
     }
 
     /// The index of the named cell, or of the default (first) cell when the
@@ -117,14 +100,34 @@ impl Topology {
         self.cells[cell].placer.subset(tenant)
     }
 
-    /// A tenant's route: the cell its record names (else the default) and
-    /// its subset there.
-    pub fn route(&self, cell: Option<&str>, tenant: &str) -> TenantRoute {
-        let cell = self.cell_index(cell);
+    /// A registered tenant's subset in its cell, in selection order: its
+    /// dedicated shards, or its own `k` (else the cell's) placed.
+    pub fn tenant_subset(&self, tenant: Tenant<'_>) -> Vec<ShardIndex> {
+        let mut out = Vec::new();
+        self.tenant_subset_into(tenant, &mut out);
+        out
+    }
+
+    /// [`Self::tenant_subset`] into a caller-owned buffer.
+    pub fn tenant_subset_into(&self, tenant: Tenant<'_>, out: &mut Vec<ShardIndex>) {
+        out.clear();
+        if let Some(shards) = tenant.shards() {
+            out.extend_from_slice(shards);
+            return;
+        }
+        let placer = &self.cells[tenant.cell_index()].placer;
+        let k = tenant.k().unwrap_or(placer.config().k);
+        placer
+            .subset_of_size_into(tenant.id(), k, out)
+            .expect("a tenant's k was checked against its cell when it was registered");
+    }
+
+    /// A registered tenant's route: its cell and its subset there.
+    pub fn route(&self, tenant: Tenant<'_>) -> TenantRoute {
         TenantRoute {
-            cell,
-            subset: self.subset(cell, tenant),
-            tenant_header: HeaderValue::from_str(tenant).ok(),
+            cell: tenant.cell_index(),
+            subset: self.tenant_subset(tenant),
+            tenant_header: HeaderValue::from_str(tenant.id()).ok(),
         }
     }
 }

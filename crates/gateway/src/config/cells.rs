@@ -116,6 +116,22 @@ struct RawShard {
 }
 
 impl CellSettings {
+    /// Whether `other` places every tenant where these settings do: the
+    /// same algorithm, `k`, zones, key and shards (ids, zones and weights,
+    /// in order).
+    pub fn placer_settings_equal(&self, other: &CellSettings) -> bool {
+        let shard = |s: &ShardSettings| (s.id.clone(), s.zone.clone(), s.weight.to_bits());
+        self.algorithm == other.algorithm
+            && self.k == other.k
+            && self.zone_aware == other.zone_aware
+            && self.key.ct_eq(&other.key)
+            && self
+                .shards
+                .iter()
+                .map(shard)
+                .eq(other.shards.iter().map(shard))
+    }
+
     /// The placer these settings describe (without tenant overrides).
     pub fn placer(&self) -> Result<placement::Placer, placement::PlacementError> {
         let shards = self

@@ -13,7 +13,6 @@
 //! the one path to them.
 
 // The tenants file, validated against this configuration.
-pub mod tenants;
 // A shard's URL, parsed once into the address connected to.
 pub mod shard_url;
 // The TLS sections: the TLS listener, client certificates, TLS to shards.

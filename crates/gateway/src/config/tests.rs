@@ -185,7 +185,7 @@ fn the_connection_cap_defaults_high_and_refuses_zero_by_name() {
     assert_eq!(
         load_with("[limits]\nmax_connections = 2")
             .unwrap()
-            .limits
+            .limits()
             .max_connections,
         2
     );
@@ -319,7 +319,7 @@ fn tenant_limits_are_unset_by_default_and_read_with_their_ranges() {
     assert_eq!(
         load_with("[limits.tenant]\nrequests_per_second = 0.5")
             .unwrap()
-            .limits
+            .limits()
             .tenant
             .defaults
             .per_request,
@@ -376,7 +376,8 @@ fn a_store_password_is_never_in_debug_or_errors() {
 #[test]
 fn the_tenants_file_overrides_limits_and_zero_lifts_them() {
     let config = load_with("").unwrap();
-    let parse = |text: &str| tenants::Tenants::parse(Path::new("tenants.toml"), text, &config);
+    let parse =
+        |text: &str| crate::tenants::load::from_toml(Path::new("tenants.toml"), text, &config);
     let tenants = parse(
         "[[tenants]]\nid = \"whale\"\nrequests_per_second = 2000\nburst = 4000\nmax_in_flight = 0\n\
          [[tenants]]\nid = \"small\"\n",
@@ -384,7 +385,7 @@ fn the_tenants_file_overrides_limits_and_zero_lifts_them() {
     .unwrap();
     let whale = tenants.get("whale").unwrap();
     assert_eq!(
-        whale.limits,
+        *whale.limits(),
         TenantLimits {
             max_in_flight: Some(0),
             per_request: Some(Duration::from_micros(500)),
@@ -392,7 +393,7 @@ fn the_tenants_file_overrides_limits_and_zero_lifts_them() {
         }
     );
     assert_eq!(
-        tenants.get("small").unwrap().limits,
+        *tenants.get("small").unwrap().limits(),
         TenantLimits::default()
     );
     assert_eq!(
@@ -400,7 +401,7 @@ fn the_tenants_file_overrides_limits_and_zero_lifts_them() {
             .unwrap()
             .get("a")
             .unwrap()
-            .limits
+            .limits()
             .per_request,
         Some(Duration::ZERO)
     );

@@ -342,7 +342,7 @@ pub async fn strike(gateway: &Gateway, struck: Struck<'_>, rules: Rules) -> Opti
 /// Reads `tenant`'s standing from the fleet into this replica's suspects,
 /// before one of its requests goes beyond its first members.
 /// `tenant` is its id and its hash
-/// ([`crate::config::tenants::TenantRecord::id_hash`]).
+/// ([`crate::tenants::Tenant::id_hash`]).
 pub async fn consult(
     gateway: &Gateway,
     cell: &str,

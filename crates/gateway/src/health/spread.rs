@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use smallvec::SmallVec;
 
-use crate::config::tenants::id_hash;
+use crate::tenants::id_hash;
 
 /// The members a tenant is on or struck, few: `routing.poison_after`
 /// (2 by default) at most, beyond races.
@@ -108,7 +108,7 @@ impl Spread {
     }
 
     /// The key naming `tenant` here: its id hashed, as its record holds
-    /// it ([`crate::config::tenants::TenantRecord::id_hash`]).
+    /// it ([`crate::tenants::Tenant::id_hash`]).
     #[inline]
     pub fn tenant(&self, tenant: &str) -> u64 {
         id_hash(tenant)

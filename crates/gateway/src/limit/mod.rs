@@ -23,9 +23,9 @@ use bytes::Bytes;
 use http::StatusCode;
 use tokio::time::Instant;
 
-use crate::config::tenants::Tenants;
 use crate::config::{TenantLimitSettings, TenantLimits};
 use crate::protocol::client_wire::json_error_body;
+use crate::tenants::{Tenant, TenantSlot, Tenants};
 use bucket::{Bucket, Rate};
 use store::Store;
 
@@ -222,11 +222,15 @@ impl TenantLimit {
     }
 }
 
+/// One registry bucket's limits, by place in the bucket.
+type LimitBucket = Arc<[Option<Box<TenantLimit>>]>;
+
 /// Every tenant's limits in one snapshot, and the global store if any.
 #[derive(Debug, Default)]
 pub struct Limits {
-    /// By tenant position; empty when no tenant has a limit.
-    per_tenant: Vec<Option<Box<TenantLimit>>>,
+    /// By tenant slot (bucket, then place); empty when no tenant has a
+    /// limit.
+    per_tenant: Vec<LimitBucket>,
     store: Option<Arc<Store>>,
 }
 
@@ -247,26 +251,82 @@ impl Limits {
                 .cloned()
                 .unwrap_or_else(|| Arc::new(Store::new(wanted.clone())))
         });
-        let mut per_tenant: Vec<Option<Box<TenantLimit>>> = tenants
-            .iter()
-            .map(|tenant| {
-                let (max_in_flight, rate) = effective(&settings.defaults, &tenant.limits)?;
-                let state = previous
-                    .and_then(|(limits, tenants)| limits.of(tenants.get(&tenant.id)?.position))
-                    .map_or_else(|| Arc::new(LimitState::new()), |old| Arc::clone(&old.state));
-                Some(Box::new(TenantLimit::new(max_in_flight, rate, state)))
-            })
-            .collect();
-        if per_tenant.iter().all(Option::is_none) {
-            per_tenant = Vec::new();
-        }
+        let any = settings.defaults != TenantLimits::default()
+            || tenants
+                .iter()
+                .any(|t| *t.limits() != TenantLimits::default());
+        let per_tenant = if any {
+            (0..tenants.bucket_count())
+                .map(|bucket| Self::bucket(settings, tenants, bucket, previous))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Self { per_tenant, store }
     }
 
-    /// The limits of the tenant at `position`, if it has any.
+    /// The same limits with the buckets `touched` of `tenants` (a registry
+    /// changed from the one these were built for) worked out again, every
+    /// other bucket shared; state carries over by tenant id.
+    pub fn patched(
+        &self,
+        settings: &TenantLimitSettings,
+        tenants: &Tenants,
+        before: &Tenants,
+        touched: &[usize],
+    ) -> Self {
+        if self.per_tenant.is_empty() {
+            // No tenant had limits: rebuilt whole only if one has now.
+            return Self::build(settings, tenants, Some((self, before)));
+        }
+        let mut per_tenant = self.per_tenant.clone();
+        for &bucket in touched {
+            per_tenant[bucket] = Self::bucket(settings, tenants, bucket, Some((self, before)));
+        }
+        Self {
+            per_tenant,
+            store: self.store.clone(),
+        }
+    }
+
+    /// One bucket's limits.
+    fn bucket(
+        settings: &TenantLimitSettings,
+        tenants: &Tenants,
+        bucket: usize,
+        previous: Option<(&Limits, &Tenants)>,
+    ) -> LimitBucket {
+        (0..tenants.bucket_len(bucket))
+            .map(|index| {
+                let slot = TenantSlot {
+                    bucket: bucket as u32,
+                    index: index as u32,
+                };
+                let tenant = tenants.at(slot).expect("a slot of this bucket");
+                Self::one(settings, tenant, previous)
+            })
+            .collect()
+    }
+
+    fn one(
+        settings: &TenantLimitSettings,
+        tenant: Tenant<'_>,
+        previous: Option<(&Limits, &Tenants)>,
+    ) -> Option<Box<TenantLimit>> {
+        let (max_in_flight, rate) = effective(&settings.defaults, tenant.limits())?;
+        let state = previous
+            .and_then(|(limits, tenants)| limits.of(tenants.get(tenant.id())?.slot()))
+            .map_or_else(|| Arc::new(LimitState::new()), |old| Arc::clone(&old.state));
+        Some(Box::new(TenantLimit::new(max_in_flight, rate, state)))
+    }
+
+    /// The limits of the tenant at `slot`, if it has any.
     #[inline]
-    pub fn of(&self, position: usize) -> Option<&TenantLimit> {
-        self.per_tenant.get(position)?.as_deref()
+    pub fn of(&self, slot: TenantSlot) -> Option<&TenantLimit> {
+        self.per_tenant
+            .get(slot.bucket as usize)?
+            .get(slot.index as usize)?
+            .as_deref()
     }
 
     /// The global store, when `limits.tenant.store` is set.
@@ -274,12 +334,20 @@ impl Limits {
         self.store.as_ref()
     }
 
-    /// Every tenant with limits: its position and limits.
-    pub fn iter(&self) -> impl Iterator<Item = (usize, &TenantLimit)> {
+    /// Every tenant with limits: its slot and limits.
+    pub fn iter(&self) -> impl Iterator<Item = (TenantSlot, &TenantLimit)> {
         self.per_tenant
             .iter()
             .enumerate()
-            .filter_map(|(position, limit)| Some((position, limit.as_deref()?)))
+            .flat_map(|(bucket, limits)| {
+                limits.iter().enumerate().filter_map(move |(index, limit)| {
+                    let slot = TenantSlot {
+                        bucket: bucket as u32,
+                        index: index as u32,
+                    };
+                    Some((slot, limit.as_deref()?))
+                })
+            })
     }
 }
 

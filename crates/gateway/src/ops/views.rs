@@ -117,11 +117,11 @@ pub fn limited(snapshot: &Snapshot, count: usize) -> Vec<LimitedTenant> {
     let mut rows: Vec<LimitedTenant> = snapshot
         .limits
         .iter()
-        .filter_map(|(position, limit)| {
+        .filter_map(|(slot, limit)| {
             let (rate_limited, in_flight_limited) = limit.state.limited();
-            let tenant = snapshot.tenants.at(position)?;
+            let tenant = snapshot.tenants.at(slot)?;
             (rate_limited + in_flight_limited > 0).then(|| LimitedTenant {
-                tenant: tenant.id.clone(),
+                tenant: tenant.id().to_owned(),
                 limited: rate_limited + in_flight_limited,
                 rate_limited,
                 in_flight_limited,

@@ -43,7 +43,7 @@ pub(super) struct Attempts<'a> {
     pub(super) subset: &'a [ShardIndex],
     /// The tenant's id.
     pub(super) tenant: &'a str,
-    /// Its [`TenantRecord::id_hash`](crate::config::tenants::TenantRecord::id_hash).
+    /// Its [`TenantRecord::id_hash`](crate::tenants::Tenant::id_hash).
     pub(super) tenant_hash: u64,
     /// The client's head, the target and the body every attempt sends.
     pub(super) client: RequestHead<'a>,

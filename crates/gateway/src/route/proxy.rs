@@ -44,7 +44,6 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::cell::TenantRoute;
-use crate::config::tenants::TenantRecord;
 use crate::config::{AccessLog, GatewayConfig};
 use crate::limit::{Refusal, TenantInFlight, TenantLimit};
 use crate::protocol::wire::{Fields, RequestHead};
@@ -59,6 +58,7 @@ use crate::route::response::{InFlight, ResponseBody};
 use crate::route::tunnel;
 use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
+use crate::tenants::Tenant;
 use crate::trust::client_cert::CertificateTenant;
 use crate::trust::credential::{self, AuthError};
 use crate::trust::headers;
@@ -169,7 +169,7 @@ pub async fn handle(
                 .snapshot
                 .tenants
                 .at(served.tenant)
-                .map_or("", |tenant| tenant.id.as_str());
+                .map_or("", |tenant| tenant.id());
             served
                 .snapshot
                 .cell_metrics(served.cell, &gateway.metrics)
@@ -246,12 +246,12 @@ async fn route(
         // Cannot happen: the tenant was found in this very snapshot.
         return (no_route(kind), None);
     };
-    let mut served = Served::new(&snapshot, route.cell, tenant.position);
+    let mut served = Served::new(&snapshot, route.cell, tenant.slot());
 
     // The tenant's limits (one branch for a tenant without any).
     let mut tenant_in_flight = None;
-    if let Some(limit) = snapshot.limits.of(tenant.position) {
-        let (id, cell) = (&tenant.id, route.cell);
+    if let Some(limit) = snapshot.limits.of(tenant.slot()) {
+        let (id, cell) = (tenant.id(), route.cell);
         let admitted = admission::admit_tenant(gateway, &snapshot, limit, id, cell, started).await;
         match admitted {
             Ok(guard) => tenant_in_flight = guard,
@@ -474,7 +474,7 @@ fn outgoing<'a>(
 fn attempts<'a>(
     gateway: &'a Arc<Gateway>,
     snapshot: &'a Snapshot,
-    (route, tenant): (&'a TenantRoute, &'a TenantRecord),
+    (route, tenant): (&'a TenantRoute, Tenant<'a>),
     (parts, fields, outgoing): (&'a Parts, &'a Fields, &'a Outgoing<'a>),
     (body, declared_length, websocket): (&'a RequestBody, Option<u64>, bool),
     (deadline, now, kind): (Instant, Instant, Kind),
@@ -487,8 +487,8 @@ fn attempts<'a>(
         shards: &snapshot.shards[cell],
         cell,
         subset: route.subset.as_slice(),
-        tenant: &tenant.id,
-        tenant_hash: tenant.id_hash,
+        tenant: tenant.id(),
+        tenant_hash: tenant.id_hash(),
         // The head as every attempt sends it; each sets its shard's target,
         // `Host` and `x-shuffle-shard`.
         client: RequestHead {
@@ -665,7 +665,7 @@ fn tenant<'s>(
     snapshot: &'s Snapshot,
     fields: &Fields,
     peer: &Peer,
-) -> Result<&'s TenantRecord, AuthError> {
+) -> Result<Tenant<'s>, AuthError> {
     if let Some(certificate) = &peer.certificate {
         return snapshot.authenticator.authenticate_with_certificate(
             certificate,

@@ -17,6 +17,7 @@ use crate::protocol::wire::Fields;
 use crate::route::response::ResponseBody;
 use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
+use crate::tenants::TenantSlot;
 use crate::trust::headers;
 use crate::upstream::body::{ClientBody, RequestBody};
 
@@ -26,8 +27,8 @@ pub(super) struct Served {
     /// something only there).
     pub(super) snapshot: Arc<Snapshot>,
     pub(super) cell: usize,
-    /// The tenant's position in the snapshot's tenants file.
-    pub(super) tenant: usize,
+    /// The tenant's slot in the snapshot's registry.
+    pub(super) tenant: TenantSlot,
     pub(super) attempts: usize,
     /// When a backend's answer was taken, if one was: the clock read that
     /// ended the attempt also ends the request (what is left is
@@ -39,7 +40,7 @@ impl Served {
     /// A request routed with `snapshot` to `cell` for the tenant at
     /// `tenant`, before any attempt.
     #[inline]
-    pub(super) fn new(snapshot: &Arc<Snapshot>, cell: usize, tenant: usize) -> Self {
+    pub(super) fn new(snapshot: &Arc<Snapshot>, cell: usize, tenant: TenantSlot) -> Self {
         Self {
             snapshot: Arc::clone(snapshot),
             cell,
@@ -133,7 +134,7 @@ pub(super) fn log_request(
                 time: logged.time,
                 started,
                 request_id,
-                tenant: tenant.map(|tenant| tenant.id.clone()),
+                tenant: tenant.map(|tenant| tenant.id().to_owned()),
                 cell: cell.map(str::to_owned),
                 shards,
                 status: status.as_u16(),
@@ -158,7 +159,7 @@ pub(super) fn log_request(
             tracing::info!(
                 target: "gateway::route::proxy",
                 request_id = %request_id,
-                tenant = %tenant.id,
+                tenant = %tenant.id(),
                 method = %logged.method,
                 path = %logged.path,
                 cell = %cell,

@@ -18,8 +18,8 @@ use subtle::ConstantTimeEq;
 use thiserror::Error;
 
 use crate::config::JwtSettings;
-use crate::config::tenants::{TenantRecord, Tenants};
 use crate::syntax::fields::Fields;
+use crate::tenants::{Tenant, Tenants};
 use crate::trust::client_cert::CertificateTenant;
 pub use crate::trust::credential::AuthError;
 use crate::trust::credential::{self, Credential};
@@ -133,7 +133,7 @@ impl Authenticator {
         &self,
         headers: &http::HeaderMap,
         tenants: &'t Tenants,
-    ) -> Result<&'t TenantRecord, AuthError> {
+    ) -> Result<Tenant<'t>, AuthError> {
         let credential = credential::extract_from_map(headers, self.jwt_enabled())?;
         self.authenticate(&credential, tenants)
     }
@@ -146,7 +146,7 @@ impl Authenticator {
         certificate: &CertificateTenant,
         fields: &Fields,
         tenants: &'t Tenants,
-    ) -> Result<&'t TenantRecord, AuthError> {
+    ) -> Result<Tenant<'t>, AuthError> {
         let CertificateTenant::Named(id) = certificate else {
             return Err(AuthError::CertificateNamesNoTenant);
         };
@@ -158,7 +158,7 @@ impl Authenticator {
             Err(error) => Err(error),
             Ok(credential) => {
                 let by_credential = self.authenticate(&credential, tenants)?;
-                if by_credential.position == by_certificate.position {
+                if by_credential.slot() == by_certificate.slot() {
                     Ok(by_certificate)
                 } else {
                     Err(AuthError::CertificateMismatch)
@@ -172,7 +172,7 @@ impl Authenticator {
         &self,
         credential: &Credential,
         tenants: &'t Tenants,
-    ) -> Result<&'t TenantRecord, AuthError> {
+    ) -> Result<Tenant<'t>, AuthError> {
         match (credential, &self.jwt) {
             (Credential::Jwt(token), Some(jwt)) => jwt.verify(token.expose(), tenants),
             // Without JWT configuration a JWT-shaped bearer is just an
@@ -190,19 +190,16 @@ impl Authenticator {
 /// its timing reveals is about that digest, and an attacker cannot choose
 /// digests: walking a stored digest byte by byte would need preimages of
 /// SHA-256, and a known digest still does not give the key. (The map
-/// hashes nothing itself: its key is the first 8 bytes of that digest,
-/// see `tenants::DigestHasher`.) The constant-time comparison after
+/// hashes nothing itself: its buckets are chosen and sorted by bytes of
+/// that digest, see `tenants::registry`.) The constant-time comparison after
 /// the lookup is what authenticates: it makes the decision on the full
 /// 32 bytes whatever index found the record.
-fn by_api_key<'t>(key: &str, tenants: &'t Tenants) -> Result<&'t TenantRecord, AuthError> {
+fn by_api_key<'t>(key: &str, tenants: &'t Tenants) -> Result<Tenant<'t>, AuthError> {
     let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
     let record = tenants
         .by_key_digest(&digest)
         .ok_or(AuthError::UnknownKey)?;
-    let stored = record
-        .api_key_sha256
-        .as_ref()
-        .ok_or(AuthError::UnknownKey)?;
+    let stored = record.api_key_sha256().ok_or(AuthError::UnknownKey)?;
     if bool::from(stored.ct_eq(&digest)) {
         Ok(record)
     } else {
@@ -279,7 +276,7 @@ impl JwtVerifier {
         })
     }
 
-    fn verify<'t>(&self, token: &str, tenants: &'t Tenants) -> Result<&'t TenantRecord, AuthError> {
+    fn verify<'t>(&self, token: &str, tenants: &'t Tenants) -> Result<Tenant<'t>, AuthError> {
         let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
             token,
             &self.key,
@@ -489,8 +486,12 @@ api_key_sha256 = "{}"
                 hex(&Sha256::digest(ACME_KEY.as_bytes())),
                 hex(&Sha256::digest(INITECH_KEY.as_bytes())),
             );
-            let tenants =
-                Tenants::parse(&dir.path().join("tenants.toml"), &tenants_text, &config).unwrap();
+            let tenants = crate::tenants::load::from_toml(
+                &dir.path().join("tenants.toml"),
+                &tenants_text,
+                &config,
+            )
+            .unwrap();
             Self {
                 _dir: dir,
                 config,
@@ -526,11 +527,11 @@ api_key_sha256 = "{}"
     }
 
     impl<'f> Gate<'f> {
-        fn token(&self, token: &str) -> Result<&'f TenantRecord, AuthError> {
+        fn token(&self, token: &str) -> Result<Tenant<'f>, AuthError> {
             self.auth.authenticate(&jwt(token), self.tenants)
         }
 
-        fn key(&self, key: &str) -> Result<&'f TenantRecord, AuthError> {
+        fn key(&self, key: &str) -> Result<Tenant<'f>, AuthError> {
             self.auth.authenticate(&api_key(key), self.tenants)
         }
     }
@@ -619,8 +620,8 @@ api_key_sha256 = "{}"
     fn api_key_success() {
         let f = Fixture::no_jwt();
         let gate = f.gate();
-        assert_eq!(gate.key(ACME_KEY).unwrap().id, "acme");
-        assert_eq!(gate.key(INITECH_KEY).unwrap().id, "initech");
+        assert_eq!(gate.key(ACME_KEY).unwrap().id(), "acme");
+        assert_eq!(gate.key(INITECH_KEY).unwrap().id(), "initech");
     }
 
     #[test]
@@ -646,14 +647,14 @@ api_key_sha256 = "{}"
         for key in ["globex", "", "\0"] {
             assert_eq!(gate.key(key), Err(AuthError::UnknownKey));
         }
-        assert!(f.tenants.get("globex").unwrap().api_key_sha256.is_none());
+        assert!(f.tenants.get("globex").unwrap().api_key_sha256().is_none());
     }
 
     #[test]
     fn api_keys_work_alongside_jwt() {
         let (f, _) = hs256_fixture("");
         let gate = f.gate();
-        assert_eq!(gate.key(ACME_KEY).unwrap().id, "acme");
+        assert_eq!(gate.key(ACME_KEY).unwrap().id(), "acme");
     }
 
     #[test]
@@ -675,13 +676,13 @@ api_key_sha256 = "{}"
         let bearer = format!("Bearer {}", hs256(&valid_claims(), &secret));
         headers.insert("authorization", bearer.parse().unwrap());
         assert_eq!(
-            auth.authenticate_headers(&headers, &f.tenants).unwrap().id,
+            auth.authenticate_headers(&headers, &f.tenants).unwrap().id(),
             "globex"
         );
         let mut headers = http::HeaderMap::new();
         headers.insert("x-api-key", ACME_KEY.parse().unwrap());
         assert_eq!(
-            auth.authenticate_headers(&headers, &f.tenants).unwrap().id,
+            auth.authenticate_headers(&headers, &f.tenants).unwrap().id(),
             "acme"
         );
         assert_eq!(
@@ -697,10 +698,10 @@ api_key_sha256 = "{}"
         let (f, secret) = hs256_fixture("");
         let gate = f.gate();
         let token = hs256(&valid_claims(), &secret);
-        assert_eq!(gate.token(&token).unwrap().id, "globex");
+        assert_eq!(gate.token(&token).unwrap().id(), "globex");
         // A tenant with an API key may also come with a token.
         let token = hs256(&json!({ "sub": "acme", "exp": now() + 60 }), &secret);
-        assert_eq!(gate.token(&token).unwrap().id, "acme");
+        assert_eq!(gate.token(&token).unwrap().id(), "acme");
     }
 
     #[test]
@@ -897,7 +898,7 @@ api_key_sha256 = "{}"
             &json!({ "sub": "user-7", "org": "initech", "exp": now() + 600 }),
             &secret,
         );
-        assert_eq!(gate.token(&token).unwrap().id, "initech");
+        assert_eq!(gate.token(&token).unwrap().id(), "initech");
         // `sub` naming a tenant does not count when the claim is `org`.
         let token = hs256(&valid_claims(), &secret);
         assert_eq!(
@@ -930,7 +931,7 @@ api_key_sha256 = "{}"
         let token = rs256(&valid_claims(), private);
         for pem in [spki, pkcs1] {
             let f = Fixture::new(&jwt_section("RS256", ""), pem.as_bytes());
-            assert_eq!(f.gate().token(&token).unwrap().id, "globex");
+            assert_eq!(f.gate().token(&token).unwrap().id(), "globex");
         }
     }
 
@@ -986,7 +987,7 @@ api_key_sha256 = "{}"
         let f = Fixture::new(&jwt_section("ES256", ""), public_pem.as_bytes());
         let gate = f.gate();
         let token = es256(&valid_claims(), &private);
-        assert_eq!(gate.token(&token).unwrap().id, "globex");
+        assert_eq!(gate.token(&token).unwrap().id(), "globex");
         let (other, _, _) = ec_key();
         let token = es256(&valid_claims(), &other);
         assert_eq!(

@@ -1,0 +1,219 @@
+//! Tenants files: TOML (`[[tenants]]` entries, for small fleets) and JSON
+//! Lines (one entry per line, read as a stream: the format for millions).
+//! The format is chosen by the file's name: `.jsonl` is JSON Lines,
+//! anything else TOML.
+
+use std::fmt;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::entry::TenantEntry;
+
+/// The format of a tenants file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `[[tenants]]` entries.
+    Toml,
+    /// One JSON object per line.
+    JsonLines,
+}
+
+impl Format {
+    /// The format a file's name says: `.jsonl` is JSON Lines, anything
+    /// else TOML.
+    pub fn of(path: &Path) -> Self {
+        if path.extension().is_some_and(|ext| ext == "jsonl") {
+            Self::JsonLines
+        } else {
+            Self::Toml
+        }
+    }
+}
+
+/// Where in a tenants file an entry is: what an error about it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// The `n`th `[[tenants]]` entry (0-based) of a TOML file.
+    Entry(usize),
+    /// Line `n` (1-based) of a JSON Lines file.
+    Line(usize),
+}
+
+impl Location {
+    /// The location with an entry's field: `tenants[3].k` or `line 12: k`.
+    pub fn field(&self, field: &str) -> String {
+        match self {
+            Self::Entry(n) => format!("tenants[{n}].{field}"),
+            Self::Line(n) => format!("line {n}: {field}"),
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Entry(n) => write!(f, "tenants[{n}]"),
+            Self::Line(n) => write!(f, "line {n}"),
+        }
+    }
+}
+
+/// A tenants file that could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {location}: {problem}", file.display())]
+pub struct FilesError {
+    /// The file.
+    pub file: PathBuf,
+    /// Where in it (`-` for the whole file, `line 12`, `tenants[3].k`).
+    pub location: String,
+    /// What is wrong and how to fix it.
+    pub problem: String,
+}
+
+impl FilesError {
+    /// An error at `location` of `file`.
+    pub fn new(file: &Path, location: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self {
+            file: file.to_owned(),
+            location: location.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlTenants {
+    #[serde(default)]
+    tenants: Vec<TenantEntry>,
+}
+
+/// Reads every entry of a tenants file in order, handing each to `each`
+/// with where it is; the first error (the file's or `each`'s) ends it.
+/// JSON Lines is read line by line, so memory does not grow with the
+/// file; TOML is parsed whole. Returns the number of entries.
+pub fn read_located(
+    path: &Path,
+    mut each: impl FnMut(Location, TenantEntry) -> Result<(), FilesError>,
+) -> Result<u64, FilesError> {
+    let cannot = |error: std::io::Error| {
+        FilesError::new(path, "-", format!("cannot read the tenants file: {error}"))
+    };
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    match Format::of(path) {
+        Format::JsonLines => {
+            let mut reader = BufReader::with_capacity(1 << 16, file);
+            let mut line = String::new();
+            let (mut number, mut count) = (0, 0);
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).map_err(cannot)? == 0 {
+                    return Ok(count);
+                }
+                number += 1;
+                let text = line.trim();
+                if text.is_empty() {
+                    continue;
+                }
+                let entry: TenantEntry = serde_json::from_str(text).map_err(|error| {
+                    FilesError::new(
+                        path,
+                        format!("line {number}"),
+                        format!(
+                            "{error} (each line is one JSON object with the fields of a [[tenants]] entry, e.g. {{\"id\":\"acme\",\"api_key_sha256\":\"…\"}})"
+                        ),
+                    )
+                })?;
+                each(Location::Line(number), entry)?;
+                count += 1;
+            }
+        }
+        Format::Toml => {
+            let text = std::io::read_to_string(file).map_err(cannot)?;
+            read_toml(path, &text, each)
+        }
+    }
+}
+
+/// The entries of tenants-file TOML text (`path` names it in errors).
+pub fn read_toml(
+    path: &Path,
+    text: &str,
+    mut each: impl FnMut(Location, TenantEntry) -> Result<(), FilesError>,
+) -> Result<u64, FilesError> {
+    let parsed: TomlTenants = toml::from_str(text).map_err(|error| {
+        let location = error
+            .span()
+            .map(|span| format!("line {}", text[..span.start].matches('\n').count() + 1))
+            .unwrap_or_else(|| "-".into());
+        FilesError::new(path, location, error.message().to_owned())
+    })?;
+    let count = parsed.tenants.len() as u64;
+    for (n, entry) in parsed.tenants.into_iter().enumerate() {
+        each(Location::Entry(n), entry)?;
+    }
+    Ok(count)
+}
+
+/// [`read_located`] without the locations.
+pub fn read_entries(
+    path: &Path,
+    mut each: impl FnMut(TenantEntry) -> Result<(), FilesError>,
+) -> Result<u64, FilesError> {
+    read_located(path, |_, entry| each(entry))
+}
+
+/// Writes entries to a tenants file in the format its name says, through
+/// a temporary file beside it renamed into place, so a reader never sees
+/// half a file. Returns the number written.
+pub fn write_entries(
+    path: &Path,
+    entries: impl IntoIterator<Item = TenantEntry>,
+) -> Result<u64, FilesError> {
+    let failed = |error: std::io::Error| {
+        FilesError::new(path, "-", format!("cannot write the tenants file: {error}"))
+    };
+    let temporary = temporary_beside(path);
+    let file = std::fs::File::create(&temporary).map_err(failed)?;
+    let mut out = BufWriter::with_capacity(1 << 16, file);
+    let format = Format::of(path);
+    let mut count = 0;
+    let written = (|| -> std::io::Result<()> {
+        for entry in entries {
+            write_one(&mut out, format, &entry)?;
+            count += 1;
+        }
+        out.flush()?;
+        out.get_ref().sync_all()
+    })();
+    if let Err(error) = written.and_then(|()| std::fs::rename(&temporary, path)) {
+        let _ = std::fs::remove_file(&temporary);
+        return Err(failed(error));
+    }
+    Ok(count)
+}
+
+/// One entry in a format.
+fn write_one(out: &mut impl Write, format: Format, entry: &TenantEntry) -> std::io::Result<()> {
+    match format {
+        Format::JsonLines => {
+            serde_json::to_writer(&mut *out, entry)?;
+            out.write_all(b"\n")
+        }
+        Format::Toml => {
+            let body = toml::to_string(entry).map_err(std::io::Error::other)?;
+            out.write_all(b"[[tenants]]\n")?;
+            out.write_all(body.as_bytes())?;
+            out.write_all(b"\n")
+        }
+    }
+}
+
+/// A file name beside `path` for writing it whole before renaming.
+pub fn temporary_beside(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(format!(".{}.tmp", std::process::id()));
+    path.with_file_name(name)
+}

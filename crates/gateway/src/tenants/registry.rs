@@ -1,0 +1,554 @@
+//! The compact registry: every tenant in flat arrays, split into buckets by
+//! a hash of its id, with the API-key digests in buckets of their own.
+//!
+//! Why buckets: a change to one tenant (an admin `PUT`, a row changed in
+//! the tenant store) copies the one bucket it lands in and shares every
+//! other bucket with the registry before it, so a change costs what a
+//! bucket costs (a few hundred tenants), never what the population costs,
+//! and requests in flight keep reading the version they started with.
+//!
+//! Why flat arrays: a tenant is one 56-byte record, its id a slice of its
+//! bucket's one string, its API-key digest 16 bytes more in a key bucket;
+//! the rare tenant with its own `k`, shards or limits points at a boxed
+//! extra. Lookups are two binary searches over a bucket's hashes, and
+//! allocate nothing.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::{Arc, OnceLock};
+
+use crate::config::TenantLimits;
+
+use super::entry::ValidEntry;
+
+/// A tenant id hashed with a key drawn once per process: the same id gives
+/// the same hash across reloads and changes, and ids (which only operators
+/// write) cannot be picked to collide. What the registry's buckets and the
+/// per-tenant tables of run-time state that outlive a reload are keyed by.
+pub fn id_hash(id: &str) -> u64 {
+    static KEY: OnceLock<RandomState> = OnceLock::new();
+    KEY.get_or_init(RandomState::new).hash_one(id)
+}
+
+/// Tenants per bucket the registry aims at: small enough that copying one
+/// on a change is cheap, large enough that the bucket table is small.
+const TENANTS_PER_BUCKET: usize = 128;
+
+/// The most buckets: 2^20 (at 128 tenants each, 128 million tenants).
+const MAX_BUCKET_BITS: u32 = 20;
+
+/// A tenant's cell field: the cell index, with the top bit set when the
+/// tenant has an API key; all low bits set when the entry names no cell.
+const HAS_KEY: u16 = 1 << 15;
+const NO_CELL: u16 = HAS_KEY - 1;
+
+/// One tenant: 56 bytes.
+#[derive(Clone)]
+struct Record {
+    hash: u64,
+    /// The rare settings (own `k`, shards or limits).
+    extra: Option<Box<Extra>>,
+    /// SHA-256 of its API key (zeros without one: see `cell`).
+    digest: [u8; 32],
+    /// Where its id starts in its bucket's `ids`.
+    id_start: u32,
+    id_len: u16,
+    cell: u16,
+}
+
+impl Record {
+    fn new(hash: u64, entry: &ValidEntry, id_start: usize) -> Self {
+        let extra = (entry.k.is_some()
+            || entry.shards.is_some()
+            || entry.limits != TenantLimits::default())
+        .then(|| {
+            Box::new(Extra {
+                k: entry.k,
+                shards: entry.shards.clone(),
+                limits: entry.limits,
+            })
+        });
+        let mut cell = entry.cell.unwrap_or(NO_CELL);
+        if entry.api_key_sha256.is_some() {
+            cell |= HAS_KEY;
+        }
+        Self {
+            hash,
+            extra,
+            digest: entry.api_key_sha256.unwrap_or_default(),
+            id_start: id_start as u32,
+            id_len: entry.id.len() as u16,
+            cell,
+        }
+    }
+}
+
+/// Bytes 8..16 of a digest, what its key bucket sorts by.
+fn prefix_of(digest: &[u8; 32]) -> u64 {
+    u64::from_le_bytes(digest[8..16].try_into().expect("eight bytes"))
+}
+
+/// What few tenants have.
+#[derive(Clone, Debug, PartialEq)]
+struct Extra {
+    k: Option<u32>,
+    shards: Option<Box<[u32]>>,
+    limits: TenantLimits,
+}
+
+/// One bucket: its tenants sorted by id hash, and their ids.
+#[derive(Clone, Default)]
+pub struct Bucket {
+    records: Vec<Record>,
+    ids: String,
+    /// Bytes of `ids` no record points at any more.
+    garbage: usize,
+}
+
+/// One key bucket: (bytes 8..16 of a digest, the id hash of its tenant),
+/// sorted; bytes 0..8 chose the bucket.
+#[derive(Clone, Default)]
+struct KeyBucket {
+    entries: Vec<(u64, u64)>,
+}
+
+/// Where a tenant is in one version of the registry: its bucket and its
+/// place there. Per-tenant caches of a snapshot are kept by it; a change
+/// to the registry renumbers only the bucket it touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TenantSlot {
+    /// The bucket.
+    pub bucket: u32,
+    /// The place in the bucket.
+    pub index: u32,
+}
+
+/// Every tenant, by id and by API-key digest.
+#[derive(Clone)]
+pub struct Tenants {
+    buckets: Vec<Arc<Bucket>>,
+    keys: Vec<Arc<KeyBucket>>,
+    /// 64 minus the bucket bits: a hash's top bits choose its bucket.
+    shift: u32,
+    len: usize,
+}
+
+impl Default for Tenants {
+    fn default() -> Self {
+        Self::with_capacity(0)
+    }
+}
+
+impl std::fmt::Debug for Tenants {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Digests are credential verifiers: count them, never print them.
+        f.debug_struct("Tenants")
+            .field("tenants", &self.len)
+            .field("buckets", &self.buckets.len())
+            .field(
+                "api_keys",
+                &self.keys.iter().map(|k| k.entries.len()).sum::<usize>(),
+            )
+            .finish()
+    }
+}
+
+/// One tenant of one registry version, borrowed from it.
+#[derive(Clone, Copy)]
+pub struct Tenant<'r> {
+    bucket: &'r Bucket,
+    record: &'r Record,
+    slot: TenantSlot,
+}
+
+impl std::fmt::Debug for Tenant<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tenant")
+            .field("id", &self.id())
+            .field("cell", &self.cell())
+            .field("k", &self.k())
+            .field("api_key", &self.has_api_key())
+            .finish()
+    }
+}
+
+impl PartialEq for Tenant<'_> {
+    /// The same tenant of the same registry version.
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.record, other.record)
+    }
+}
+
+static NO_LIMITS: TenantLimits = TenantLimits {
+    max_in_flight: None,
+    per_request: None,
+    burst: None,
+};
+
+impl<'r> Tenant<'r> {
+    /// The tenant id.
+    pub fn id(&self) -> &'r str {
+        let start = self.record.id_start as usize;
+        &self.bucket.ids[start..start + usize::from(self.record.id_len)]
+    }
+
+    /// [`id_hash`] of the id, worked out once when the tenant was added.
+    pub fn id_hash(&self) -> u64 {
+        self.record.hash
+    }
+
+    /// Where it is in this registry version.
+    pub fn slot(&self) -> TenantSlot {
+        self.slot
+    }
+
+    /// The cell its entry names, by index (`None`: the first cell).
+    pub fn cell(&self) -> Option<usize> {
+        let cell = self.record.cell & !HAS_KEY;
+        (cell != NO_CELL).then_some(usize::from(cell))
+    }
+
+    /// The cell it routes in.
+    pub fn cell_index(&self) -> usize {
+        self.cell().unwrap_or(0)
+    }
+
+    /// Its own subset size.
+    pub fn k(&self) -> Option<u32> {
+        self.record.extra.as_ref()?.k
+    }
+
+    /// Its dedicated shards, as indices into its cell's shards.
+    pub fn shards(&self) -> Option<&'r [u32]> {
+        self.record.extra.as_ref()?.shards.as_deref()
+    }
+
+    /// Its own limits (none set for most tenants).
+    pub fn limits(&self) -> &'r TenantLimits {
+        self.record.extra.as_ref().map_or(&NO_LIMITS, |e| &e.limits)
+    }
+
+    /// Whether it authenticates by API key.
+    pub fn has_api_key(&self) -> bool {
+        self.record.cell & HAS_KEY != 0
+    }
+
+    /// SHA-256 of its API key, when it has one.
+    pub fn api_key_sha256(&self) -> Option<&'r [u8; 32]> {
+        self.has_api_key().then_some(&self.record.digest)
+    }
+
+    /// Whether it is this registry version's record (not one of another
+    /// version at the same slot).
+    pub fn is_in(&self, tenants: &Tenants) -> bool {
+        tenants
+            .buckets
+            .get(self.slot.bucket as usize)
+            .is_some_and(|bucket| std::ptr::eq(bucket.as_ref(), self.bucket))
+    }
+
+    /// The tenant as the checked entry it came from.
+    pub fn to_valid(&self) -> ValidEntry {
+        ValidEntry {
+            id: self.id().to_owned(),
+            api_key_sha256: self.api_key_sha256().copied(),
+            cell: self.cell().map(|c| c as u16),
+            k: self.k(),
+            shards: self.shards().map(Box::from),
+            limits: *self.limits(),
+        }
+    }
+}
+
+/// Why a change to the registry was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Conflict {
+    /// The id is listed twice.
+    #[error("tenant {0:?} is listed twice")]
+    DuplicateId(String),
+    /// The API key digest belongs to another tenant already.
+    #[error("another tenant ({0:?}) has the same API key; every tenant needs its own")]
+    DuplicateKey(String),
+}
+
+impl Tenants {
+    /// An empty registry sized for about `expected` tenants: the bucket
+    /// count follows it (it only affects speed, never what is found).
+    pub fn with_capacity(expected: usize) -> Self {
+        let buckets = (expected / TENANTS_PER_BUCKET).max(1).next_power_of_two();
+        let bits = buckets.trailing_zeros().min(MAX_BUCKET_BITS);
+        let count = 1usize << bits;
+        let per = expected / count + expected / count / 8;
+        Self {
+            buckets: (0..count)
+                .map(|_| {
+                    Arc::new(Bucket {
+                        records: Vec::with_capacity(per),
+                        ids: String::with_capacity(per * 16),
+                        garbage: 0,
+                    })
+                })
+                .collect(),
+            keys: (0..count)
+                .map(|_| {
+                    Arc::new(KeyBucket {
+                        entries: Vec::with_capacity(per),
+                    })
+                })
+                .collect(),
+            shift: 64 - bits,
+            len: 0,
+        }
+    }
+
+    fn bucket_of(&self, hash: u64) -> usize {
+        // `checked_shr`: with one bucket the shift is 64.
+        hash.checked_shr(self.shift).unwrap_or(0) as usize
+    }
+
+    fn key_bucket_of(&self, digest: &[u8; 32]) -> usize {
+        let top = u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"));
+        top.checked_shr(self.shift).unwrap_or(0) as usize
+    }
+
+    /// Number of tenants.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The number of buckets (each a [`TenantSlot::bucket`]).
+    pub fn bucket_count(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The number of tenants in one bucket.
+    pub fn bucket_len(&self, bucket: usize) -> usize {
+        self.buckets.get(bucket).map_or(0, |b| b.records.len())
+    }
+
+    /// Whether a bucket is the same in both versions (shared, not copied).
+    pub fn same_bucket(&self, other: &Tenants, bucket: usize) -> bool {
+        match (self.buckets.get(bucket), other.buckets.get(bucket)) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    fn tenant(&self, bucket: usize, index: usize) -> Tenant<'_> {
+        let b = &self.buckets[bucket];
+        Tenant {
+            bucket: b,
+            record: &b.records[index],
+            slot: TenantSlot {
+                bucket: bucket as u32,
+                index: index as u32,
+            },
+        }
+    }
+
+    /// The tenant with this id.
+    pub fn get(&self, id: &str) -> Option<Tenant<'_>> {
+        let hash = id_hash(id);
+        let bucket = self.bucket_of(hash);
+        let b = &self.buckets[bucket];
+        let start = b.records.partition_point(|r| r.hash < hash);
+        (start..b.records.len())
+            .take_while(|&i| b.records[i].hash == hash)
+            .map(|i| self.tenant(bucket, i))
+            .find(|tenant| tenant.id() == id)
+    }
+
+    /// The tenant at `slot`.
+    pub fn at(&self, slot: TenantSlot) -> Option<Tenant<'_>> {
+        let bucket = slot.bucket as usize;
+        (self.bucket_len(bucket) > slot.index as usize)
+            .then(|| self.tenant(bucket, slot.index as usize))
+    }
+
+    /// The tenant whose API key has this SHA-256 digest.
+    pub fn by_key_digest(&self, digest: &[u8; 32]) -> Option<Tenant<'_>> {
+        let keys = &self.keys[self.key_bucket_of(digest)].entries;
+        let prefix = prefix_of(digest);
+        let start = keys.partition_point(|&(p, _)| p < prefix);
+        keys[start..]
+            .iter()
+            .take_while(|&&(p, _)| p == prefix)
+            .find_map(|&(_, hash)| self.owner_of(digest, hash))
+    }
+
+    /// The tenant with id hash `hash` whose key is `digest`.
+    fn owner_of(&self, digest: &[u8; 32], hash: u64) -> Option<Tenant<'_>> {
+        let bucket = self.bucket_of(hash);
+        let b = &self.buckets[bucket];
+        let start = b.records.partition_point(|r| r.hash < hash);
+        (start..b.records.len())
+            .take_while(|&i| b.records[i].hash == hash)
+            .map(|i| self.tenant(bucket, i))
+            .find(|t| t.api_key_sha256() == Some(digest))
+    }
+
+    /// Every tenant, bucket by bucket (no particular order).
+    pub fn iter(&self) -> impl Iterator<Item = Tenant<'_>> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .flat_map(move |(bucket, b)| {
+                (0..b.records.len()).map(move |index| self.tenant(bucket, index))
+            })
+    }
+
+    /// Adds a tenant, or replaces the one with its id. A key digest that
+    /// belongs to another tenant is refused and nothing changes.
+    pub fn upsert(&mut self, entry: &ValidEntry) -> Result<(), Conflict> {
+        if let Some(digest) = &entry.api_key_sha256
+            && let Some(owner) = self.by_key_digest(digest)
+            && owner.id() != entry.id
+        {
+            return Err(Conflict::DuplicateKey(owner.id().to_owned()));
+        }
+        self.remove(&entry.id);
+        self.insert_new(entry);
+        Ok(())
+    }
+
+    /// Adds a tenant while loading: an id or a key seen before is refused.
+    pub fn insert(&mut self, entry: &ValidEntry) -> Result<(), Conflict> {
+        if self.get(&entry.id).is_some() {
+            return Err(Conflict::DuplicateId(entry.id.clone()));
+        }
+        if let Some(digest) = &entry.api_key_sha256
+            && let Some(owner) = self.by_key_digest(digest)
+        {
+            return Err(Conflict::DuplicateKey(owner.id().to_owned()));
+        }
+        self.insert_new(entry);
+        Ok(())
+    }
+
+    /// Inserts a tenant known to be absent, key and all.
+    fn insert_new(&mut self, entry: &ValidEntry) {
+        let hash = id_hash(&entry.id);
+        let bucket = self.bucket_of(hash);
+        let b = Arc::make_mut(&mut self.buckets[bucket]);
+        let at = b.records.partition_point(|r| r.hash <= hash);
+        let record = Record::new(hash, entry, b.ids.len());
+        b.ids.push_str(&entry.id);
+        b.records.insert(at, record);
+        if let Some(digest) = &entry.api_key_sha256 {
+            let k = self.key_bucket_of(digest);
+            let keys = &mut Arc::make_mut(&mut self.keys[k]).entries;
+            let entry = (prefix_of(digest), hash);
+            let at = keys.partition_point(|&e| e <= entry);
+            keys.insert(at, entry);
+        }
+        self.len += 1;
+    }
+
+    /// Removes the tenant with this id; whether there was one.
+    pub fn remove(&mut self, id: &str) -> bool {
+        let Some(tenant) = self.get(id) else {
+            return false;
+        };
+        let (slot, hash) = (tenant.slot, tenant.id_hash());
+        let digest = tenant.api_key_sha256().copied();
+        if let Some(digest) = digest {
+            let bucket = self.key_bucket_of(&digest);
+            let keys = &mut Arc::make_mut(&mut self.keys[bucket]).entries;
+            if let Some(at) = keys.iter().position(|&e| e == (prefix_of(&digest), hash)) {
+                keys.remove(at);
+            }
+        }
+        let b = Arc::make_mut(&mut self.buckets[slot.bucket as usize]);
+        let record = b.records.remove(slot.index as usize);
+        b.garbage += usize::from(record.id_len);
+        if b.garbage > b.ids.len() / 2 {
+            b.compact();
+        }
+        self.len -= 1;
+        true
+    }
+
+    /// Adds a tenant while loading a whole population, unsorted and
+    /// unchecked for duplicates: [`Tenants::finish_loading`] sorts every
+    /// bucket once and finds duplicates then (sorted inserts one by one
+    /// would move each bucket's records once per tenant).
+    pub fn push_loading(&mut self, entry: &ValidEntry) {
+        let hash = id_hash(&entry.id);
+        let bucket = self.bucket_of(hash);
+        let b = Arc::make_mut(&mut self.buckets[bucket]);
+        let record = Record::new(hash, entry, b.ids.len());
+        b.ids.push_str(&entry.id);
+        b.records.push(record);
+        if let Some(digest) = &entry.api_key_sha256 {
+            let k = self.key_bucket_of(digest);
+            let keys = &mut Arc::make_mut(&mut self.keys[k]).entries;
+            keys.push((prefix_of(digest), hash));
+        }
+        self.len += 1;
+    }
+
+    /// Sorts what [`Tenants::push_loading`] added and checks it: an id
+    /// listed twice, or two tenants with one API key, is the first
+    /// conflict found. Gives back the spare capacity of the estimates.
+    pub fn finish_loading(&mut self) -> Result<(), Conflict> {
+        for bucket in &mut self.buckets {
+            let b = Arc::make_mut(bucket);
+            b.records.sort_unstable_by_key(|r| r.hash);
+            b.records.shrink_to_fit();
+            b.ids.shrink_to_fit();
+            let ids = &b.ids;
+            let id =
+                |r: &Record| &ids[r.id_start as usize..r.id_start as usize + usize::from(r.id_len)];
+            for pair in b.records.windows(2) {
+                if pair[0].hash == pair[1].hash && id(&pair[0]) == id(&pair[1]) {
+                    return Err(Conflict::DuplicateId(id(&pair[0]).to_owned()));
+                }
+            }
+        }
+        for k in 0..self.keys.len() {
+            let keys = &mut Arc::make_mut(&mut self.keys[k]).entries;
+            keys.sort_unstable();
+            keys.shrink_to_fit();
+            let keys = &self.keys[k].entries;
+            for pair in keys.windows(2).filter(|pair| pair[0].0 == pair[1].0) {
+                let digest = |hash: u64| {
+                    let b = &self.buckets[self.bucket_of(hash)];
+                    let at = b.records.partition_point(|r| r.hash < hash);
+                    b.records[at..]
+                        .iter()
+                        .take_while(|r| r.hash == hash)
+                        .filter(|r| r.cell & HAS_KEY != 0)
+                        .map(|r| r.digest)
+                        .collect::<Vec<_>>()
+                };
+                let first = digest(pair[0].1);
+                if let Some(twice) = digest(pair[1].1).iter().find(|d| first.contains(d))
+                    && let Some(owner) = self.by_key_digest(twice)
+                {
+                    return Err(Conflict::DuplicateKey(owner.id().to_owned()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Bucket {
+    /// Rewrites the ids without the bytes of removed tenants.
+    fn compact(&mut self) {
+        let mut ids = String::with_capacity(self.ids.len() - self.garbage);
+        for record in &mut self.records {
+            let start = record.id_start as usize;
+            let id = &self.ids[start..start + usize::from(record.id_len)];
+            record.id_start = ids.len() as u32;
+            ids.push_str(id);
+        }
+        self.ids = ids;
+        self.garbage = 0;
+    }
+}
