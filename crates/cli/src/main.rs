@@ -18,7 +18,6 @@ mod report;
 mod serve;
 mod table;
 mod tenants_cmd;
-mod tenants_files;
 mod ws_call;
 mod ws_echo;
 

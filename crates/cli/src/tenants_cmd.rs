@@ -16,10 +16,10 @@ use clap::{Args, Subcommand};
 use gateway::store::tenants::{TenantStore, settings};
 use gateway::tenants::TenantEntry;
 use gateway::tenants::entry::check_id;
+use gateway::tenants::files::{FilesError, read_entries, write_entries};
 
 use crate::output::{Flow, JsonLines, OutputFailed};
 use crate::progress::with_progress;
-use crate::tenants_files::{FilesError, read_entries, write_entries};
 
 /// The longest one round trip to the store may take.
 const STORE_TIMEOUT: Duration = Duration::from_secs(30);
