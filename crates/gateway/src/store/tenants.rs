@@ -2,10 +2,12 @@
 //! (`[tenants] store`), read and written through `tokio-postgres`.
 //!
 //! The rules that make it safe to lean on:
-//! - every call waits at most `tenants.timeout_ms` for each answer, so a
-//!   stalled server is a [`TenantStoreError::Timeout`], never a hang; a
-//!   call that failed for want of a server drops its connection, and the
-//!   next call connects again;
+//! - every call ends within `tenants.timeout_ms` (waiting for the shared
+//!   connection and connecting included; [`TenantStore::load_all`], which
+//!   may stream millions of rows, bounds each wait for the server
+//!   instead), so a stalled server is a [`TenantStoreError::Timeout`],
+//!   never a hang; a call that failed for want of a server drops its
+//!   connection, and the next call connects again;
 //! - calls share one connection, one at a time (a transaction must not
 //!   see another caller's statements), except [`TenantStore::load_all`],
 //!   which takes a connection of its own so a long load holds nobody up;
@@ -71,7 +73,8 @@ pub enum PutOutcome {
 pub struct Changes {
     /// The new high-water mark: pass it to the next call.
     pub seq: u64,
-    /// Each changed tenant once, oldest change first, with its entry now:
+    /// Each changed tenant once, in the order of its latest change (oldest
+    /// first), with its entry now:
     /// `None` when it was deleted, `Some(Err(..))` when its row does not
     /// convert (the caller reports it and keeps what it had).
     pub changed: Vec<(String, Option<Result<TenantEntry, BadRow>>)>,
