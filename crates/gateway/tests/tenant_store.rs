@@ -475,6 +475,8 @@ async fn a_server_speaking_garbage_is_an_error_not_a_hang() {
         &b"HTTP/1.1 200 OK\r\n\r\nhello"[..],
         &[b'R', 0, 0, 0, 2][..],
         &[0xff; 4096][..],
+        // Silence: accepted, and never a byte back.
+        &b""[..],
     ] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
