@@ -17,6 +17,7 @@ mod progress;
 mod report;
 mod serve;
 mod table;
+mod tenants_cmd;
 mod ws_call;
 mod ws_echo;
 
@@ -72,6 +73,8 @@ enum Command {
     GrpcCall(grpc_call::GrpcCallArgs),
     /// Send WebSocket messages through a gateway (or to a shard) and print what comes back.
     WsCall(ws_call::WsCallArgs),
+    /// The tenant store (PostgreSQL) and tenants files: init-schema, import, export, convert.
+    Tenants(tenants_cmd::TenantsArgs),
     /// The whole idea in one command: shards, a gateway, load, failures, and the model beside the measurements.
     Demo(demo::DemoArgs),
 }
@@ -91,6 +94,7 @@ impl Command {
             Command::Demo(args) => demo::run(args),
             Command::GrpcCall(args) => grpc_call::run(args),
             Command::WsCall(args) => ws_call::run(args),
+            Command::Tenants(args) => tenants_cmd::run(args),
         }
     }
 }

@@ -193,7 +193,12 @@ async fn a_tenant_at_its_in_flight_limit_gets_429_while_the_other_is_served() {
     let gateway = Arc::clone(&fixture.running.gateway);
     let in_flight = move || {
         let snapshot = gateway.snapshot();
-        snapshot.limits.of(snapshot.tenants.get("tenant-0").unwrap().slot()).unwrap().state.in_flight()
+        snapshot
+            .limits
+            .of(snapshot.tenants.get("tenant-0").unwrap().slot())
+            .unwrap()
+            .state
+            .in_flight()
     };
     assert!(eventually(Duration::from_secs(10), || in_flight() == 2).await);
     let (status, headers, body) = get_via(&fixture, addr, "tenant-0").await;

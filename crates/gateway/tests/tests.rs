@@ -26,6 +26,7 @@ mod rolling;
 mod routing;
 mod second_look;
 mod status_page;
+mod tenant_store;
 mod tls;
 mod transport;
 mod upstream;

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use crate::config::RedisUrl;
 
 pub mod fleet;
+pub mod tenants;
 
 /// Calls that may wait for an answer at once; more are refused at once
 /// ([`Fault::Unreachable`]: Redis is not keeping up).

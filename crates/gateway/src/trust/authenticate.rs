@@ -676,13 +676,17 @@ api_key_sha256 = "{}"
         let bearer = format!("Bearer {}", hs256(&valid_claims(), &secret));
         headers.insert("authorization", bearer.parse().unwrap());
         assert_eq!(
-            auth.authenticate_headers(&headers, &f.tenants).unwrap().id(),
+            auth.authenticate_headers(&headers, &f.tenants)
+                .unwrap()
+                .id(),
             "globex"
         );
         let mut headers = http::HeaderMap::new();
         headers.insert("x-api-key", ACME_KEY.parse().unwrap());
         assert_eq!(
-            auth.authenticate_headers(&headers, &f.tenants).unwrap().id(),
+            auth.authenticate_headers(&headers, &f.tenants)
+                .unwrap()
+                .id(),
             "acme"
         );
         assert_eq!(
