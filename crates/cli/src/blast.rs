@@ -153,9 +153,15 @@ pub struct BlastArgs {
 pub fn run(args: BlastArgs) -> Result<()> {
     // Every check that does not need the placements runs first, so that a
     // mistake is reported at once rather than after minutes of placing.
-    let PlacementSetup { placer, key_note } = args.placement.placer()?;
-    let population = args.population.load()?;
-    check_overrides(&args.placement.overrides()?, &population)?;
+    let PlacementSetup {
+        mut placer,
+        key_note,
+    } = args.placement.placer()?;
+    let mut tenants = args.population.load()?;
+    let overrides = args.placement.overrides()?;
+    check_overrides(&overrides, &tenants.population)?;
+    tenants.apply(&mut placer, Some(&overrides))?;
+    let population = &tenants.population;
     let fleet = placer.fleet();
     let mut scenarios = args
         .fail
@@ -171,7 +177,7 @@ pub fn run(args: BlastArgs) -> Result<()> {
                 .map_err(|error| anyhow!(error).context("--zone-outage"))?,
         );
     }
-    let capacity = check_capacity(args.capacity, &population)?;
+    let capacity = check_capacity(args.capacity, population)?;
     check_poison(&args)?;
     let waves = args
         .waves
@@ -191,9 +197,10 @@ pub fn run(args: BlastArgs) -> Result<()> {
         poison_after: args.poison_after,
         capacity,
     };
-    let report = answers::blast(&placer, &population, query, &Bars)?;
+    let report = answers::blast(&placer, population, query, &Bars)?;
     print_note(key_note);
-    let overrides = args.placement.tenant_k.len();
+    tenants.print_notes();
+    let overrides = (args.placement.tenant_k.len(), tenants.applied());
     let _flow = print_answer(args.json, &report, |report| {
         render(report, fleet, overrides)
     })?;
@@ -308,19 +315,38 @@ pub fn wave_shards_cell(shards: &[ShardIndex], fleet: &Fleet) -> String {
     }
 }
 
+/// The header's note on tenants not placed at the default `k`, e.g.
+/// ` (1 --tenant-k override; 40 tenants with their own k or shards)`.
+fn overrides_note((typed, own): (usize, usize)) -> String {
+    let mut parts = Vec::new();
+    match typed {
+        0 => {}
+        1 => parts.push("1 --tenant-k override".to_owned()),
+        count => parts.push(format!("{count} --tenant-k overrides")),
+    }
+    match own {
+        0 => {}
+        1 => parts.push("1 tenant with its own k or shards".to_owned()),
+        count => parts.push(format!("{count} tenants with their own k or shards")),
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join("; "))
+    }
+}
+
 /// Lays the report out as text.
-fn render(report: &Report, fleet: &Fleet, tenant_k_overrides: usize) -> String {
+/// `overrides`: the `--tenant-k` overrides, and the tenants placed by a
+/// `k` or shards of their own from a gateway tenants file or the store.
+fn render(report: &Report, fleet: &Fleet, overrides: (usize, usize)) -> String {
     let mut out = String::new();
     let zones = if fleet.zones().is_empty() {
         String::new()
     } else {
         format!(", zone-aware over {} zones", fleet.zones().len())
     };
-    let overrides = match tenant_k_overrides {
-        0 => String::new(),
-        1 => " (1 --tenant-k override)".to_owned(),
-        count => format!(" ({count} --tenant-k overrides)"),
-    };
+    let overrides = overrides_note(overrides);
     out.push_str(&format!(
         "Blast radius: {} tenants on {} shards, k = {}{overrides}, {}{zones}\n\n",
         report.placed.tenants, report.placed.shards, report.placed.k, report.placed.algorithm

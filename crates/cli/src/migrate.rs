@@ -171,9 +171,18 @@ pub fn run(args: MigrateArgs) -> Result<()> {
     let from = parse_spec("--from", &args.from)?;
     let to = parse_spec("--to", &args.to)?;
     let keys = load_keys(&args.keys)?;
-    let before = placer("--from", &from, &keys)?;
-    let after = placer("--to", &to, &keys)?;
-    let population = args.population.load()?;
+    let mut tenants = args.population.load()?;
+    // Tenants with their own k or shards (from a gateway tenants file or
+    // the store) keep them on both sides, as the gateway would.
+    let mut served = |flag: &str, spec: &Spec| -> Result<Placer> {
+        let mut placer = placer(flag, spec, &keys)?;
+        tenants
+            .apply(&mut placer, None)
+            .with_context(|| flag.to_owned())?;
+        Ok(placer)
+    };
+    let before = served("--from", &from)?;
+    let after = served("--to", &to)?;
     // The flipped placers are built before any work so that a spec valid
     // under one algorithm but not the other fails at once.
     let flipped = if from.algorithm == to.algorithm {
@@ -181,19 +190,17 @@ pub fn run(args: MigrateArgs) -> Result<()> {
             algorithm: other_algorithm(spec.algorithm),
             ..spec.clone()
         };
-        Some((
-            placer("--from", &flip(&from), &keys)?,
-            placer("--to", &flip(&to), &keys)?,
-        ))
+        Some((served("--from", &flip(&from))?, served("--to", &flip(&to))?))
     } else {
         None
     };
+    let population = &tenants.population;
 
     let report = answers::migration(
         (&from, &before),
         (&to, &after),
         flipped.as_ref().map(|(before, after)| (before, after)),
-        &population,
+        population,
         &Bars,
     );
     if from.key == RECIPE_VERSION || to.key == RECIPE_VERSION {
@@ -202,6 +209,7 @@ pub fn run(args: MigrateArgs) -> Result<()> {
              (fine for analysis, never for serving traffic)",
         ));
     }
+    tenants.print_notes();
     let _flow = print_answer(args.json, &report, render)?;
     Ok(())
 }

@@ -75,13 +75,20 @@ pub fn run(args: PlanArgs) -> Result<()> {
         args.max_fully_down,
         args.concurrent_failures,
     )?;
-    let overrides = parse_tenant_ks(&args.tenant_k)?;
+    let typed = parse_tenant_ks(&args.tenant_k)?;
     let setup = args.fleet.resolve()?;
-    let population = args.population.load()?;
-    check_overrides(&overrides, &population)?;
+    let mut tenants = args.population.load()?;
+    check_overrides(&typed, &tenants.population)?;
+    let overrides = tenants.k_overrides(&typed, setup.fleet.len())?;
     check_failures(&setup, budget)?;
-    let report = answers::plan(&placement(&setup, &overrides), &population, budget, &Bars)?;
+    let report = answers::plan(
+        &placement(&setup, &overrides),
+        &tenants.population,
+        budget,
+        &Bars,
+    )?;
     print_note(setup.key_note);
+    tenants.print_notes();
     let _flow = print_answer(args.json, &report, |report| {
         let mut out = render(
             &report.plan,
@@ -124,10 +131,16 @@ pub fn budget(
     })
 }
 
-/// Measures k = 1 to 8 against the budget, with a progress bar.
-pub fn measure(setup: &FleetSetup, population: &Population, budget: Budget) -> Result<Plan> {
+/// Measures k = 1 to 8 against the budget, with a progress bar; the
+/// tenants in `overrides` keep their own k at every candidate.
+pub fn measure(
+    setup: &FleetSetup,
+    population: &Population,
+    budget: Budget,
+    overrides: &[(String, u32)],
+) -> Result<Plan> {
     check_failures(setup, budget)?;
-    Ok(answers::plan(&placement(setup, &[]), population, budget, &Bars)?.plan)
+    Ok(answers::plan(&placement(setup, overrides), population, budget, &Bars)?.plan)
 }
 
 /// Refuses more concurrent failures than the fleet has shards, naming the

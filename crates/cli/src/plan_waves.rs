@@ -106,9 +106,15 @@ impl AssignmentJson {
 pub fn run(args: PlanWavesArgs) -> Result<()> {
     // Every check that does not need the placements runs first, so that a
     // mistake is reported at once rather than after placing.
-    let PlacementSetup { placer, key_note } = args.placement.placer()?;
-    let population = args.population.load()?;
-    check_overrides(&args.placement.overrides()?, &population)?;
+    let PlacementSetup {
+        mut placer,
+        key_note,
+    } = args.placement.placer()?;
+    let mut tenants = args.population.load()?;
+    let typed = args.placement.overrides()?;
+    check_overrides(&typed, &tenants.population)?;
+    tenants.apply(&mut placer, Some(&typed))?;
+    let population = &tenants.population;
     let fleet = placer.fleet();
     let n = fleet.len();
     let count = args.waves;
@@ -122,7 +128,7 @@ pub fn run(args: PlanWavesArgs) -> Result<()> {
     }
     let round_robin = round_robin(fleet, count)?;
 
-    let placements = place_all(&placer, &population);
+    let placements = place_all(&placer, population);
     let proposal = with_progress(&format!("planning {count} waves"), |_| {
         waves::plan_waves(&placements, count)
     })
@@ -143,6 +149,7 @@ pub fn run(args: PlanWavesArgs) -> Result<()> {
         })?;
     }
     print_note(key_note);
+    tenants.print_notes();
     let _flow = print_answer(args.json, &report, |report| render(report, fleet))?;
     Ok(())
 }

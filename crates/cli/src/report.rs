@@ -174,18 +174,27 @@ pub fn run(args: ReportArgs) -> Result<()> {
         args.concurrent_failures,
     )?;
     let setup = args.placement.fleet.resolve()?;
-    let PlacementSetup { placer, key_note } = args.placement.placer()?;
-    let population = args.population.load()?;
-    check_overrides(&args.placement.overrides()?, &population)?;
+    let PlacementSetup {
+        mut placer,
+        key_note,
+    } = args.placement.placer()?;
+    let mut tenants = args.population.load()?;
+    let typed = args.placement.overrides()?;
+    check_overrides(&typed, &tenants.population)?;
+    tenants.apply(&mut placer, Some(&typed))?;
+    // The plan section fixes the same tenants' k at every candidate, as
+    // `plan` does.
+    let plan_overrides = tenants.k_overrides(&typed, setup.fleet.len())?;
+    let population = &tenants.population;
     let fleet = placer.fleet();
     if args.zone_outage && fleet.zones().is_empty() {
         return Err(anyhow!(AnalysisError::NoZones).context("--zone-outage"));
     }
-    let capacity = crate::blast::check_capacity(args.capacity, &population)?;
+    let capacity = crate::blast::check_capacity(args.capacity, population)?;
     check_key_version(args.key_version.as_deref())?;
     let n = setup.fleet.len();
-    let plan = crate::plan::measure(&setup, &population, budget)?;
-    let placements = place_all(&placer, &population);
+    let plan = crate::plan::measure(&setup, population, budget, &plan_overrides)?;
+    let placements = place_all(&placer, population);
     let model = with_progress("collapsing tenants to distinct subsets", |_| {
         BlastModel::new(&placements)
     })?;
@@ -200,8 +209,8 @@ pub fn run(args: ReportArgs) -> Result<()> {
     let load = population
         .weights()
         .is_some()
-        .then(|| load::load(&placements, &population, capacity, TOP_TENANTS));
-    let whales = whales(&placements, &population, load.as_ref());
+        .then(|| load::load(&placements, population, capacity, TOP_TENANTS));
+    let whales = whales(&placements, population, load.as_ref());
     let failures = budget.concurrent_failures;
     let sets = binomial(n as u64, failures as u64).min(u128::from(MAX_SETS));
     let sweep = with_progress(
@@ -257,6 +266,7 @@ pub fn run(args: ReportArgs) -> Result<()> {
         })?;
     }
     print_note(key_note);
+    tenants.print_notes();
     let _flow = if args.json {
         print_json(&report_json(&input, &sweep, args.zone_outage))?
     } else {

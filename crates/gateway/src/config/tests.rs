@@ -374,50 +374,6 @@ fn a_store_password_is_never_in_debug_or_errors() {
 }
 
 #[test]
-fn the_tenants_file_overrides_limits_and_zero_lifts_them() {
-    let config = load_with("").unwrap();
-    let parse =
-        |text: &str| crate::tenants::load::from_toml(Path::new("tenants.toml"), text, &config);
-    let tenants = parse(
-        "[[tenants]]\nid = \"whale\"\nrequests_per_second = 2000\nburst = 4000\nmax_in_flight = 0\n\
-         [[tenants]]\nid = \"small\"\n",
-    )
-    .unwrap();
-    let whale = tenants.get("whale").unwrap();
-    assert_eq!(
-        *whale.limits(),
-        TenantLimits {
-            max_in_flight: Some(0),
-            per_request: Some(Duration::from_micros(500)),
-            burst: Some(4000),
-        }
-    );
-    assert_eq!(
-        *tenants.get("small").unwrap().limits(),
-        TenantLimits::default()
-    );
-    assert_eq!(
-        parse("[[tenants]]\nid = \"a\"\nrequests_per_second = 0\n")
-            .unwrap()
-            .get("a")
-            .unwrap()
-            .limits()
-            .per_request,
-        Some(Duration::ZERO)
-    );
-    for (line, key) in [
-        ("requests_per_second = -1", "tenants[0].requests_per_second"),
-        ("burst = 0", "tenants[0].burst"),
-        ("max_in_flight = 2000000", "tenants[0].max_in_flight"),
-    ] {
-        let error = parse(&format!("[[tenants]]\nid = \"a\"\n{line}\n"))
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains(key), "{line}: {error}");
-    }
-}
-
-#[test]
 fn the_tunnel_idle_timeout_defaults_validates_and_reads_its_old_name() {
     let idle = |extra: &str| load_with(extra).unwrap().limits.tunnel_idle_timeout;
     assert_eq!(idle(""), Duration::from_secs(300));

@@ -97,7 +97,11 @@ pub fn read_located(
     path: &Path,
     mut each: impl FnMut(Location, TenantEntry) -> Result<(), FilesError>,
 ) -> Result<u64, FilesError> {
-    read_mapped(path, |location, entry| Ok((location, entry)), |(location, entry)| each(location, entry))
+    read_mapped(
+        path,
+        |location, entry| Ok((location, entry)),
+        |(location, entry)| each(location, entry),
+    )
 }
 
 /// Bytes of a JSON Lines file read at once: its lines are parsed (and
@@ -137,7 +141,9 @@ pub fn read_mapped<T: Send>(
                     return Err(FilesError::new(
                         path,
                         format!("line {}", lines_before + 1),
-                        format!("the line is longer than {BLOCK} bytes; one tenant's entry is far shorter"),
+                        format!(
+                            "the line is longer than {BLOCK} bytes; one tenant's entry is far shorter"
+                        ),
                     ));
                 }
             }
@@ -150,7 +156,10 @@ pub fn read_mapped<T: Send>(
             .collect();
         lines_before += block[..whole].iter().filter(|&&b| b == b'\n').count();
         for (number, line) in lines {
-            each(map(Location::Line(number), parse_line(path, number, line)?)?)?;
+            each(map(
+                Location::Line(number),
+                parse_line(path, number, line)?,
+            )?)?;
             count += 1;
         }
         block.drain(..whole);

@@ -89,15 +89,8 @@ fn files_error(error: FilesError) -> ConfigError {
 
 /// A duplicate found after loading, located by reading the file again
 /// (only on this error path): the second entry with the id, or with the
-/// API key of the tenant named.
+/// API key of the tenant named, which names the first.
 fn conflict_in_file(path: &Path, conflict: &Conflict) -> ConfigError {
-    let (field, problem) = match conflict {
-        Conflict::DuplicateId(id) => ("id", format!("tenant {id:?} is listed twice")),
-        Conflict::DuplicateKey(owner) => (
-            "api_key_sha256",
-            format!("another tenant ({owner:?}) has the same API key; every tenant needs its own"),
-        ),
-    };
     let key_of = |entry: &TenantEntry| entry.api_key_sha256.as_deref().map(str::to_ascii_lowercase);
     let wanted = match conflict {
         Conflict::DuplicateId(_) => None,
@@ -105,15 +98,28 @@ fn conflict_in_file(path: &Path, conflict: &Conflict) -> ConfigError {
             first_where(path, |e| e.id == *owner).and_then(|(_, entry)| key_of(&entry))
         }
     };
-    let mut seen = 0;
+    let mut first = None;
     let second = first_where(path, |entry| {
         let hit = match conflict {
             Conflict::DuplicateId(id) => entry.id == *id,
             Conflict::DuplicateKey(_) => wanted.is_some() && key_of(entry) == wanted,
         };
-        seen += usize::from(hit);
-        seen == 2
+        if hit && first.is_none() {
+            first = Some(entry.id.clone());
+            return false;
+        }
+        hit
     });
+    let (field, problem) = match conflict {
+        Conflict::DuplicateId(id) => ("id", format!("tenant {id:?} is listed twice")),
+        Conflict::DuplicateKey(owner) => (
+            "api_key_sha256",
+            format!(
+                "another tenant ({:?}) has the same API key; every tenant needs its own",
+                first.as_ref().unwrap_or(owner)
+            ),
+        ),
+    };
     let location = second.map_or_else(|| "-".to_owned(), |(at, _)| at.field(field));
     ConfigError::new(path, location, problem)
 }

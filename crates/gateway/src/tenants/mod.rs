@@ -9,3 +9,6 @@ pub mod registry;
 
 pub use entry::{EntryError, TenantEntry, ValidEntry};
 pub use registry::{Tenant, TenantSlot, Tenants, id_hash};
+
+#[cfg(test)]
+mod tests;

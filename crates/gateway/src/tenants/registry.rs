@@ -7,11 +7,14 @@
 //! bucket costs (a few hundred tenants), never what the population costs,
 //! and requests in flight keep reading the version they started with.
 //!
-//! Why flat arrays: a tenant is one 56-byte record, its id a slice of its
-//! bucket's one string, its API-key digest 16 bytes more in a key bucket;
-//! the rare tenant with its own `k`, shards or limits points at a boxed
-//! extra. Lookups are two binary searches over a bucket's hashes, and
-//! allocate nothing.
+//! Why flat arrays: a tenant is one 56-byte record, its id a slice of one
+//! string, its API-key digest 16 bytes more in a key bucket; the rare
+//! tenant with its own `k`, shards or limits points at a boxed extra.
+//! Lookups are two binary searches over a bucket's hashes, and allocate
+//! nothing. A loaded population is three allocations (records sorted by
+//! hash, ids, keys) that every bucket borrows a range of: nothing is
+//! over-allocated per bucket, and nothing is left behind in the heap when
+//! loading ends. A bucket a change touches gets arrays of its own.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -83,9 +86,10 @@ impl Record {
     }
 }
 
-/// Bytes 8..16 of a digest, what its key bucket sorts by.
+/// Bytes 0..8 of a digest: its key entry's sort key, whose top bits
+/// choose the key bucket.
 fn prefix_of(digest: &[u8; 32]) -> u64 {
-    u64::from_le_bytes(digest[8..16].try_into().expect("eight bytes"))
+    u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"))
 }
 
 /// What few tenants have.
@@ -96,20 +100,109 @@ struct Extra {
     limits: TenantLimits,
 }
 
-/// One bucket: its tenants sorted by id hash, and their ids.
-#[derive(Clone, Default)]
-pub struct Bucket {
+/// A loaded population, each array allocated once at its size: what
+/// buckets untouched since loading borrow ranges of.
+struct Base {
+    /// Every tenant, sorted by hash.
     records: Vec<Record>,
+    /// Every id.
     ids: String,
-    /// Bytes of `ids` no record points at any more.
-    garbage: usize,
+    /// Every key entry, sorted.
+    keys: Vec<(u64, u64)>,
 }
 
-/// One key bucket: (bytes 8..16 of a digest, the id hash of its tenant),
-/// sorted; bytes 0..8 chose the bucket.
-#[derive(Clone, Default)]
-struct KeyBucket {
-    entries: Vec<(u64, u64)>,
+/// One bucket: its tenants sorted by id hash, and their ids.
+#[derive(Clone)]
+enum Bucket {
+    /// `records[start..end]` of the loaded population, ids in its `ids`.
+    Base(Arc<Base>, u32, u32),
+    /// Arrays of its own, since a change touched it.
+    Own {
+        records: Vec<Record>,
+        ids: String,
+        /// Bytes of `ids` no record points at any more.
+        garbage: usize,
+    },
+}
+
+/// One key bucket: (bytes 0..8 of a digest, the id hash of its tenant),
+/// sorted; the top bits of the first choose the bucket.
+#[derive(Clone)]
+enum KeyBucket {
+    /// `keys[start..end]` of the loaded population.
+    Base(Arc<Base>, u32, u32),
+    /// Its own, since a change touched it.
+    Own(Vec<(u64, u64)>),
+}
+
+impl Bucket {
+    fn records(&self) -> &[Record] {
+        match self {
+            Self::Base(base, start, end) => &base.records[*start as usize..*end as usize],
+            Self::Own { records, .. } => records,
+        }
+    }
+
+    fn ids(&self) -> &str {
+        match self {
+            Self::Base(base, ..) => &base.ids,
+            Self::Own { ids, .. } => ids,
+        }
+    }
+
+    fn id(&self, record: &Record) -> &str {
+        let start = record.id_start as usize;
+        &self.ids()[start..start + usize::from(record.id_len)]
+    }
+
+    /// Its arrays, copied out of the base first if it still borrows them.
+    fn own(&mut self) -> (&mut Vec<Record>, &mut String, &mut usize) {
+        if let Self::Base(..) = self {
+            let mut ids = String::new();
+            let records = self
+                .records()
+                .iter()
+                .map(|record| {
+                    let mut own = record.clone();
+                    own.id_start = ids.len() as u32;
+                    ids.push_str(self.id(record));
+                    own
+                })
+                .collect();
+            *self = Self::Own {
+                records,
+                ids,
+                garbage: 0,
+            };
+        }
+        match self {
+            Self::Own {
+                records,
+                ids,
+                garbage,
+            } => (records, ids, garbage),
+            Self::Base(..) => unreachable!("made its own above"),
+        }
+    }
+}
+
+impl KeyBucket {
+    fn entries(&self) -> &[(u64, u64)] {
+        match self {
+            Self::Base(base, start, end) => &base.keys[*start as usize..*end as usize],
+            Self::Own(entries) => entries,
+        }
+    }
+
+    fn own(&mut self) -> &mut Vec<(u64, u64)> {
+        if let Self::Base(..) = self {
+            *self = Self::Own(self.entries().to_vec());
+        }
+        match self {
+            Self::Own(entries) => entries,
+            Self::Base(..) => unreachable!("made its own above"),
+        }
+    }
 }
 
 /// Where a tenant is in one version of the registry: its bucket and its
@@ -149,7 +242,7 @@ impl std::fmt::Debug for Tenants {
             .field("buckets", &self.buckets.len())
             .field(
                 "api_keys",
-                &self.keys.iter().map(|k| k.entries.len()).sum::<usize>(),
+                &self.keys.iter().map(|k| k.entries().len()).sum::<usize>(),
             )
             .finish()
     }
@@ -190,8 +283,7 @@ static NO_LIMITS: TenantLimits = TenantLimits {
 impl<'r> Tenant<'r> {
     /// The tenant id.
     pub fn id(&self) -> &'r str {
-        let start = self.record.id_start as usize;
-        &self.bucket.ids[start..start + usize::from(self.record.id_len)]
+        self.bucket.id(self.record)
     }
 
     /// [`id_hash`] of the id, worked out once when the tenant was added.
@@ -275,28 +367,12 @@ pub enum Conflict {
 
 impl Tenants {
     /// A registry of about `expected` tenants to load with
-    /// [`Loading::push`]: the bucket count follows `expected` (it only
-    /// affects speed, never what is found).
+    /// [`Loading::push`] (the estimate only sizes the arrays).
     pub fn loading(expected: usize) -> Loading {
-        let buckets = (expected / TENANTS_PER_BUCKET).max(1).next_power_of_two();
-        let bits = buckets.trailing_zeros().min(MAX_BUCKET_BITS);
-        let count = 1usize << bits;
-        let per = expected / count + expected / count / 8;
         Loading {
-            buckets: (0..count)
-                .map(|_| Bucket {
-                    records: Vec::with_capacity(per),
-                    ids: String::with_capacity(per * 16),
-                    garbage: 0,
-                })
-                .collect(),
-            keys: (0..count)
-                .map(|_| KeyBucket {
-                    entries: Vec::with_capacity(per),
-                })
-                .collect(),
-            shift: 64 - bits,
-            len: 0,
+            records: Vec::with_capacity(expected),
+            ids: String::with_capacity(expected * 16),
+            keys: Vec::with_capacity(expected),
         }
     }
 
@@ -306,8 +382,7 @@ impl Tenants {
     }
 
     fn key_bucket_of(&self, digest: &[u8; 32]) -> usize {
-        let top = u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"));
-        top.checked_shr(self.shift).unwrap_or(0) as usize
+        prefix_of(digest).checked_shr(self.shift).unwrap_or(0) as usize
     }
 
     /// Number of tenants.
@@ -320,6 +395,11 @@ impl Tenants {
         self.len == 0
     }
 
+    /// The number of API keys (one per tenant that has one).
+    pub fn api_keys(&self) -> usize {
+        self.keys.iter().map(|k| k.entries().len()).sum()
+    }
+
     /// The number of buckets (each a [`TenantSlot::bucket`]).
     pub fn bucket_count(&self) -> usize {
         self.buckets.len()
@@ -327,7 +407,7 @@ impl Tenants {
 
     /// The number of tenants in one bucket.
     pub fn bucket_len(&self, bucket: usize) -> usize {
-        self.buckets.get(bucket).map_or(0, |b| b.records.len())
+        self.buckets.get(bucket).map_or(0, |b| b.records().len())
     }
 
     /// Whether a bucket is the same in both versions (shared, not copied).
@@ -342,7 +422,7 @@ impl Tenants {
         let b = &self.buckets[bucket];
         Tenant {
             bucket: b,
-            record: &b.records[index],
+            record: &b.records()[index],
             slot: TenantSlot {
                 bucket: bucket as u32,
                 index: index as u32,
@@ -354,10 +434,10 @@ impl Tenants {
     pub fn get(&self, id: &str) -> Option<Tenant<'_>> {
         let hash = id_hash(id);
         let bucket = self.bucket_of(hash);
-        let b = &self.buckets[bucket];
-        let start = b.records.partition_point(|r| r.hash < hash);
-        (start..b.records.len())
-            .take_while(|&i| b.records[i].hash == hash)
+        let records = self.buckets[bucket].records();
+        let start = records.partition_point(|r| r.hash < hash);
+        (start..records.len())
+            .take_while(|&i| records[i].hash == hash)
             .map(|i| self.tenant(bucket, i))
             .find(|tenant| tenant.id() == id)
     }
@@ -371,7 +451,7 @@ impl Tenants {
 
     /// The tenant whose API key has this SHA-256 digest.
     pub fn by_key_digest(&self, digest: &[u8; 32]) -> Option<Tenant<'_>> {
-        let keys = &self.keys[self.key_bucket_of(digest)].entries;
+        let keys = self.keys[self.key_bucket_of(digest)].entries();
         let prefix = prefix_of(digest);
         let start = keys.partition_point(|&(p, _)| p < prefix);
         keys[start..]
@@ -383,10 +463,10 @@ impl Tenants {
     /// The tenant with id hash `hash` whose key is `digest`.
     fn owner_of(&self, digest: &[u8; 32], hash: u64) -> Option<Tenant<'_>> {
         let bucket = self.bucket_of(hash);
-        let b = &self.buckets[bucket];
-        let start = b.records.partition_point(|r| r.hash < hash);
-        (start..b.records.len())
-            .take_while(|&i| b.records[i].hash == hash)
+        let records = self.buckets[bucket].records();
+        let start = records.partition_point(|r| r.hash < hash);
+        (start..records.len())
+            .take_while(|&i| records[i].hash == hash)
             .map(|i| self.tenant(bucket, i))
             .find(|t| t.api_key_sha256() == Some(digest))
     }
@@ -397,7 +477,7 @@ impl Tenants {
             .iter()
             .enumerate()
             .flat_map(move |(bucket, b)| {
-                (0..b.records.len()).map(move |index| self.tenant(bucket, index))
+                (0..b.records().len()).map(move |index| self.tenant(bucket, index))
             })
     }
 
@@ -415,32 +495,18 @@ impl Tenants {
         Ok(())
     }
 
-    /// Adds a tenant while loading: an id or a key seen before is refused.
-    pub fn insert(&mut self, entry: &ValidEntry) -> Result<(), Conflict> {
-        if self.get(&entry.id).is_some() {
-            return Err(Conflict::DuplicateId(entry.id.clone()));
-        }
-        if let Some(digest) = &entry.api_key_sha256
-            && let Some(owner) = self.by_key_digest(digest)
-        {
-            return Err(Conflict::DuplicateKey(owner.id().to_owned()));
-        }
-        self.insert_new(entry);
-        Ok(())
-    }
-
     /// Inserts a tenant known to be absent, key and all.
     fn insert_new(&mut self, entry: &ValidEntry) {
         let hash = id_hash(&entry.id);
         let bucket = self.bucket_of(hash);
-        let b = Arc::make_mut(&mut self.buckets[bucket]);
-        let at = b.records.partition_point(|r| r.hash <= hash);
-        let record = Record::new(hash, entry, b.ids.len());
-        b.ids.push_str(&entry.id);
-        b.records.insert(at, record);
+        let (records, ids, _) = Arc::make_mut(&mut self.buckets[bucket]).own();
+        let at = records.partition_point(|r| r.hash <= hash);
+        let record = Record::new(hash, entry, ids.len());
+        ids.push_str(&entry.id);
+        records.insert(at, record);
         if let Some(digest) = &entry.api_key_sha256 {
             let k = self.key_bucket_of(digest);
-            let keys = &mut Arc::make_mut(&mut self.keys[k]).entries;
+            let keys = Arc::make_mut(&mut self.keys[k]).own();
             let entry = (prefix_of(digest), hash);
             let at = keys.partition_point(|&e| e <= entry);
             keys.insert(at, entry);
@@ -457,80 +523,96 @@ impl Tenants {
         let digest = tenant.api_key_sha256().copied();
         if let Some(digest) = digest {
             let bucket = self.key_bucket_of(&digest);
-            let keys = &mut Arc::make_mut(&mut self.keys[bucket]).entries;
+            let keys = Arc::make_mut(&mut self.keys[bucket]).own();
             if let Some(at) = keys.iter().position(|&e| e == (prefix_of(&digest), hash)) {
                 keys.remove(at);
             }
         }
-        let b = Arc::make_mut(&mut self.buckets[slot.bucket as usize]);
-        let record = b.records.remove(slot.index as usize);
-        b.garbage += usize::from(record.id_len);
-        if b.garbage > b.ids.len() / 2 {
-            b.compact();
+        let (records, ids, garbage) = Arc::make_mut(&mut self.buckets[slot.bucket as usize]).own();
+        let record = records.remove(slot.index as usize);
+        *garbage += usize::from(record.id_len);
+        if *garbage > ids.len() / 2 {
+            compact(records, ids);
+            *garbage = 0;
         }
         self.len -= 1;
         true
     }
 }
 
-/// A registry being loaded: plain buckets (no sharing yet), filled
-/// unsorted and unchecked, then sorted and checked once by
-/// [`Loading::finish`] (sorted inserts one by one would move each bucket's
-/// records once per tenant).
+/// A registry being loaded: three arrays filled unsorted and unchecked,
+/// then sorted and checked once by [`Loading::finish`] (sorted inserts one
+/// by one would move records once per tenant).
 pub struct Loading {
-    buckets: Vec<Bucket>,
-    keys: Vec<KeyBucket>,
-    shift: u32,
-    len: usize,
+    records: Vec<Record>,
+    ids: String,
+    keys: Vec<(u64, u64)>,
 }
 
 impl Loading {
-    fn bucket_of(&self, hash: u64) -> usize {
-        hash.checked_shr(self.shift).unwrap_or(0) as usize
-    }
-
     /// Adds a tenant.
     pub fn push(&mut self, entry: &ValidEntry) {
         let hash = id_hash(&entry.id);
-        let bucket = self.bucket_of(hash);
-        let b = &mut self.buckets[bucket];
-        let record = Record::new(hash, entry, b.ids.len());
-        b.ids.push_str(&entry.id);
-        b.records.push(record);
+        self.records.push(Record::new(hash, entry, self.ids.len()));
+        self.ids.push_str(&entry.id);
         if let Some(digest) = &entry.api_key_sha256 {
-            let top = u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"));
-            let k = self.bucket_of(top);
-            self.keys[k].entries.push((prefix_of(digest), hash));
+            self.keys.push((prefix_of(digest), hash));
         }
-        self.len += 1;
     }
 
     /// Sorts what was added and checks it: an id listed twice, or two
-    /// tenants with one API key, is the first conflict found. Gives back
-    /// the spare capacity of the estimates.
+    /// tenants with one API key, is the first conflict found. The arrays
+    /// are trimmed to their size (large allocations shrink in place).
     pub fn finish(mut self) -> Result<Tenants, Conflict> {
-        for b in &mut self.buckets {
-            b.records.sort_unstable_by_key(|r| r.hash);
-            b.records.shrink_to_fit();
-            b.ids.shrink_to_fit();
-            let ids = &b.ids;
-            let id =
-                |r: &Record| &ids[r.id_start as usize..r.id_start as usize + usize::from(r.id_len)];
-            for pair in b.records.windows(2) {
-                if pair[0].hash == pair[1].hash && id(&pair[0]) == id(&pair[1]) {
-                    return Err(Conflict::DuplicateId(id(&pair[0]).to_owned()));
-                }
+        self.records.sort_unstable_by_key(|r| r.hash);
+        let id = |r: &Record| {
+            &self.ids[r.id_start as usize..r.id_start as usize + usize::from(r.id_len)]
+        };
+        for pair in self.records.windows(2) {
+            if pair[0].hash == pair[1].hash && id(&pair[0]) == id(&pair[1]) {
+                return Err(Conflict::DuplicateId(id(&pair[0]).to_owned()));
             }
         }
-        for keys in &mut self.keys {
-            keys.entries.sort_unstable();
-            keys.entries.shrink_to_fit();
-        }
+        self.keys.sort_unstable();
+        self.records.shrink_to_fit();
+        self.ids.shrink_to_fit();
+        self.keys.shrink_to_fit();
+        let len = self.records.len();
+        let buckets = (len / TENANTS_PER_BUCKET).max(1).next_power_of_two();
+        let bits = buckets.trailing_zeros().min(MAX_BUCKET_BITS);
+        let shift = 64 - bits;
+        let base = Arc::new(Base {
+            records: self.records,
+            ids: self.ids,
+            keys: self.keys,
+        });
+        let ranges = |hashes: &mut dyn Iterator<Item = u64>| -> Vec<(u32, u32)> {
+            let mut ends = vec![0u32; 1 << bits];
+            for hash in hashes {
+                ends[hash.checked_shr(shift).unwrap_or(0) as usize] += 1;
+            }
+            let mut start = 0;
+            ends.iter()
+                .map(|&count| {
+                    let range = (start, start + count);
+                    start += count;
+                    range
+                })
+                .collect()
+        };
+        let buckets = ranges(&mut base.records.iter().map(|r| r.hash))
+            .into_iter()
+            .map(|(start, end)| Arc::new(Bucket::Base(Arc::clone(&base), start, end)))
+            .collect();
+        let keys = ranges(&mut base.keys.iter().map(|k| k.0))
+            .into_iter()
+            .map(|(start, end)| Arc::new(KeyBucket::Base(Arc::clone(&base), start, end)))
+            .collect();
         let tenants = Tenants {
-            buckets: self.buckets.into_iter().map(Arc::new).collect(),
-            keys: self.keys.into_iter().map(Arc::new).collect(),
-            shift: self.shift,
-            len: self.len,
+            buckets,
+            keys,
+            shift,
+            len,
         };
         tenants.check_keys()?;
         Ok(tenants)
@@ -542,11 +624,15 @@ impl Tenants {
     /// a prefix, and their records a digest.
     fn check_keys(&self) -> Result<(), Conflict> {
         for keys in &self.keys {
-            for pair in keys.entries.windows(2).filter(|pair| pair[0].0 == pair[1].0) {
+            for pair in keys
+                .entries()
+                .windows(2)
+                .filter(|pair| pair[0].0 == pair[1].0)
+            {
                 let digests = |hash: u64| {
-                    let b = &self.buckets[self.bucket_of(hash)];
-                    let at = b.records.partition_point(|r| r.hash < hash);
-                    b.records[at..]
+                    let records = self.buckets[self.bucket_of(hash)].records();
+                    let at = records.partition_point(|r| r.hash < hash);
+                    records[at..]
                         .iter()
                         .take_while(|r| r.hash == hash)
                         .filter(|r| r.cell & HAS_KEY != 0)
@@ -565,17 +651,14 @@ impl Tenants {
     }
 }
 
-impl Bucket {
-    /// Rewrites the ids without the bytes of removed tenants.
-    fn compact(&mut self) {
-        let mut ids = String::with_capacity(self.ids.len() - self.garbage);
-        for record in &mut self.records {
-            let start = record.id_start as usize;
-            let id = &self.ids[start..start + usize::from(record.id_len)];
-            record.id_start = ids.len() as u32;
-            ids.push_str(id);
-        }
-        self.ids = ids;
-        self.garbage = 0;
+/// Rewrites a bucket's ids without the bytes of removed tenants.
+fn compact(records: &mut [Record], ids: &mut String) {
+    let mut kept = String::with_capacity(ids.len());
+    for record in records {
+        let start = record.id_start as usize;
+        let id = &ids[start..start + usize::from(record.id_len)];
+        record.id_start = kept.len() as u32;
+        kept.push_str(id);
     }
+    *ids = kept;
 }
