@@ -204,14 +204,16 @@ impl Tenants {
             // each cell's tenants on that cell's shards alone.
             let names: Vec<&str> = served.cells.keys().map(String::as_str).collect();
             notes.push(format!(
-                "note: {in_cells} tenants of {source} name a cell ({}); the model places every tenant on the one fleet of --shards/--zones, so analyse a cell's tenants against that cell's shards for figures per cell",
+                "note: {} of {source} {} a cell ({}); the model places every tenant on the one fleet of --shards/--zones, so analyse a cell's tenants against that cell's shards for figures per cell",
+                counted(in_cells, "tenant", "tenants"),
+                agree(in_cells, "names", "name"),
                 names.join(", ")
             ));
         }
         if served.skipped > 0 {
             notes.push(format!(
-                "note: skipped {} rows of {source} that the gateway does not load either (e.g. {}); fix them in the store",
-                served.skipped,
+                "note: skipped {} of {source} that the gateway does not load either (e.g. {}); fix them in the store",
+                counted(served.skipped, "row", "rows"),
                 served.first_skipped.as_deref().unwrap_or("?")
             ));
         }
@@ -269,8 +271,14 @@ impl Tenants {
             let ends = [0, fleet.len() as u32 - 1];
             let ends: Vec<&str> = fleet.ids(&ends).collect();
             format!(
-                "note: {count} tenants of {} have dedicated shards this fleet does not have (e.g. {:?} on {ids}; this fleet's shards are {} to {}), so the model places them at k like the others",
-                self.source, rule.tenant, ends[0], ends[1]
+                "note: {} of {} {} dedicated shards this fleet does not have (e.g. {:?} on {ids}; this fleet's shards are {} to {}), so the model places {} at k like the others",
+                counted(count as u64, "tenant", "tenants"),
+                self.source,
+                agree(count as u64, "has", "have"),
+                rule.tenant,
+                ends[0],
+                ends[1],
+                agree(count as u64, "it", "them")
             )
         });
         for rule in &chosen {
@@ -331,8 +339,11 @@ impl Tenants {
         }
         if dedicated > 0 {
             self.note(format!(
-                "note: {dedicated} tenants of {} have dedicated shards, which plan cannot hold fixed while k varies; it measures them at each candidate k like the others",
-                self.source
+                "note: {} of {} {} dedicated shards, which plan cannot hold fixed while k varies; it measures {} at each candidate k like the others",
+                counted(dedicated, "tenant", "tenants"),
+                self.source,
+                agree(dedicated, "has", "have"),
+                agree(dedicated, "it", "them")
             ));
         }
         self.applied = overrides.len() - cli.len();
@@ -361,6 +372,16 @@ impl Tenants {
             let _ = writeln!(stderr, "{note}");
         }
     }
+}
+
+/// `1 tenant`, `2 tenants`.
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", agree(n, one, many))
+}
+
+/// The word that agrees with `n`.
+fn agree<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
+    if n == 1 { one } else { many }
 }
 
 /// Refuses a `--tenant-k` for a tenant the population does not have (the
@@ -506,7 +527,7 @@ mod tests {
         assert_eq!(placer.subset("typed").len(), 3);
         assert_eq!(tenants.notes.len(), 1, "{:?}", tenants.notes);
         assert!(
-            tenants.notes[0].contains("1 tenants"),
+            tenants.notes[0].contains("1 tenant of") && tenants.notes[0].contains("places it at k"),
             "{:?}",
             tenants.notes
         );
@@ -522,7 +543,7 @@ mod tests {
             [("typed".to_owned(), 3), ("whale".to_owned(), 5)]
         );
         assert!(
-            tenants.notes[1].contains("2 tenants"),
+            tenants.notes[1].contains("2 tenants of") && tenants.notes[1].contains(" have "),
             "{:?}",
             tenants.notes
         );
@@ -555,7 +576,7 @@ mod tests {
         assert_eq!(tenants.population.id(1), "globex");
         assert_eq!(tenants.rules.len(), 1);
         assert!(
-            tenants.notes[0].contains("name a cell (eu)"),
+            tenants.notes[0].contains("names a cell (eu)"),
             "{:?}",
             tenants.notes
         );

@@ -196,10 +196,10 @@ fn dedicated_shards_are_placed_and_foreign_ones_noted() {
     // tenant is placed at k, and a note says so.
     assert_eq!(report["poison"][1]["k"], 2);
     assert!(
-        stderr.contains("1 tenants of") && stderr.contains("\"named\" on s1,s2,s3"),
+        stderr.contains("1 tenant of") && stderr.contains("\"named\" on s1,s2,s3"),
         "{stderr}"
     );
-    assert!(stderr.contains("name a cell (eu)"), "{stderr}");
+    assert!(stderr.contains("names a cell (eu)"), "{stderr}");
 }
 
 #[test]
@@ -383,7 +383,7 @@ async fn the_tenant_store_gives_the_figures_of_the_file_it_was_loaded_from() {
     let skipped: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(skipped["tenants"], 299);
     assert!(
-        stderr.contains("skipped 1 rows") && stderr.contains("tenant \"tenant-001\", column k"),
+        stderr.contains("skipped 1 row of") && stderr.contains("tenant \"tenant-001\", column k"),
         "{stderr}"
     );
 }
