@@ -435,3 +435,130 @@ async fn a_store_that_cannot_be_read_is_one_line_without_the_password() {
     assert!(error.contains("port"), "{error}");
     assert!(!error.contains(&pg.password), "{error}");
 }
+
+/// Runs `openssl` in `dir`, which must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let output = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run openssl (apt-get install openssl): {error}"));
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A CA (`ca.pem`) and a server certificate for 127.0.0.1 it signed
+/// (`server.pem`, `server.key`) in `dir`.
+fn pki(dir: &Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        dir,
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-days",
+                "30",
+                "-subj",
+                "/CN=test store CA",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        dir,
+        &[
+            &["req"][..],
+            &ec,
+            &[
+                "-subj",
+                "/CN=127.0.0.1",
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+            ],
+        ]
+        .concat(),
+    );
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "30",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.pem",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn ca_file_reads_the_store_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    pki(dir.path());
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    let Some(pg) = Postgres::start_tls(&read("server.pem"), &read("server.key")).await else {
+        return;
+    };
+    let jsonl = dir.path().join("tenants.jsonl");
+    std::fs::write(&jsonl, json_lines(&served(50))).unwrap();
+    run_ok(shuffle_shard().args(["tenants", "init-schema", "--store", &pg.url()]));
+    run_ok(
+        shuffle_shard()
+            .args(["tenants", "import"])
+            .arg(&jsonl)
+            .args(["--store", &pg.url()]),
+    );
+    let ca = dir.path().join("ca.pem");
+    let over_tls = blast(
+        &["--tenants-store", &pg.url(), "--ca-file", path_arg(&ca)],
+        &[],
+        None,
+    );
+    assert_eq!(
+        figures(&over_tls),
+        figures(&blast(&["--tenants-file", path_arg(&jsonl)], &[], None))
+    );
+
+    // A CA that did not sign the server's certificate: refused, in one line.
+    let other = tempfile::tempdir().unwrap();
+    pki(other.path());
+    let error = assert_one_line_error(
+        shuffle_shard()
+            .arg("blast")
+            .args(FLEET)
+            .args(["--tenants-store", &pg.url(), "--ca-file"])
+            .arg(other.path().join("ca.pem")),
+    );
+    assert!(error.to_lowercase().contains("certificate"), "{error}");
+    assert!(!error.contains(&pg.password), "{error}");
+}
