@@ -73,7 +73,10 @@ least one).
 A tenants file holds one id per line, optionally followed by a TAB and the \
 tenant's weight (its traffic share); with weights the report adds per-shard \
 load, the hottest survivor of every single-shard failure, shards over \
---capacity and the tenants that dominate the hottest shard.
+--capacity and the tenants that dominate the hottest shard. A tenants file \
+ending in .jsonl or .toml is a gateway tenants file, and --tenants-store \
+reads the gateway's tenant store: the population being served, each \
+tenant's own k or dedicated shards included (unweighted).
 
 A poison tenant (--poison, --poison-sweep) sends requests that crash the \
 shard serving them; without containment every member of its subset crashes \
