@@ -281,21 +281,12 @@ impl Tenants {
                 agree(count as u64, "it", "them")
             )
         });
+        let n = fleet.len();
         for rule in &chosen {
             placer
                 .set_override(&rule.tenant, rule.rule.clone())
                 .map_err(|error| match rule.rule {
-                    TenantOverride::K(k) => {
-                        let instead = match cli {
-                            Some(_) => format!(", or model another with --tenant-k {}=K", rule.tenant),
-                            None => String::new(),
-                        };
-                        anyhow!(
-                            "{}: tenant {:?} has k = {k}: {error}; fix the entry (the gateway refuses it too){instead}",
-                            self.origin(rule),
-                            rule.tenant
-                        )
-                    }
+                    TenantOverride::K(k) => self.k_refused(rule, k, n, cli.is_some()),
                     TenantOverride::Dedicated(_) => {
                         anyhow!("{}: {error}; fix the entry's shards", self.origin(rule))
                     }
@@ -327,12 +318,9 @@ impl Tenants {
                 continue;
             }
             match rule.rule {
-                TenantOverride::K(k) if k == 0 || k as usize > shards => bail!(
-                    "{}: tenant {:?} has k = {k}, outside 1 to the fleet's {shards} shards; fix the entry (the gateway refuses it too), or model another with --tenant-k {}=K",
-                    self.origin(rule),
-                    rule.tenant,
-                    rule.tenant
-                ),
+                TenantOverride::K(k) if k == 0 || k as usize > shards => {
+                    return Err(self.k_refused(rule, k, shards, true));
+                }
                 TenantOverride::K(k) => overrides.push((rule.tenant.clone(), k)),
                 TenantOverride::Dedicated(_) => dedicated += 1,
             }
@@ -348,6 +336,28 @@ impl Tenants {
         }
         self.applied = overrides.len() - cli.len();
         Ok(overrides)
+    }
+
+    /// The error for a tenant whose own `k` this fleet of `shards` cannot
+    /// hold. The fleet may be a what-if smaller than the one serving, so
+    /// the fix offered is the model's (with `--tenant-k` where the command
+    /// has it), unless no fleet could hold it.
+    fn k_refused(&self, rule: &Rule, k: u32, shards: usize, typed: bool) -> anyhow::Error {
+        let origin = self.origin(rule);
+        let tenant = &rule.tenant;
+        if k == 0 {
+            return anyhow!(
+                "{origin}: tenant {tenant:?} has k = 0, which places it on no shard; give it k = 1 or more (the gateway refuses k = 0 too)"
+            );
+        }
+        let instead = if typed {
+            format!(", or another k for it with --tenant-k {tenant}=K")
+        } else {
+            String::new()
+        };
+        anyhow!(
+            "{origin}: tenant {tenant:?} has k = {k}, more than the {shards} shards of this fleet; model a fleet of {k} shards or more{instead}"
+        )
     }
 
     /// How many of the tenants' own rules the last [`Tenants::apply`] or
@@ -564,6 +574,15 @@ mod tests {
         // The command line may model it otherwise.
         let cli = [("b".to_owned(), 4)];
         assert!(tenants.k_overrides(&cli, 8).is_ok());
+
+        let zero = file_named(b"{\"id\":\"z\",\"k\":0}\n", ".jsonl");
+        let mut tenants = from_file(&zero).load().unwrap();
+        let error = tenants
+            .apply(&mut placer(8, 2), None)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("line 1: tenant \"z\" has k = 0"), "{error}");
+        assert!(!error.contains("--tenant-k"), "{error}");
     }
 
     #[test]
