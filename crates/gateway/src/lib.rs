@@ -35,6 +35,9 @@
 //! - [`fleet`]: a fleet of replicas as one gateway (`[fleet]`): poison
 //!   containment's strikes and suspects and the operators' shard marks,
 //!   shared through the fleet's store, the request path staying local.
+//! - [`tenant_sync`]: tenants from the tenant store: read at start (or
+//!   the snapshot file while the store is down), then kept current change
+//!   by change without a reload.
 //! - [`probe`]: the active health checks, which walk the snapshot's shards
 //!   and drive their health.
 //! - [`route`]: the request path: credential → tenant → cell and subset
@@ -61,6 +64,7 @@ pub mod state;
 pub mod store;
 pub mod syntax;
 pub mod telemetry;
+pub mod tenant_sync;
 pub mod tenants;
 pub mod trust;
 pub mod upstream;

@@ -25,6 +25,10 @@ pub enum StartError {
     /// The configuration could not be loaded.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The tenants could not be read from the tenant store, nor from the
+    /// snapshot file.
+    #[error(transparent)]
+    Tenants(#[from] crate::tenant_sync::SyncStartError),
     /// The listener could not be bound.
     #[error("cannot listen on {addr} (is another process using it?)")]
     Bind {
@@ -135,8 +139,10 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
     // With `[fleet]`: the fleet's marks and suspects before the first
     // request, when the store answers within a second.
     fleet::start(&gateway).await;
-    let health = tokio::spawn(probe::check::run(Arc::clone(&gateway)));
     let (stop, stopped) = watch::channel(false);
+    // With `[tenants] store`: every tenant before the first request.
+    crate::tenant_sync::start(&gateway, stopped.clone()).await?;
+    let health = tokio::spawn(probe::check::run(Arc::clone(&gateway)));
     // One limit on client connections over both data listeners.
     let slots = server::slots(&gateway);
     let server = spawn_listener(

@@ -2,7 +2,6 @@
 //! `GatewayConfig::load`, so they share one fixture and live together
 //! rather than beside the section each one tests.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::*;

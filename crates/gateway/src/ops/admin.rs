@@ -31,6 +31,8 @@ use tokio::time::Instant;
 
 use crate::fleet;
 use crate::health::Availability;
+use crate::ops::error::AdminError;
+use crate::ops::tenant_writes;
 use crate::ops::views::{limited, live_blast, worst};
 use crate::state::{Gateway, LoadError, ShardRuntime, Snapshot};
 use crate::telemetry::metrics::{
@@ -89,7 +91,10 @@ pub const ROUTES: &[Route] = &[
     Route::new(Method::POST, "/admin/shards/{id}/{action}", Access::Token,                     |m| on(m, shard_action)),
     Route::new(Method::GET,  "/admin/tenants",              Access::Token,                     |m| on(m, worst_tenants)),
     Route::new(Method::GET,  "/admin/tenants/{id}",         Access::Token,                     |m| on(m, tenant)),
+    Route::new(Method::PUT,  "/admin/tenants/{id}",         Access::Token,                     |m| on(m, tenant_writes::put_tenant)),
+    Route::new(Method::DELETE, "/admin/tenants/{id}",       Access::Token,                     |m| on(m, tenant_writes::delete_tenant)),
     Route::new(Method::POST, "/admin/tenants/{id}/clear",   Access::Token,                     |m| on(m, clear_suspect)),
+    Route::new(Method::GET,  "/admin/tenant-store",         Access::Token,                     |m| on(m, tenant_writes::store_view)),
     Route::new(Method::GET,  "/admin/blast",                Access::Token,                     |m| on(m, blast)),
     Route::new(Method::POST, "/admin/reload",               Access::Token,                     |m| on(m, reload)),
     Route::new(Method::GET,  "/admin/fleet",                Access::Token,                     |m| on(m, fleet_view)),
@@ -145,23 +150,6 @@ pub async fn serve(
         .await
     {
         tracing::error!(%error, "admin listener failed");
-    }
-}
-
-/// An admin error answered as JSON.
-struct AdminError(StatusCode, String);
-
-impl IntoResponse for AdminError {
-    fn into_response(self) -> Response {
-        let body = Json(json!({ "error": self.1, "status": self.0.as_u16() }));
-        let mut response = (self.0, body).into_response();
-        if self.0 == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-        }
-        response
     }
 }
 

@@ -5,5 +5,7 @@
 //! It reads the gateway's state and never the request path's internals.
 
 pub mod admin;
+mod error;
 pub(crate) mod status_page;
+mod tenant_writes;
 pub(crate) mod views;

@@ -23,6 +23,7 @@ use crate::upstream::transport::Connector;
 use crate::upstream::{IDLE_TIMEOUT, Upstream};
 
 mod migration;
+pub mod tenant_changes;
 
 pub use migration::Movement;
 
@@ -166,9 +167,9 @@ pub struct Snapshot {
     /// The tenants.
     pub tenants: Tenants,
     /// Cells and placement.
-    pub topology: Topology,
+    pub topology: Arc<Topology>,
     /// Credential checking.
-    pub authenticator: Authenticator,
+    pub authenticator: Arc<Authenticator>,
     /// Per cell, per shard index: the shard's run-time state.
     pub shards: Vec<Vec<Arc<ShardRuntime>>>,
     /// Per cell: the blast-radius model over the cell's tenants, built on
@@ -215,7 +216,13 @@ impl Snapshot {
                 );
                 tenants
             }
-            TenantSource::Store(_) => todo!("tenant store"),
+            TenantSource::Store(store) => match previous {
+                // A reload: the tenants the store gave, checked again
+                // against the new configuration (the store is read by
+                // the sync task, not here).
+                Some(previous) => previous.tenants_for(&config)?,
+                None => crate::tenants::load::from_snapshot_file(store, &config)?,
+            },
         };
         Self::build(config, tenants, previous)
     }
@@ -294,8 +301,8 @@ impl Snapshot {
             limits,
             config: Arc::new(config),
             tenants,
-            topology,
-            authenticator,
+            topology: Arc::new(topology),
+            authenticator: Arc::new(authenticator),
             shards,
             blast: std::sync::OnceLock::new(),
             prefixed,
@@ -498,6 +505,16 @@ pub struct Gateway {
     /// Held while an ejection is judged against its cell's cap
     /// (`outlier.max_ejection_percent`).
     ejecting: Mutex<()>,
+    /// The replica's link to the tenant store, when tenants come from one
+    /// (set once, at start).
+    pub tenant_store: std::sync::OnceLock<Arc<crate::store::tenants::link::StoreLink>>,
+    /// Held while a new snapshot is made from the current one (a reload,
+    /// a change to some tenants), so two never build on the same one and
+    /// the second undo the first.
+    changing: Mutex<()>,
+    /// Whether a thread is building the blast-radius model of the latest
+    /// snapshot ([`Gateway::model_latest`]).
+    modeling: AtomicBool,
 }
 
 impl Gateway {
@@ -531,6 +548,9 @@ impl Gateway {
             fleet,
             reloads: tokio::sync::watch::Sender::new(0),
             ejecting: Mutex::new(()),
+            tenant_store: std::sync::OnceLock::new(),
+            changing: Mutex::new(()),
+            modeling: AtomicBool::new(false),
         })
     }
 
@@ -637,13 +657,14 @@ impl Gateway {
     /// A change that only adds members (no tenant loses one) is let through
     /// by `reload.allow_growth` in the new file as well. Every outcome is
     /// counted in the reload metrics.
-    pub fn reload(&self, allow_migration: bool) -> Result<Reloaded, LoadError> {
+    pub fn reload(self: &Arc<Self>, allow_migration: bool) -> Result<Reloaded, LoadError> {
         let reloaded = self.try_reload(allow_migration);
         self.metrics.reload(reloaded.is_ok());
         reloaded
     }
 
-    fn try_reload(&self, allow_migration: bool) -> Result<Reloaded, LoadError> {
+    fn try_reload(self: &Arc<Self>, allow_migration: bool) -> Result<Reloaded, LoadError> {
+        let _one_at_a_time = self.changing.lock().expect("changing lock");
         let current = self.snapshot();
         let next = Snapshot::load(&current.config.path, Some(&current))?;
         // The admin listener is bound once, at start: a file that names
@@ -721,10 +742,7 @@ impl Gateway {
             // Opened a moment ago by the configuration's own check.
             tracing::warn!(%error, "cannot open the new logging.access_log_file; the access log keeps its old destination");
         }
-        let next = Arc::new(next);
-        next.model_in_background();
-        self.snapshot.store(next);
-        self.reloads.send_modify(|generation| *generation += 1);
+        self.install(next);
         Ok(Reloaded {
             changed: movement.changed,
             tenants: movement.tenants,

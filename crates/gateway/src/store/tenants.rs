@@ -33,6 +33,7 @@ use crate::tenants::TenantEntry;
 
 mod connect;
 mod error;
+pub mod link;
 mod row;
 mod schema;
 
@@ -108,14 +109,20 @@ impl TenantStore {
     /// password or TLS setting shows at once. The schema is not checked:
     /// [`TenantStore::check_schema`] does that.
     pub async fn connect(settings: &TenantStoreSettings) -> Result<Self, TenantStoreError> {
-        let store = Self {
-            settings: settings.clone(),
-            live: Mutex::new(None),
-            writes: AtomicU32::new(0),
-        };
+        let store = Self::unconnected(settings);
         let deadline = Instant::now() + settings.timeout;
         drop(store.hold(deadline).await?);
         Ok(store)
+    }
+
+    /// A client that connects on its first call: for a replica that must
+    /// start (from its snapshot file) while the store is down.
+    pub fn unconnected(settings: &TenantStoreSettings) -> Self {
+        Self {
+            settings: settings.clone(),
+            live: Mutex::new(None),
+            writes: AtomicU32::new(0),
+        }
     }
 
     /// Its settings.

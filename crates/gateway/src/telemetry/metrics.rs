@@ -44,6 +44,7 @@ pub(crate) use super::labels::{
     LimitLabels, ListenerLabels, OutcomeLabels, REQUEST_OUTCOMES, RequestLabels, ResultLabels,
     ShardLabels, SideLabels, ThresholdLabels, request_outcome,
 };
+pub(crate) use super::tenant_store::TenantStoreMetrics;
 pub(crate) use super::websocket::WebSocketMetrics;
 
 /// Success-ratio bounds of the tenant availability distribution: `0` is
@@ -250,6 +251,8 @@ pub struct Metrics {
     pub(crate) websockets: WebSocketMetrics,
     /// The fleet store's health (`[fleet]`).
     pub(crate) fleet: FleetMetrics,
+    /// The tenant store's health and the changes applied (`[tenants] store`).
+    pub(crate) tenant_store: TenantStoreMetrics,
     /// `shuffle_grpc_requests_total{cell,grpc_status}`.
     pub(crate) grpc_requests: Family<GrpcLabels, Counter>,
     /// `shuffle_tenant_limited_total{cell,limit}`.
@@ -491,6 +494,7 @@ impl Metrics {
         let tls_handshakes = families.tls_handshakes();
         let websockets = WebSocketMetrics::register(&mut families.0);
         let fleet = FleetMetrics::register(&mut families.0);
+        let tenant_store = TenantStoreMetrics::register(&mut families.0);
         let grpc_requests = families.add("grpc_requests", "gRPC calls by cell and the gRPC status their answer's head carried (the gateway's own errors and trailers-only answers), or unseen when it comes in trailers; each is also in shuffle_requests");
         let tenant_limited = families.add("tenant_limited", "Requests refused with 429 because their tenant was over a limit, by cell and limit (rate: limits.tenant.requests_per_second and burst; in_flight: limits.tenant.max_in_flight); no tenant label, see GET /admin/tenants?limited=N");
         let store_fallbacks = families.store_fallbacks();
@@ -516,6 +520,7 @@ impl Metrics {
             scrape: Mutex::new(()),
             websockets,
             fleet,
+            tenant_store,
             backend_stalls,
             client_stalls,
             requests,

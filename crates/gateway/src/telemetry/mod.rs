@@ -10,5 +10,6 @@ pub mod fleet;
 pub mod labels;
 pub mod metrics;
 mod registered;
+pub mod tenant_store;
 pub mod websocket;
 pub mod window;

@@ -20,9 +20,9 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::{Arc, OnceLock};
 
-use crate::config::TenantLimits;
+use crate::config::{GatewayConfig, TenantLimits};
 
-use super::entry::ValidEntry;
+use super::entry::{TenantEntry, ValidEntry};
 
 /// A tenant id hashed with a key drawn once per process: the same id gives
 /// the same hash across reloads and changes, and ids (which only operators
@@ -339,6 +339,35 @@ impl<'r> Tenant<'r> {
             .buckets
             .get(self.slot.bucket as usize)
             .is_some_and(|bucket| std::ptr::eq(bucket.as_ref(), self.bucket))
+    }
+
+    /// The tenant as an entry in `config`'s terms (the configuration it
+    /// was checked against): what a snapshot file or an export writes,
+    /// and what a reload checks again against the next configuration.
+    pub fn to_entry(&self, config: &GatewayConfig) -> TenantEntry {
+        let cell = &config.cells()[self.cell_index()];
+        let limits = self.limits();
+        TenantEntry {
+            id: self.id().to_owned(),
+            api_key_sha256: self.api_key_sha256().map(|d| text::hex(d)),
+            cell: self.cell().map(|_| cell.name.clone()),
+            k: self.k(),
+            shards: self.shards().map(|shards| {
+                shards
+                    .iter()
+                    .map(|&s| cell.shards[s as usize].id.clone())
+                    .collect()
+            }),
+            max_in_flight: limits.max_in_flight,
+            requests_per_second: limits.per_request.map(|per| {
+                if per.is_zero() {
+                    0.0
+                } else {
+                    (1e6 / per.as_secs_f64()).round() / 1e6
+                }
+            }),
+            burst: limits.burst,
+        }
     }
 
     /// The tenant as the checked entry it came from.
