@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Entry point for the benchmarks: bench/run.sh [placement|analysis|gateway|tls|h2|noisy|all|report] ... runs bench/<name>.sh for each name, then regenerates BENCHMARKS.md.
+# Entry point for the benchmarks: bench/run.sh [placement|analysis|gateway|tls|h2|noisy|tenants|all|report] ... runs bench/<name>.sh for each name, then regenerates BENCHMARKS.md.
 #
-# With no name it runs all (placement, analysis, gateway; tls, h2 and noisy only when
+# With no name it runs all (placement, analysis, gateway; tls, h2, noisy and tenants only when
 # named, so that issue 7's measured budget for `all` still holds). Each suite writes its results under
 # bench/results/; settings come from the environment (see bench/README.md).
 # After the suites, whether they passed or not, bench/lib/benchmarks_md.py
@@ -15,7 +15,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 suites=(placement analysis gateway)
 
 usage() {
-    echo "usage: bench/run.sh [placement|analysis|gateway|tls|h2|noisy|all|report] ..." >&2
+    echo "usage: bench/run.sh [placement|analysis|gateway|tls|h2|noisy|tenants|all|report] ..." >&2
     exit 2
 }
 
@@ -23,7 +23,7 @@ names=()
 for arg in "${@:-all}"; do
     case $arg in
         all) names+=("${suites[@]}") ;;
-        placement | analysis | gateway | tls | h2 | noisy) names+=("$arg") ;;
+        placement | analysis | gateway | tls | h2 | noisy | tenants) names+=("$arg") ;;
         report) ;; # the page is regenerated after every run anyway
         -h | --help) usage ;;
         *)

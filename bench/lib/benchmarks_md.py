@@ -5,7 +5,7 @@
 
 `bench/run.sh` runs this after every run (and `bench/run.sh report` runs only
 this). It reads `placement.json`, `analysis.json` and `gateway.json` from
-bench/results/ (and `tls.json`, `h2.json`, `noisy.json`, and `soak.json` or `soak.md`, when present) and writes the
+bench/results/ (and `tls.json`, `h2.json`, `noisy.json`, `tenants.json`, and `soak.json` or `soak.md`, when present) and writes the
 page at the repository root: one section per suite with its headline tables
 (median and [min–max] over the rounds, ratios), the targets from the issues
 with their verdicts, and the machine, command, date and git revision of the
@@ -41,6 +41,15 @@ PLACEMENT_TARGETS = [  # (results id, what, at most ns per tenant)
 ]
 ANALYSIS_WALL_LIMIT_S = 3.0  # at 1M tenants (issue 3)
 ANALYSIS_RSS_LIMIT_KIB = 4 * 2**20  # 4 GiB at 10M tenants (issue 3)
+# Issue 31's targets at 1,000,000 tenants (MB: 10^6 bytes, the stricter reading).
+TENANTS_RSS_MB = 150.0  # serving, from JSON Lines and from PostgreSQL
+TENANTS_PEAK_RATIO = 1.2  # peak ÷ serving
+TENANTS_FIRST_S = 1.0  # first answer after launch from a file
+TENANTS_10M_PEAK_MB = 1500.0  # 10,000,000 tenants load in 1.5 GB
+TENANTS_PUT_S = 1.0  # every replica applies a change within 1 s
+# Issue 31's figures before the compact registry (TOML, 1M tenants, 64 shards,
+# k = 4): quoted from the issue, not measured by bench/tenants.sh.
+TENANTS_BEFORE = {"first_answer_s": 3.8, "rss_mb": 524.0, "peak_mb": 2080.0}
 # The chapter's own figure for its Python Recipe 12.1 (a quotation, not a
 # measurement): about 5,200 ns per tenant.
 CHAPTER_PYTHON_NS = 5200.0
@@ -984,6 +993,135 @@ def noisy(results: Path, out_dir: Path, name: str = "noisy") -> tuple[list[str],
     return md + lines, f"| {name} | {date(doc.get('date'))} | {revision(doc)} | `{doc.get('command', '?')}` | {took} |", None
 
 
+# --- tenants ----------------------------------------------------------------------------------
+
+
+TENANT_CASES = [  # (case, source, tenants' label)
+    ("jsonl-1m", "JSON Lines file"), ("jsonl-10m", "JSON Lines file"), ("toml-1m", "TOML file"),
+    ("postgres-1m", "PostgreSQL"), ("toml-1m-before", "TOML file, older build (`BEFORE_BIN`)"),
+]
+
+
+def megabytes(x: float) -> str:
+    return f"{x:,.0f} MB" if x >= 100 else f"{x:.1f} MB"
+
+
+def count(n: int) -> str:
+    """1000000 -> '1M', 10000000 -> '10M', else with separators."""
+    return f"{n // 1_000_000}M" if n % 1_000_000 == 0 else integer(n)
+
+
+def tenants_targets(doc: dict) -> list[tuple[str, str, str, str]]:
+    """(what, target, measured median, verdict) for issue 31's targets, from tenants.json. The targets are
+    for JSON Lines and PostgreSQL; TOML's row says what it reaches, without a verdict."""
+    cases, rows = doc["cases"], []
+
+    def judge(got, limit, target_applies):
+        met, margin = at_most(got, limit)
+        return verdict(met, margin) if target_applies else f"not a target ({margin if not met else 'within it'})"
+
+    for case, source, applies in (("jsonl-1m", "JSON Lines", True), ("postgres-1m", "PostgreSQL", True),
+                                  ("toml-1m", "TOML", False)):
+        c = cases.get(case)
+        if not c:
+            continue
+        label = f"{count(c['tenants'])}, {source}"
+        first_applies = applies and case != "postgres-1m"  # "first answer ≤ 1 s after launch from a file"
+        rows += [
+            (f"{label}: first answer", f"≤ {plain(TENANTS_FIRST_S)} s" + ("" if case != "postgres-1m" else " (stated for a file)"),
+             seconds(c["first_answer_s"]["median"]), judge(c["first_answer_s"]["median"], TENANTS_FIRST_S, first_applies)),
+            (f"{label}: RSS serving", f"≤ {plain(TENANTS_RSS_MB)} MB", megabytes(c["rss_mb"]["median"]),
+             judge(c["rss_mb"]["median"], TENANTS_RSS_MB, applies)),
+            (f"{label}: peak ÷ serving", f"≤ {TENANTS_PEAK_RATIO}×", ratio(c["peak_ratio"]["median"]),
+             judge(c["peak_ratio"]["median"], TENANTS_PEAK_RATIO, applies)),
+        ]
+    big = cases.get("jsonl-10m")
+    if big:
+        rows.append((f"{count(big['tenants'])}, JSON Lines: peak (loading and after)", f"≤ {plain(TENANTS_10M_PEAK_MB / 1000)} GB",
+                     megabytes(big["peak_mb"]["median"]), judge(big["peak_mb"]["median"], TENANTS_10M_PEAK_MB, True)))
+    put = doc.get("put")
+    if put:
+        rows.append(("a `PUT` served by a second replica", f"≤ {plain(TENANTS_PUT_S)} s",
+                     seconds(put["reach_b_s"]["median"]) + f" (slowest {seconds(put['reach_b_s']['max'])})",
+                     judge(put["reach_b_s"]["max"], TENANTS_PUT_S, True) + " (judged on the slowest)"))
+    return rows
+
+
+TENANTS_INTRO = (
+    "What the gateway holds and how soon it answers with many tenants (issue 31): 64 shard ids in one cell, k = 4,"
+    " rendezvous, every shard one `shuffle-shard backend`; tenant i is `tenant-%07d` with its own API key (SHA-256"
+    " stored). Each start is timed from launching `shuffle-shard serve` to the first 200 for the last tenant's key;"
+    " \"serving\" is VmRSS once the blast-radius model over every tenant is built (a thread of its own, after the"
+    " first answer), \"peak\" is VmHWM then (loading and the model). CPU seconds (user + system, up to the first"
+    " answer) move less than wall time on a shared machine. MB are 10^6 bytes. Not part of `bench/run.sh all`.")
+
+
+def tenants_lines(doc: dict, link: str) -> list[str]:
+    """The tenants suite's tables and verdicts (also the head of bench/results/tenants.md)."""
+    s, f, cases = doc["settings"], doc.get("files", {}), doc["cases"]
+    lines = run_lines(doc, "tenants", link, [f"PostgreSQL {doc.get('versions', {}).get('postgresql', '?')}"])
+    lines += [
+        f"| tenants from | tenants | first answer | CPU to first answer | RSS serving | peak | peak ÷ serving |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for case, source in TENANT_CASES:
+        c = cases.get(case)
+        if not c:
+            continue
+        lines.append(f"| {source} | {integer(c['tenants'])} | {spread(c['first_answer_s'], seconds)} |"
+                     f" {spread(c['cpu_first_s'], seconds)} | {spread(c['rss_mb'], megabytes)} |"
+                     f" {spread(c['peak_mb'], megabytes)} | {spread(c['peak_ratio'], ratio)} |")
+    b = TENANTS_BEFORE
+    lines.append(f"| TOML file, before this work (the issue's figures, not measured here) | 1,000,000 |"
+                 f" {seconds(b['first_answer_s'])} | — | {megabytes(b['rss_mb'])} | {megabytes(b['peak_mb'])} |"
+                 f" {ratio(b['peak_mb'] / b['rss_mb'])} |")
+    toml = cases.get("toml-1m")
+    if toml and toml["tenants"] == 1_000_000:
+        def against(before, now, better, worse):
+            return f"{times(before / now)} {better}" if now <= before else f"{times(now / before)} {worse}"
+        lines += ["", "Against the issue's figures, TOML at 1M now: first answer"
+                  f" {against(b['first_answer_s'], toml['first_answer_s']['median'], 'sooner', 'later')}, serving"
+                  f" {against(b['rss_mb'], toml['rss_mb']['median'], 'smaller', 'larger')}, peak"
+                  f" {against(b['peak_mb'], toml['peak_mb']['median'], 'smaller', 'larger')}"
+                  " (the issue's figures were taken on another day, maybe another machine: a rough comparison)."]
+    lines += ["", f"Median [min–max] over {s['rounds']} rounds, cases interleaved within each round."]
+    if f:
+        lines.append(f"Files: {integer(s['tenants'])} tenants are {plain(f['jsonl_mb'])} MB of JSON Lines and"
+                     f" {plain(f['toml_mb'])} MB of TOML (`tenants convert`: {f['convert_s']} s)"
+                     + (f", {integer(s['big'])} are {plain(f['big_jsonl_mb'])} MB" if s.get("big") else "")
+                     + f"; `tenants import` wrote {integer(s['tenants'])} to PostgreSQL in {f['import_s']} s.")
+    put = doc.get("put")
+    if put:
+        lines += ["", f"**A `PUT` on one replica, served by another** ({put['count']} new tenants, two replicas on the"
+                  f" same PostgreSQL with {integer(s['tenants'])} tenants): from sending `PUT /admin/tenants/{{id}}` to"
+                  f" replica A until replica B's proxy answers the new key with 200,"
+                  f" **{seconds(put['reach_b_s']['median'])}** median [{seconds(put['reach_b_s']['min'])}–"
+                  f"{seconds(put['reach_b_s']['max'])}], 90th percentile {seconds(put['reach_b_s']['p90'])}; the `PUT`'s"
+                  f" own round trip (answered once the store committed it)"
+                  f" {seconds(put['put_s']['median'])} median. Load average then: {put.get('loadavg', '?')}."]
+    lines += ["", "| target (issue 31) | limit | measured (median) | verdict |", "|---|---|---:|---|"]
+    lines += [f"| {w} | {t} | {m} | {v} |" for w, t, m, v in tenants_targets(doc)]
+    return lines + [""]
+
+
+def tenants_section(results: Path, out_dir: Path) -> tuple[list[str], str, str | None]:
+    js, mdfile = results / "tenants.json", results / "tenants.md"
+    md = ["## Tenants at scale (`bench/tenants.sh`, not part of `bench/run.sh all`)", "", TENANTS_INTRO, "",
+          "```sh", "bench/tenants.sh            # 1M and 10M from JSON Lines, 1M from TOML and PostgreSQL, PUT propagation",
+          "SKIP_10M=1 bench/tenants.sh # without the 10M case", "```", ""]
+    if not js.exists():
+        return md + ["results: run `bench/tenants.sh`", ""], "| tenants | — | — | no results: `bench/tenants.sh` | — |", None
+    try:
+        doc = json.loads(js.read_text(encoding="utf-8"))
+        md += tenants_lines(doc, rel(mdfile if mdfile.exists() else js, out_dir))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, ZeroDivisionError) as error:
+        problem = f"{rel(js, out_dir)} could not be used ({type(error).__name__}: {error})"
+        md += [f"`{rel(js, out_dir)}` could not be used ({type(error).__name__}: {error}); rerun `bench/tenants.sh`.", ""]
+        return md, "| tenants | — | — | unreadable: rerun `bench/tenants.sh` | — |", problem
+    took = f"{doc['runtime_s']:.0f} s" if doc.get("runtime_s") is not None else "not recorded"
+    return md, f"| tenants | {date(doc.get('date'))} | {revision(doc)} | `{doc.get('command', '?')}` | {took} |", None
+
+
 # --- python --------------------------------------------------------------------------------
 
 
@@ -1131,6 +1269,10 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
     if open_problem:
         problems.append(open_problem)
     noisy_md += open_md
+    tenants_md, tenants_run, tenants_problem = tenants_section(results, out_dir)
+    runs.append(tenants_run)
+    if tenants_problem:
+        problems.append(tenants_problem)
 
     page = [
         "# Benchmarks",
@@ -1138,7 +1280,7 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
         "<!-- Generated by bench/run.sh (bench/lib/benchmarks_md.py) from bench/results/*.json. Do not edit by hand. -->",
         "",
         "**This page is generated by `bench/run.sh` from `bench/results/*.json`; do not edit it by hand.** Rerun a suite"
-        " (`bench/run.sh placement`, `analysis`, `gateway`, `tls`, `h2`, `noisy` or `all`) or only regenerate the page (`bench/run.sh report`);"
+        " (`bench/run.sh placement`, `analysis`, `gateway`, `tls`, `h2`, `noisy`, `tenants` or `all`) or only regenerate the page (`bench/run.sh report`);"
         " the wording lives in `bench/lib/benchmarks_md.py`.",
         "",
         "Every number here was measured side by side, in one run, against what a user would pick instead: on shared,"
@@ -1174,6 +1316,7 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
     page += tls_md
     page += h2_md
     page += noisy_md
+    page += tenants_md
     page += python_package(results, out_dir)
     page += soak(results, out_dir)
     while page and page[-1] == "":
