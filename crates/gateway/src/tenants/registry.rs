@@ -88,6 +88,7 @@ impl Record {
 
 /// Bytes 0..8 of a digest: its key entry's sort key, whose top bits
 /// choose the key bucket.
+#[inline]
 fn prefix_of(digest: &[u8; 32]) -> u64 {
     u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"))
 }
@@ -136,6 +137,7 @@ enum KeyBucket {
 }
 
 impl Bucket {
+    #[inline]
     fn records(&self) -> &[Record] {
         match self {
             Self::Base(base, start, end) => &base.records[*start as usize..*end as usize],
@@ -143,6 +145,7 @@ impl Bucket {
         }
     }
 
+    #[inline]
     fn ids(&self) -> &str {
         match self {
             Self::Base(base, ..) => &base.ids,
@@ -150,6 +153,7 @@ impl Bucket {
         }
     }
 
+    #[inline]
     fn id(&self, record: &Record) -> &str {
         let start = record.id_start as usize;
         &self.ids()[start..start + usize::from(record.id_len)]
@@ -187,6 +191,7 @@ impl Bucket {
 }
 
 impl KeyBucket {
+    #[inline]
     fn entries(&self) -> &[(u64, u64)] {
         match self {
             Self::Base(base, start, end) => &base.keys[*start as usize..*end as usize],
@@ -282,58 +287,69 @@ static NO_LIMITS: TenantLimits = TenantLimits {
 
 impl<'r> Tenant<'r> {
     /// The tenant id.
+    #[inline]
     pub fn id(&self) -> &'r str {
         self.bucket.id(self.record)
     }
 
     /// [`id_hash`] of the id, worked out once when the tenant was added.
+    #[inline]
     pub fn id_hash(&self) -> u64 {
         self.record.hash
     }
 
     /// Where it is in this registry version.
+    #[inline]
     pub fn slot(&self) -> TenantSlot {
         self.slot
     }
 
     /// The cell its entry names, by index (`None`: the first cell).
+    #[inline]
     pub fn cell(&self) -> Option<usize> {
         let cell = self.record.cell & !HAS_KEY;
         (cell != NO_CELL).then_some(usize::from(cell))
     }
 
     /// The cell it routes in.
+    #[inline]
     pub fn cell_index(&self) -> usize {
         self.cell().unwrap_or(0)
     }
 
     /// Its own subset size.
+    #[inline]
     pub fn k(&self) -> Option<u32> {
         self.record.extra.as_ref()?.k
     }
 
     /// Its dedicated shards, as indices into its cell's shards.
+    #[inline]
     pub fn shards(&self) -> Option<&'r [u32]> {
         self.record.extra.as_ref()?.shards.as_deref()
     }
 
     /// Its own limits (none set for most tenants).
+    #[inline]
     pub fn limits(&self) -> &'r TenantLimits {
         self.record.extra.as_ref().map_or(&NO_LIMITS, |e| &e.limits)
     }
 
     /// Whether it authenticates by API key.
+    #[inline]
     pub fn has_api_key(&self) -> bool {
         self.record.cell & HAS_KEY != 0
     }
 
     /// SHA-256 of its API key, when it has one.
+    #[inline]
     pub fn api_key_sha256(&self) -> Option<&'r [u8; 32]> {
         self.has_api_key().then_some(&self.record.digest)
     }
 
     /// Whether it is this registry version's record (not one of another
     /// version at the same slot).
+    #[inline]
     pub fn is_in(&self, tenants: &Tenants) -> bool {
         tenants
             .buckets
@@ -405,11 +421,13 @@ impl Tenants {
         }
     }
 
+    #[inline]
     fn bucket_of(&self, hash: u64) -> usize {
         // `checked_shr`: with one bucket the shift is 64.
         hash.checked_shr(self.shift).unwrap_or(0) as usize
     }
 
+    #[inline]
     fn key_bucket_of(&self, digest: &[u8; 32]) -> usize {
         prefix_of(digest).checked_shr(self.shift).unwrap_or(0) as usize
     }
@@ -435,6 +453,7 @@ impl Tenants {
     }
 
     /// The number of tenants in one bucket.
+    #[inline]
     pub fn bucket_len(&self, bucket: usize) -> usize {
         self.buckets.get(bucket).map_or(0, |b| b.records().len())
     }
@@ -447,6 +466,7 @@ impl Tenants {
         }
     }
 
+    #[inline]
     fn tenant(&self, bucket: usize, index: usize) -> Tenant<'_> {
         let b = &self.buckets[bucket];
         Tenant {
@@ -460,6 +480,7 @@ impl Tenants {
     }
 
     /// The tenant with this id.
+    #[inline]
     pub fn get(&self, id: &str) -> Option<Tenant<'_>> {
         let hash = id_hash(id);
         let bucket = self.bucket_of(hash);
@@ -472,32 +493,37 @@ impl Tenants {
     }
 
     /// The tenant at `slot`.
+    #[inline]
     pub fn at(&self, slot: TenantSlot) -> Option<Tenant<'_>> {
         let bucket = slot.bucket as usize;
         (self.bucket_len(bucket) > slot.index as usize)
             .then(|| self.tenant(bucket, slot.index as usize))
     }
 
-    /// The tenant whose API key has this SHA-256 digest.
+    /// The tenant whose API key has this SHA-256 digest. (Plain loops:
+    /// this runs on every request with an API key.)
+    #[inline]
     pub fn by_key_digest(&self, digest: &[u8; 32]) -> Option<Tenant<'_>> {
         let keys = self.keys[self.key_bucket_of(digest)].entries();
         let prefix = prefix_of(digest);
-        let start = keys.partition_point(|&(p, _)| p < prefix);
-        keys[start..]
-            .iter()
-            .take_while(|&&(p, _)| p == prefix)
-            .find_map(|&(_, hash)| self.owner_of(digest, hash))
-    }
-
-    /// The tenant with id hash `hash` whose key is `digest`.
-    fn owner_of(&self, digest: &[u8; 32], hash: u64) -> Option<Tenant<'_>> {
-        let bucket = self.bucket_of(hash);
-        let records = self.buckets[bucket].records();
-        let start = records.partition_point(|r| r.hash < hash);
-        (start..records.len())
-            .take_while(|&i| records[i].hash == hash)
-            .map(|i| self.tenant(bucket, i))
-            .find(|t| t.api_key_sha256() == Some(digest))
+        let mut at = keys.partition_point(|&(p, _)| p < prefix);
+        while let Some(&(p, hash)) = keys.get(at)
+            && p == prefix
+        {
+            let bucket = self.bucket_of(hash);
+            let records = self.buckets[bucket].records();
+            let mut index = records.partition_point(|r| r.hash < hash);
+            while let Some(record) = records.get(index)
+                && record.hash == hash
+            {
+                if record.cell & HAS_KEY != 0 && record.digest == *digest {
+                    return Some(self.tenant(bucket, index));
+                }
+                index += 1;
+            }
+            at += 1;
+        }
+        None
     }
 
     /// Every tenant, bucket by bucket (no particular order).
