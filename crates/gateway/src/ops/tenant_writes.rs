@@ -68,11 +68,20 @@ pub(super) async fn put_tenant(
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let link = link(&gateway)?;
     let bad = |problem: String| AdminError(StatusCode::BAD_REQUEST, problem);
-    let mut entry: TenantEntry = serde_json::from_slice(&body).map_err(|error| {
+    let not_an_entry = |error: serde_json::Error| {
         bad(format!(
             "the body must be one JSON object with the fields of a [[tenants]] entry ({error})"
         ))
-    })?;
+    };
+    // An entry's `id` is required wherever else it is written; here the
+    // path names the tenant, so the body may leave it out.
+    let mut object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&body).map_err(not_an_entry)?;
+    object
+        .entry("id")
+        .or_insert_with(|| serde_json::Value::String(id.clone()));
+    let mut entry: TenantEntry =
+        serde_json::from_value(serde_json::Value::Object(object)).map_err(not_an_entry)?;
     if entry.id.is_empty() {
         entry.id.clone_from(&id);
     } else if entry.id != id {
