@@ -102,7 +102,7 @@ async fn load_store(gateway: &Arc<Gateway>, link: &StoreLink) -> Result<(), Tena
     store.check_schema().await?;
     let config = Arc::clone(&gateway.snapshot().config);
     let expected = store.count().await? as usize;
-    let (tenants, seq) = read_all(store, &config, expected).await?;
+    let (tenants, seq, refused) = read_all(store, &config, expected).await?;
     tracing::info!(
         tenants = tenants.len(),
         store = %store.settings().url,
@@ -115,21 +115,25 @@ async fn load_store(gateway: &Arc<Gateway>, link: &StoreLink) -> Result<(), Tena
             problem: e.to_string(),
         })?;
     link.synced(seq, Origin::Store);
+    // Counted like a refused change, so a bad row present at start shows
+    // on the same counter as one written later.
+    gateway.metrics.tenant_store.changed("refused", refused);
     gateway.metrics.tenant_store.store_up.set(1);
     snapshot_file::write_soon(gateway, true);
     Ok(())
 }
 
 /// Every tenant of the store as a registry, each row checked against
-/// `config`: a row that does not convert or validate is logged with its
-/// tenant and field and left out, and of tenants sharing an API key only
-/// the first read is kept (the rest refused, logged), so one bad row
-/// never keeps the others from being served.
+/// `config`, and the number of rows refused: a row that does not convert
+/// or validate is logged with its tenant and field and left out, and of
+/// tenants sharing an API key only the first read is kept (the rest
+/// refused, logged), so one bad row never keeps the others from being
+/// served.
 async fn read_all(
     store: &TenantStore,
     config: &GatewayConfig,
     expected: usize,
-) -> Result<(Tenants, u64), TenantStoreError> {
+) -> Result<(Tenants, u64, u64), TenantStoreError> {
     let mut loading = Tenants::loading(expected);
     let mut refused = 0_u64;
     let seq = store
@@ -138,8 +142,8 @@ async fn read_all(
             None => refused += 1,
         })
         .await?;
-    match loading.finish() {
-        Ok(tenants) => Ok((tenants, seq)),
+    let (tenants, seq, refused) = match loading.finish() {
+        Ok(tenants) => (tenants, seq, refused),
         Err(conflict) => {
             // Rare (the store's unique key is on the digest as written,
             // so only a case difference gets this far): read again,
@@ -148,15 +152,18 @@ async fn read_all(
             let mut loading = Tenants::loading(expected);
             let mut ids = std::collections::HashSet::new();
             let mut keys = std::collections::HashSet::new();
+            let mut refused = 0_u64;
             let seq = store
                 .load_all(|row| {
                     let Some(valid) = checked(row, config) else {
+                        refused += 1;
                         return;
                     };
                     if !ids.insert(valid.id.clone())
                         || valid.api_key_sha256.is_some_and(|key| !keys.insert(key))
                     {
-                        tracing::warn!(tenant = %valid.id, "tenant refused: its id or API key is another tenant's; the first one read is served");
+                        tracing::warn!(tenant = %valid.id, field = "api_key_sha256", "tenant store row refused: its id or API key is another tenant's; the first one read is served");
+                        refused += 1;
                         return;
                     }
                     loading.push(&valid);
@@ -165,14 +172,13 @@ async fn read_all(
             let tenants = loading.finish().map_err(|e| TenantStoreError::Query {
                 problem: e.to_string(),
             })?;
-            Ok((tenants, seq))
+            (tenants, seq, refused)
         }
+    };
+    if refused > 0 {
+        tracing::warn!(refused, "tenant store rows refused (each logged above)");
     }
-    .inspect(|_| {
-        if refused > 0 {
-            tracing::warn!(refused, "tenant store rows refused (each logged above)");
-        }
-    })
+    Ok((tenants, seq, refused))
 }
 
 /// A store row checked against `config`, or `None` (logged) when it does
