@@ -150,6 +150,12 @@ impl TenantStore {
         let mut held = timeout_at(deadline, self.live.lock())
             .await
             .map_err(|_| self.timed_out())?;
+        // A connection the server ended while it was idle (a restart, a
+        // failover) is known to be dead before anything is sent on it:
+        // connect again rather than fail this call.
+        if held.as_ref().is_some_and(|live| live.client.is_closed()) {
+            *held = None;
+        }
         if held.is_none() {
             let live = timeout_at(deadline, connect::open(&self.settings, None))
                 .await
