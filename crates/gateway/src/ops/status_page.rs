@@ -128,11 +128,32 @@ pub(crate) struct State {
     pub(crate) window_seconds: u64,
     /// Since when the fleet's store has not answered (`[fleet]`).
     pub(crate) fleet_down: Option<SystemTime>,
+    /// With the tenant store down: when the registry served was last
+    /// brought up to date with it (`None`: never, it is the snapshot file's).
+    pub(crate) tenants_stale: Option<Option<SystemTime>>,
 }
 
 /// The state in one line, and how bad it is; with `[fleet]` and its store
 /// unreachable, it says so (containment is this replica's own meanwhile).
 pub(crate) fn banner(state: &State) -> (Level, String) {
+    let (level, line) = fleet_banner(state);
+    let Some(synced) = state.tenants_stale else {
+        return (level, line);
+    };
+    let level = if level == Level::Ok {
+        Level::Warn
+    } else {
+        level
+    };
+    let news = match synced {
+        Some(at) => format!("tenants as of {}: tenant store unreachable", clock(at)),
+        None => "tenants from the snapshot file: tenant store unreachable".to_owned(),
+    };
+    (level, format!("{line}; {news}"))
+}
+
+/// The banner with the fleet store's news.
+fn fleet_banner(state: &State) -> (Level, String) {
     let (level, line) = shards_banner(state);
     match state.fleet_down {
         None => (level, line),
@@ -275,6 +296,14 @@ pub fn render(gateway: &Gateway) -> String {
         below: ratios.iter().filter(|&&r| r < 1.0).count(),
         window_seconds,
         fleet_down: crate::fleet::down_since(gateway),
+        tenants_stale: gateway
+            .tenant_store
+            .get()
+            .filter(|link| !link.is_up())
+            .map(|link| {
+                link.last_sync_unix()
+                    .map(|at| std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(at))
+            }),
     };
     let (level, line) = banner(&state);
 
@@ -695,6 +724,7 @@ mod tests {
             below: 0,
             window_seconds: 60,
             fleet_down: None,
+            tenants_stale: None,
         }
     }
 
@@ -776,6 +806,22 @@ mod tests {
                 },
                 Level::Warn,
                 "All 16 shards up; every tenant at 100 %; containment per replica: fleet store unreachable since 14:02:07",
+            ),
+            (
+                State {
+                    tenants_stale: Some(Some(at("14:03:00"))),
+                    ..state()
+                },
+                Level::Warn,
+                "All 16 shards up; every tenant at 100 %; tenants as of 14:03:00: tenant store unreachable",
+            ),
+            (
+                State {
+                    tenants_stale: Some(None),
+                    ..state()
+                },
+                Level::Warn,
+                "All 16 shards up; every tenant at 100 %; tenants from the snapshot file: tenant store unreachable",
             ),
         ];
         for (state, level, text) in cases {
