@@ -150,6 +150,11 @@ pub struct GatewayToml {
     pub placement_key: Vec<u8>,
     /// The contents of `tenants.toml` (see [`tenants_toml`]).
     pub tenants: String,
+    /// The body of a `[tenants]` table (`store = "postgres://…"`,
+    /// `snapshot_file`, …): when set, the tenants come from the tenant
+    /// store, so it is written instead of `tenants_file` (the two exclude
+    /// each other) and no `tenants.toml` is written.
+    pub tenant_store: Option<String>,
 }
 
 impl Default for GatewayToml {
@@ -168,6 +173,7 @@ impl Default for GatewayToml {
             shards: Vec::new(),
             placement_key: random_bytes(32),
             tenants: String::new(),
+            tenant_store: None,
         }
     }
 }
@@ -186,13 +192,20 @@ impl GatewayToml {
 
     /// The text of `gateway.toml`.
     pub fn render(&self) -> String {
+        let tenants_file = match self.tenant_store {
+            Some(_) => "",
+            None => "tenants_file = \"tenants.toml\"\n",
+        };
         let mut text = format!(
-            "listen = \"{}\"\ntenants_file = \"tenants.toml\"\n\n\
+            "listen = \"{}\"\n{tenants_file}\n\
              [placement]\nalgorithm = \"rendezvous\"\nk = {}\nkey_file = \"placement.key\"\nkey_version = \"{}\"\n",
             self.listen, self.k, self.key_version
         );
         if self.zone_aware {
             text.push_str("zone_aware = true\n");
+        }
+        if let Some(store) = &self.tenant_store {
+            let _ = write!(text, "\n[tenants]\n{}", lines(store));
         }
         for (name, body) in &self.tables {
             let _ = write!(text, "\n[{name}]\n{}", lines(body));
@@ -234,11 +247,14 @@ impl GatewayToml {
         text
     }
 
-    /// Writes `gateway.toml`, `placement.key`, `tenants.toml` and (with a
-    /// token) `admin.token` into `dir`; the path of `gateway.toml`.
+    /// Writes `gateway.toml`, `placement.key`, `tenants.toml` (unless the
+    /// tenants come from the store) and (with a token) `admin.token` into
+    /// `dir`; the path of `gateway.toml`.
     pub fn write(&self, dir: &Path) -> std::io::Result<PathBuf> {
         fs::write(dir.join("placement.key"), &self.placement_key)?;
-        fs::write(dir.join("tenants.toml"), &self.tenants)?;
+        if self.tenant_store.is_none() {
+            fs::write(dir.join("tenants.toml"), &self.tenants)?;
+        }
         if let Some(token) = &self.admin_token {
             fs::write(dir.join("admin.token"), format!("{token}\n"))?;
         }
@@ -361,6 +377,34 @@ mod tests {
             Some(rustls_pki_types::ServerName::try_from("s1.shards.internal").unwrap())
         );
         assert!(config.upstream_tls().is_some());
+    }
+
+    #[test]
+    fn with_a_tenant_store_it_writes_a_tenants_table_and_no_tenants_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = GatewayToml {
+            shards: vec![Shard::new("s0", "http://127.0.0.1:9100")],
+            k: 1,
+            tenant_store: Some(
+                "store = \"postgres://gw:pw@127.0.0.1:5432/tenants\"\ncheck_ms = 100".into(),
+            ),
+            ..GatewayToml::default()
+        };
+        let text = config.render();
+        assert!(!text.contains("tenants_file"), "{text}");
+        assert!(
+            text.contains(
+                "\n[tenants]\nstore = \"postgres://gw:pw@127.0.0.1:5432/tenants\"\ncheck_ms = 100\n"
+            ),
+            "{text}"
+        );
+        let path = config.write(dir.path()).unwrap();
+        assert!(!dir.path().join("tenants.toml").exists());
+        let config = crate::GatewayConfig::load(&path).unwrap();
+        let crate::config::TenantSource::Store(store) = config.tenants() else {
+            panic!("the tenants come from a file: {:?}", config.tenants());
+        };
+        assert_eq!(store.check_every, std::time::Duration::from_millis(100));
     }
 
     #[test]
