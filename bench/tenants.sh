@@ -28,7 +28,9 @@
 #   process, so the poller costs a busy machine little); then, once the
 #   gateway has built its blast-radius model over every tenant (a thread of
 #   its own, after it starts serving; its debug log line says when) or its
-#   VmRSS has stopped moving, VmRSS ("serving") and VmHWM ("peak") from
+#   VmRSS has stopped moving (from PostgreSQL the model logs no line; VmRSS
+#   steady counts only 3 s after the first answer, and the model of 1M
+#   tenants takes about 1.5 s), VmRSS ("serving") and VmHWM ("peak") from
 #   /proc/PID/status, and the process's user+system CPU seconds up to the
 #   first answer from /proc/PID/stat. Wall time on a shared 2-CPU machine
 #   moves with whatever else runs; CPU seconds move much less, so both are
@@ -109,6 +111,7 @@ pg() { # pg PROGRAM ARGS...: one of PostgreSQL's programs, as its user when we a
 pg_stop() { [[ -z $PG_PORT ]] || pg pg_ctl -D "$PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true; }
 on_exit() {
     local status=$?
+    set +e # under -e, the `(exit $status)` below would end the trap before stop_all
     pg_stop
     (exit "$status")
     stop_all
@@ -224,7 +227,7 @@ run_case() { # run_case ROUND NAME:N:SOURCE
     gateway_config "$WORK/$name.toml" "$GW_PORT" "$GW_ADMIN_PORT" "$source"
     RUST_LOG=${RUST_LOG:-info,gateway::state=debug} python3 -B "$LIB/tenants_bench.py" start \
         --url "http://127.0.0.1:$GW_PORT/x" --key "key-$((n - 1))" --log "$WORK/$name-$round.log" \
-        --case "$name" --round "$round" --settle-max "$settle" -- "$bin" serve --config "$WORK/$name.toml" >>"$RUNS" ||
+        --case "$name" --round "$round" --tenants "$n" --settle-max "$settle" -- "$bin" serve --config "$WORK/$name.toml" >>"$RUNS" ||
         die "case $name, round $round failed; see $WORK/$name-$round.log"
 }
 
@@ -269,7 +272,7 @@ if [[ -n ${BIN_REV:-} ]]; then
 elif [[ -n ${BENCH_BIN:-} ]]; then
     GIT_REV="$GIT_REV (the checkout's; the binary was given with BIN=)"
 fi
-COMMAND="ROUNDS=$ROUNDS${SKIP_10M:+ SKIP_10M=$SKIP_10M} PUTS=$PUTS${BEFORE_BIN:+ BEFORE_BIN=…} bench/tenants.sh"
+COMMAND="${BENCH_BIN:+BIN=… }${BIN_REV:+BIN_REV=$BIN_REV }ROUNDS=$ROUNDS${SKIP_10M:+ SKIP_10M=$SKIP_10M} PUTS=$PUTS${BEFORE_BIN:+ BEFORE_BIN=…} bench/tenants.sh"
 meta=(
     "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     "git_rev=$GIT_REV"

@@ -1075,15 +1075,29 @@ def tenants_lines(doc: dict, link: str) -> list[str]:
     lines.append(f"| TOML file, before this work (the issue's figures, not measured here) | 1,000,000 |"
                  f" {seconds(b['first_answer_s'])} | — | {megabytes(b['rss_mb'])} | {megabytes(b['peak_mb'])} |"
                  f" {ratio(b['peak_mb'] / b['rss_mb'])} |")
-    toml = cases.get("toml-1m")
-    if toml and toml["tenants"] == 1_000_000:
-        def against(before, now, better, worse):
-            return f"{times(before / now)} {better}" if now <= before else f"{times(now / before)} {worse}"
-        lines += ["", "Against the issue's figures, TOML at 1M now: first answer"
-                  f" {against(b['first_answer_s'], toml['first_answer_s']['median'], 'sooner', 'later')}, serving"
-                  f" {against(b['rss_mb'], toml['rss_mb']['median'], 'smaller', 'larger')}, peak"
-                  f" {against(b['peak_mb'], toml['peak_mb']['median'], 'smaller', 'larger')}"
-                  " (the issue's figures were taken on another day, maybe another machine: a rough comparison)."]
+    def against(before, now, better, worse):
+        if max(before, now) <= 1.02 * min(before, now):
+            return "about the same"
+        return f"{times(before / now)} {better}" if now <= before else f"{times(now / before)} {worse}"
+
+    old = cases.get("toml-1m-before")
+    if old:  # the older build in the same run: the comparison that holds
+        vs = [f"{source}: first answer {against(old['first_answer_s']['median'], c['first_answer_s']['median'], 'sooner', 'later')}"
+              f" (CPU {against(old['cpu_first_s']['median'], c['cpu_first_s']['median'], 'less', 'more')}), serving"
+              f" {against(old['rss_mb']['median'], c['rss_mb']['median'], 'smaller', 'larger')}, peak"
+              f" {against(old['peak_mb']['median'], c['peak_mb']['median'], 'smaller', 'larger')}"
+              for case, source in (("jsonl-1m", "JSON Lines"), ("toml-1m", "TOML"), ("postgres-1m", "PostgreSQL"))
+              if (c := cases.get(case)) and c["tenants"] == old["tenants"]]
+        if vs:
+            lines += ["", f"Against the older build's TOML start in the same run (medians): {'; '.join(vs)}."]
+    else:
+        toml = cases.get("toml-1m")
+        if toml and toml["tenants"] == 1_000_000:
+            lines += ["", "Against the issue's figures, TOML at 1M now: first answer"
+                      f" {against(b['first_answer_s'], toml['first_answer_s']['median'], 'sooner', 'later')}, serving"
+                      f" {against(b['rss_mb'], toml['rss_mb']['median'], 'smaller', 'larger')}, peak"
+                      f" {against(b['peak_mb'], toml['peak_mb']['median'], 'smaller', 'larger')}"
+                      " (the issue's figures were taken on another day, maybe on another machine: a rough comparison)."]
     lines += ["", f"Median [min–max] over {s['rounds']} rounds, cases interleaved within each round."]
     if f:
         lines.append(f"Files: {integer(s['tenants'])} tenants are {plain(f['jsonl_mb'])} MB of JSON Lines and"

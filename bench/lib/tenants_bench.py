@@ -11,10 +11,12 @@
 `start`: launches COMMAND (the gateway), asks URL with `Authorization: Bearer
 KEY` every 5 ms (one process, so the polling costs the machine little) until the
 first 200: the first answer, timed from just before the launch. Then waits for
-the log line "blast-radius model built" (the gateway builds that model over
-every tenant on a thread of its own after it starts serving; with RUST_LOG
-including `gateway::state=debug`), or for VmRSS to stop moving, at most
---settle-max seconds, and reads VmRSS (serving), VmHWM (peak) and the
+the log line "blast-radius model built tenants=N" (the gateway builds that
+model over every tenant on a thread of its own after it starts serving; with
+RUST_LOG including `gateway::state=debug`; a registry read from PostgreSQL
+is installed after the start, and its model logs no line), or for VmRSS to
+stop moving for a second, no sooner than --min-settle seconds after the
+first answer and at most --settle-max seconds after it, and reads VmRSS (serving), VmHWM (peak) and the
 process's user+system CPU time from /proc; stops the gateway (SIGTERM) and
 prints one JSON line.
 
@@ -64,7 +66,15 @@ class Client:
         self.body = b""
 
     def request(self, method: str, path: str | None = None, headers=None, body=None) -> int | None:
-        """The status, or None when nothing answered."""
+        """The status, or None when nothing answered. A kept-alive connection the server has closed
+        meanwhile (its idle timeout) is opened again once."""
+        if self.conn is not None:
+            status = self.once(method, path, headers, body)
+            if status is not None:
+                return status
+        return self.once(method, path, headers, body)
+
+    def once(self, method, path, headers, body) -> int | None:
         try:
             if self.conn is None:
                 self.conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
@@ -121,13 +131,14 @@ def start(a) -> None:
         while time.monotonic() - t0 - first < a.settle_max:
             time.sleep(0.2)
             samples.append(proc_status(gw.pid)["VmRSS"])
-            m = re.search(rb"blast-radius model built.*?elapsed_ms=(\d+)", open(a.log, "rb").read())
+            m = re.search(rb"blast-radius model built tenants=%d elapsed_ms=(\d+)" % a.tenants, open(a.log, "rb").read())
             if m:
                 model_ms = int(m.group(1))
                 time.sleep(0.5)  # the model's thread lets go of what it built with
                 settled_by = "model built"
                 break
-            if len(samples) >= 6 and max(samples[-6:]) - min(samples[-6:]) <= max(samples[-1] // 200, 256):
+            steady = max(samples[-6:]) - min(samples[-6:]) <= max(samples[-1] // 200, 256)
+            if len(samples) >= 6 and steady and time.monotonic() - t0 - first >= a.min_settle:
                 settled_by = "rss steady"
                 break
         status = proc_status(gw.pid)
@@ -199,7 +210,9 @@ def main() -> None:
     for name in ("--url", "--key", "--log", "--case"):
         s.add_argument(name, required=True)
     s.add_argument("--round", type=int, required=True)
+    s.add_argument("--tenants", type=int, required=True, help="how many the gateway loads (its model's log line names them)")
     s.add_argument("--settle-max", type=float, default=8.0)
+    s.add_argument("--min-settle", type=float, default=3.0, help="VmRSS steady counts only this long after the first answer")
     s.add_argument("--timeout", type=float, default=600.0)
     s.add_argument("command", nargs="+")
     u = sub.add_parser("put")
