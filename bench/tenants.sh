@@ -112,6 +112,7 @@ pg_stop() { [[ -z $PG_PORT ]] || pg pg_ctl -D "$PG_DIR/data" -m immediate -w sto
 on_exit() {
     local status=$?
     set +e # under -e, the `(exit $status)` below would end the trap before stop_all
+    trap - ERR
     pg_stop
     (exit "$status")
     stop_all
