@@ -220,8 +220,12 @@ pub struct Checked {
     pub cells: usize,
     /// Shards over every cell.
     pub shards: usize,
-    /// Tenants in the tenants file.
+    /// Tenants in the tenants file (with the tenant store: in the
+    /// snapshot file, if any; the store itself is read at start).
     pub tenants: usize,
+    /// The tenant store, when tenants come from one (its URL without the
+    /// password).
+    pub tenant_store: Option<String>,
     /// The placement algorithms in use, each once, in cell order.
     pub algorithms: Vec<&'static str>,
     /// The placement key versions in use, each once, in cell order.
@@ -246,7 +250,13 @@ impl std::fmt::Display for Checked {
             self.path.display(),
             plural(self.cells, "cell"),
             plural(self.shards, "shard"),
-            plural(self.tenants, "tenant"),
+            match &self.tenant_store {
+                None => plural(self.tenants, "tenant"),
+                Some(store) => format!(
+                    "tenants from the tenant store {store} (read at start; {} in the snapshot file)",
+                    self.tenants
+                ),
+            },
             self.algorithms.join(", "),
             self.key_versions.join(", "),
         )?;
@@ -279,6 +289,10 @@ pub fn check(path: &Path) -> Result<Checked, LoadError> {
         cells: config.cells().len(),
         shards: config.cells().iter().map(|cell| cell.shards.len()).sum(),
         tenants: snapshot.tenants.len(),
+        tenant_store: match config.tenants() {
+            crate::config::TenantSource::Store(store) => Some(store.url.to_string()),
+            crate::config::TenantSource::File(_) => None,
+        },
         algorithms,
         key_versions,
         tls: config.tls().map(|tls| tls.listen),

@@ -302,7 +302,7 @@ pub fn render(gateway: &Gateway) -> String {
             .filter(|link| !link.is_up())
             .map(|link| {
                 link.last_sync_unix()
-                    .map(|at| std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(at))
+                    .map(|at| UNIX_EPOCH + Duration::from_secs_f64(at))
             }),
     };
     let (level, line) = banner(&state);
