@@ -19,10 +19,11 @@ use tracing::{Event, Metadata, Subscriber};
 use crate::admin::{TOKEN, options};
 use crate::util::{Fixture, Options, eventually};
 
-/// Every event (and span field) as one line: `target level message k=v …`.
+/// Every event (and span field) as one line: `target level message k=v …`
+/// (`tenant_sync` reads the store's logs with it too).
 #[derive(Clone, Default)]
-struct Capture {
-    lines: Arc<Mutex<Vec<String>>>,
+pub(crate) struct Capture {
+    pub(crate) lines: Arc<Mutex<Vec<String>>>,
     next_span: Arc<AtomicU64>,
 }
 

@@ -27,6 +27,7 @@ mod routing;
 mod second_look;
 mod status_page;
 mod tenant_store;
+mod tenant_sync;
 mod tls;
 mod transport;
 mod upstream;
