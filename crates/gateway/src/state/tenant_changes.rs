@@ -168,7 +168,13 @@ impl Gateway {
             .spawn(move || {
                 while let Some(gateway) = gateway.upgrade() {
                     let built = gateway.snapshot();
+                    let began = std::time::Instant::now();
                     built.blast();
+                    tracing::debug!(
+                        tenants = built.tenants.len(),
+                        elapsed_ms = began.elapsed().as_millis() as u64,
+                        "blast-radius model built"
+                    );
                     gateway.modeling.store(false, Ordering::Release);
                     // A snapshot installed meanwhile is built too, unless
                     // its own call started a thread for it.

@@ -17,7 +17,10 @@ pub const MAX_ID_BYTES: usize = 256;
 #[derive(Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantEntry {
-    /// The tenant id (what placement hashes).
+    /// The tenant id (what placement hashes). Left out of an admin
+    /// `PUT` body, whose path names it; anywhere else an empty id is
+    /// refused by [`TenantEntry::validate`].
+    #[serde(default)]
     pub id: String,
     /// SHA-256 of the tenant's API key, 64 hex digits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
