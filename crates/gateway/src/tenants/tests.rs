@@ -150,10 +150,18 @@ fn toml_and_json_lines_convert_both_ways_without_loss() {
     let toml = dir.path().join("t.toml");
     files::write_entries(&jsonl, entries.clone()).unwrap();
     let mut read = Vec::new();
-    files::read_entries(&jsonl, |e| Ok(read.push(e))).unwrap();
+    files::read_entries(&jsonl, |e| {
+        read.push(e);
+        Ok(())
+    })
+    .unwrap();
     files::write_entries(&toml, read).unwrap();
     let mut back = Vec::new();
-    files::read_entries(&toml, |e| Ok(back.push(e))).unwrap();
+    files::read_entries(&toml, |e| {
+        back.push(e);
+        Ok(())
+    })
+    .unwrap();
     assert_eq!(back, entries);
 }
 
