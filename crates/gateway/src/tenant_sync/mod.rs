@@ -114,7 +114,7 @@ async fn load_store(gateway: &Arc<Gateway>, link: &StoreLink) -> Result<(), Tena
         .map_err(|e| TenantStoreError::Query {
             problem: e.to_string(),
         })?;
-    link.synced(seq, Origin::Store);
+    synced(gateway, link, seq);
     // Counted like a refused change, so a bad row present at start shows
     // on the same counter as one written later.
     gateway.metrics.tenant_store.changed("refused", refused);
@@ -250,10 +250,25 @@ async fn keep_current(
                 gateway.metrics.tenant_store.store_up.set(0);
             }
         }
-        if let Some(at) = link.last_sync_unix() {
-            gateway.metrics.tenant_store.last_sync.set(at);
-        }
     }
+}
+
+/// Records that the registry served holds every change up to `seq`, in
+/// the link and in `shuffle_tenant_store_last_sync_timestamp_seconds` at
+/// once: the gauge must not say "never" (or older) while the link, the
+/// view and `store_up` say current, or a staleness alert fires on every
+/// start. The gauge goes first, so whoever waits on the link (an admin
+/// write waiting for its change) finds it set.
+fn synced(gateway: &Gateway, link: &StoreLink, seq: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    gateway
+        .metrics
+        .tenant_store
+        .last_sync
+        .set(now.as_secs_f64());
+    link.synced(seq, Origin::Store);
 }
 
 /// The next notification, or never while there is no connection.
@@ -287,7 +302,7 @@ async fn sync_once(
             return load_store(gateway, link).await;
         }
         if changes.changed.is_empty() {
-            link.synced(changes.seq.max(seq), Origin::Store);
+            synced(gateway, link, changes.seq.max(seq));
             return Ok(());
         }
         let mut batch = Vec::with_capacity(changes.changed.len());
@@ -303,7 +318,7 @@ async fn sync_once(
         }
         gateway.apply_tenant_changes(batch);
         seq = changes.seq;
-        link.synced(seq, Origin::Store);
+        synced(gateway, link, seq);
         snapshot_file::write_soon(gateway, false);
     }
 }
