@@ -316,6 +316,13 @@ async fn a_put_on_one_replica_is_served_by_both_and_a_delete_by_neither() {
         return;
     };
     let (a, b) = (setup.replica().await, setup.replica().await);
+    // Current from the start, and saying so on every count.
+    for replica in [&a, &b] {
+        let metrics = setup.scrape(replica).await;
+        assert_eq!(metrics.value("shuffle_tenant_store_up", &[]), 1.0);
+        let synced = metrics.value("shuffle_tenant_store_last_sync_timestamp_seconds", &[]);
+        assert!(synced > 0.0, "synced at start, the gauge says {synced}");
+    }
     let key = key_for("onboarded");
     assert_eq!(setup.status(&a, &key).await, StatusCode::UNAUTHORIZED);
 
