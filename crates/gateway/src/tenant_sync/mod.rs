@@ -101,7 +101,7 @@ async fn load_store(gateway: &Arc<Gateway>, link: &StoreLink) -> Result<(), Tena
     let store = link.store();
     store.check_schema().await?;
     let config = Arc::clone(&gateway.snapshot().config);
-    let expected = store.count().await? as usize;
+    let expected = store.estimated_count().await? as usize;
     let (tenants, seq, refused) = read_all(store, &config, expected).await?;
     tracing::info!(
         tenants = tenants.len(),

@@ -195,6 +195,11 @@ pub(super) const DELETE: &str = "DELETE FROM shuffle_shard_tenants WHERE id = $1
 /// The number of tenants.
 pub(super) const COUNT: &str = "SELECT count(*) FROM shuffle_shard_tenants";
 
+/// The planner's estimate of the number of tenants (-1 before the table was
+/// first analysed): free, where `count(*)` reads the whole table.
+pub(super) const ESTIMATE: &str =
+    "SELECT reltuples::bigint FROM pg_class WHERE oid = 'shuffle_shard_tenants'::regclass";
+
 /// Drops changes older than `$1` seconds (float8), except the newest, and
 /// records how far it went (no row when nothing was old enough).
 pub(super) const PRUNE: &str = "WITH gone AS ( \
