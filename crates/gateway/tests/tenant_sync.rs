@@ -33,6 +33,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::logs::Capture;
+use crate::pki::Ca;
 use crate::util::{Exposition, get_with_key, parse};
 
 const TOKEN: &str = "tenant-sync-admin-token-4e7a19c2";
@@ -382,6 +383,16 @@ async fn a_moving_change_is_refused_and_counted_unless_migration_is_allowed() {
     let key = key_for("mover");
     let (status, answer) = setup.put(&a, "mover", &body(&key, json!({})), false).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
+    // Not a move, but refused as well: another tenant's key, and a body
+    // naming another tenant than the path.
+    let (status, answer) = setup.put(&a, "thief", &body(&key, json!({})), false).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    assert!(answer.to_string().contains("another tenant"), "{answer}");
+    let (status, answer) = setup
+        .put(&a, "mover", &body(&key, json!({ "id": "thief" })), false)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(setup.store.get("thief").await.unwrap(), None);
     let k_of = |replica: &Running| {
         replica
             .gateway
@@ -1195,4 +1206,83 @@ async fn ids_that_look_like_sql_are_data_and_the_password_is_never_shown() {
     for text in &shown {
         assert!(!text.contains(&password), "the password shown: {text}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_reach_the_store_over_tls_checked_against_tenants_ca_file() {
+    let ca = Ca::new("tenant store CA");
+    let leaf = ca.server(&["127.0.0.1"]);
+    let Some(pg) = Postgres::start_tls(&leaf.cert_pem, &leaf.key_pem).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+    let settings = store::settings(&pg.url(), Some(dir.path().join("ca.pem"))).unwrap();
+    let tenants = TenantStore::connect(&settings).await.unwrap();
+    assert!(tenants.init_schema().await.unwrap());
+    let early = key_for("early");
+    tenants
+        .put(&TenantEntry {
+            id: "early".into(),
+            api_key_sha256: Some(sha256_hex(&early)),
+            ..TenantEntry::default()
+        })
+        .await
+        .unwrap();
+    let mut backends = Vec::new();
+    for id in ["s0", "s1", "e0", "e1"] {
+        backends.push(Backend::start(id).await.unwrap());
+    }
+    write_config(dir.path(), &pg.url(), "ca_file = \"ca.pem\"\n", &backends);
+    let replica = start(&dir.path().join("gateway.toml")).await.unwrap();
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    assert_eq!(
+        get_with_key(&client, replica.addr, &early).await.0,
+        StatusCode::OK
+    );
+    let late = key_for("late");
+    let put = json!({ "api_key_sha256": sha256_hex(&late) });
+    let (status, answer) = call(
+        &client,
+        replica.admin_addr,
+        "PUT",
+        "/admin/tenants/late",
+        Some(&put),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        get_with_key(&client, replica.addr, &late).await.0,
+        StatusCode::OK
+    );
+    // Every connection the replica holds (the shared one, the LISTEN one)
+    // is TLS.
+    let count = |sql: &str| {
+        tokio::task::block_in_place(|| pg.psql(sql))
+            .trim()
+            .parse::<u32>()
+            .unwrap()
+    };
+    until("the replica listens", async || {
+        count(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE application_name = 'shuffle-shard' AND query LIKE 'LISTEN%'",
+        ) == 1
+    })
+    .await;
+    let plain = count(
+        "SELECT count(*) FROM pg_stat_activity JOIN pg_stat_ssl USING (pid) \
+         WHERE application_name = 'shuffle-shard' AND NOT ssl",
+    );
+    assert_eq!(plain, 0, "a connection in the clear");
+
+    // A CA that did not sign the server's certificate: refused, in one
+    // line that says why.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("ca.pem"), Ca::new("someone else").pem()).unwrap();
+    write_config(other.path(), &pg.url(), "ca_file = \"ca.pem\"\n", &backends);
+    let error = start(&other.path().join("gateway.toml")).await.unwrap_err();
+    assert!(!error.contains('\n'), "{error}");
+    assert!(error.to_lowercase().contains("certificate"), "{error}");
+    assert!(!error.contains(&pg.password), "{error}");
 }
