@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::config::{GatewayConfig, TenantSource, TenantStoreSettings};
+use crate::config::{GatewayConfig, TenantSource};
 use crate::state::Gateway;
 use crate::store::tenants::link::{Origin, StoreLink};
 use crate::store::tenants::{BadRow, TenantStore, TenantStoreError};
@@ -209,6 +209,8 @@ async fn keep_current(
     mut stopped: watch::Receiver<bool>,
 ) {
     let settings = link.store().settings().clone();
+    // The configuration the rows served were checked against.
+    let mut checked = Arc::clone(&gateway.snapshot().config);
     let mut notifications: Option<mpsc::Receiver<u64>> = None;
     let mut backoff = Duration::from_millis(100);
     let mut listen_again = tokio::time::Instant::now();
@@ -238,7 +240,7 @@ async fn keep_current(
                 }
             }
         }
-        match sync_once(&gateway, &link, &settings).await {
+        match sync_once(&gateway, &link, &mut checked).await {
             Ok(()) => {
                 gateway.metrics.tenant_store.store_up.set(1);
             }
@@ -271,6 +273,18 @@ fn synced(gateway: &Gateway, link: &StoreLink, seq: u64) {
     link.synced(seq, Origin::Store);
 }
 
+/// [`load_store`], and the configuration its rows were checked against
+/// kept in `checked` (the new snapshot's own copy).
+async fn load_all_again(
+    gateway: &Arc<Gateway>,
+    link: &StoreLink,
+    checked: &mut Arc<GatewayConfig>,
+) -> Result<(), TenantStoreError> {
+    load_store(gateway, link).await?;
+    *checked = Arc::clone(&gateway.snapshot().config);
+    Ok(())
+}
+
 /// The next notification, or never while there is no connection.
 async fn next(notifications: &mut Option<mpsc::Receiver<u64>>) -> Option<u64> {
     match notifications {
@@ -280,15 +294,25 @@ async fn next(notifications: &mut Option<mpsc::Receiver<u64>>) -> Option<u64> {
 }
 
 /// Applies every change after the one applied, a page at a time; loads
-/// everything again when the log no longer reaches back that far, or when
-/// the registry served never came from the store (the snapshot file).
+/// everything again when the log no longer reaches back that far, when
+/// the registry served never came from the store (the snapshot file), or
+/// when the configuration was reloaded since the rows were checked
+/// (`checked`): a reload checks the tenants served against the new
+/// configuration, but the rows the old one refused (a cell it did not
+/// have, a `k` too large for it) would stay unserved until they changed.
 async fn sync_once(
     gateway: &Arc<Gateway>,
     link: &StoreLink,
-    _settings: &TenantStoreSettings,
+    checked: &mut Arc<GatewayConfig>,
 ) -> Result<(), TenantStoreError> {
+    if !Arc::ptr_eq(&gateway.snapshot().config, checked) {
+        tracing::info!(
+            "the configuration was reloaded: reading every tenant again, to check each row against it"
+        );
+        return load_all_again(gateway, link, checked).await;
+    }
     if link.origin() != Origin::Store {
-        return load_store(gateway, link).await;
+        return load_all_again(gateway, link, checked).await;
     }
     let store = link.store();
     let mut seq = link.applied();
@@ -299,7 +323,7 @@ async fn sync_once(
                 seq,
                 "the tenant store's change log no longer reaches back to the last change applied here; reading every tenant again"
             );
-            return load_store(gateway, link).await;
+            return load_all_again(gateway, link, checked).await;
         }
         if changes.changed.is_empty() {
             synced(gateway, link, changes.seq.max(seq));
