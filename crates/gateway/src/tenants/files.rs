@@ -210,13 +210,83 @@ pub fn read_toml(
     text: &str,
     mut each: impl FnMut(Location, TenantEntry) -> Result<(), FilesError>,
 ) -> Result<u64, FilesError> {
-    let parsed: TomlTenants = toml::from_str(text).map_err(|error| {
+    let Some(chunks) = entry_chunks(text) else {
+        return read_toml_whole(path, text, each);
+    };
+    // What comes before the first entry may hold comments, nothing else
+    // (checked as the whole file would be).
+    parse_toml(path, &text[..chunks.first().map_or(text.len(), |c| c.0)], 0)?;
+    let mut count = 0;
+    // Lines before the chunk, counted as the chunks go by (not from the
+    // start of the file for each one).
+    let (mut line, mut counted_to) = (0, 0);
+    for (n, &(start, end)) in chunks.iter().enumerate() {
+        line += text[counted_to..start].matches('\n').count();
+        counted_to = start;
+        let mut parsed = parse_toml(path, &text[start..end], line)?.tenants;
+        match (parsed.pop(), parsed.is_empty()) {
+            (Some(entry), true) => each(Location::Entry(n), entry)?,
+            // Cannot happen: each chunk is one `[[tenants]]` header and
+            // its keys; read the whole file the slow way if it does.
+            _ => return read_toml_whole(path, text, each),
+        }
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// The byte ranges of the `[[tenants]]` entries of tenants-file TOML, each
+/// from its header to the next, so that each is parsed alone: parsing a
+/// million entries as one document builds a tree twenty times the file's
+/// size. `None` when the file holds anything that could make a line look
+/// like a header without being one (a multi-line string) or another table
+/// header: such a file is parsed whole.
+fn entry_chunks(text: &str) -> Option<Vec<(usize, usize)>> {
+    if text.contains("\"\"\"") || text.contains("'''") {
+        return None;
+    }
+    let mut starts = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if let Some(rest) = trimmed.strip_prefix("[[tenants]]") {
+            let rest = rest.trim_start();
+            if !(rest.is_empty() || rest.starts_with('#')) {
+                return None;
+            }
+            starts.push(offset);
+        } else if trimmed.starts_with('[') {
+            return None;
+        }
+        offset += line.len();
+    }
+    let ends = starts.iter().skip(1).copied().chain([text.len()]);
+    Some(starts.iter().copied().zip(ends).collect())
+}
+
+/// TOML text of tenants entries (`line` lines into the file).
+fn parse_toml(path: &Path, text: &str, line: usize) -> Result<TomlTenants, FilesError> {
+    toml::from_str(text).map_err(|error| {
         let location = error
             .span()
-            .map(|span| format!("line {}", text[..span.start].matches('\n').count() + 1))
+            .map(|span| {
+                format!(
+                    "line {}",
+                    line + text[..span.start].matches('\n').count() + 1
+                )
+            })
             .unwrap_or_else(|| "-".into());
         FilesError::new(path, location, error.message().to_owned())
-    })?;
+    })
+}
+
+/// Tenants-file TOML parsed as one document.
+fn read_toml_whole(
+    path: &Path,
+    text: &str,
+    mut each: impl FnMut(Location, TenantEntry) -> Result<(), FilesError>,
+) -> Result<u64, FilesError> {
+    let parsed = parse_toml(path, text, 0)?;
     let count = parsed.tenants.len() as u64;
     for (n, entry) in parsed.tenants.into_iter().enumerate() {
         each(Location::Entry(n), entry)?;
@@ -283,4 +353,55 @@ pub fn temporary_beside(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_owned();
     name.push(format!(".{}.tmp", std::process::id()));
     path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// Every entry read one at a time, or the error, as text.
+    fn read(text: &str, whole: bool) -> Result<Vec<(String, String)>, String> {
+        let mut entries = Vec::new();
+        let each = |location: Location, entry: TenantEntry| {
+            entries.push((location.to_string(), format!("{entry:?}")));
+            Ok(())
+        };
+        let path = Path::new("tenants.toml");
+        let read = if whole {
+            read_toml_whole(path, text, each)
+        } else {
+            read_toml(path, text, each)
+        };
+        read.map(|_| entries).map_err(|e| e.to_string())
+    }
+
+    /// Reading entry by entry gives what parsing the whole document gives:
+    /// the same entries, or an error on the same line.
+    #[test]
+    fn entries_parsed_one_at_a_time_are_the_whole_documents() {
+        let files = [
+            "",
+            "# only a comment\n",
+            "[[tenants]]\nid = \"a\"\n\n[[tenants]] # the second\nid = \"b\"\nk = 2\nshards = [\n  \"s1\",\n]\n",
+            "  [[tenants]]\n  id = \"a\"\n[[tenants]]\nid=\"b\"\nrequests_per_second = 2.5\n",
+            "[[tenants]]\nid = \"a\"\n[[tenants]]\nid = \"b\"\nid = \"c\"\n",
+            "[[tenants]]\nid = \"a\"\n[[tenants]]\nid = \"b\"\ncolour = 1\n",
+            "[[tenants]]\nid = \"a\"\n[[tenants]]\nk = \"x\"\n",
+            "stray = 1\n[[tenants]]\nid = \"a\"\n",
+            "[[tenants]]\nid = \"a\"\n[other]\nx = 1\n",
+            "[[tenants]]\nid = \"a\"\nnote = \"\"\"\n[[tenants]]\n\"\"\"\n",
+            "[[tenants]]\nid = \"a\"\n[[tenants]] trailing\n",
+            "[[tenants]]\nid = \"a\"\n[[tenants]]\nid = \"b\"\n[[tenants]]\nid = 3\n",
+        ];
+        for text in files {
+            assert_eq!(read(text, false), read(text, true), "{text:?}");
+        }
+        assert_eq!(read(files[2], false).unwrap().len(), 2);
+        assert!(
+            entry_chunks(files[2]).is_some(),
+            "the common shape is read entry by entry"
+        );
+    }
 }
