@@ -220,8 +220,8 @@ pub struct Checked {
     pub cells: usize,
     /// Shards over every cell.
     pub shards: usize,
-    /// Tenants in the tenants file (with the tenant store: in the
-    /// snapshot file, if any; the store itself is read at start).
+    /// Tenants in the tenants file (0 with the tenant store, which is read
+    /// at start, not by `--check`).
     pub tenants: usize,
     /// The tenant store, when tenants come from one (its URL without the
     /// password).
@@ -252,10 +252,7 @@ impl std::fmt::Display for Checked {
             plural(self.shards, "shard"),
             match &self.tenant_store {
                 None => plural(self.tenants, "tenant"),
-                Some(store) => format!(
-                    "tenants from the tenant store {store} (read at start; {} in the snapshot file)",
-                    self.tenants
-                ),
+                Some(store) => format!("tenants from the tenant store {store} (read at start)"),
             },
             self.algorithms.join(", "),
             self.key_versions.join(", "),

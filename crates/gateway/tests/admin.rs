@@ -90,7 +90,7 @@ fn admin_requests(fixture: &Fixture) -> Vec<(String, &'static str, String)> {
     assert_eq!(
         requests
             .iter()
-            .map(|(_, pattern, _)| pattern)
+            .map(|(method, pattern, _)| (method, pattern))
             .collect::<BTreeSet<_>>()
             .len(),
         ROUTES.len(),
@@ -183,12 +183,18 @@ async fn every_route_needs_the_right_token() {
     // With the token every route answers (the shard actions end on
     // `restore`, so the shards are as they were).
     let bearer = format!("Bearer {TOKEN}");
-    for (method, _, path) in &requests {
+    for (method, pattern, path) in &requests {
         let (status, _, body) = to_admin(&fixture, method, path, Some(&bearer)).await;
+        // Tenants are written through the tenant store; with a tenants
+        // file (this fixture) a write is refused, saying so.
+        let tenant_write = *pattern == "/admin/tenants/{id}" && method != "GET";
+        let text = String::from_utf8_lossy(&body);
         assert!(
-            status.is_success(),
-            "{method} {path} with the token: {status} {}",
-            String::from_utf8_lossy(&body)
+            status.is_success()
+                || (tenant_write
+                    && status == StatusCode::CONFLICT
+                    && text.contains("tenants_file")),
+            "{method} {path} with the token: {status} {text}"
         );
     }
     all_shards_untouched(&fixture, "after the walk with the token");

@@ -216,12 +216,15 @@ impl Snapshot {
                 );
                 tenants
             }
-            TenantSource::Store(store) => match previous {
+            TenantSource::Store(_) => match previous {
                 // A reload: the tenants the store gave, checked again
                 // against the new configuration (the store is read by
                 // the sync task, not here).
                 Some(previous) => previous.tenants_for(&config)?,
-                None => crate::tenants::load::from_snapshot_file(store, &config)?,
+                // A start: none yet. `tenant_sync::start` reads the store
+                // (or, while it is down, the snapshot file) before the
+                // first request.
+                None => Tenants::default(),
             },
         };
         Self::build(config, tenants, previous)

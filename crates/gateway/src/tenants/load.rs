@@ -73,20 +73,6 @@ pub fn from_entries(
         .map_err(|conflict| ConfigError::new(source, "-", conflict.to_string()))
 }
 
-/// The registry a replica whose tenants come from the store starts with
-/// before it has read the store: the snapshot file it last wrote, when
-/// there is one, else none (the sync task loads the store, or start-up
-/// fails when neither can be had: see `tenant_sync`).
-pub fn from_snapshot_file(
-    store: &crate::config::TenantStoreSettings,
-    config: &GatewayConfig,
-) -> Result<Tenants, ConfigError> {
-    match &store.snapshot_file {
-        Some(file) if file.exists() => from_file(file, config),
-        _ => Ok(Tenants::default()),
-    }
-}
-
 /// One entry checked, its problem as (field, problem).
 fn check(
     entry: &TenantEntry,
