@@ -1330,3 +1330,87 @@ async fn replicas_reach_the_store_over_tls_checked_against_tenants_ca_file() {
     assert!(error.to_lowercase().contains("certificate"), "{error}");
     assert!(!error.contains(&pg.password), "{error}");
 }
+
+/// Copies a data directory as it is, owner and modes kept (`cp -a`).
+fn copy_tree(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "cp -a {} {}",
+        from.display(),
+        to.display()
+    );
+}
+
+/// A failover to a server that missed the last writes (here: a server on
+/// the same address started from a copy of the data taken before them).
+/// Its change counter is behind what the replica applied, so the replica
+/// reads every tenant again: the tenant only the lost writes held is no
+/// longer served, the others are, and changes after the failover apply
+/// (though their numbers were used before, by the lost writes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_store_that_missed_writes_is_read_again() {
+    let Some(mut setup) = Setup::start("").await else {
+        return;
+    };
+    let a = setup.replica().await;
+    let kept = key_for("kept");
+    let (status, answer) = setup.put(&a, "kept", &body(&kept, json!({})), false).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    // The standby's copy: the data as it is now.
+    let standby = setup.dir.path().join("standby");
+    tokio::task::block_in_place(|| {
+        setup.pg.stop();
+        copy_tree(&setup.pg.data_dir(), &standby);
+    });
+    setup.pg.restart().await;
+    // Writes the standby will never see.
+    let lost: Vec<String> = (0..3).map(|i| key_for(&format!("lost-{i}"))).collect();
+    for (i, key) in lost.iter().enumerate() {
+        until("the restarted store takes a write", async || {
+            setup
+                .put(&a, &format!("lost-{i}"), &body(key, json!({})), false)
+                .await
+                .0
+                == StatusCode::OK
+        })
+        .await;
+    }
+    until(
+        "the replica serves the writes the standby lacks",
+        async || setup.status(&a, &lost[2]).await == StatusCode::OK,
+    )
+    .await;
+    // Failover: the primary dies, the standby takes its address.
+    tokio::task::block_in_place(|| {
+        setup.pg.kill();
+        copy_tree(&standby, &setup.pg.data_dir());
+    });
+    setup.pg.restart().await;
+    until(
+        "the replica reads the store it failed over to",
+        async || setup.status(&a, &lost[0]).await == StatusCode::UNAUTHORIZED,
+    )
+    .await;
+    for key in &lost {
+        assert_eq!(setup.status(&a, key).await, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(setup.status(&a, &kept).await, StatusCode::OK);
+    // A write after the failover is numbered as a lost one was: applied.
+    let after = key_for("after");
+    let (status, answer) = setup
+        .put(&a, "after", &body(&after, json!({})), false)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    until("a change after the failover is applied", async || {
+        setup.status(&a, &after).await == StatusCode::OK
+    })
+    .await;
+    assert_eq!(setup.view(&a).await["origin"], "store");
+}

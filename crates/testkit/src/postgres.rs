@@ -99,6 +99,13 @@ impl Postgres {
         panic!("postgres did not start on any of 20 ports");
     }
 
+    /// Its data directory (owned by the `postgres` user when the test
+    /// runs as root): copy it while the server is stopped to start a
+    /// server later from what it held then.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data()
+    }
+
     fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }

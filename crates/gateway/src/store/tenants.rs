@@ -82,6 +82,12 @@ pub struct Changes {
     /// The log no longer reaches back to the number asked about (it was
     /// pruned): load everything again ([`TenantStore::load_all`]).
     pub behind: bool,
+    /// With nothing changed: the store's change counter is below the
+    /// number asked about. It never goes back, so this store is not the
+    /// one that number came from (a failover to a replica that missed
+    /// the last writes, a store restored from a backup): load everything
+    /// again.
+    pub went_back: bool,
 }
 
 /// The tenant store: one PostgreSQL database every replica reads.
@@ -352,6 +358,7 @@ impl TenantStore {
                     seq,
                     changed: Vec::new(),
                     behind: true,
+                    went_back: false,
                 });
             }
             let rows = tx
@@ -373,6 +380,14 @@ impl TenantStore {
                 .collect();
             ids.sort_unstable();
             let ids: Vec<String> = ids.into_iter().map(|(_, id)| id).collect();
+            let went_back = ids.is_empty() && {
+                let counter: i64 = tx
+                    .query_one(schema::CURRENT_SEQ, &[])
+                    .await
+                    .map_err(&fail)?
+                    .get(0);
+                counter < after
+            };
             let mut now: std::collections::HashMap<String, Result<TenantEntry, BadRow>> = tx
                 .query(&schema::select_many(), &[&ids])
                 .await
@@ -395,6 +410,7 @@ impl TenantStore {
                 seq: high.max(0) as u64,
                 changed,
                 behind: false,
+                went_back,
             })
         })
         .await

@@ -115,6 +115,7 @@ async fn load_store(gateway: &Arc<Gateway>, link: &StoreLink) -> Result<(), Tena
             problem: e.to_string(),
         })?;
     synced(gateway, link, seq);
+    link.reloaded(seq);
     // Counted like a refused change, so a bad row present at start shows
     // on the same counter as one written later.
     gateway.metrics.tenant_store.changed("refused", refused);
@@ -322,6 +323,13 @@ async fn sync_once(
             tracing::warn!(
                 seq,
                 "the tenant store's change log no longer reaches back to the last change applied here; reading every tenant again"
+            );
+            return load_all_again(gateway, link, checked).await;
+        }
+        if changes.went_back {
+            tracing::warn!(
+                seq,
+                "the tenant store's change counter is behind the last change applied here (a failover to a replica that missed writes, or a restored backup?); reading every tenant again"
             );
             return load_all_again(gateway, link, checked).await;
         }

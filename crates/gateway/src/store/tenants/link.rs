@@ -85,6 +85,18 @@ impl StoreLink {
         });
     }
 
+    /// Everything was read again up to `seq`: what is applied is exactly
+    /// that, even when it is below what was applied before (a store that
+    /// lost changes: its counter starts again from where it is).
+    pub fn reloaded(&self, seq: u64) {
+        self.synced(seq, Origin::Store);
+        self.applied.send_if_modified(|applied| {
+            let changed = *applied != seq;
+            *applied = seq;
+            changed
+        });
+    }
+
     /// The registry came from the snapshot file.
     pub fn serving_snapshot_file(&self) {
         *self.origin.lock().expect("origin lock") = Origin::SnapshotFile;
