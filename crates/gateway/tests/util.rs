@@ -208,12 +208,17 @@ impl Fixture {
 
     /// The shard ids of a tenant's subset, as the gateway's placement says.
     pub fn subset_ids(&self, tenant: &str) -> Vec<String> {
+        // The tenant's own `k` or shards apply: they are the registry's,
+        // not the placer's.
         let snapshot = self.running.gateway.snapshot();
-        let cell = &snapshot.topology.cells()[0];
-        cell.placer
-            .subset_ids(tenant)
-            .into_iter()
-            .map(String::from)
+        let (cell, subset) = snapshot.route(tenant);
+        subset
+            .iter()
+            .map(|&index| {
+                snapshot.config.cells()[cell].shards[index as usize]
+                    .id
+                    .clone()
+            })
             .collect()
     }
 
