@@ -1414,3 +1414,36 @@ async fn a_failover_to_a_store_that_missed_writes_is_read_again() {
     .await;
     assert_eq!(setup.view(&a).await["origin"], "store");
 }
+
+/// A row refused because another tenant held its API key (the same key in
+/// another case, which the store's unique key lets through) is served once
+/// the holder lets the key go, without its own row changing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_refused_for_a_held_key_is_served_once_the_holder_lets_it_go() {
+    let Some(setup) = Setup::start("").await else {
+        return;
+    };
+    let a = setup.replica().await;
+    let key = key_for("holder");
+    let (status, answer) = setup.put(&a, "holder", &body(&key, json!({})), false).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    setup.psql(&format!(
+        "INSERT INTO shuffle_shard_tenants (id, api_key_sha256) VALUES ('waiter', '{}')",
+        sha256_hex(&key).to_uppercase()
+    ));
+    until("the waiter's row is refused", async || {
+        changes(&setup, &a, "refused").await >= 1.0
+    })
+    .await;
+    assert!(!served_ids(&a).contains("waiter"));
+    let (status, text) = setup
+        .admin(&a, "DELETE", "/admin/tenants/holder", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    until("the waiter is served once the key is free", async || {
+        served_ids(&a).contains("waiter")
+    })
+    .await;
+    assert_eq!(setup.status(&a, &key).await, StatusCode::OK);
+    assert!(!served_ids(&a).contains("holder"));
+}

@@ -20,6 +20,9 @@ pub struct Applied {
     /// Changes refused, by tenant id, with why (the tenant keeps what it
     /// had).
     pub refused: Vec<(String, String)>,
+    /// Of them, the tenants refused because another tenant holds their
+    /// API key (a later change may release it).
+    pub key_held: Vec<String>,
 }
 
 impl Snapshot {
@@ -111,6 +114,8 @@ impl Gateway {
             }
         }
         let (next, conflicts) = current.patched(&valid);
+        // `patched` refuses a change only for an API key another holds.
+        applied.key_held = conflicts.iter().map(|(id, _)| id.clone()).collect();
         applied.refused.extend(conflicts);
         for (id, _) in &valid {
             if applied.refused.iter().any(|(refused, _)| refused == id) {

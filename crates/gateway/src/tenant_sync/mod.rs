@@ -102,7 +102,7 @@ async fn load_store(gateway: &Arc<Gateway>, link: &StoreLink) -> Result<(), Tena
     store.check_schema().await?;
     let config = Arc::clone(&gateway.snapshot().config);
     let expected = store.estimated_count().await? as usize;
-    let (tenants, seq, refused) = read_all(store, &config, expected).await?;
+    let (tenants, seq, refused) = read_all(store, &config, expected, link).await?;
     tracing::info!(
         tenants = tenants.len(),
         store = %store.settings().url,
@@ -134,7 +134,9 @@ async fn read_all(
     store: &TenantStore,
     config: &GatewayConfig,
     expected: usize,
+    link: &StoreLink,
 ) -> Result<(Tenants, u64, u64), TenantStoreError> {
+    link.release_all();
     let mut loading = Tenants::loading(expected);
     let mut refused = 0_u64;
     let seq = store
@@ -165,6 +167,7 @@ async fn read_all(
                     {
                         tracing::warn!(tenant = %valid.id, field = "api_key_sha256", "tenant store row refused: its id or API key is another tenant's; the first one read is served");
                         refused += 1;
+                        link.hold([valid.id.clone()]);
                         return;
                     }
                     loading.push(&valid);
@@ -348,9 +351,71 @@ async fn sync_once(
                 }
             }
         }
-        gateway.apply_tenant_changes(batch);
+        let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
+        let applied = gateway.apply_tenant_changes(batch);
+        for id in &ids {
+            link.release(id);
+        }
+        link.hold(applied.key_held);
+        retry_held(gateway, link, &ids).await?;
         seq = changes.seq;
         synced(gateway, link, seq);
         snapshot_file::write_soon(gateway, false);
     }
+}
+
+/// Looks again at the tenants refused because another tenant held their
+/// API key, after `changed` were applied (the holder may have been deleted
+/// or given another key): each is read from the store and applied if its
+/// key is free now; one still clashing stays held, one gone is forgotten.
+async fn retry_held(
+    gateway: &Arc<Gateway>,
+    link: &StoreLink,
+    changed: &[String],
+) -> Result<(), TenantStoreError> {
+    let held: Vec<String> = link
+        .held()
+        .into_iter()
+        .filter(|id| !changed.contains(id))
+        .collect();
+    if held.is_empty() {
+        return Ok(());
+    }
+    let snapshot = gateway.snapshot();
+    let mut batch = Vec::with_capacity(held.len());
+    for id in held {
+        let entry = match link.store().get(&id).await {
+            Ok(Some(entry)) => entry,
+            Ok(None) | Err(TenantStoreError::BadRow(_)) => {
+                link.release(&id);
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        // Only a key now free is tried (a clash still there would be
+        // refused, logged and counted again at every change).
+        match entry.validate(&snapshot.config) {
+            Ok(valid) => {
+                let free = valid.api_key_sha256.is_none_or(|digest| {
+                    snapshot
+                        .tenants
+                        .by_key_digest(&digest)
+                        .is_none_or(|owner| owner.id() == id)
+                });
+                if free {
+                    batch.push((id, Some(entry)));
+                }
+            }
+            Err(_) => link.release(&id),
+        }
+    }
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
+    let applied = gateway.apply_tenant_changes(batch);
+    for id in ids.iter().filter(|id| !applied.key_held.contains(id)) {
+        link.release(id);
+    }
+    Ok(())
 }

@@ -38,6 +38,10 @@ pub struct StoreLink {
     /// A write of the snapshot file is due (one at a time, of the latest
     /// registry).
     pub snapshot_due: AtomicBool,
+    /// Tenants whose rows were refused because another tenant held their
+    /// API key: looked at again after later changes, since the holder may
+    /// have let the key go.
+    held: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl StoreLink {
@@ -51,6 +55,7 @@ impl StoreLink {
             poke: Notify::new(),
             origin: Mutex::new(Origin::Empty),
             snapshot_due: AtomicBool::new(false),
+            held: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -95,6 +100,31 @@ impl StoreLink {
             *applied = seq;
             changed
         });
+    }
+
+    /// Notes tenants refused because another tenant held their API key.
+    pub fn hold(&self, ids: impl IntoIterator<Item = String>) {
+        self.held.lock().expect("held lock").extend(ids);
+    }
+
+    /// Forgets a held tenant (served now, changed, or gone).
+    pub fn release(&self, id: &str) {
+        self.held.lock().expect("held lock").remove(id);
+    }
+
+    /// Forgets every held tenant (everything is read again).
+    pub fn release_all(&self) {
+        self.held.lock().expect("held lock").clear();
+    }
+
+    /// The held tenants.
+    pub fn held(&self) -> Vec<String> {
+        self.held
+            .lock()
+            .expect("held lock")
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// The registry came from the snapshot file.
