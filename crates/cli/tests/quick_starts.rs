@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 /// The first ```` ```sh ```` block after the line `heading` in `file` (a
@@ -46,15 +46,24 @@ fn quick_start(heading: &str) -> String {
 /// one it may also hand to any outgoing connection (a health check, curl)
 /// before the script's process binds it, and a second `bind(0)` may give
 /// the same one again.
+///
+/// Never one handed to another script of this process either: the quick
+/// starts run at once, and a port free when one script picks it may be
+/// bound by another's process before its own binds (a backend that then
+/// fails to bind goes unnoticed while the other script's answers in its
+/// place, until the script's last `kill` finds it gone).
 fn unclaimed_port(taken: &[String]) -> u16 {
     use std::hash::{BuildHasher, RandomState};
+    static HANDED_OUT: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
     let seed = RandomState::new();
     for attempt in 0_u64..10_000 {
         let port = 20_000 + (seed.hash_one(attempt) % 12_000) as u16;
         if taken.contains(&port.to_string()) {
             continue;
         }
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let mut handed_out = HANDED_OUT.lock().unwrap();
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.insert(port);
             return port;
         }
     }

@@ -136,6 +136,7 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
         unreachable!("a validated configuration has a data listener");
     };
     let gateway = Gateway::new(snapshot);
+    log_listeners(&gateway.snapshot().config, addr, tls_addr, admin_addr);
     // With `[fleet]`: the fleet's marks and suspects before the first
     // request, when the store answers within a second.
     fleet::start(&gateway).await;
@@ -305,7 +306,6 @@ pub async fn run(config: &Path) -> Result<(), RunError> {
     let signals = Signals::hook();
     let snapshot = Snapshot::load(config, None).map_err(StartError::from)?;
     let mut running = start(snapshot).await?;
-    log_listeners(&running);
     tracing::info!(addr = %running.addr, admin = %running.admin_addr, "gateway listening");
     let reloads = tokio::spawn(reload_on_hangup(
         Arc::clone(&running.gateway),
@@ -330,19 +330,24 @@ pub async fn run(config: &Path) -> Result<(), RunError> {
 
 /// One line per listener, so an operator reading the start-up log sees
 /// every address the gateway answers on (and which names its TLS
-/// certificates serve) without reading the configuration. The summary line
-/// after them keeps its `addr=… admin=…` shape, which scripts read.
-fn log_listeners(running: &Running) {
-    let snapshot = running.gateway.snapshot();
-    let config = &snapshot.config;
+/// certificates serve) without reading the configuration. Written before
+/// any listener serves: a script that waits for `/readyz` and then reads
+/// the log finds them there (the summary line `run` writes after them
+/// keeps its `addr=… admin=…` shape, which scripts read).
+fn log_listeners(
+    config: &crate::config::GatewayConfig,
+    addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
+    admin_addr: SocketAddr,
+) {
     if config.listen.is_some() {
-        tracing::info!(listener = "plaintext", addr = %running.addr, "listening");
+        tracing::info!(listener = "plaintext", addr = %addr, "listening");
     }
-    if let (Some(addr), Some(tls)) = (running.tls_addr, config.tls()) {
+    if let (Some(tls_addr), Some(tls)) = (tls_addr, config.tls()) {
         let names = tls.certificate_names().join(", ");
-        tracing::info!(listener = "tls", addr = %addr, certificates = %names, "listening");
+        tracing::info!(listener = "tls", addr = %tls_addr, certificates = %names, "listening");
     }
-    tracing::info!(listener = "admin", addr = %running.admin_addr, "listening");
+    tracing::info!(listener = "admin", addr = %admin_addr, "listening");
 }
 
 /// Reloads the configuration on every SIGHUP; a bad configuration is
