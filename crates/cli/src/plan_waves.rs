@@ -22,7 +22,7 @@ use serde::Serialize;
 use crate::blast::wave_shards_cell;
 use crate::output::print_answer;
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note};
-use crate::population_args::{PopulationArgs, check_overrides, place_all};
+use crate::population_args::{PopulationArgs, place_all, placed};
 use crate::progress::with_progress;
 use crate::table::{Align, Table, count_of};
 
@@ -106,14 +106,7 @@ impl AssignmentJson {
 pub fn run(args: PlanWavesArgs) -> Result<()> {
     // Every check that does not need the placements runs first, so that a
     // mistake is reported at once rather than after placing.
-    let PlacementSetup {
-        mut placer,
-        key_note,
-    } = args.placement.placer()?;
-    let mut tenants = args.population.load()?;
-    let typed = args.placement.overrides()?;
-    check_overrides(&typed, &tenants.population)?;
-    tenants.apply(&mut placer, Some(&typed))?;
+    let (PlacementSetup { placer, key_note }, tenants) = placed(&args.placement, &args.population)?;
     let population = &tenants.population;
     let fleet = placer.fleet();
     let n = fleet.len();

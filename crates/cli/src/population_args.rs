@@ -20,6 +20,7 @@ use clap::Args;
 use gateway::tenants::files::Format;
 use placement::{Placer, TenantOverride};
 
+use crate::placement_args::{PlacementArgs, PlacementSetup};
 use crate::progress::Bars;
 use served::{Rule, Served};
 
@@ -392,6 +393,21 @@ fn counted(n: u64, one: &str, many: &str) -> String {
 /// The word that agrees with `n`.
 fn agree<'a>(n: u64, one: &'a str, many: &'a str) -> &'a str {
     if n == 1 { one } else { many }
+}
+
+/// The placer `placement` describes and the population `population` names,
+/// with every tenant's own `k` (its entry's, then `--tenant-k`) applied to
+/// the placer: what `plan-waves` and `report` place with.
+pub fn placed(
+    placement: &PlacementArgs,
+    population: &PopulationArgs,
+) -> Result<(PlacementSetup, Tenants)> {
+    let mut setup = placement.placer()?;
+    let mut tenants = population.load()?;
+    let typed = placement.overrides()?;
+    check_overrides(&typed, &tenants.population)?;
+    tenants.apply(&mut setup.placer, Some(&typed))?;
+    Ok((setup, tenants))
 }
 
 /// Refuses a `--tenant-k` for a tenant the population does not have (the

@@ -25,7 +25,7 @@ use ::report::{ReportInput, WhaleRow, ZoneOutage, render};
 
 use crate::output::{print_json, print_text};
 use crate::placement_args::{PlacementArgs, PlacementSetup, print_note, zone_sizes};
-use crate::population_args::{PopulationArgs, check_overrides, place_all};
+use crate::population_args::{PopulationArgs, place_all, placed};
 use crate::progress::with_progress;
 
 /// The most failure sets the sweep evaluates before it samples, as `blast`.
@@ -174,17 +174,11 @@ pub fn run(args: ReportArgs) -> Result<()> {
         args.concurrent_failures,
     )?;
     let setup = args.placement.fleet.resolve()?;
-    let PlacementSetup {
-        mut placer,
-        key_note,
-    } = args.placement.placer()?;
-    let mut tenants = args.population.load()?;
-    let typed = args.placement.overrides()?;
-    check_overrides(&typed, &tenants.population)?;
-    tenants.apply(&mut placer, Some(&typed))?;
+    let (PlacementSetup { placer, key_note }, mut tenants) =
+        placed(&args.placement, &args.population)?;
     // The plan section fixes the same tenants' k at every candidate, as
     // `plan` does.
-    let plan_overrides = tenants.k_overrides(&typed, setup.fleet.len())?;
+    let plan_overrides = tenants.k_overrides(&args.placement.overrides()?, setup.fleet.len())?;
     let population = &tenants.population;
     let fleet = placer.fleet();
     if args.zone_outage && fleet.zones().is_empty() {
