@@ -38,6 +38,10 @@
 //! - [`tenant_sync`]: tenants from the tenant store: read at start (or
 //!   the snapshot file while the store is down), then kept current change
 //!   by change without a reload.
+//! - [`discovery`]: shards that come and go: each discovered cell's
+//!   membership from DNS or Kubernetes, every change through the
+//!   migration guard (additions that move tenants minimally, removals
+//!   only after a grace spent down, never too much of a cell at once).
 //! - [`probe`]: the active health checks, which walk the snapshot's shards
 //!   and drive their health.
 //! - [`route`]: the request path: credential → tenant → cell and subset
@@ -51,6 +55,7 @@
 
 pub mod cell;
 pub mod config;
+pub mod discovery;
 pub mod fleet;
 pub mod health;
 pub mod limit;

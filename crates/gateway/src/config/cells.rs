@@ -76,8 +76,17 @@ pub struct CellSettings {
     pub key_version: String,
     /// The placement key.
     pub key: PlacementKey,
-    /// The shards.
+    /// The shards: those written in `shards`, then (with `discovery`)
+    /// those found, sorted by id.
     pub shards: Vec<ShardSettings>,
+    /// Where more of its shards are found at run time (`discovery`).
+    pub discovery: Option<super::DiscoverySource>,
+    /// What the gateway speaks to discovered shards (`shard_protocol`:
+    /// `http1` or `h2c`; discovered shards are `http://`).
+    pub discovered_protocol: ShardProtocol,
+    /// How many of `shards` were written in the configuration (they come
+    /// first).
+    static_shards: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,7 +104,10 @@ pub(super) struct RawPlacement {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawCell {
     name: String,
+    #[serde(default)]
     shards: Vec<RawShard>,
+    discovery: Option<String>,
+    shard_protocol: Option<ShardProtocol>,
     algorithm: Option<String>,
     k: Option<u32>,
     key_file: Option<String>,
@@ -116,6 +128,27 @@ struct RawShard {
 }
 
 impl CellSettings {
+    /// The shards written in the configuration (without discovered ones).
+    pub fn static_shards(&self) -> &[ShardSettings] {
+        &self.shards[..self.static_shards.min(self.shards.len())]
+    }
+
+    /// The discovered shards, after the written ones.
+    pub fn discovered_shards(&self) -> &[ShardSettings] {
+        &self.shards[self.static_shards.min(self.shards.len())..]
+    }
+
+    /// Whether the shard at `index` was found by discovery.
+    pub fn is_discovered(&self, index: usize) -> bool {
+        index >= self.static_shards
+    }
+
+    /// Replaces the discovered shards (after the written ones).
+    pub fn set_discovered(&mut self, shards: impl IntoIterator<Item = ShardSettings>) {
+        self.shards.truncate(self.static_shards);
+        self.shards.extend(shards);
+    }
+
     /// Whether `other` places every tenant where these settings do: the
     /// same algorithm, `k`, zones, key and shards (ids, zones and weights,
     /// in order).
@@ -208,8 +241,33 @@ pub(super) fn cell_settings(
                 "a cell with its own key_file needs its own key_version".into(),
             ));
         }
-        if cell.shards.is_empty() {
-            return Err((at("shards"), "list at least one shard".into()));
+        let discovery = cell
+            .discovery
+            .as_deref()
+            .map(super::DiscoverySource::parse)
+            .transpose()
+            .map_err(|p| (at("discovery"), p))?;
+        if cell.shards.is_empty() && discovery.is_none() {
+            return Err((
+                at("shards"),
+                "list at least one shard, or find them with discovery = \"dns+srv://...\"".into(),
+            ));
+        }
+        let discovered_protocol = cell.shard_protocol.unwrap_or_default();
+        match (&discovery, discovered_protocol) {
+            (None, _) if cell.shard_protocol.is_some() => {
+                return Err((
+                    at("shard_protocol"),
+                    "applies to discovered shards only; set protocol on each shard instead, or add discovery".into(),
+                ));
+            }
+            (Some(_), ShardProtocol::H2) => {
+                return Err((
+                    at("shard_protocol"),
+                    "discovered shards are reached over plain TCP; use \"http1\" or \"h2c\"".into(),
+                ));
+            }
+            _ => {}
         }
         // Where each placement value was written, so a placer error names
         // that key (`placement.k`, not the cell it was inherited by).
@@ -225,8 +283,12 @@ pub(super) fn cell_settings(
                 "placement.algorithm".into()
             },
         };
+        let shards = shard_settings(position, cell.shards)?;
         let settings = CellSettings {
-            shards: shard_settings(position, cell.shards)?,
+            static_shards: shards.len(),
+            shards,
+            discovery,
+            discovered_protocol,
             name: cell.name,
             algorithm,
             k: cell.k.unwrap_or(placement.k),
@@ -236,6 +298,15 @@ pub(super) fn cell_settings(
                 .unwrap_or_else(|| placement.key_version.clone()),
             key,
         };
+        // A discovered cell's membership is known only once it is found;
+        // each membership is checked as it is applied.
+        if settings.discovery.is_some() {
+            if settings.k == 0 {
+                return Err((written.k.clone(), "k must be at least 1".into()));
+            }
+            cells.push(settings);
+            continue;
+        }
         // Building the placer here proves k, zones and weights are
         // consistent before anything listens.
         settings.placer().map_err(|e| {

@@ -29,6 +29,7 @@ mod check;
 mod admin;
 mod auth;
 mod cells;
+mod discovery;
 mod fleet;
 mod forwarding;
 mod health;
@@ -64,6 +65,7 @@ use routing::{RawRouting, routing_settings};
 pub use admin::AdminSettings;
 pub use auth::JwtSettings;
 pub use cells::{CellSettings, MIN_KEY_BYTES, ShardProtocol, ShardSettings};
+pub use discovery::{DiscoverySettings, DiscoverySource, ZoneFrom};
 pub use fleet::{FleetSettings, default_replica_id};
 pub use forwarding::{ForwardedFor, ForwardingSettings};
 pub use health::HealthSettings;
@@ -148,6 +150,8 @@ pub struct GatewayConfig {
     pub(crate) fleet: Option<FleetSettings>,
     /// The cells; the first is the default.
     pub(crate) cells: Vec<CellSettings>,
+    /// How discovered cells' shards are found and changed.
+    pub(crate) discovery: DiscoverySettings,
     /// Apply reloads that move tenants without being asked to.
     pub(crate) reload_allow_migration: bool,
     /// Apply reloads that only add members (no tenant loses one).
@@ -192,6 +196,7 @@ struct RawConfig {
     #[serde(default)]
     upstream: tls::RawUpstream,
     fleet: Option<RawFleet>,
+    discovery: Option<discovery::RawDiscovery>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -299,6 +304,8 @@ impl GatewayConfig {
         }
         let mut cells = cells;
         shard_caps(&mut cells, limits.shard_max_in_flight);
+        let discovery = discovery::discovery_settings(raw.discovery.unwrap_or_default(), &resolve)
+            .map_err(err)?;
         let http2 = http2_settings(raw.http2).map_err(err)?;
         let admin = admin_settings(raw.admin, &resolve).map_err(err)?;
         let (access_log, access_log_file) = logging_settings(raw.logging, &resolve).map_err(err)?;
@@ -321,6 +328,7 @@ impl GatewayConfig {
             admin,
             forwarding: forwarding_settings(raw.forwarding),
             cells,
+            discovery,
             reload_allow_migration: raw.reload.allow_migration.unwrap_or(false),
             reload_allow_growth: raw.reload.allow_growth.unwrap_or(false),
             access_log,
@@ -382,6 +390,16 @@ impl GatewayConfig {
     /// Whether reloads that move tenants apply without being asked to.
     pub fn reload_allow_migration(&self) -> bool {
         self.reload_allow_migration
+    }
+
+    /// How discovered cells' shards are found and changed.
+    pub fn discovery(&self) -> &DiscoverySettings {
+        &self.discovery
+    }
+
+    /// Whether any cell finds its shards by discovery.
+    pub fn discovers(&self) -> bool {
+        self.cells.iter().any(|cell| cell.discovery.is_some())
     }
 
     /// Where the tenants come from.

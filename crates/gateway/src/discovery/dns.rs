@@ -1,0 +1,2 @@
+//! DNS discovery through hickory's resolver: SRV targets or A/AAAA
+//! addresses, each lookup bounded, nothing cached.

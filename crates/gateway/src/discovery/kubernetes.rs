@@ -1,0 +1,2 @@
+//! Kubernetes discovery: a service's EndpointSlices listed and watched
+//! through kube's client and watcher.
