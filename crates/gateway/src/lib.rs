@@ -12,6 +12,10 @@
 //! - [`telemetry`]: metrics, sliding windows and the access log: what is
 //!   counted, below everything that counts.
 //! - [`config`]: the configuration file and the tenants file, validated.
+//! - [`discovery`]: shards that come and go: the DNS and Kubernetes
+//!   clients, each discovered cell's membership, and the guard every
+//!   change passes (a shard that disappears is down for a grace before it
+//!   leaves placement; never too much of a cell at once).
 //! - [`tenants`]: the tenant registry: every tenant's entry checked
 //!   against the configuration and kept compact, with its sources (TOML
 //!   and JSON Lines files).
@@ -38,10 +42,9 @@
 //! - [`tenant_sync`]: tenants from the tenant store: read at start (or
 //!   the snapshot file while the store is down), then kept current change
 //!   by change without a reload.
-//! - [`discovery`]: shards that come and go: each discovered cell's
-//!   membership from DNS or Kubernetes, every change through the
-//!   migration guard (additions that move tenants minimally, removals
-//!   only after a grace spent down, never too much of a cell at once).
+//! - [`discovery_sync`]: discovered cells kept current: each source
+//!   looked at (DNS) or watched (Kubernetes), each change applied as the
+//!   guard decides, discovery's marks shared with the fleet.
 //! - [`probe`]: the active health checks, which walk the snapshot's shards
 //!   and drive their health.
 //! - [`route`]: the request path: credential → tenant → cell and subset
@@ -56,6 +59,7 @@
 pub mod cell;
 pub mod config;
 pub mod discovery;
+pub mod discovery_sync;
 pub mod fleet;
 pub mod health;
 pub mod limit;

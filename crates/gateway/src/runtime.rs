@@ -143,6 +143,9 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
     let (stop, stopped) = watch::channel(false);
     // With `[tenants] store`: every tenant before the first request.
     crate::tenant_sync::start(&gateway, stopped.clone()).await?;
+    // Discovered cells: their first membership is in the snapshot; from
+    // here on each is followed.
+    crate::discovery_sync::start(&gateway, stopped.clone());
     let health = tokio::spawn(probe::check::run(Arc::clone(&gateway)));
     // One limit on client connections over both data listeners.
     let slots = server::slots(&gateway);
@@ -234,6 +237,9 @@ pub struct Checked {
     /// The TLS listener's address, when `[tls]` is configured (its
     /// certificates and keys were read and matched).
     pub tls: Option<SocketAddr>,
+    /// Each discovered cell's first membership, as it would start with:
+    /// the cell, its source, and its shards (id, address, zone).
+    pub discovered: Vec<(String, String, Vec<(String, SocketAddr, Option<String>)>)>,
 }
 
 impl std::fmt::Display for Checked {
@@ -260,6 +266,21 @@ impl std::fmt::Display for Checked {
         )?;
         if let Some(tls) = self.tls {
             write!(f, ", TLS on {tls}")?;
+        }
+        // What discovery found now: the membership a start would begin
+        // with, one line per shard.
+        for (cell, source, shards) in &self.discovered {
+            write!(
+                f,
+                "\ncell {cell}: {} from {source}",
+                plural(shards.len(), "shard")
+            )?;
+            for (id, address, zone) in shards {
+                write!(f, "\n  {id} {address}")?;
+                if let Some(zone) = zone {
+                    write!(f, " zone {zone}")?;
+                }
+            }
         }
         Ok(())
     }
@@ -294,6 +315,18 @@ pub fn check(path: &Path) -> Result<Checked, LoadError> {
         algorithms,
         key_versions,
         tls: config.tls().map(|tls| tls.listen),
+        discovered: snapshot
+            .memberships
+            .iter()
+            .map(|(cell, membership)| {
+                let shards = membership
+                    .members
+                    .iter()
+                    .map(|member| (member.id.clone(), member.address, member.zone.clone()))
+                    .collect();
+                (cell.clone(), membership.source.to_string(), shards)
+            })
+            .collect(),
     })
 }
 

@@ -162,15 +162,17 @@ fn apply_marks(gateway: &Gateway, marks: &[SharedMark], write_back: &mut bool) {
             Some(std::cmp::Ordering::Greater) => *write_back = true,
             Some(std::cmp::Ordering::Equal) => {}
             _ => {
-                let changed = (health.failed, health.drained) != (mark.failed, mark.drained);
+                let changed = (health.failed, health.drained, health.missing)
+                    != (mark.failed, mark.drained, mark.missing);
                 health.mark(mark.failed, mark.drained, now);
+                health.set_missing(mark.missing, now);
                 health.mark_origin = Some(MarkOrigin {
                     by: mark.by.clone(),
                     at_ms: mark.at_ms,
                 });
                 drop(health);
                 if changed {
-                    tracing::warn!(cell = %mark.cell, shard = %mark.id, failed = mark.failed, drained = mark.drained, by = %mark.by, "shard state changed through another replica");
+                    tracing::warn!(cell = %mark.cell, shard = %mark.id, failed = mark.failed, drained = mark.drained, missing = mark.missing, by = %mark.by, "shard state changed through another replica");
                 }
             }
         }
@@ -204,6 +206,7 @@ fn shared_mark(shard: &ShardRuntime) -> Option<SharedMark> {
         id: shard.id.clone(),
         failed: health.failed,
         drained: health.drained,
+        missing: health.missing,
         at_ms: origin.at_ms,
         by: origin.by.clone(),
     })
@@ -426,6 +429,29 @@ impl Reach {
 
 /// Sets an operator's mark on `shard` here, and for the fleet.
 pub async fn mark(gateway: &Gateway, shard: &ShardRuntime, failed: bool, drained: bool) -> Reach {
+    publish(gateway, shard, |health, now| {
+        health.mark(failed, drained, now)
+    })
+    .await
+}
+
+/// Sets discovery's mark on `shard` (its source no longer lists it, or
+/// lists it again) here, and for the fleet, so replicas whose own look
+/// comes later route alike meanwhile.
+pub async fn mark_missing(gateway: &Gateway, shard: &ShardRuntime, missing: bool) -> Reach {
+    publish(gateway, shard, |health, now| {
+        health.set_missing(missing, now)
+    })
+    .await
+}
+
+/// Changes `shard`'s marks here with `change`, and sends them all to the
+/// fleet (the later of two wins there).
+async fn publish(
+    gateway: &Gateway,
+    shard: &ShardRuntime,
+    change: impl FnOnce(&mut crate::health::HealthState, Instant),
+) -> Reach {
     let at_ms = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64);
@@ -435,7 +461,7 @@ pub async fn mark(gateway: &Gateway, shard: &ShardRuntime, failed: bool, drained
     );
     {
         let mut health = shard.health.lock().unwrap_or_else(PoisonError::into_inner);
-        health.mark(failed, drained, Instant::now());
+        change(&mut health, Instant::now());
         // Two marks within one millisecond: the second still wins here and
         // in the store.
         let at_ms = health

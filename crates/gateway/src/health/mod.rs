@@ -87,6 +87,9 @@ pub enum Availability {
     Failed,
     /// Drained by an operator: no new requests.
     Drained,
+    /// Its discovery source no longer lists it (or lists it not ready):
+    /// kept in placement, down, for `discovery.removal_grace_seconds`.
+    Missing,
 }
 
 impl Availability {
@@ -99,6 +102,7 @@ impl Availability {
             Availability::Ejected => "ejected",
             Availability::Failed => "failed",
             Availability::Drained => "drained",
+            Availability::Missing => "missing",
         }
     }
 
@@ -110,6 +114,7 @@ impl Availability {
             Availability::Stale => Some("stale health check"),
             Availability::Ejected => Some("ejection"),
             Availability::Failed | Availability::Drained => Some("admin"),
+            Availability::Missing => Some("discovery"),
         }
     }
 }
@@ -156,6 +161,10 @@ pub struct HealthState {
     pub failed: bool,
     /// Set by an operator.
     pub drained: bool,
+    /// Set by discovery: the source no longer lists the shard.
+    pub missing: bool,
+    /// When discovery last found it missing.
+    missing_at: Option<Instant>,
     /// Who set the operator's marks (or restored them) last, and when:
     /// with `[fleet]`, the latest mark of any replica wins.
     pub mark_origin: Option<MarkOrigin>,
@@ -194,6 +203,8 @@ impl HealthState {
             last_passed: None,
             failed: false,
             drained: false,
+            missing: false,
+            missing_at: None,
             mark_origin: None,
         }
     }
@@ -358,6 +369,15 @@ impl HealthState {
         self.drained = drained;
     }
 
+    /// Discovery's mark: the shard's source no longer lists it (treated
+    /// as down), or lists it again.
+    pub fn set_missing(&mut self, missing: bool, now: Instant) {
+        if missing && !self.missing {
+            self.missing_at = Some(now);
+        }
+        self.missing = missing;
+    }
+
     /// Since when the shard has been out for the reason
     /// [`HealthState::availability`] gives at `now`; `None` while it is up
     /// (or for a mark set without [`HealthState::mark`]).
@@ -365,6 +385,7 @@ impl HealthState {
         match self.availability(now, settings) {
             Availability::Up => None,
             Availability::Failed | Availability::Drained => self.marked_at,
+            Availability::Missing => self.missing_at,
             Availability::Ejected => self.ejected_at,
             Availability::Unhealthy => self.unhealthy_at,
             Availability::Stale => self.last_check.map(|at| at + settings.staleness),
@@ -378,6 +399,9 @@ impl HealthState {
         }
         if self.drained {
             return Availability::Drained;
+        }
+        if self.missing {
+            return Availability::Missing;
         }
         if self.is_ejected(now) {
             return Availability::Ejected;

@@ -98,6 +98,7 @@ pub const ROUTES: &[Route] = &[
     Route::new(Method::GET,  "/admin/blast",                Access::Token,                     |m| on(m, blast)),
     Route::new(Method::POST, "/admin/reload",               Access::Token,                     |m| on(m, reload)),
     Route::new(Method::GET,  "/admin/fleet",                Access::Token,                     |m| on(m, fleet_view)),
+    Route::new(Method::GET,  "/admin/discovery",            Access::Token,                     |m| on(m, discovery_view)),
 ];
 
 /// Builds the admin router from [`ROUTES`], each route behind `guard`
@@ -311,12 +312,40 @@ struct ShardView {
     marked_at_unix: Option<f64>,
     in_flight: u64,
     request_rate: f64,
+    /// Its base URL.
+    url: String,
+    /// Where it comes from: `config` (written in `shards`) or the cell's
+    /// discovery source.
+    source: String,
+    /// When discovery first found it (Unix seconds; discovered shards).
+    known_since_unix: Option<f64>,
+    /// Whether its discovery source no longer lists it (down, still
+    /// placed until its grace ends), since when and why.
+    missing: bool,
+    missing_since_unix: Option<f64>,
+    missing_why: Option<&'static str>,
+}
+
+/// Unix seconds of a wall-clock time.
+fn unix(at: std::time::SystemTime) -> f64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
 }
 
 fn shard_view(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime) -> ShardView {
     let now = Instant::now();
     let availability = shard.availability(&snapshot.config);
     let health = shard.health.lock().expect("health lock").clone();
+    let membership = snapshot
+        .config
+        .cell(&shard.cell)
+        .filter(|cell| {
+            cell.static_shards()
+                .iter()
+                .all(|written| written.id != shard.id)
+        })
+        .and_then(|_| snapshot.memberships.get(&shard.cell));
+    let member = membership.and_then(|membership| membership.member(&shard.id));
     ShardView {
         cell: shard.cell.clone(),
         id: shard.id.clone(),
@@ -338,7 +367,57 @@ fn shard_view(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime) -> S
         in_flight: shard.in_flight(),
         request_rate: gateway.shard_windows.tally(shard.window_key(), now).total as f64
             / gateway.shard_windows.length().as_secs_f64(),
+        url: shard.url.to_string(),
+        source: membership.map_or_else(|| "config".to_owned(), |m| m.source.to_string()),
+        known_since_unix: member.map(|member| unix(member.known_since)),
+        missing: health.missing,
+        missing_since_unix: member
+            .and_then(|m| m.missing)
+            .map(|missing| unix(missing.since)),
+        missing_why: member.and_then(|m| m.missing).map(|missing| missing.why),
     }
+}
+
+/// `GET /admin/discovery`: each discovered cell's source, members, and
+/// what its last look and last refused change were.
+async fn discovery_view(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {
+    let snapshot = gateway.snapshot();
+    let looks = gateway
+        .discovery_looks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let settings = snapshot.config.discovery();
+    let cells: Vec<serde_json::Value> = snapshot
+        .memberships
+        .iter()
+        .map(|(cell, membership)| {
+            let look = looks.get(cell).cloned().unwrap_or_default();
+            let missing = membership
+                .members
+                .iter()
+                .filter(|member| member.missing.is_some())
+                .count();
+            json!({
+                "cell": cell,
+                "source": membership.source.to_string(),
+                "members": membership.members.len(),
+                "missing": missing,
+                "last_answer_unix": look.last_answer.map(unix),
+                "last_problem": look.last_problem.as_ref().map(|(_, why)| why),
+                "last_problem_unix": look.last_problem.as_ref().map(|(at, _)| unix(*at)),
+                "last_refusal": look.last_refusal.as_ref().map(|(_, why)| why),
+                "last_refusal_unix": look.last_refusal.as_ref().map(|(at, _)| unix(*at)),
+            })
+        })
+        .collect();
+    Json(json!({
+        "refresh_seconds": settings.refresh.as_secs_f64(),
+        "removal_grace_seconds": settings.removal_grace.as_secs_f64(),
+        "max_removed_fraction": settings.max_removed_fraction,
+        "allow_migration": settings.allow_migration,
+        "cells": cells,
+    }))
 }
 
 async fn shards(State(gateway): State<Arc<Gateway>>) -> Json<serde_json::Value> {

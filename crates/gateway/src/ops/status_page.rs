@@ -44,7 +44,7 @@ h1{font-size:1.4rem;margin:0 0 .5rem}h2{font-size:1.15rem;margin-top:1.6rem}h3{f
 .zone b{flex:0 0 6rem;font-size:.85rem;color:#555;font-weight:600;padding-top:.4rem}\
 .shard{box-sizing:border-box;width:13.5rem;height:8.2rem;overflow:hidden;margin:.2rem;padding:.35rem .5rem;border-radius:.4rem;font-size:.78rem;line-height:1.25;border:1px solid #0002}\
 .shard strong{font-size:.95rem}.shard svg{display:block;margin:.15rem 0}.since{color:#7a0015}\
-.up{background:#d6f5dd}.failed,.unhealthy,.ejected{background:#f9d0d0;border-color:#b0002055}.drained,.stale{background:#fbeec5}\
+.up{background:#d6f5dd}.failed,.unhealthy,.ejected,.missing{background:#f9d0d0;border-color:#b0002055}.drained,.stale{background:#fbeec5}\
 table{border-collapse:collapse;font-size:.9rem}td,th{padding:.25rem .6rem;border-bottom:1px solid #0001;text-align:left;height:1.2rem}\
 th.num,.num{text-align:right;font-variant-numeric:tabular-nums}.note{color:#555;font-size:.85rem}\
 .bad{color:#b00020;font-weight:600}.recovered{color:#1f6f2e}.pad td{border:0}";
@@ -359,6 +359,9 @@ fn shard_grid(
             "<section class=\"cell\" id=\"cell-{0}\"><h3>cell {0}</h3>",
             escape(&cell.name)
         );
+        if let Some(membership) = snapshot.memberships.get(&cell.name) {
+            discovery_line(gateway, &cell.name, membership, wall, html);
+        }
         let mut zones: Vec<Option<&str>> = Vec::new();
         for shard in &cell.shards {
             if !zones.contains(&shard.zone.as_deref()) {
@@ -375,7 +378,19 @@ fn shard_grid(
                 .iter()
                 .filter(|line| line.runtime.zone.as_deref() == zone)
             {
-                shard_tile(line, peak, bucket, windows.into_bucket(now), wall, html);
+                let member = snapshot
+                    .memberships
+                    .get(&cell.name)
+                    .and_then(|membership| membership.member(&line.runtime.id));
+                shard_tile(
+                    line,
+                    member,
+                    peak,
+                    bucket,
+                    windows.into_bucket(now),
+                    wall,
+                    html,
+                );
             }
             html.push_str("</div></div>");
         }
@@ -386,6 +401,7 @@ fn shard_grid(
 /// One shard's tile.
 fn shard_tile(
     line: &ShardLine,
+    member: Option<&crate::discovery::Member>,
     peak: u64,
     bucket: f64,
     into_bucket: Duration,
@@ -427,6 +443,20 @@ fn shard_tile(
         format!(" on {} at {}", escape(&origin.by), clock(at))
     })
     .unwrap_or_default();
+    // A discovered shard says why its source lost it, and when it was
+    // first found.
+    let marked = match member.and_then(|member| member.missing) {
+        Some(missing) if line.availability == Availability::Missing => {
+            format!("{marked} ({})", missing.why)
+        }
+        _ => marked,
+    };
+    let found = member.map_or_else(String::new, |member| {
+        format!(
+            "<div class=\"found\">found {}</div>",
+            clock(member.known_since)
+        )
+    });
     let since = match (line.availability.cause(), line.since) {
         (None, _) => String::new(),
         (Some(cause), Some(since)) => format!(
@@ -438,12 +468,73 @@ fn shard_tile(
     };
     let _ = write!(
         html,
-        "<div class=\"shard {class}\" data-shard=\"{id}\" data-health=\"{class}\"><strong>{id}</strong> {class} · {in_flight} in flight{since}{spark}\
+        "<div class=\"shard {class}\" data-shard=\"{id}\" data-health=\"{class}\"><strong>{id}</strong> {class} · {in_flight} in flight{since}{found}{spark}\
          <span class=\"rate\">{rate:.1}/s now</span> · <span class=\"errors\">{errors}</span><br><span class=\"latency\">{latency}</span></div>",
         class = line.availability.name(),
         id = escape(&line.runtime.id),
         in_flight = line.runtime.in_flight(),
         spark = sparkline(&line.runtime.id, &line.history, peak, bucket),
+    );
+}
+
+/// Where a discovered cell's shards come from, and what its source last
+/// said.
+fn discovery_line(
+    gateway: &Gateway,
+    cell: &str,
+    membership: &crate::discovery::Membership,
+    wall: SystemTime,
+    html: &mut String,
+) {
+    let look = gateway
+        .discovery_looks
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(cell)
+        .cloned()
+        .unwrap_or_default();
+    let missing = membership
+        .members
+        .iter()
+        .filter(|member| member.missing.is_some())
+        .count();
+    let mut line = format!(
+        "shards from {} · {} found{}",
+        escape(&membership.source.to_string()),
+        membership.members.len(),
+        if missing > 0 {
+            format!(", {missing} missing")
+        } else {
+            String::new()
+        }
+    );
+    if let Some(at) = look.last_answer {
+        let _ = write!(
+            line,
+            " · last answer {} ago",
+            ago(wall.duration_since(at).unwrap_or_default())
+        );
+    }
+    if let Some((at, why)) = &look.last_problem {
+        let _ = write!(
+            line,
+            " · <b>no answer since {}</b>: {} (the last good membership serves)",
+            clock(*at),
+            escape(why)
+        );
+    }
+    if let Some((at, why)) = &look.last_refusal {
+        let _ = write!(
+            line,
+            " · <b>change refused at {}</b>: {}",
+            clock(*at),
+            escape(why)
+        );
+    }
+    let _ = write!(
+        html,
+        "<p class=\"note discovery\" data-discovery=\"{}\">{line}</p>",
+        escape(cell)
     );
 }
 

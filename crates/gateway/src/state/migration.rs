@@ -52,6 +52,11 @@ impl Movement {
         } else {
             (new.len() as u64, old.len() as u64)
         };
+        self.count(gained, lost);
+    }
+
+    /// Counts one tenant that gained `gained` members and lost `lost`.
+    pub(crate) fn count(&mut self, gained: u64, lost: u64) {
         self.changed += u64::from(gained + lost > 0);
         self.gaining += u64::from(gained > 0);
         self.losing += u64::from(lost > 0);

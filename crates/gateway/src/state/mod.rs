@@ -22,6 +22,7 @@ use crate::trust::authenticate::Authenticator;
 use crate::upstream::transport::Connector;
 use crate::upstream::{IDLE_TIMEOUT, Upstream};
 
+pub mod discovered;
 mod migration;
 pub mod tenant_changes;
 
@@ -33,6 +34,9 @@ pub enum LoadError {
     /// The configuration, a file it names, or the tenants file is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A discovered cell of the new configuration has no first membership.
+    #[error(transparent)]
+    Discovery(#[from] crate::discovery::first_look::FirstLookError),
     /// The new configuration would move tenants to other shards.
     #[error(
         "the new configuration moves {} of {} tenants ({:.2}%) to other shards, a migration: {}; \
@@ -191,6 +195,9 @@ pub struct Snapshot {
     /// one pointer each; by bucket so that a change to a few tenants
     /// starts afresh only the buckets it touched.
     routes: Vec<RouteBucket>,
+    /// Each discovered cell's membership (its shards are in `config`,
+    /// after the written ones).
+    pub memberships: Arc<crate::discovery::Memberships>,
     /// Per cell, when any of its shards has an in-flight cap: each shard's
     /// cap by index (`u64::MAX` for none). `None` for a cell without caps,
     /// whose requests take the member step's uncapped path.
@@ -203,7 +210,25 @@ impl Snapshot {
     /// `previous`, so a reload neither forgets an ejection nor resets health
     /// (their pooled connections follow [`Gateway::reload`]'s rule).
     pub fn load(path: &std::path::Path, previous: Option<&Snapshot>) -> Result<Self, LoadError> {
-        let config = GatewayConfig::load(path)?;
+        let mut config = GatewayConfig::load(path)?;
+        // Discovered cells keep the membership they had (a reload does
+        // not look again); a cell new to discovery, or with a new source,
+        // is looked at once before anything is built on it.
+        let mut memberships = crate::discovery::Memberships::new();
+        let mut unknown = Vec::new();
+        for (index, cell) in config.cells.iter().enumerate() {
+            let Some(source) = &cell.discovery else {
+                continue;
+            };
+            match previous.and_then(|p| p.memberships.get(&cell.name)) {
+                Some(held) if held.source == *source => {
+                    memberships.insert(cell.name.clone(), held.clone());
+                }
+                _ => unknown.push(index),
+            }
+        }
+        memberships.extend(crate::discovery::first_look::first_look(&config, &unknown)?);
+        discovered::fill(&mut config, &memberships)?;
         let tenants = match config.tenants() {
             TenantSource::File(file) => {
                 let began = std::time::Instant::now();
@@ -227,14 +252,27 @@ impl Snapshot {
                 None => Tenants::default(),
             },
         };
-        Self::build(config, tenants, previous)
+        Self::build_with(config, tenants, previous, memberships)
     }
 
-    /// Builds a snapshot from an already validated configuration.
+    /// Builds a snapshot from an already validated configuration, its
+    /// discovered cells' memberships those of `previous`.
     pub fn build(
         config: GatewayConfig,
         tenants: Tenants,
         previous: Option<&Snapshot>,
+    ) -> Result<Self, LoadError> {
+        let memberships = previous.map_or_else(Default::default, |p| (*p.memberships).clone());
+        Self::build_with(config, tenants, previous, memberships)
+    }
+
+    /// Builds a snapshot from an already validated configuration whose
+    /// discovered cells hold `memberships`' shards.
+    pub(crate) fn build_with(
+        config: GatewayConfig,
+        tenants: Tenants,
+        previous: Option<&Snapshot>,
+        memberships: crate::discovery::Memberships,
     ) -> Result<Self, LoadError> {
         let topology = Topology::build(&config)?;
         // The key file is read here, once per load; its problems are
@@ -253,13 +291,19 @@ impl Snapshot {
                             .filter(|old| old.url == *shard.url.uri())
                             .cloned()
                             .unwrap_or_else(|| {
-                                Arc::new(ShardRuntime::new(
+                                let runtime = ShardRuntime::new(
                                     &cell.name,
                                     &shard.id,
                                     &shard.url,
                                     shard.zone.as_deref(),
                                     connector(shard, &config),
-                                ))
+                                );
+                                discovered::carry_marks(
+                                    &runtime,
+                                    previous.and_then(|p| p.find_shard(&cell.name, &shard.id)),
+                                    memberships.get(&cell.name),
+                                );
+                                Arc::new(runtime)
                             })
                     })
                     .collect()
@@ -315,6 +359,7 @@ impl Snapshot {
                 .collect(),
             routes,
             caps,
+            memberships: Arc::new(memberships),
         })
     }
 
@@ -447,6 +492,17 @@ impl Snapshot {
             let ids: Vec<&str> = shards.iter().map(|shard| shard.id.as_str()).collect();
             metrics.know(&cell.name, &ids, &reasons);
         }
+        for (cell, membership) in self.memberships.iter() {
+            metrics.discovery.know(cell);
+            let missing = membership
+                .members
+                .iter()
+                .filter(|member| member.missing.is_some())
+                .count();
+            metrics
+                .discovery
+                .members(cell, membership.members.len() - missing, missing);
+        }
     }
 }
 
@@ -518,6 +574,8 @@ pub struct Gateway {
     /// Whether a thread is building the blast-radius model of the latest
     /// snapshot ([`Gateway::model_latest`]).
     modeling: AtomicBool,
+    /// Per discovered cell: what the last look at its source gave.
+    pub discovery_looks: Mutex<std::collections::BTreeMap<String, crate::discovery::LookStatus>>,
 }
 
 impl Gateway {
@@ -554,6 +612,7 @@ impl Gateway {
             tenant_store: std::sync::OnceLock::new(),
             changing: Mutex::new(()),
             modeling: AtomicBool::new(false),
+            discovery_looks: Mutex::new(std::collections::BTreeMap::new()),
         })
     }
 

@@ -88,6 +88,7 @@ impl Snapshot {
                 .collect(),
             routes,
             caps: self.caps.clone(),
+            memberships: Arc::clone(&self.memberships),
         };
         (next, refused)
     }

@@ -126,8 +126,10 @@ return n
 /// Sets a shard's mark unless a later one is held (a restore is a mark
 /// too: neither failed nor drained); two set in the same millisecond are
 /// ordered by replica id, as every replica orders them. KEYS: the marks, the version. ARGV:
-/// field, failed, drained, set at (ms), replica, cell, shard id. Returns
-/// 1 when set, 0 when a later mark stands.
+/// field, failed, drained, set at (ms), replica, cell, shard id, missing
+/// (discovery's mark, last so that a store written by an older replica,
+/// without it, still reads). Returns 1 when set, 0 when a later mark
+/// stands.
 const MARK: &str = r"
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if held then
@@ -135,7 +137,7 @@ if held then
   at = tonumber(at)
   if at and (at > tonumber(ARGV[4]) or (at == tonumber(ARGV[4]) and by > ARGV[5])) then return 0 end
 end
-redis.call('HSET', KEYS[1], ARGV[1], table.concat({ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]}, '\t'))
+redis.call('HSET', KEYS[1], ARGV[1], table.concat({ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}, '\t'))
 redis.call('INCR', KEYS[2])
 return 1
 ";
@@ -247,6 +249,8 @@ pub struct SharedMark {
     pub failed: bool,
     /// No new requests.
     pub drained: bool,
+    /// Discovery no longer lists it (treated as down).
+    pub missing: bool,
     /// When it was set, on the setting replica's wall clock (ms since the
     /// Unix epoch).
     pub at_ms: u64,
@@ -541,6 +545,7 @@ impl FleetStore {
             mark.by.clone(),
             mark.cell.clone(),
             mark.id.clone(),
+            u8::from(mark.missing).to_string(),
         ];
         self.run(3, &keys, &args, Some(BACKGROUND_TIMEOUT), flag)
             .await
@@ -683,8 +688,12 @@ fn verdict(reply: &Value) -> Option<Verdict> {
 /// One mark as [`MARK`] stores it.
 fn mark(value: &str) -> Option<SharedMark> {
     let fields: Vec<&str> = value.split(TAB).collect();
-    let [failed, drained, at, by, cell, shard] = fields.as_slice() else {
-        return None;
+    let (failed, drained, at, by, cell, shard, missing) = match fields.as_slice() {
+        [failed, drained, at, by, cell, shard] => (failed, drained, at, by, cell, shard, &"0"),
+        [failed, drained, at, by, cell, shard, missing] => {
+            (failed, drained, at, by, cell, shard, missing)
+        }
+        _ => return None,
     };
     let flag = |text: &str| match text {
         "0" => Some(false),
@@ -696,6 +705,7 @@ fn mark(value: &str) -> Option<SharedMark> {
         id: id(shard)?,
         failed: flag(failed)?,
         drained: flag(drained)?,
+        missing: flag(missing)?,
         at_ms: at.parse().ok()?,
         by: id(by)?,
     })
@@ -828,10 +838,16 @@ mod tests {
                 id: "s0".into(),
                 failed: false,
                 drained: true,
+                missing: false,
                 at_ms: 1_700_000_000_000,
                 by: "gw-a:1".into(),
             }]
         );
+        // A mark written by this version carries discovery's mark last;
+        // one written before it (six fields) reads as not missing.
+        let written = mark("0\t0\t1700000000001\tgw-a:1\tmain\ts3\t1").unwrap();
+        assert!(written.missing && !written.failed);
+        assert_eq!(mark("0\t0\t1700000000001\tgw-a:1\tmain\ts3\t2"), None);
         assert_eq!(state.suspects[0].members, ["s1", "s2"]);
         assert_eq!(state.suspects[0].left, Duration::from_millis(1500));
         assert_eq!(

@@ -37,6 +37,7 @@ use crate::syntax::grpc::Code;
 
 // The label sets and label values moved to their own files; their paths
 // through this module stay, for the callers that name them here.
+pub(crate) use super::discovery::DiscoveryMetrics;
 pub(crate) use super::fleet::FleetMetrics;
 pub(crate) use super::labels::{
     AttemptLabels, BoundLabels, BuildLabels, CellLabels, DirectionLabels, EjectionLabels,
@@ -253,6 +254,8 @@ pub struct Metrics {
     pub(crate) fleet: FleetMetrics,
     /// The tenant store's health and the changes applied (`[tenants] store`).
     pub(crate) tenant_store: TenantStoreMetrics,
+    /// Discovered cells' looks and membership changes.
+    pub(crate) discovery: DiscoveryMetrics,
     /// `shuffle_grpc_requests_total{cell,grpc_status}`.
     pub(crate) grpc_requests: Family<GrpcLabels, Counter>,
     /// `shuffle_tenant_limited_total{cell,limit}`.
@@ -495,6 +498,7 @@ impl Metrics {
         let websockets = WebSocketMetrics::register(&mut families.0);
         let fleet = FleetMetrics::register(&mut families.0);
         let tenant_store = TenantStoreMetrics::register(&mut families.0);
+        let discovery = DiscoveryMetrics::register(&mut families.0);
         let grpc_requests = families.add("grpc_requests", "gRPC calls by cell and the gRPC status their answer's head carried (the gateway's own errors and trailers-only answers), or unseen when it comes in trailers; each is also in shuffle_requests");
         let tenant_limited = families.add("tenant_limited", "Requests refused with 429 because their tenant was over a limit, by cell and limit (rate: limits.tenant.requests_per_second and burst; in_flight: limits.tenant.max_in_flight); no tenant label, see GET /admin/tenants?limited=N");
         let store_fallbacks = families.store_fallbacks();
@@ -521,6 +525,7 @@ impl Metrics {
             websockets,
             fleet,
             tenant_store,
+            discovery,
             backend_stalls,
             client_stalls,
             requests,

@@ -6,6 +6,7 @@
 //! from [`crate::syntax`]).
 
 pub mod access_log;
+pub mod discovery;
 pub mod fleet;
 pub mod labels;
 pub mod metrics;
