@@ -11,6 +11,7 @@ mod connection;
 mod containment;
 mod dashboards;
 mod deploy;
+mod discovery;
 mod fleet;
 mod grpc;
 mod h2_shards;

@@ -143,6 +143,9 @@ pub struct GatewayToml {
     pub extra: String,
     /// The cell's name.
     pub cell: String,
+    /// Further lines inside `[[cells]]`, after `name` (`discovery = …`,
+    /// `algorithm = …`).
+    pub cell_lines: String,
     /// The cell's shards, one per line (so a test can remove one by its
     /// line).
     pub shards: Vec<Shard>,
@@ -170,6 +173,7 @@ impl Default for GatewayToml {
             admin: String::new(),
             extra: String::new(),
             cell: "default".into(),
+            cell_lines: String::new(),
             shards: Vec::new(),
             placement_key: random_bytes(32),
             tenants: String::new(),
@@ -226,7 +230,12 @@ impl GatewayToml {
         if !self.extra.is_empty() {
             let _ = write!(text, "\n{}", lines(&self.extra));
         }
-        let _ = write!(text, "\n[[cells]]\nname = \"{}\"\nshards = [\n", self.cell);
+        let _ = write!(
+            text,
+            "\n[[cells]]\nname = \"{}\"\n{}shards = [\n",
+            self.cell,
+            lines(&self.cell_lines)
+        );
         for shard in &self.shards {
             let _ = write!(text, "  {{ id = \"{}\", url = \"{}\"", shard.id, shard.url);
             if let Some(zone) = &shard.zone {
