@@ -246,6 +246,10 @@ fn args(port: u16, ttl: u32, records: &[Record]) -> Vec<String> {
         "--conf-file=/dev/null",
         "--no-resolv",
         "--no-hosts",
+        // Every name is local: a name it has no record of is NXDOMAIN (or
+        // NODATA), as from an authoritative server, not REFUSED for want
+        // of an upstream.
+        "--local=/#/",
         "--listen-address=127.0.0.1",
         "--bind-interfaces",
         // No pid file: parallel tests' servers would share the default one.
