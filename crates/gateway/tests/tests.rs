@@ -11,6 +11,7 @@ mod connection;
 mod containment;
 mod dashboards;
 mod deploy;
+mod dns_resolver;
 mod fleet;
 mod grpc;
 mod h2_shards;
