@@ -12,6 +12,7 @@ mod containment;
 mod dashboards;
 mod deploy;
 mod discovery;
+mod dns_resolver;
 mod fleet;
 mod grpc;
 mod h2_shards;

@@ -2,12 +2,15 @@
 //!
 //! Integration tests of two crates cannot share a module, so what more than
 //! one of them needs lives here: running headless Chromium, reading JSON
-//! answers, a `redis-server` and a PostgreSQL server of a test's own, and
+//! answers, a `redis-server`, a PostgreSQL server and a `dnsmasq` of a
+//! test's own, a DNS server that misbehaves on purpose, and
 //! skipping (or, in CI, failing) a test whose system tool is
 //! missing. (Writing a gateway configuration is `gateway::config::writer`,
 //! which the demo uses too.)
 
 pub mod browser;
+pub mod dns_fault;
+pub mod dnsmasq;
 pub mod json;
 pub mod postgres;
 pub mod redis;
