@@ -88,7 +88,11 @@ async fn dns_resolver_sees_each_change_on_the_next_look() {
     assert_eq!(ids(&found), ["shard-1", "shard-2", "shard-3"]);
 
     let mut records = three_shards();
-    records.push(Record::srv(SERVICE, "shard-4.zone-b.example.internal", 8004));
+    records.push(Record::srv(
+        SERVICE,
+        "shard-4.zone-b.example.internal",
+        8004,
+    ));
     records.push(Record::a("shard-4.zone-b.example.internal", "127.0.0.14"));
     dnsmasq.set_records(records).await;
     let found = resolver.look(&srv(), ZoneFrom::None).await.unwrap();
@@ -208,7 +212,11 @@ async fn dns_resolver_a_root_target_is_no_records() {
 #[tokio::test]
 async fn dns_resolver_two_targets_with_one_id_are_malformed() {
     let mut records = three_shards();
-    records.push(Record::srv(SERVICE, "shard-1.zone-b.example.internal", 8001));
+    records.push(Record::srv(
+        SERVICE,
+        "shard-1.zone-b.example.internal",
+        8001,
+    ));
     records.push(Record::a("shard-1.zone-b.example.internal", "127.0.0.21"));
     let Some(dnsmasq) = Dnsmasq::start(records).await else {
         return;

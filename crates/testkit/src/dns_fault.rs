@@ -145,8 +145,7 @@ async fn serve_connection(
         let mode = *fault.lock().unwrap();
         if let Some(reply) = reply(mode, &message) {
             let length = u16::try_from(reply.len()).unwrap_or(u16::MAX);
-            if stream.write_u16(length).await.is_err() || stream.write_all(&reply).await.is_err()
-            {
+            if stream.write_u16(length).await.is_err() || stream.write_all(&reply).await.is_err() {
                 return;
             }
         }
@@ -266,7 +265,10 @@ mod tests {
     #[test]
     fn broken_queries_still_get_a_header() {
         assert_eq!(error_reply(&[], 5).len(), 12);
-        assert_eq!(error_reply(&[1, 2, 3, 4, 0, 1, 0, 0, 0, 0, 0, 0, 9], 5).len(), 12);
+        assert_eq!(
+            error_reply(&[1, 2, 3, 4, 0, 1, 0, 0, 0, 0, 0, 0, 9], 5).len(),
+            12
+        );
         assert!(garbled_reply(&[0xff; 3]).len() > 12);
         assert_eq!(junk(40).len(), 40);
     }

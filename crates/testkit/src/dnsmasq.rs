@@ -366,8 +366,7 @@ mod tests {
 
     #[tokio::test]
     async fn it_answers_and_keeps_its_port() {
-        let Some(mut dnsmasq) = Dnsmasq::start(vec![Record::a("a.test", "127.0.0.9")]).await
-        else {
+        let Some(mut dnsmasq) = Dnsmasq::start(vec![Record::a("a.test", "127.0.0.9")]).await else {
             return;
         };
         let port = dnsmasq.port();

@@ -158,7 +158,11 @@ impl DnsResolver {
         Ok(parsed)
     }
 
-    async fn look_srv(&self, name: &str, zone_from: ZoneFrom) -> Result<Vec<Found>, DiscoveryError> {
+    async fn look_srv(
+        &self,
+        name: &str,
+        zone_from: ZoneFrom,
+    ) -> Result<Vec<Found>, DiscoveryError> {
         let query = self.fqdn(name)?;
         let lookup = self
             .resolver
@@ -227,7 +231,11 @@ impl DnsResolver {
     /// the server put it there, else asked for (A first, AAAA when it has
     /// none); the lowest when there are several, so every look picks the
     /// same one (IPv4 sorts before IPv6).
-    async fn target_address(&self, lookup: &Lookup, target: &Target) -> Result<IpAddr, DiscoveryError> {
+    async fn target_address(
+        &self,
+        lookup: &Lookup,
+        target: &Target,
+    ) -> Result<IpAddr, DiscoveryError> {
         let additional = lookup
             .additionals()
             .iter()
@@ -263,20 +271,27 @@ impl DnsResolver {
     /// The target's zone from its TXT record `zone=NAME`; `None` when it
     /// has none.
     async fn txt_zone(&self, target: &Target) -> Result<Option<String>, DiscoveryError> {
-        let lookup = match self.resolver.lookup(target.name.clone(), RecordType::TXT).await {
+        let lookup = match self
+            .resolver
+            .lookup(target.name.clone(), RecordType::TXT)
+            .await
+        {
             Ok(lookup) => lookup,
             Err(e) if e.is_no_records_found() => return Ok(None),
             Err(e) => return Err(self.error(e, &target.text, "TXT")),
         };
-        let texts = lookup.answers().iter().filter_map(|record| match &record.data {
-            RData::TXT(txt) => Some(
-                txt.txt_data
-                    .iter()
-                    .map(|part| String::from_utf8_lossy(part).into_owned())
-                    .collect::<String>(),
-            ),
-            _ => None,
-        });
+        let texts = lookup
+            .answers()
+            .iter()
+            .filter_map(|record| match &record.data {
+                RData::TXT(txt) => Some(
+                    txt.txt_data
+                        .iter()
+                        .map(|part| String::from_utf8_lossy(part).into_owned())
+                        .collect::<String>(),
+                ),
+                _ => None,
+            });
         txt_zone(&target.text, texts).map_err(|problem| self.malformed(problem))
     }
 
@@ -509,7 +524,10 @@ fn zone_label(target: &str, n: usize) -> Result<String, String> {
 
 /// The zone among a target's TXT strings: the one `zone=NAME`; `None`
 /// when none says; an error when two say different zones.
-fn txt_zone(target: &str, texts: impl IntoIterator<Item = String>) -> Result<Option<String>, String> {
+fn txt_zone(
+    target: &str,
+    texts: impl IntoIterator<Item = String>,
+) -> Result<Option<String>, String> {
     let mut zone: Option<String> = None;
     for text in texts {
         let Some(value) = text.trim().strip_prefix("zone=") else {
@@ -517,7 +535,9 @@ fn txt_zone(target: &str, texts: impl IntoIterator<Item = String>) -> Result<Opt
         };
         let value = value.trim();
         if value.is_empty() || value.len() > 253 || value.chars().any(char::is_control) {
-            return Err(format!("the TXT record of {target} names no usable zone: {text:?}"));
+            return Err(format!(
+                "the TXT record of {target} names no usable zone: {text:?}"
+            ));
         }
         match &zone {
             Some(seen) if seen != value => {
@@ -543,7 +563,10 @@ mod tests {
 
     #[test]
     fn the_id_is_the_first_label_lowercased() {
-        assert_eq!(shard_id("Shard-1.zone-a.example.internal.").unwrap(), "shard-1");
+        assert_eq!(
+            shard_id("Shard-1.zone-a.example.internal.").unwrap(),
+            "shard-1"
+        );
         assert_eq!(shard_id("db_2").unwrap(), "db_2");
         assert!(shard_id("").is_err());
         assert!(shard_id("a\\032b.example").is_err());
@@ -572,8 +595,8 @@ mod tests {
         assert_eq!(ids, [("a", 81), ("b", 80)]);
         assert_eq!(targets[0].text, "a.example");
 
-        let problem = srv_targets(vec![(name("a.x.example."), 80), (name("a.y.example."), 80)])
-            .unwrap_err();
+        let problem =
+            srv_targets(vec![(name("a.x.example."), 80), (name("a.y.example."), 80)]).unwrap_err();
         assert!(
             matches!(&problem, TargetProblem::Malformed(p) if p.contains("two targets share the id a")),
             "{problem:?}"
