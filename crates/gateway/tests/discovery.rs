@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use backend::Backend;
 use bytes::Bytes;
+use gateway::Snapshot;
 use gateway::config::writer::{GatewayToml, tenants, tenants_toml};
 use gateway::runtime::{self, Running};
-use gateway::Snapshot;
 use http::StatusCode;
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
@@ -59,19 +59,42 @@ struct Discovered {
 impl Discovered {
     /// `shards` backends s0… found through dnsmasq, `tenant_count` tenants,
     /// and `[discovery]` lines beside the resolver and a fast refresh.
-    async fn start(shards: usize, tenant_count: usize, discovery: &str, cell: &str) -> Option<Self> {
+    async fn start(
+        shards: usize,
+        tenant_count: usize,
+        discovery: &str,
+        cell: &str,
+    ) -> Option<Self> {
+        Self::start_listing(shards, shards, tenant_count, discovery, cell).await
+    }
+
+    /// [`Discovered::start`] with only the first `listed` backends in DNS.
+    async fn start_listing(
+        shards: usize,
+        listed: usize,
+        tenant_count: usize,
+        discovery: &str,
+        cell: &str,
+    ) -> Option<Self> {
         let mut backends = Vec::new();
         for i in 0..shards {
             backends.push(Backend::start(&format!("s{i}")).await.unwrap());
         }
-        let dns = Dnsmasq::start(records(&backends.iter().collect::<Vec<_>>())).await?;
+        let dns =
+            Dnsmasq::start(records(&backends.iter().take(listed).collect::<Vec<_>>())).await?;
         let dir = tempfile::tempdir().unwrap();
         let tenants = tenants(tenant_count);
         let token = "discovery-test-admin-token".to_owned();
         let toml = GatewayToml {
             tables: vec![
-                ("health".into(), "interval_ms = 100\ntimeout_ms = 200\nrise = 1\nfall = 2\n".into()),
-                ("routing".into(), "per_try_timeout_ms = 300\nrequest_timeout_ms = 3000\n".into()),
+                (
+                    "health".into(),
+                    "interval_ms = 100\ntimeout_ms = 200\nrise = 1\nfall = 2\n".into(),
+                ),
+                (
+                    "routing".into(),
+                    "per_try_timeout_ms = 300\nrequest_timeout_ms = 3000\n".into(),
+                ),
             ],
             admin_token: Some(token.clone()),
             extra: format!(
@@ -134,11 +157,6 @@ impl Discovered {
         Some(shard.availability(&snapshot.config).name())
     }
 
-    /// Points DNS at `backends`.
-    async fn serve(&mut self, backends: &[&Backend]) {
-        self.dns.set_records(records(backends)).await;
-    }
-
     async fn admin_json(&self, path: &str) -> serde_json::Value {
         let (status, _, body) = send_to(
             &self.client,
@@ -192,7 +210,7 @@ impl Discovered {
     /// What placement says over `ids` with the gateway's key, `k` = 2,
     /// rendezvous: what `shuffle-shard migrate` computes.
     fn predicted(&self, ids: &[&str]) -> Vec<BTreeSet<String>> {
-        let key = placement::PlacementKey::new(self.key.clone()).unwrap();
+        let key = placement::PlacementKey::from_bytes(self.key.clone());
         let fleet = placement::Fleet::new(
             ids.iter()
                 .map(|id| placement::Shard {
@@ -230,36 +248,40 @@ const WITHIN: Duration = Duration::from_secs(20);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_added_target_receives_exactly_the_tenants_placement_predicts() {
-    let Some(mut fleet) = Discovered::start(6, 300, "", "").await else {
+    // Five of the six are listed at start.
+    let Some(mut fleet) = Discovered::start_listing(6, 5, 300, "", "").await else {
         return;
     };
-    // Start with five of the six.
-    let five: Vec<&Backend> = fleet.backends.iter().take(5).collect();
-    let ids5: Vec<&str> = five.iter().map(|b| b.id()).collect();
-    let (before_records, all) = (records(&five), fleet.backends.iter().collect::<Vec<_>>());
-    fleet.dns.set_records(before_records).await;
-    assert!(
-        eventually(WITHIN, || fleet.shard_ids().len() == 5).await,
-        "five shards: {:?}",
-        fleet.shard_ids()
-    );
+    let ids5: Vec<&str> = fleet.backends.iter().take(5).map(|b| b.id()).collect();
+    assert_eq!(fleet.shard_ids(), ids5);
+    let all: Vec<&Backend> = fleet.backends.iter().collect();
     let before = fleet.placed();
     assert_eq!(before, fleet.predicted(&ids5));
-    let moved_before = fleet.metric("shuffle_discovery_tenants_moved_total", "cell=\"default\"").await;
+    let moved_before = fleet
+        .metric("shuffle_discovery_tenants_moved_total", "cell=\"default\"")
+        .await;
 
-    fleet.serve(&all).await;
+    fleet.dns.set_records(records(&all)).await;
     assert!(eventually(WITHIN, || fleet.shard_ids().len() == 6).await);
     let after = fleet.placed();
     let ids6: Vec<&str> = all.iter().map(|b| b.id()).collect();
-    assert_eq!(after, fleet.predicted(&ids6), "placement after the addition");
+    assert_eq!(
+        after,
+        fleet.predicted(&ids6),
+        "placement after the addition"
+    );
     // Every tenant that moved gained the new shard and nothing else.
-    let moved: Vec<usize> = (0..before.len()).filter(|&t| before[t] != after[t]).collect();
+    let moved: Vec<usize> = (0..before.len())
+        .filter(|&t| before[t] != after[t])
+        .collect();
     assert!(!moved.is_empty());
     for &t in &moved {
         let gained: Vec<&String> = after[t].difference(&before[t]).collect();
         assert_eq!(gained, [&"s5".to_owned()], "tenant {t}");
     }
-    let moved_metric = fleet.metric("shuffle_discovery_tenants_moved_total", "cell=\"default\"").await;
+    let moved_metric = fleet
+        .metric("shuffle_discovery_tenants_moved_total", "cell=\"default\"")
+        .await;
     assert_eq!(moved_metric - moved_before, moved.len() as f64);
     // The new shard takes its tenants' requests.
     for &t in moved.iter().take(5) {
@@ -284,10 +306,12 @@ async fn a_removed_target_is_down_at_once_and_leaves_placement_only_after_the_gr
         return;
     };
     let before = fleet.placed();
-    let on_s2: Vec<usize> = (0..before.len()).filter(|&t| before[t].contains("s2")).collect();
+    let on_s2: Vec<usize> = (0..before.len())
+        .filter(|&t| before[t].contains("s2"))
+        .collect();
     assert!(!on_s2.is_empty());
     let four: Vec<&Backend> = fleet.backends.iter().filter(|b| b.id() != "s2").collect();
-    fleet.serve(&four).await;
+    fleet.dns.set_records(records(&four)).await;
     assert!(
         eventually(WITHIN, || fleet.health("s2") == Some("missing")).await,
         "s2 is missing: {:?}",
@@ -300,7 +324,11 @@ async fn a_removed_target_is_down_at_once_and_leaves_placement_only_after_the_gr
     for &t in &on_s2 {
         assert_eq!(fleet.get(t).await, StatusCode::OK, "tenant {t}");
     }
-    assert_eq!(fleet.backends[2].requests(), served_before, "s2 is out of rotation");
+    assert_eq!(
+        fleet.backends[2].requests(),
+        served_before,
+        "s2 is out of rotation"
+    );
     let view = fleet.admin_json("/admin/shards").await;
     let s2 = view["shards"]
         .as_array()
@@ -317,7 +345,11 @@ async fn a_removed_target_is_down_at_once_and_leaves_placement_only_after_the_gr
     for t in 0..before.len() {
         if on_s2.contains(&t) {
             assert!(!after[t].contains("s2"));
-            assert_eq!(after[t].intersection(&before[t]).count(), 1, "tenant {t} kept its other member");
+            assert_eq!(
+                after[t].intersection(&before[t]).count(),
+                1,
+                "tenant {t} kept its other member"
+            );
         } else {
             assert_eq!(after[t], before[t], "tenant {t} did not have s2");
         }
@@ -331,7 +363,7 @@ async fn a_target_that_returns_at_a_new_address_moves_nobody() {
     };
     let before = fleet.placed();
     let four: Vec<&Backend> = fleet.backends.iter().filter(|b| b.id() != "s2").collect();
-    fleet.serve(&four).await;
+    fleet.dns.set_records(records(&four)).await;
     assert!(eventually(WITHIN, || fleet.health("s2") == Some("missing")).await);
     // s2 restarts elsewhere, under the same name.
     let restarted = Backend::start("s2").await.unwrap();
@@ -346,15 +378,23 @@ async fn a_target_that_returns_at_a_new_address_moves_nobody() {
     );
     assert_eq!(fleet.placed(), before, "a return moves nobody");
     let snapshot = fleet.running.gateway.snapshot();
-    let url = snapshot.find_shard("default", "s2").unwrap().url.to_string();
+    let url = snapshot
+        .find_shard("default", "s2")
+        .unwrap()
+        .url
+        .to_string();
     assert!(url.contains(&restarted.addr().port().to_string()), "{url}");
     drop(snapshot);
     assert_eq!(
-        fleet.metric("shuffle_discovery_tenants_moved_total", "cell=\"default\"").await,
+        fleet
+            .metric("shuffle_discovery_tenants_moved_total", "cell=\"default\"")
+            .await,
         0.0
     );
     // Its tenants reach the new address.
-    let on_s2: Vec<usize> = (0..before.len()).filter(|&t| before[t].contains("s2")).collect();
+    let on_s2: Vec<usize> = (0..before.len())
+        .filter(|&t| before[t].contains("s2"))
+        .collect();
     let mut reached = false;
     for _ in 0..5 {
         for &t in &on_s2 {
@@ -375,7 +415,7 @@ async fn a_look_that_returns_two_of_twenty_shards_is_refused() {
     };
     assert_eq!(fleet.shard_ids().len(), 20);
     let two: Vec<&Backend> = fleet.backends.iter().take(2).collect();
-    fleet.serve(&two).await;
+    fleet.dns.set_records(records(&two)).await;
     assert!(
         eventually(WITHIN, || {
             let looks = fleet.running.gateway.discovery_looks.lock().unwrap();
@@ -387,9 +427,20 @@ async fn a_look_that_returns_two_of_twenty_shards_is_refused() {
         .await
     );
     let view = fleet.admin_json("/admin/discovery").await;
-    let refusal = view["cells"][0]["last_refusal"].as_str().unwrap().to_owned();
+    let refusal = view["cells"][0]["last_refusal"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(refusal.contains("18 of the cell's 20"), "{refusal}");
-    assert!(fleet.metric("shuffle_discovery_changes_total", "cell=\"default\",outcome=\"refused\"").await >= 1.0);
+    assert!(
+        fleet
+            .metric(
+                "shuffle_discovery_changes_total",
+                "cell=\"default\",outcome=\"refused\""
+            )
+            .await
+            >= 1.0
+    );
     // Every shard stays placed and up.
     assert_eq!(fleet.shard_ids().len(), 20);
     for i in 0..20 {
@@ -428,7 +479,13 @@ async fn a_stopped_failing_or_garbled_resolver_keeps_the_last_good_membership() 
     let text = text.replace(&fleet.dns.addr().to_string(), &fault.addr().to_string());
     std::fs::write(&path, text).unwrap();
     fleet.running.gateway.reload(false).unwrap();
-    for mode in [Fault::ServFail, Fault::Refused, Fault::Junk, Fault::Garbled, Fault::Silent] {
+    for mode in [
+        Fault::ServFail,
+        Fault::Refused,
+        Fault::Junk,
+        Fault::Garbled,
+        Fault::Silent,
+    ] {
         fault.set(mode);
         let asked = fault.queries();
         assert!(
@@ -445,12 +502,18 @@ async fn a_stopped_failing_or_garbled_resolver_keeps_the_last_good_membership() 
     // And back to a good one: the same shards, nothing changed.
     fleet.dns.restart().await;
     let text = std::fs::read_to_string(&path).unwrap();
-    std::fs::write(&path, text.replace(&fault.addr().to_string(), &fleet.dns.addr().to_string())).unwrap();
+    std::fs::write(
+        &path,
+        text.replace(&fault.addr().to_string(), &fleet.dns.addr().to_string()),
+    )
+    .unwrap();
     fleet.running.gateway.reload(false).unwrap();
     assert!(
         eventually(WITHIN, || {
             let looks = fleet.running.gateway.discovery_looks.lock().unwrap();
-            looks.get("default").is_some_and(|look| look.last_problem.is_none())
+            looks
+                .get("default")
+                .is_some_and(|look| look.last_problem.is_none())
         })
         .await
     );
@@ -460,7 +523,7 @@ async fn a_stopped_failing_or_garbled_resolver_keeps_the_last_good_membership() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_addition_that_remaps_is_refused_unless_migration_is_allowed() {
     // hmac_modulo places by position: a sixth shard remaps most tenants.
-    let Some(mut fleet) = Discovered::start(6, 200, "", "algorithm = \"hmac_modulo\"\n").await
+    let Some(mut fleet) = Discovered::start(6, 200, "", "algorithm = \"hmac-modulo\"\n").await
     else {
         return;
     };
@@ -469,7 +532,7 @@ async fn an_addition_that_remaps_is_refused_unless_migration_is_allowed() {
     let seven = Backend::start("s6").await.unwrap();
     let mut all: Vec<&Backend> = fleet.backends.iter().collect();
     all.push(&seven);
-    fleet.serve(&all).await;
+    fleet.dns.set_records(records(&all)).await;
     assert!(
         eventually(WITHIN, || {
             let looks = fleet.running.gateway.discovery_looks.lock().unwrap();
@@ -485,7 +548,11 @@ async fn an_addition_that_remaps_is_refused_unless_migration_is_allowed() {
     // Allowed: it applies.
     let path = fleet.config_path();
     let text = std::fs::read_to_string(&path).unwrap();
-    std::fs::write(&path, text.replace("[discovery]\n", "[discovery]\nallow_migration = true\n")).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("[discovery]\n", "[discovery]\nallow_migration = true\n"),
+    )
+    .unwrap();
     fleet.running.gateway.reload(false).unwrap();
     assert!(eventually(WITHIN, || fleet.shard_ids().len() == 7).await);
 }
@@ -497,7 +564,10 @@ async fn serve_check_resolves_once_and_prints_the_membership() {
     };
     let checked = runtime::check(&fleet.config_path()).unwrap();
     let text = checked.to_string();
-    assert!(text.contains(&format!("cell default: 3 shards from dns+srv://{SERVICE}")), "{text}");
+    assert!(
+        text.contains(&format!("cell default: 3 shards from dns+srv://{SERVICE}")),
+        "{text}"
+    );
     for backend in &fleet.backends {
         let line = format!("  {} 127.0.0.1:{}", backend.id(), backend.addr().port());
         assert!(text.contains(&line), "{line} in {text}");
