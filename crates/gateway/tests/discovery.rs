@@ -76,6 +76,18 @@ impl Discovered {
         discovery: &str,
         cell: &str,
     ) -> Option<Self> {
+        Self::start_full(shards, listed, tenant_count, discovery, cell, "").await
+    }
+
+    /// [`Discovered::start_listing`] with `extra` tables (`[fleet]`).
+    async fn start_full(
+        shards: usize,
+        listed: usize,
+        tenant_count: usize,
+        discovery: &str,
+        cell: &str,
+        extra: &str,
+    ) -> Option<Self> {
         let mut backends = Vec::new();
         for i in 0..shards {
             backends.push(Backend::start(&format!("s{i}")).await.unwrap());
@@ -98,7 +110,7 @@ impl Discovered {
             ],
             admin_token: Some(token.clone()),
             extra: format!(
-                "[discovery]\nresolver = \"{}\"\nrefresh_seconds = 0.1\ntimeout_ms = 300\n{discovery}\n",
+                "[discovery]\nresolver = \"{}\"\nrefresh_seconds = 0.1\ntimeout_ms = 300\n{discovery}\n{extra}\n",
                 dns.addr()
             ),
             cell_lines: format!("discovery = \"dns+srv://{SERVICE}\"\n{cell}"),
@@ -170,6 +182,13 @@ impl Discovered {
         .await;
         assert_eq!(status, StatusCode::OK, "{path}: {body:?}");
         serde_json::from_slice(&body).unwrap()
+    }
+
+    /// A shard's availability on another replica.
+    fn health_on(running: &Running, id: &str) -> Option<&'static str> {
+        let snapshot = running.gateway.snapshot();
+        let shard = snapshot.find_shard("default", id)?;
+        Some(shard.availability(&snapshot.config).name())
     }
 
     /// The value of one series of the metrics, 0 when absent.
@@ -580,4 +599,49 @@ async fn serve_check_resolves_once_and_prints_the_membership() {
     assert!(error.contains("cell \"default\""), "{error}");
     assert!(error.contains("found no shards"), "{error}");
     let _: SocketAddr = fleet.dns.addr();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_fleet_a_replica_that_sees_a_shard_go_and_come_back_tells_the_others() {
+    let Some(redis) = testkit::redis::Redis::start().await else {
+        return;
+    };
+    let fleet_table = format!("[fleet]\nstore = \"{}\"\ntimeout_ms = 500\n", redis.url());
+    let Some(mut fleet) = Discovered::start_full(5, 5, 50, "", "", &fleet_table).await else {
+        return;
+    };
+    // A second replica of the same configuration that looks at DNS only
+    // once an hour: whatever it learns here, it learns through the fleet.
+    let path = fleet.dir.path().join("slow.toml");
+    let text = std::fs::read_to_string(fleet.config_path()).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("refresh_seconds = 0.1", "refresh_seconds = 3600"),
+    )
+    .unwrap();
+    let slow = runtime::start(Snapshot::load(&path, None).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(Discovered::health_on(&slow, "s2"), Some("up"));
+
+    let four: Vec<&Backend> = fleet.backends.iter().filter(|b| b.id() != "s2").collect();
+    fleet.dns.set_records(records(&four)).await;
+    assert!(eventually(WITHIN, || fleet.health("s2") == Some("missing")).await);
+    assert!(
+        eventually(WITHIN, || Discovered::health_on(&slow, "s2")
+            == Some("missing"))
+        .await,
+        "the slow replica takes the missing mark through the fleet: {:?}",
+        Discovered::health_on(&slow, "s2")
+    );
+    // Back: both route to it again.
+    let all: Vec<&Backend> = fleet.backends.iter().collect();
+    fleet.dns.set_records(records(&all)).await;
+    assert!(eventually(WITHIN, || fleet.health("s2") == Some("up")).await);
+    assert!(
+        eventually(WITHIN, || Discovered::health_on(&slow, "s2") == Some("up")).await,
+        "and the return: {:?}",
+        Discovered::health_on(&slow, "s2")
+    );
+    drop(redis);
 }
