@@ -1,0 +1,165 @@
+//! A rolling restart of every shard of a discovered cell under the drill's
+//! load: each shard in turn stops, leaves DNS, comes back at a new address
+//! under the same name, and only then is the next one restarted. Tenants
+//! always have a surviving member, so none may see an error, and since
+//! every shard returns inside its grace, no tenant may move.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use backend::Backend;
+use drill::credentials::TenantCredential;
+use drill::load::{LoadShape, Protocol, drive_until};
+use gateway::Snapshot;
+use gateway::config::writer::{GatewayToml, tenants, tenants_toml};
+use gateway::runtime::{self, Running};
+use testkit::dnsmasq::{Dnsmasq, Record};
+
+const SERVICE: &str = "_shards._tcp.shards.test";
+
+fn records(backends: &[&Backend]) -> Vec<Record> {
+    backends
+        .iter()
+        .flat_map(|backend| {
+            let target = format!("{}.shards.test", backend.id());
+            [
+                Record::srv(SERVICE, &target, backend.addr().port()),
+                Record::a(&target, "127.0.0.1"),
+            ]
+        })
+        .collect()
+}
+
+/// Each tenant's members, by shard id.
+fn placed(running: &Running, tenants: &[(String, String)]) -> Vec<BTreeSet<String>> {
+    let snapshot = running.gateway.snapshot();
+    tenants
+        .iter()
+        .map(|(tenant, _)| {
+            let (cell, subset) = snapshot.route(tenant);
+            subset
+                .iter()
+                .map(|&i| snapshot.config.cells()[cell].shards[i as usize].id.clone())
+                .collect()
+        })
+        .collect()
+}
+
+/// Where the shard `id` is reached now, and how it is.
+fn shard_state(running: &Running, id: &str) -> Option<(String, &'static str)> {
+    let snapshot = running.gateway.snapshot();
+    let shard = snapshot.find_shard("default", id)?;
+    Some((
+        shard.url.to_string(),
+        shard.availability(&snapshot.config).name(),
+    ))
+}
+
+async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !condition() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_at_new_addresses_costs_no_error_and_moves_nobody() {
+    let mut backends = Vec::new();
+    for i in 0..6 {
+        backends.push(Backend::start(&format!("s{i}")).await.unwrap());
+    }
+    let Some(mut dns) = Dnsmasq::start(records(&backends.iter().collect::<Vec<_>>())).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = tenants(120);
+    let path = GatewayToml {
+        tables: vec![
+            (
+                "health".into(),
+                "interval_ms = 100\ntimeout_ms = 200\nrise = 1\nfall = 2\n".into(),
+            ),
+            (
+                "routing".into(),
+                "per_try_timeout_ms = 500\nrequest_timeout_ms = 4000\n".into(),
+            ),
+        ],
+        extra: format!(
+            "[discovery]\nresolver = \"{}\"\nrefresh_seconds = 0.1\ntimeout_ms = 300\n",
+            dns.addr()
+        ),
+        cell_lines: format!("discovery = \"dns+srv://{SERVICE}\"\n"),
+        tenants: tenants_toml(&tenants),
+        ..GatewayToml::default()
+    }
+    .write(dir.path())
+    .unwrap();
+    let running = runtime::start(Snapshot::load(&path, None).unwrap())
+        .await
+        .unwrap();
+    let before = placed(&running, &tenants);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let credentials: Vec<TenantCredential> = tenants
+        .iter()
+        .map(|(tenant, key)| TenantCredential::new(tenant, key))
+        .collect();
+    let gateways = vec![format!("http://{}", running.addr)];
+    let shape = LoadShape {
+        requests_per_tenant: 1,
+        concurrency: 8,
+        timeout: Duration::from_secs(5),
+        protocol: Protocol::Http,
+    };
+    let stopping = Arc::clone(&stop);
+    let load =
+        tokio::spawn(async move { drive_until(&gateways, &credentials, shape, stopping).await });
+
+    for i in 0..backends.len() {
+        let id = format!("s{i}");
+        // The pod stops and leaves DNS …
+        let old = std::mem::replace(&mut backends[i], Backend::start(&id).await.unwrap());
+        drop(old);
+        let listed: Vec<&Backend> = backends.iter().filter(|b| b.id() != id).collect();
+        dns.set_records(records(&listed)).await;
+        until(&format!("{id} missing"), || {
+            shard_state(&running, &id).is_some_and(|(_, health)| health == "missing")
+        })
+        .await;
+        // … and comes back at a new address under the same name.
+        dns.set_records(records(&backends.iter().collect::<Vec<_>>()))
+            .await;
+        let port = backends[i].addr().port().to_string();
+        until(&format!("{id} back at :{port}"), || {
+            shard_state(&running, &id)
+                .is_some_and(|(url, health)| health == "up" && url.contains(&format!(":{port}")))
+        })
+        .await;
+    }
+    // Some load on the last one's new address before the end.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let samples = load.await.unwrap();
+
+    assert_eq!(placed(&running, &tenants), before, "nobody moved");
+    let total: u64 = samples.iter().map(|s| s.total).sum();
+    assert!(total > 500, "the load ran: {total} requests");
+    let failed: Vec<(&str, u64)> = tenants
+        .iter()
+        .zip(&samples)
+        .filter(|(_, sample)| sample.errors() > 0)
+        .map(|((tenant, _), sample)| (tenant.as_str(), sample.errors()))
+        .collect();
+    assert!(failed.is_empty(), "tenants with errors: {failed:?}");
+    // Every restarted shard took requests at its new address.
+    for backend in &backends {
+        assert!(
+            backend.requests() > 0,
+            "{} at its new address",
+            backend.id()
+        );
+    }
+}
