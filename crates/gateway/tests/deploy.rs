@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use gateway::config::{DiscoverySource, ShardProtocol};
 use gateway::{GatewayConfig, Snapshot};
 
 use crate::util::random_bytes;
@@ -160,4 +161,178 @@ fn the_systemd_example_is_a_valid_configuration_and_the_unit_is_hardened() {
             "/run/credentials/shuffle-shard-gateway.service/{credential}"
         )));
     }
+}
+
+/// The YAML documents of a manifest file (separated by `---` lines).
+fn documents(yaml: &str) -> Vec<&str> {
+    yaml.split("\n---\n").collect()
+}
+
+/// The one document of `kind` in `yaml`.
+fn document<'y>(yaml: &'y str, kind: &str) -> &'y str {
+    let line = format!("kind: {kind}");
+    let found: Vec<&str> = documents(yaml)
+        .into_iter()
+        .filter(|doc| doc.lines().any(|l| l == line))
+        .collect();
+    assert_eq!(found.len(), 1, "one {kind} expected in {yaml}");
+    found[0]
+}
+
+/// The lines under the top-level `key:` of a document, up to the next
+/// top-level key.
+fn block<'d>(doc: &'d str, key: &str) -> Vec<&'d str> {
+    let header = format!("{key}:");
+    doc.lines()
+        .skip_while(|line| *line != header)
+        .skip(1)
+        .take_while(|line| line.is_empty() || line.starts_with(' '))
+        .collect()
+}
+
+/// The value of `key:` on one of `lines` (as `key: value` or
+/// `- key: value`), each time it appears.
+fn values<'l>(lines: &[&'l str], key: &str) -> Vec<&'l str> {
+    let prefix = format!("{key}:");
+    lines
+        .iter()
+        .map(|line| line.trim_start().trim_start_matches("- "))
+        .filter_map(|line| line.strip_prefix(prefix.as_str()))
+        .map(str::trim)
+        .collect()
+}
+
+/// A flow sequence of strings, `["a", "b"]`.
+fn flow_list(text: &str) -> Vec<String> {
+    let inner = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or_else(|| panic!("{text:?} is not a flow sequence"));
+    inner
+        .split(',')
+        .map(|item| item.trim().trim_matches('"').to_owned())
+        .collect()
+}
+
+#[test]
+fn the_kubernetes_discovery_example_finds_its_shards_with_only_the_rights_it_needs() {
+    // The ConfigMap patch's gateway.toml parses, and its cell is found in
+    // the shards' EndpointSlices. (Not built into a snapshot: a discovered
+    // cell has no shards until its source is looked at.)
+    let config_map = read("kubernetes-discovery/configmap.yaml");
+    let gateway_toml = config_map_file(&config_map, "gateway.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = dir.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    std::fs::write(secrets.join("placement.key"), random_bytes(32)).unwrap();
+    std::fs::write(
+        secrets.join("admin.token"),
+        "a-test-admin-token-0123456789\n",
+    )
+    .unwrap();
+    let secret_dir = "/etc/shuffle-shard/secrets/";
+    assert!(gateway_toml.contains(secret_dir));
+    let text = gateway_toml.replace(secret_dir, &format!("{}/", secrets.display()));
+    let path = dir.path().join("gateway.toml");
+    let config = GatewayConfig::parse(&path, &text).unwrap_or_else(|e| panic!("{e}"));
+    let [cell] = config.cells() else {
+        panic!("one cell expected");
+    };
+    assert_eq!(
+        cell.discovery,
+        Some(DiscoverySource::Kubernetes {
+            namespace: "shuffle-shard".into(),
+            service: "shards".into(),
+            port_name: Some("http".into()),
+        })
+    );
+    assert!(cell.static_shards().is_empty());
+    assert_eq!(cell.discovered_protocol, ShardProtocol::Http1);
+    assert_eq!(cell.algorithm.name(), "rendezvous");
+    assert!(config.discovery().kubeconfig.is_none(), "in-cluster");
+    assert!(!config.discovery().allow_migration);
+
+    // The Service the source names is headless, in that namespace, with
+    // the port it names.
+    let shards = read("kubernetes-discovery/shards.yaml");
+    let service = document(&shards, "Service");
+    assert_eq!(values(&block(service, "metadata"), "name"), ["shards"]);
+    assert_eq!(values(&block(service, "spec"), "clusterIP"), ["None"]);
+    assert!(values(&block(service, "spec"), "name").contains(&"http"));
+    let statefulset = document(&shards, "StatefulSet");
+    assert_eq!(
+        values(&block(statefulset, "spec"), "serviceName"),
+        ["shards"]
+    );
+
+    // The Role reads EndpointSlices and does nothing else.
+    let rbac = read("kubernetes-discovery/rbac.yaml");
+    assert!(
+        !rbac.contains("kind: ClusterRole"),
+        "no cluster-wide rights"
+    );
+    let role = document(&rbac, "Role");
+    let role_name = values(&block(role, "metadata"), "name");
+    let rules = block(role, "rules");
+    assert_eq!(
+        rules
+            .iter()
+            .filter(|line| line.trim_start().starts_with("- "))
+            .count(),
+        1,
+        "one rule: {rules:?}"
+    );
+    let rule_keys: Vec<&str> = rules
+        .iter()
+        .filter_map(|line| line.trim_start().trim_start_matches("- ").split(':').next())
+        .collect();
+    assert_eq!(rule_keys, ["apiGroups", "resources", "verbs"]);
+    assert_eq!(
+        flow_list(values(&rules, "apiGroups")[0]),
+        ["discovery.k8s.io"]
+    );
+    assert_eq!(
+        flow_list(values(&rules, "resources")[0]),
+        ["endpointslices"]
+    );
+    assert_eq!(
+        flow_list(values(&rules, "verbs")[0]),
+        ["get", "list", "watch"]
+    );
+
+    // The RoleBinding gives that Role to the gateway's ServiceAccount, the
+    // one its pods run as.
+    let account = document(&rbac, "ServiceAccount");
+    let account_name = values(&block(account, "metadata"), "name");
+    let binding = document(&rbac, "RoleBinding");
+    let role_ref = block(binding, "roleRef");
+    assert_eq!(values(&role_ref, "kind"), ["Role"]);
+    assert_eq!(values(&role_ref, "name"), role_name);
+    let subjects = block(binding, "subjects");
+    assert_eq!(values(&subjects, "kind"), ["ServiceAccount"]);
+    assert_eq!(values(&subjects, "name"), account_name);
+    assert_eq!(values(&subjects, "namespace"), ["shuffle-shard"]);
+    let deployment = read("kubernetes-discovery/deployment.yaml");
+    assert_eq!(
+        values(&block(&deployment, "metadata"), "name"),
+        ["shuffle-shard-gateway"]
+    );
+    let pod = block(&deployment, "spec");
+    assert_eq!(values(&pod, "serviceAccountName"), account_name);
+    assert_eq!(values(&pod, "automountServiceAccountToken"), ["true"]);
+
+    let kustomization = read("kubernetes-discovery/kustomization.yaml");
+    for file in [
+        "../kubernetes",
+        "shards.yaml",
+        "rbac.yaml",
+        "configmap.yaml",
+        "deployment.yaml",
+    ] {
+        assert!(
+            kustomization.contains(&format!(" {file}\n")),
+            "kustomization.yaml lacks {file}"
+        );
+    }
+    assert!(kustomization.contains("namespace: shuffle-shard\n"));
 }
