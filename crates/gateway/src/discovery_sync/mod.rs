@@ -226,7 +226,15 @@ async fn observe(gateway: &Arc<Gateway>, cell: &str, looked: Result<Vec<Found>, 
                 status.last_answer = Some(now);
                 status.last_problem = None;
             }
-            Err(error) => status.last_problem = Some((now, error.to_string())),
+            // The time kept is when the looks began to fail; the reason,
+            // the latest one.
+            Err(error) => {
+                let since = status
+                    .last_problem
+                    .as_ref()
+                    .map_or(now, |(since, _)| *since);
+                status.last_problem = Some((since, error.to_string()));
+            }
         }
         was_failing
     };
@@ -283,15 +291,16 @@ async fn judge_and_apply(gateway: &Arc<Gateway>, cell: &str, found: &[Found]) {
     };
     let current = membership.members.clone();
     drop(snapshot);
-    match apply(gateway, cell, change.clone(), allow_migration).await {
+    match apply(gateway, cell, change.clone(), allow_migration, true).await {
         Ok(()) => {}
         Err(refusal) => {
             refused(gateway, cell, refusal.to_string());
             // What does not move anybody still applies: shards that went
-            // missing are out of rotation, returned ones back in it.
+            // missing are out of rotation, returned ones back in it (and
+            // the refusal of the rest stays on show).
             let rotation = change.rotation_only(&current);
             if !rotation.is_empty()
-                && let Err(refusal) = apply(gateway, cell, rotation, false).await
+                && let Err(refusal) = apply(gateway, cell, rotation, false, false).await
             {
                 tracing::warn!(cell = %cell, %refusal, "discovery: cannot apply even the rotation changes");
             }
@@ -301,12 +310,14 @@ async fn judge_and_apply(gateway: &Arc<Gateway>, cell: &str, found: &[Found]) {
 
 /// Applies `change` off the async workers (placing every tenant of a large
 /// cell twice takes a while), logs and counts it, and shares discovery's
-/// marks with the fleet.
+/// marks with the fleet; `whole` when it is all the look asked for (a
+/// standing refusal is then over).
 async fn apply(
     gateway: &Arc<Gateway>,
     cell: &str,
     change: Change,
     allow_migration: bool,
+    whole: bool,
 ) -> Result<(), MembershipRefused> {
     let applied = {
         let gateway = Arc::clone(gateway);
@@ -320,7 +331,8 @@ async fn apply(
     }?;
     gateway.metrics.discovery.changed(cell, true);
     gateway.metrics.discovery.moved(cell, applied.changed);
-    {
+    if whole {
+        // Everything the source said now applies: no refusal stands.
         let mut looks = gateway
             .discovery_looks
             .lock()

@@ -165,7 +165,15 @@ fn apply_marks(gateway: &Gateway, marks: &[SharedMark], write_back: &mut bool) {
                 let changed = (health.failed, health.drained, health.missing)
                     != (mark.failed, mark.drained, mark.missing);
                 health.mark(mark.failed, mark.drained, now);
-                health.set_missing(mark.missing, now);
+                // Another replica's mark never puts back in rotation a
+                // shard this replica's own source lists as missing: it
+                // clears that itself when its source lists it again.
+                let missing_here = snapshot
+                    .memberships
+                    .get(&mark.cell)
+                    .and_then(|membership| membership.member(&mark.id))
+                    .is_some_and(|member| member.missing.is_some());
+                health.set_missing(mark.missing || missing_here, now);
                 health.mark_origin = Some(MarkOrigin {
                     by: mark.by.clone(),
                     at_ms: mark.at_ms,
