@@ -2,13 +2,14 @@
 //!
 //! Integration tests of two crates cannot share a module, so what more than
 //! one of them needs lives here: running headless Chromium, reading JSON
-//! answers, a `redis-server` and a PostgreSQL server of a test's own, and
-//! skipping (or, in CI, failing) a test whose system tool is
-//! missing. (Writing a gateway configuration is `gateway::config::writer`,
+//! answers, a fake Kubernetes API server, a `redis-server` and a PostgreSQL
+//! server of a test's own, and skipping (or, in CI, failing) a test whose
+//! system tool is missing. (Writing a gateway configuration is `gateway::config::writer`,
 //! which the demo uses too.)
 
 pub mod browser;
 pub mod json;
+pub mod kube_api;
 pub mod postgres;
 pub mod redis;
 pub mod skip;
