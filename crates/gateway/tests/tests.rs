@@ -17,6 +17,7 @@ mod h2_shards;
 mod h2_timers;
 mod http2;
 mod isolation;
+mod kube_discovery;
 mod limits;
 mod logs;
 mod metrics;
