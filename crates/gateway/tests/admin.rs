@@ -234,10 +234,22 @@ async fn every_route_needs_the_right_token() {
                 "marked_by",
                 "marked_at_unix",
                 "in_flight",
-                "request_rate"
+                "request_rate",
+                "url",
+                "source",
+                "known_since_unix",
+                "missing",
+                "missing_since_unix",
+                "missing_why"
             ])
         );
         assert_eq!(shard["cell"], "default");
+        // A written shard: its source is the configuration, and discovery
+        // has nothing to say of it.
+        assert_eq!(shard["source"], "config");
+        assert_eq!(shard["url"], backend.url() + "/");
+        assert_eq!(shard["missing"], false);
+        assert!(shard["known_since_unix"].is_null() && shard["missing_why"].is_null());
         assert_eq!(shard["id"], backend.id());
         assert!(shard["zone"].is_string());
         assert_eq!(shard["health"], "up");
