@@ -320,7 +320,7 @@ async fn an_added_target_receives_exactly_the_tenants_placement_predicts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_target_is_down_at_once_and_leaves_placement_only_after_the_grace() {
-    let Some(mut fleet) = Discovered::start(5, 200, "removal_grace_seconds = 2.5\n", "").await
+    let Some(mut fleet) = Discovered::start(5, 200, "removal_grace_seconds = 600\n", "").await
     else {
         return;
     };
@@ -358,7 +358,50 @@ async fn a_removed_target_is_down_at_once_and_leaves_placement_only_after_the_gr
         .clone();
     assert_eq!(s2["health"], "missing");
     assert_eq!(s2["missing_why"], "no longer listed");
-    // After the grace: out of placement, and only its tenants moved.
+    // Counted in the live blast radius: every tenant on s2 is degraded,
+    // none fully down.
+    let blast = fleet.admin_json("/admin/blast").await;
+    assert_eq!(blast["cells"][0]["unavailable"], serde_json::json!(["s2"]));
+    assert_eq!(blast["cells"][0]["degraded"], on_s2.len());
+    assert_eq!(blast["cells"][0]["fully_down"], 0);
+    // And on the status page: the cell's source, the tile's cause.
+    let (_, _, page) = send_to(
+        &fleet.client,
+        fleet.running.admin_addr,
+        "GET",
+        "/",
+        Some(&fleet.token),
+        &[],
+        b"",
+    )
+    .await;
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("data-discovery=\"default\""), "{page}");
+    assert!(
+        page.contains(&format!(
+            "shards from dns+srv://{SERVICE} · 5 found, 1 missing"
+        )),
+        "{page}"
+    );
+    assert!(
+        page.contains("data-shard=\"s2\" data-health=\"missing\""),
+        "{page}"
+    );
+    assert!(page.contains("by discovery (no longer listed)"), "{page}");
+    // Still there a while later (the grace is ten minutes).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fleet.shard_ids().len(), 5);
+    assert_eq!(fleet.placed(), before);
+    // A grace that has run out (half a second, by a reload; the time s2
+    // went missing is kept): out of placement, and only its tenants moved.
+    let path = fleet.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("removal_grace_seconds = 600", "removal_grace_seconds = 0.5"),
+    )
+    .unwrap();
+    fleet.running.gateway.reload(false).unwrap();
     assert!(eventually(WITHIN, || fleet.shard_ids().len() == 4).await);
     let after = fleet.placed();
     for t in 0..before.len() {
