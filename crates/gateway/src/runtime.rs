@@ -237,10 +237,13 @@ pub struct Checked {
     /// The TLS listener's address, when `[tls]` is configured (its
     /// certificates and keys were read and matched).
     pub tls: Option<SocketAddr>,
-    /// Each discovered cell's first membership, as it would start with:
-    /// the cell, its source, and its shards (id, address, zone).
-    pub discovered: Vec<(String, String, Vec<(String, SocketAddr, Option<String>)>)>,
+    /// Each discovered cell's first membership, as it would start with.
+    pub discovered: Vec<CheckedCell>,
 }
+
+/// A discovered cell as `serve --check` found it: the cell, its source,
+/// and its shards (id, address, zone).
+pub type CheckedCell = (String, String, Vec<(String, SocketAddr, Option<String>)>);
 
 impl std::fmt::Display for Checked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
