@@ -80,7 +80,7 @@ pub struct CellSettings {
     /// those found, sorted by id.
     pub shards: Vec<ShardSettings>,
     /// Where more of its shards are found at run time (`discovery`).
-    pub discovery: Option<super::DiscoverySource>,
+    pub discovery: Option<super::discovery::DiscoverySource>,
     /// What the gateway speaks to discovered shards (`shard_protocol`:
     /// `http1` or `h2c`; discovered shards are `http://`).
     pub discovered_protocol: ShardProtocol,
@@ -244,7 +244,7 @@ pub(super) fn cell_settings(
         let discovery = cell
             .discovery
             .as_deref()
-            .map(super::DiscoverySource::parse)
+            .map(super::discovery::DiscoverySource::parse)
             .transpose()
             .map_err(|p| (at("discovery"), p))?;
         if cell.shards.is_empty() && discovery.is_none() {

@@ -7,75 +7,10 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{Gateway, LoadError, Movement, ShardRuntime, Snapshot};
-use crate::config::{ConfigError, GatewayConfig, ShardSettings, ShardUrl};
+use super::discovered_shards::fill;
+use super::{Gateway, LoadError, Movement, Snapshot};
+use crate::discovery::Membership;
 use crate::discovery::guard::Change;
-use crate::discovery::{Membership, Memberships};
-
-/// Writes each discovered cell's members into its shards (after the
-/// written ones), in id order, so that every replica with the same
-/// membership places alike whatever order its source listed them in.
-pub(super) fn fill(
-    config: &mut GatewayConfig,
-    memberships: &Memberships,
-) -> Result<(), ConfigError> {
-    let cap = config.limits.shard_max_in_flight;
-    let path = config.path.clone();
-    for (index, cell) in config.cells.iter_mut().enumerate() {
-        if cell.discovery.is_none() {
-            continue;
-        }
-        let Some(membership) = memberships.get(&cell.name) else {
-            continue;
-        };
-        let mut shards = Vec::with_capacity(membership.members.len());
-        for member in &membership.members {
-            let url =
-                ShardUrl::parse(&format!("http://{}", member.address)).map_err(|problem| {
-                    ConfigError::new(
-                        &path,
-                        format!("cells[{index}].discovery"),
-                        problem.to_string(),
-                    )
-                })?;
-            shards.push(ShardSettings {
-                id: member.id.clone(),
-                url,
-                server_name: None,
-                zone: member.zone.clone(),
-                weight: 1.0,
-                protocol: cell.discovered_protocol,
-                max_in_flight: cap,
-            });
-        }
-        cell.set_discovered(shards);
-    }
-    Ok(())
-}
-
-/// A new run-time shard that replaces `before` (the same id at another
-/// address: a restarted pod) keeps the operators' marks and discovery's;
-/// one whose member is missing starts missing.
-pub(super) fn carry_marks(
-    runtime: &ShardRuntime,
-    before: Option<&Arc<ShardRuntime>>,
-    membership: Option<&Membership>,
-) {
-    let mut health = runtime.health.lock().expect("health lock");
-    let now = Instant::now();
-    if let Some(before) = before {
-        let held = before.health.lock().expect("health lock");
-        health.mark(held.failed, held.drained, now);
-        health.set_missing(held.missing, now);
-        health.mark_origin = held.mark_origin.clone();
-    }
-    if membership
-        .and_then(|membership| membership.member(&runtime.id))
-        .is_some_and(|member| member.missing.is_some())
-    {
-        health.set_missing(true, now);
-    }
-}
 
 /// Why a membership change was not applied.
 #[derive(Debug, thiserror::Error)]

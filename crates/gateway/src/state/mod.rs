@@ -23,8 +23,10 @@ use crate::upstream::transport::Connector;
 use crate::upstream::{IDLE_TIMEOUT, Upstream};
 
 pub mod discovered;
+mod discovered_shards;
 mod migration;
 pub mod tenant_changes;
+mod token;
 
 pub use migration::Movement;
 
@@ -211,24 +213,9 @@ impl Snapshot {
     /// (their pooled connections follow [`Gateway::reload`]'s rule).
     pub fn load(path: &std::path::Path, previous: Option<&Snapshot>) -> Result<Self, LoadError> {
         let mut config = GatewayConfig::load(path)?;
-        // Discovered cells keep the membership they had (a reload does
-        // not look again); a cell new to discovery, or with a new source,
-        // is looked at once before anything is built on it.
-        let mut memberships = crate::discovery::Memberships::new();
-        let mut unknown = Vec::new();
-        for (index, cell) in config.cells.iter().enumerate() {
-            let Some(source) = &cell.discovery else {
-                continue;
-            };
-            match previous.and_then(|p| p.memberships.get(&cell.name)) {
-                Some(held) if held.source == *source => {
-                    memberships.insert(cell.name.clone(), held.clone());
-                }
-                _ => unknown.push(index),
-            }
-        }
-        memberships.extend(crate::discovery::first_look::first_look(&config, &unknown)?);
-        discovered::fill(&mut config, &memberships)?;
+        let memberships =
+            discovered_shards::memberships(&config, previous.map(|p| &*p.memberships))?;
+        discovered_shards::fill(&mut config, &memberships)?;
         let tenants = match config.tenants() {
             TenantSource::File(file) => {
                 let began = std::time::Instant::now();
@@ -298,10 +285,15 @@ impl Snapshot {
                                     shard.zone.as_deref(),
                                     connector(shard, &config),
                                 );
-                                discovered::carry_marks(
-                                    &runtime,
-                                    previous.and_then(|p| p.find_shard(&cell.name, &shard.id)),
-                                    memberships.get(&cell.name),
+                                let before =
+                                    previous.and_then(|p| p.find_shard(&cell.name, &shard.id));
+                                discovered_shards::carry_marks(
+                                    &mut runtime.health.lock().expect("health lock"),
+                                    before.map(|b| b.health.lock().expect("health lock").clone()),
+                                    memberships
+                                        .get(&cell.name)
+                                        .and_then(|m| m.member(&shard.id))
+                                        .is_some_and(|member| member.missing.is_some()),
                                 );
                                 Arc::new(runtime)
                             })
@@ -334,7 +326,7 @@ impl Snapshot {
             .collect();
         let admin_token =
             match &config.admin.token_file {
-                Some(path) => Some(read_token(path).map_err(|problem| {
+                Some(path) => Some(token::read_token(path).map_err(|problem| {
                     ConfigError::new(&config.path, "admin.token_file", problem)
                 })?),
                 None => None,
@@ -492,17 +484,7 @@ impl Snapshot {
             let ids: Vec<&str> = shards.iter().map(|shard| shard.id.as_str()).collect();
             metrics.know(&cell.name, &ids, &reasons);
         }
-        for (cell, membership) in self.memberships.iter() {
-            metrics.discovery.know(cell);
-            let missing = membership
-                .members
-                .iter()
-                .filter(|member| member.missing.is_some())
-                .count();
-            metrics
-                .discovery
-                .members(cell, membership.members.len() - missing, missing);
-        }
+        discovered_shards::know_series(&self.memberships, metrics);
     }
 }
 
@@ -514,22 +496,6 @@ fn connector(shard: &ShardSettings, config: &GatewayConfig) -> Connector {
         config.upstream_tls(),
         shard.protocol,
     )
-}
-
-/// Reads the admin token: the file's contents without surrounding
-/// whitespace, at least 16 characters.
-fn read_token(path: &std::path::Path) -> Result<crate::trust::credential::Secret, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let token = text.trim();
-    if token.len() < 16 {
-        return Err(format!(
-            "the token in {} is shorter than 16 characters; generate one, e.g. head -c 24 /dev/urandom | base64 > {}",
-            path.display(),
-            path.display()
-        ));
-    }
-    Ok(crate::trust::credential::Secret::new(token))
 }
 
 /// The whole gateway.
