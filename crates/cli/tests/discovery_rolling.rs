@@ -15,21 +15,15 @@ use drill::load::{LoadShape, Protocol, drive_until};
 use gateway::Snapshot;
 use gateway::config::writer::{GatewayToml, tenants, tenants_toml};
 use gateway::runtime::{self, Running};
-use testkit::dnsmasq::{Dnsmasq, Record};
+use testkit::dnsmasq::{self, Dnsmasq, Record};
 
 const SERVICE: &str = "_shards._tcp.shards.test";
 
+/// The records that make `backends` the shards of [`SERVICE`], each named
+/// by its backend's id.
 fn records(backends: &[&Backend]) -> Vec<Record> {
-    backends
-        .iter()
-        .flat_map(|backend| {
-            let target = format!("{}.shards.test", backend.id());
-            [
-                Record::srv(SERVICE, &target, backend.addr().port()),
-                Record::a(&target, "127.0.0.1"),
-            ]
-        })
-        .collect()
+    let shards: Vec<(&str, u16)> = backends.iter().map(|b| (b.id(), b.addr().port())).collect();
+    dnsmasq::shards(SERVICE, &shards)
 }
 
 /// Each tenant's members, by shard id.

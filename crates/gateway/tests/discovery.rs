@@ -21,7 +21,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use testkit::dns_fault::{DnsFault, Fault};
-use testkit::dnsmasq::{Dnsmasq, Record};
+use testkit::dnsmasq::{self, Dnsmasq, Record};
 
 use crate::util::{eventually, send_to};
 
@@ -31,16 +31,8 @@ const SERVICE: &str = "_shards._tcp.shards.test";
 /// The records that make `backends` the shards of [`SERVICE`], each named
 /// by its backend's id.
 fn records(backends: &[&Backend]) -> Vec<Record> {
-    backends
-        .iter()
-        .flat_map(|backend| {
-            let target = format!("{}.shards.test", backend.id());
-            [
-                Record::srv(SERVICE, &target, backend.addr().port()),
-                Record::a(&target, "127.0.0.1"),
-            ]
-        })
-        .collect()
+    let shards: Vec<(&str, u16)> = backends.iter().map(|b| (b.id(), b.addr().port())).collect();
+    dnsmasq::shards(SERVICE, &shards)
 }
 
 /// A gateway whose one cell is found in DNS, its DNS server, its shards
@@ -139,34 +131,17 @@ impl Discovered {
 
     /// Each tenant's members, by shard id, as the gateway places it now.
     fn placed(&self) -> Vec<BTreeSet<String>> {
-        let snapshot = self.running.gateway.snapshot();
-        self.tenants
-            .iter()
-            .map(|(tenant, _)| {
-                let (cell, subset) = snapshot.route(tenant);
-                subset
-                    .iter()
-                    .map(|&i| snapshot.config.cells()[cell].shards[i as usize].id.clone())
-                    .collect()
-            })
-            .collect()
+        crate::util::members_by_id(&self.running, &self.tenants)
     }
 
     /// The ids of the cell's placed shards.
     fn shard_ids(&self) -> Vec<String> {
-        let snapshot = self.running.gateway.snapshot();
-        snapshot.config.cells()[0]
-            .shards
-            .iter()
-            .map(|shard| shard.id.clone())
-            .collect()
+        crate::util::shard_ids(&self.running)
     }
 
     /// A shard's availability by name (`up`, `missing`, …), if placed.
     fn health(&self, id: &str) -> Option<&'static str> {
-        let snapshot = self.running.gateway.snapshot();
-        let shard = snapshot.find_shard("default", id)?;
-        Some(shard.availability(&snapshot.config).name())
+        crate::util::availability(&self.running, id)
     }
 
     async fn admin_json(&self, path: &str) -> serde_json::Value {
@@ -186,9 +161,7 @@ impl Discovered {
 
     /// A shard's availability on another replica.
     fn health_on(running: &Running, id: &str) -> Option<&'static str> {
-        let snapshot = running.gateway.snapshot();
-        let shard = snapshot.find_shard("default", id)?;
-        Some(shard.availability(&snapshot.config).name())
+        crate::util::availability(running, id)
     }
 
     /// The value of one series of the metrics, 0 when absent.

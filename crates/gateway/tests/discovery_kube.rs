@@ -53,32 +53,15 @@ impl Kube {
     }
 
     fn health(&self, id: &str) -> Option<&'static str> {
-        let snapshot = self.running.gateway.snapshot();
-        let shard = snapshot.find_shard("default", id)?;
-        Some(shard.availability(&snapshot.config).name())
+        crate::util::availability(&self.running, id)
     }
 
     fn shard_ids(&self) -> Vec<String> {
-        let snapshot = self.running.gateway.snapshot();
-        snapshot.config.cells()[0]
-            .shards
-            .iter()
-            .map(|shard| shard.id.clone())
-            .collect()
+        crate::util::shard_ids(&self.running)
     }
 
     fn placed(&self) -> Vec<BTreeSet<String>> {
-        let snapshot = self.running.gateway.snapshot();
-        self.tenants
-            .iter()
-            .map(|(tenant, _)| {
-                let (cell, subset) = snapshot.route(tenant);
-                subset
-                    .iter()
-                    .map(|&i| snapshot.config.cells()[cell].shards[i as usize].id.clone())
-                    .collect()
-            })
-            .collect()
+        crate::util::members_by_id(&self.running, &self.tenants)
     }
 
     fn missing_why(&self, id: &str) -> Option<&'static str> {

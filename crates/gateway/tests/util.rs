@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -368,6 +368,39 @@ impl Fixture {
         serde_json::from_slice(&body)
             .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {body:?}"))
     }
+}
+
+/// Each tenant's members, by shard id, as `running` places them now.
+pub fn members_by_id(running: &Running, tenants: &[(String, String)]) -> Vec<BTreeSet<String>> {
+    let snapshot = running.gateway.snapshot();
+    tenants
+        .iter()
+        .map(|(tenant, _)| {
+            let (cell, subset) = snapshot.route(tenant);
+            subset
+                .iter()
+                .map(|&i| snapshot.config.cells()[cell].shards[i as usize].id.clone())
+                .collect()
+        })
+        .collect()
+}
+
+/// The ids of the shards of the cell `default`, as placed now.
+pub fn shard_ids(running: &Running) -> Vec<String> {
+    let snapshot = running.gateway.snapshot();
+    snapshot.config.cells()[0]
+        .shards
+        .iter()
+        .map(|shard| shard.id.clone())
+        .collect()
+}
+
+/// A shard's availability (`up`, `missing`, …) in the cell `default`, if
+/// it is placed.
+pub fn availability(running: &Running, id: &str) -> Option<&'static str> {
+    let snapshot = running.gateway.snapshot();
+    let shard = snapshot.find_shard("default", id)?;
+    Some(shard.availability(&snapshot.config).name())
 }
 
 /// Polls `condition` every 10 ms until it holds or `within` passes.

@@ -91,6 +91,23 @@ impl Record {
     }
 }
 
+/// The records that make each `(id, port)` on 127.0.0.1 a target of the
+/// SRV name `service` (`_shards._tcp.DOMAIN`): an SRV record pointing at
+/// `ID.DOMAIN` on that port, and that name's A record.
+pub fn shards(service: &str, shards: &[(&str, u16)]) -> Vec<Record> {
+    let domain = service.splitn(3, '.').nth(2).unwrap_or(service);
+    shards
+        .iter()
+        .flat_map(|(id, port)| {
+            let target = format!("{id}.{domain}");
+            [
+                Record::srv(service, &target, *port),
+                Record::a(&target, "127.0.0.1"),
+            ]
+        })
+        .collect()
+}
+
 /// A `dnsmasq` of the test's own, on 127.0.0.1, UDP and TCP. Killed on
 /// drop.
 pub struct Dnsmasq {
