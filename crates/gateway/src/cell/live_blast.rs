@@ -45,6 +45,21 @@ pub struct LiveBlast {
     pub fully_down_tenants: Vec<String>,
 }
 
+/// The most failure sets the standing model sweeps per size: every pair of
+/// a 600-shard cell; a larger sweep is a seeded sample of this many.
+pub const MAX_STANDING_SETS: u64 = 200_000;
+
+/// The worst a failure of some size does to a cell's tenants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Worst {
+    /// The most tenants one such failure takes fully down.
+    pub fully_down: u64,
+    /// The most tenants one such failure degrades.
+    pub degraded: u64,
+    /// Whether the sets were a sample (the worst is then a lower bound).
+    pub sampled: bool,
+}
+
 /// Builds every cell's model.
 pub fn build(topology: &Topology, tenants: &Tenants) -> Vec<CellModel> {
     (0..topology.cells().len())
@@ -114,6 +129,24 @@ impl CellModel {
             degraded,
             fully_down_tenants,
         }
+    }
+
+    /// The worst fully-down and degraded counts over every failure of
+    /// `failures` of the cell's shards (a seeded sample of
+    /// [`MAX_STANDING_SETS`] sets when there are more: then the worst is a
+    /// lower bound, and `sampled` says so); `None` for a cell without
+    /// tenants, with fewer shards, or whose population the exact tables
+    /// cannot hold.
+    pub fn worst(&self, failures: usize) -> Option<Worst> {
+        let model = self.model.as_ref()?;
+        let sweep = model
+            .sweep(failures, MAX_STANDING_SETS, 0, &|_, _| {})
+            .ok()?;
+        Some(Worst {
+            fully_down: sweep.fully_down.worst,
+            degraded: sweep.degraded.worst,
+            sampled: sweep.sampled,
+        })
     }
 
     fn count_by_scan(&self, unavailable: &[ShardIndex]) -> (u64, u64) {

@@ -36,6 +36,7 @@ mod health;
 mod http2;
 mod limits;
 mod logging;
+mod model;
 mod outlier;
 mod retry_budget;
 mod routing;
@@ -76,6 +77,7 @@ pub use jsonwebtoken::Algorithm as JwtAlgorithm;
 pub use limits::{LimitSettings, TenantLimitSettings, TenantLimits};
 pub(crate) use limits::{limit_count, per_request};
 pub use logging::AccessLog;
+pub use model::{MAX_MODEL_FAILURES, ModelSettings};
 pub use outlier::OutlierSettings;
 pub use retry_budget::RetryBudgetSettings;
 pub use routing::{Exhausted, PoisonSpread, RoutingSettings};
@@ -152,6 +154,8 @@ pub struct GatewayConfig {
     pub(crate) cells: Vec<CellSettings>,
     /// How discovered cells' shards are found and changed.
     pub(crate) discovery: DiscoverySettings,
+    /// The standing blast-radius model's sizes and budget.
+    pub(crate) model: ModelSettings,
     /// Apply reloads that move tenants without being asked to.
     pub(crate) reload_allow_migration: bool,
     /// Apply reloads that only add members (no tenant loses one).
@@ -197,6 +201,7 @@ struct RawConfig {
     upstream: tls::RawUpstream,
     fleet: Option<RawFleet>,
     discovery: Option<discovery::RawDiscovery>,
+    model: Option<model::RawModel>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -306,6 +311,7 @@ impl GatewayConfig {
         shard_caps(&mut cells, limits.shard_max_in_flight);
         let discovery = discovery::discovery_settings(raw.discovery.unwrap_or_default(), &resolve)
             .map_err(err)?;
+        let model = model::model_settings(raw.model.unwrap_or_default()).map_err(err)?;
         let http2 = http2_settings(raw.http2).map_err(err)?;
         let admin = admin_settings(raw.admin, &resolve).map_err(err)?;
         let (access_log, access_log_file) = logging_settings(raw.logging, &resolve).map_err(err)?;
@@ -329,6 +335,7 @@ impl GatewayConfig {
             forwarding: forwarding_settings(raw.forwarding),
             cells,
             discovery,
+            model,
             reload_allow_migration: raw.reload.allow_migration.unwrap_or(false),
             reload_allow_growth: raw.reload.allow_growth.unwrap_or(false),
             access_log,
@@ -395,6 +402,11 @@ impl GatewayConfig {
     /// How discovered cells' shards are found and changed.
     pub fn discovery(&self) -> &DiscoverySettings {
         &self.discovery
+    }
+
+    /// The standing blast-radius model's sizes and budget (`[model]`).
+    pub fn model(&self) -> &ModelSettings {
+        &self.model
     }
 
     /// Whether any cell finds its shards by discovery.

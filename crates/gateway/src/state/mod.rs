@@ -25,6 +25,7 @@ use crate::upstream::{IDLE_TIMEOUT, Upstream};
 pub mod discovered;
 mod discovered_shards;
 mod migration;
+mod standing;
 pub mod tenant_changes;
 mod token;
 
@@ -179,7 +180,7 @@ pub struct Snapshot {
     /// Per cell, per shard index: the shard's run-time state.
     pub shards: Vec<Vec<Arc<ShardRuntime>>>,
     /// Per cell: the blast-radius model over the cell's tenants, built on
-    /// first use ([`Snapshot::blast`]); a thread starts building it as
+    /// first use ([`Snapshot::blast`]); the model thread starts building it as
     /// soon as the snapshot is served, so requests never wait for it.
     blast: std::sync::OnceLock<Vec<crate::cell::live_blast::CellModel>>,
     /// Per cell: some shard's URL has a path prefix, so request targets
@@ -380,27 +381,6 @@ impl Snapshot {
             .get_or_init(|| crate::cell::live_blast::build(&self.topology, &self.tenants))
     }
 
-    /// Starts building [`Snapshot::blast`] on a thread of its own, so the
-    /// first status page or metrics scrape finds it ready.
-    pub(crate) fn model_in_background(self: &Arc<Self>) {
-        let snapshot = Arc::clone(self);
-        let started = std::thread::Builder::new()
-            .name("blast-model".into())
-            .spawn(move || {
-                let began = std::time::Instant::now();
-                snapshot.blast();
-                tracing::debug!(
-                    tenants = snapshot.tenants.len(),
-                    elapsed_ms = began.elapsed().as_millis() as u64,
-                    "blast-radius model built"
-                );
-            });
-        if let Err(error) = started {
-            // The first reader builds it instead.
-            tracing::warn!(%error, "cannot start a thread for the blast-radius model");
-        }
-    }
-
     /// A cell's request metrics.
     pub(crate) fn cell_metrics(
         &self,
@@ -562,8 +542,7 @@ impl Gateway {
             Arc::new(crate::store::fleet::FleetStore::new(&fleet.store, &replica))
         });
         let snapshot = Arc::new(snapshot);
-        snapshot.model_in_background();
-        Arc::new(Self {
+        let gateway = Arc::new(Self {
             access_log,
             snapshot: ArcSwap::new(snapshot),
             budget,
@@ -579,7 +558,11 @@ impl Gateway {
             changing: Mutex::new(()),
             modeling: AtomicBool::new(false),
             discovery_looks: Mutex::new(std::collections::BTreeMap::new()),
-        })
+        });
+        // The live blast radius and the standing model, off the request
+        // path, from the start.
+        gateway.model_latest();
+        gateway
     }
 
     /// Changes whenever a reload takes effect.

@@ -164,7 +164,7 @@ impl Gateway {
     /// Builds the blast-radius model of the snapshot in service on a
     /// thread of its own, one build at a time: a burst of changes costs
     /// one build after it, not one per change.
-    fn model_latest(self: &Arc<Self>) {
+    pub(super) fn model_latest(self: &Arc<Self>) {
         if self.modeling.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -181,6 +181,7 @@ impl Gateway {
                         elapsed_ms = began.elapsed().as_millis() as u64,
                         "blast-radius model built"
                     );
+                    gateway.stand(&built, began);
                     gateway.modeling.store(false, Ordering::Release);
                     // A snapshot installed meanwhile is built too, unless
                     // its own call started a thread for it.

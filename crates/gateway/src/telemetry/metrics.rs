@@ -45,6 +45,7 @@ pub(crate) use super::labels::{
     LimitLabels, ListenerLabels, OutcomeLabels, REQUEST_OUTCOMES, RequestLabels, ResultLabels,
     ShardLabels, SideLabels, ThresholdLabels, request_outcome,
 };
+pub(crate) use super::model::ModelMetrics;
 pub(crate) use super::tenant_store::TenantStoreMetrics;
 pub(crate) use super::websocket::WebSocketMetrics;
 
@@ -256,6 +257,8 @@ pub struct Metrics {
     pub(crate) tenant_store: TenantStoreMetrics,
     /// Discovered cells' looks and membership changes.
     pub(crate) discovery: DiscoveryMetrics,
+    /// The standing blast-radius model.
+    pub(crate) model: ModelMetrics,
     /// `shuffle_grpc_requests_total{cell,grpc_status}`.
     pub(crate) grpc_requests: Family<GrpcLabels, Counter>,
     /// `shuffle_tenant_limited_total{cell,limit}`.
@@ -499,6 +502,7 @@ impl Metrics {
         let fleet = FleetMetrics::register(&mut families.0);
         let tenant_store = TenantStoreMetrics::register(&mut families.0);
         let discovery = DiscoveryMetrics::register(&mut families.0);
+        let model = ModelMetrics::register(&mut families.0);
         let grpc_requests = families.add("grpc_requests", "gRPC calls by cell and the gRPC status their answer's head carried (the gateway's own errors and trailers-only answers), or unseen when it comes in trailers; each is also in shuffle_requests");
         let tenant_limited = families.add("tenant_limited", "Requests refused with 429 because their tenant was over a limit, by cell and limit (rate: limits.tenant.requests_per_second and burst; in_flight: limits.tenant.max_in_flight); no tenant label, see GET /admin/tenants?limited=N");
         let store_fallbacks = families.store_fallbacks();
@@ -526,6 +530,7 @@ impl Metrics {
             fleet,
             tenant_store,
             discovery,
+            model,
             backend_stalls,
             client_stalls,
             requests,

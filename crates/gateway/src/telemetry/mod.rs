@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod fleet;
 pub mod labels;
 pub mod metrics;
+pub mod model;
 mod registered;
 pub mod tenant_store;
 pub mod websocket;
