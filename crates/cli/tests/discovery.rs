@@ -1,8 +1,12 @@
-//! A rolling restart of every shard of a discovered cell under the drill's
-//! load: each shard in turn stops, leaves DNS, comes back at a new address
-//! under the same name, and only then is the next one restarted. Tenants
-//! always have a surviving member, so none may see an error, and since
-//! every shard returns inside its grace, no tenant may move.
+//! A discovered cell through the real binary's analysers and the drill's
+//! load: a shard added in DNS moves exactly the tenants `shuffle-shard
+//! migrate` says it does; and a rolling restart of every shard (each in
+//! turn stops, leaves DNS, comes back at a new address under the same name,
+//! and only then is the next one restarted) costs no tenant an error,
+//! since each always has a surviving member, and moves nobody, since every
+//! shard returns inside its grace.
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -15,7 +19,10 @@ use drill::load::{LoadShape, Protocol, drive_until};
 use gateway::Snapshot;
 use gateway::config::writer::{GatewayToml, tenants, tenants_toml};
 use gateway::runtime::{self, Running};
+use serde_json::Value;
 use testkit::dnsmasq::{self, Dnsmasq, Record};
+
+use common::{run_json, shuffle_shard};
 
 const SERVICE: &str = "_shards._tcp.shards.test";
 
@@ -155,5 +162,66 @@ async fn a_rolling_restart_at_new_addresses_costs_no_error_and_moves_nobody() {
             "{} at its new address",
             backend.id()
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_added_target_moves_exactly_what_migrate_predicts() {
+    // Shard ids 0…5, as the analysers number them.
+    let mut backends = Vec::new();
+    for i in 0..6 {
+        backends.push(Backend::start(&i.to_string()).await.unwrap());
+    }
+    let five: Vec<&Backend> = backends.iter().take(5).collect();
+    let Some(mut dns) = Dnsmasq::start(records(&five)).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = tenants(300);
+    let path = GatewayToml {
+        extra: format!(
+            "[discovery]\nresolver = \"{}\"\nrefresh_seconds = 0.1\ntimeout_ms = 300\n",
+            dns.addr()
+        ),
+        cell_lines: format!("discovery = \"dns+srv://{SERVICE}\"\n"),
+        tenants: tenants_toml(&tenants),
+        ..GatewayToml::default()
+    }
+    .write(dir.path())
+    .unwrap();
+    let running = runtime::start(Snapshot::load(&path, None).unwrap())
+        .await
+        .unwrap();
+    let before = placed(&running, &tenants);
+    dns.set_records(records(&backends.iter().collect::<Vec<_>>()))
+        .await;
+    until("the sixth shard placed", || {
+        running.gateway.snapshot().config.cells()[0].shards.len() == 6
+    })
+    .await;
+    let after = placed(&running, &tenants);
+    let moved: Vec<&str> = tenants
+        .iter()
+        .zip(before.iter().zip(&after))
+        .filter(|(_, (old, new))| old != new)
+        .map(|((tenant, _), _)| tenant.as_str())
+        .collect();
+    let gained: usize = before
+        .iter()
+        .zip(&after)
+        .map(|(old, new)| new.difference(old).count())
+        .sum();
+
+    let answer: Value = run_json(
+        shuffle_shard()
+            .current_dir(dir.path())
+            .args(["migrate", "--tenants", "300", "--key", "v1=placement.key"])
+            .args(["--from", "shards=5 k=2 algorithm=rendezvous key=v1"])
+            .args(["--to", "shards=6 k=2 algorithm=rendezvous key=v1"]),
+    );
+    assert_eq!(answer["changed"], moved.len(), "{answer}");
+    assert_eq!(answer["members_moved"], gained, "{answer}");
+    for tenant in answer["changed_sample"].as_array().unwrap() {
+        assert!(moved.contains(&tenant.as_str().unwrap()), "{tenant} moved");
     }
 }
