@@ -506,7 +506,11 @@ async fn every_family_is_exported_with_values_that_match_the_traffic() {
                     "result",
                     "listener",
                     "direction",
-                    "operation"
+                    "operation",
+                    // The standing model's failure sizes (1, 2 and at most
+                    // one more), and a discovered cell's shard states.
+                    "failures",
+                    "state"
                 ]
                 .contains(&label.as_str()),
                 "unexpected label {label} on {}",
