@@ -661,3 +661,122 @@ async fn with_a_fleet_a_replica_that_sees_a_shard_go_and_come_back_tells_the_oth
     );
     drop(redis);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_mark_from_another_replica_never_outlives_this_ones_own_source() {
+    let Some(redis) = testkit::redis::Redis::start().await else {
+        return;
+    };
+    let fleet_table = format!("[fleet]\nstore = \"{}\"\ntimeout_ms = 500\n", redis.url());
+    let Some(mut fleet) = Discovered::start_full(5, 5, 50, "", "", &fleet_table).await else {
+        return;
+    };
+    // Replica A's source loses s2: A marks it missing for the fleet.
+    let four: Vec<&Backend> = fleet.backends.iter().filter(|b| b.id() != "s2").collect();
+    fleet.dns.set_records(records(&four)).await;
+    assert!(eventually(WITHIN, || fleet.health("s2") == Some("missing")).await);
+    // Replica C asks another DNS server, which lists s2: it starts, takes
+    // A's mark from the store, and then its own looks lift it (for itself
+    // and the fleet) ...
+    let all: Vec<&Backend> = fleet.backends.iter().collect();
+    let Some(other_dns) = Dnsmasq::start(records(&all)).await else {
+        return;
+    };
+    let path = fleet.dir.path().join("c.toml");
+    let text = std::fs::read_to_string(fleet.config_path()).unwrap();
+    std::fs::write(
+        &path,
+        text.replace(&fleet.dns.addr().to_string(), &other_dns.addr().to_string()),
+    )
+    .unwrap();
+    let c = runtime::start(Snapshot::load(&path, None).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        eventually(WITHIN, || Discovered::health_on(&c, "s2") == Some("up")).await,
+        "C's own source lists s2: {:?}",
+        Discovered::health_on(&c, "s2")
+    );
+    // ... while A, whose source still lists s2 as gone, keeps it out
+    // whatever C published.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(fleet.health("s2"), Some("missing"));
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_mark_and_discoverys_mark_never_undo_each_other_in_the_store() {
+    use gateway::store::fleet::{Looked, MarkKind, SharedMark};
+    let Some(redis) = testkit::redis::Redis::start().await else {
+        return;
+    };
+    let fleet_table = format!("[fleet]\nstore = \"{}\"\ntimeout_ms = 500\n", redis.url());
+    let Some(fleet) = Discovered::start_full(3, 3, 10, "", "", &fleet_table).await else {
+        return;
+    };
+    let store = fleet.running.gateway.fleet.clone().unwrap();
+    assert!(eventually(WITHIN, || store.is_up()).await);
+    // Far in the future, so that nothing the running replica publishes
+    // meanwhile is later than these.
+    let base = crate::util::unix_now() * 1000 + 1_000_000_000;
+    let mark = |failed, drained, missing, step: u64, by: &str| SharedMark {
+        cell: "default".into(),
+        id: "s1".into(),
+        failed,
+        drained,
+        missing,
+        at_ms: base + step,
+        by: by.into(),
+    };
+    let held = || async {
+        match store.look(("", "")).await.unwrap() {
+            Looked::Changed(state) => state
+                .marks
+                .into_iter()
+                .find(|mark| mark.id == "s1")
+                .map(|mark| (mark.failed, mark.drained, mark.missing)),
+            Looked::Unchanged => None,
+        }
+    };
+    // An operator drains s1 on replica a.
+    assert!(
+        store
+            .mark(&mark(false, true, false, 1, "a"), MarkKind::Operator)
+            .await
+            .unwrap()
+    );
+    // Replica b, which has not seen the drain yet, finds s1 gone: its
+    // missing mark keeps the drain.
+    assert!(
+        store
+            .mark(&mark(false, false, true, 2, "b"), MarkKind::Discovery)
+            .await
+            .unwrap()
+    );
+    assert_eq!(held().await, Some((false, true, true)));
+    // The operator lifts the drain on a, which has not seen s1 go: the
+    // lift keeps discovery's mark.
+    assert!(
+        store
+            .mark(&mark(false, false, false, 3, "a"), MarkKind::Operator)
+            .await
+            .unwrap()
+    );
+    assert_eq!(held().await, Some((false, false, true)));
+    // b finds s1 back.
+    assert!(
+        store
+            .mark(&mark(false, false, false, 4, "b"), MarkKind::Discovery)
+            .await
+            .unwrap()
+    );
+    assert_eq!(held().await, Some((false, false, false)));
+    // An earlier mark never stands over a later one.
+    assert!(
+        !store
+            .mark(&mark(true, false, false, 0, "c"), MarkKind::Operator)
+            .await
+            .unwrap()
+    );
+    drop(redis);
+}

@@ -156,6 +156,10 @@ pub struct GatewayConfig {
     pub(crate) discovery: DiscoverySettings,
     /// The standing blast-radius model's sizes and budget.
     pub(crate) model: ModelSettings,
+    /// Which load of a configuration file this is (each parse takes the
+    /// next number; a copy made to change discovered shards keeps it):
+    /// what tells a reload from a membership change.
+    pub(crate) generation: u64,
     /// Apply reloads that move tenants without being asked to.
     pub(crate) reload_allow_migration: bool,
     /// Apply reloads that only add members (no tenant loses one).
@@ -210,6 +214,9 @@ struct RawReload {
     allow_migration: Option<bool>,
     allow_growth: Option<bool>,
 }
+
+/// The next [`GatewayConfig::generation`].
+static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl GatewayConfig {
     /// Reads and validates a configuration file, including the key files it
@@ -336,6 +343,7 @@ impl GatewayConfig {
             cells,
             discovery,
             model,
+            generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             reload_allow_migration: raw.reload.allow_migration.unwrap_or(false),
             reload_allow_growth: raw.reload.allow_growth.unwrap_or(false),
             access_log,

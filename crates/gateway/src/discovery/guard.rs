@@ -96,6 +96,9 @@ pub struct Change {
     pub removed: Vec<String>,
     /// Members whose zone changed: a placement change (zone-aware cells).
     pub rezoned: Vec<String>,
+    /// The removed members as judged (missing, since when): what stays if
+    /// their removal is refused.
+    pub removed_members: Vec<Member>,
 }
 
 impl Change {
@@ -123,12 +126,9 @@ impl Change {
                 member
             })
             .collect();
-        members.extend(
-            current
-                .iter()
-                .filter(|member| self.removed.contains(&member.id))
-                .cloned(),
-        );
+        // A removal refused leaves the member placed and still missing
+        // (since when it went, not since now: its grace keeps running).
+        members.extend(self.removed_members.iter().cloned());
         members.sort_by(|a, b| a.id.cmp(&b.id));
         Change {
             members,
@@ -224,6 +224,7 @@ pub fn judge(
                 });
                 if now.saturating_duration_since(missing.at) >= rules.grace {
                     change.removed.push(member.id.clone());
+                    change.removed_members.push(member);
                     continue;
                 }
             }
@@ -440,5 +441,16 @@ mod tests {
         };
         assert_eq!(change.went_missing, ["s00"]);
         assert_eq!(change.removed, ["s00"]);
+        // Its removal refused, it stays placed, missing: the next look
+        // does not find it going missing again.
+        let kept = change.rotation_only(&members);
+        assert_eq!(kept.members.len(), 20);
+        assert!(kept.members[0].missing.is_some());
+        assert_eq!(kept.went_missing, ["s00"]);
+        let later = judge(&kept.members, &[], &look, rules, now, SystemTime::now());
+        let Judged::Change(again) = later else {
+            panic!("{later:?}")
+        };
+        assert!(again.went_missing.is_empty(), "{again:?}");
     }
 }

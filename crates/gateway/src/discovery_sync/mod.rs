@@ -27,9 +27,7 @@ use crate::state::discovered::{MembershipRefused, describe};
 /// changed gets a new task) and ends when `stopped` is raised.
 pub fn start(gateway: &Arc<Gateway>, stopped: watch::Receiver<bool>) {
     let snapshot = gateway.snapshot();
-    if snapshot.memberships.is_empty() {
-        return;
-    }
+    // Supervised even without a discovered cell now: a reload may add one.
     {
         // The start's own look (`Snapshot::load`) answered every cell.
         let mut looks = gateway
@@ -82,7 +80,9 @@ async fn supervise(gateway: Weak<Gateway>, mut stopped: watch::Receiver<bool>) {
                     (key, membership.source.clone())
                 })
                 .collect();
-            running.retain(|key, _| wanted.contains_key(key));
+            // A task that ended (it never does on its own, short of a
+            // panic) is started again.
+            running.retain(|key, task| wanted.contains_key(key) && !task.0.is_finished());
             for (key, source) in wanted {
                 running.entry(key.clone()).or_insert_with(|| {
                     Aborting(tokio::spawn(follow(
@@ -282,7 +282,14 @@ async fn judge_and_apply(gateway: &Arc<Gateway>, cell: &str, found: &[Found]) {
         SystemTime::now(),
     );
     let change = match judged {
-        Judged::Unchanged => return,
+        Judged::Unchanged => {
+            // What the source says now is what is served: a refusal of
+            // an earlier look no longer stands.
+            standing_refusal_over(gateway, cell);
+            drop(snapshot);
+            listed_not_missing(gateway, cell).await;
+            return;
+        }
         Judged::Refused(refusal) => {
             refused(gateway, cell, refusal.to_string());
             return;
@@ -291,8 +298,19 @@ async fn judge_and_apply(gateway: &Arc<Gateway>, cell: &str, found: &[Found]) {
     };
     let current = membership.members.clone();
     drop(snapshot);
-    match apply(gateway, cell, change.clone(), allow_migration, true).await {
+    match apply(
+        gateway,
+        cell,
+        change.clone(),
+        &current,
+        allow_migration,
+        true,
+    )
+    .await
+    {
         Ok(()) => {}
+        // Another change got there first: the next look judges again.
+        Err(MembershipRefused::Stale) => return,
         Err(refusal) => {
             refused(gateway, cell, refusal.to_string());
             // What does not move anybody still applies: shards that went
@@ -300,11 +318,50 @@ async fn judge_and_apply(gateway: &Arc<Gateway>, cell: &str, found: &[Found]) {
             // the refusal of the rest stays on show).
             let rotation = change.rotation_only(&current);
             if !rotation.is_empty()
-                && let Err(refusal) = apply(gateway, cell, rotation, false, false).await
+                && let Err(refusal) = apply(gateway, cell, rotation, &current, false, false).await
             {
                 tracing::warn!(cell = %cell, %refusal, "discovery: cannot apply even the rotation changes");
             }
         }
+    }
+    listed_not_missing(gateway, cell).await;
+}
+
+/// A shard this replica's own source lists, and its membership holds as
+/// listed, is in rotation here: a missing mark another replica published
+/// (its view, or a mark left in the store by a replica that restarted
+/// before the shard came back) is cleared here, and for the fleet, so a
+/// stale mark never keeps a listed shard out for good. (A replica whose
+/// own source lists the shard as missing keeps it out whatever marks say.)
+async fn listed_not_missing(gateway: &Gateway, cell: &str) {
+    let snapshot = gateway.snapshot();
+    let Some(membership) = snapshot.memberships.get(cell) else {
+        return;
+    };
+    for member in membership.members.iter().filter(|m| m.missing.is_none()) {
+        let Some(shard) = snapshot.find_shard(cell, &member.id) else {
+            continue;
+        };
+        let marked = shard
+            .health
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .missing;
+        if marked {
+            tracing::warn!(cell = %cell, shard = %member.id, "discovery: a missing mark from another replica is lifted; this replica's source lists the shard");
+            crate::fleet::mark_missing(gateway, shard, false).await;
+        }
+    }
+}
+
+/// Forgets a refusal that no longer stands.
+fn standing_refusal_over(gateway: &Gateway, cell: &str) {
+    let mut looks = gateway
+        .discovery_looks
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(status) = looks.get_mut(cell) {
+        status.last_refusal = None;
     }
 }
 
@@ -316,6 +373,7 @@ async fn apply(
     gateway: &Arc<Gateway>,
     cell: &str,
     change: Change,
+    judged_against: &[crate::discovery::Member],
     allow_migration: bool,
     whole: bool,
 ) -> Result<(), MembershipRefused> {
@@ -323,11 +381,12 @@ async fn apply(
         let gateway = Arc::clone(gateway);
         let owned = cell.to_owned();
         let change = change.clone();
+        let judged_against = judged_against.to_vec();
         tokio::task::spawn_blocking(move || {
-            gateway.apply_membership(&owned, &change, allow_migration)
+            gateway.apply_membership(&owned, &change, &judged_against, allow_migration)
         })
         .await
-        .map_err(|_| MembershipRefused::Gone(cell.to_owned()))?
+        .map_err(|error| MembershipRefused::Panicked(error.to_string()))?
     }?;
     gateway.metrics.discovery.changed(cell, true);
     gateway.metrics.discovery.moved(cell, applied.changed);

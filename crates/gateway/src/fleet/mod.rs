@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::health::MarkOrigin;
 use crate::health::quarantine::{Marked, Rules, Struck};
 use crate::state::{Gateway, ShardRuntime};
-use crate::store::fleet::{Fault, FleetStore, Looked, SharedMark, StrikeCall, storable};
+use crate::store::fleet::{Fault, FleetStore, Looked, MarkKind, SharedMark, StrikeCall, storable};
 
 /// How long start-up waits for the fleet's state before serving on its own
 /// (a restarted replica learns the marks and suspects first when it can).
@@ -160,7 +160,13 @@ fn apply_marks(gateway: &Gateway, marks: &[SharedMark], write_back: &mut bool) {
             .map(|origin| (origin.at_ms, origin.by.as_str()));
         match held.map(|held| held.cmp(&(mark.at_ms, mark.by.as_str()))) {
             Some(std::cmp::Ordering::Greater) => *write_back = true,
-            Some(std::cmp::Ordering::Equal) => {}
+            // This replica's own mark, as the store merged it with the
+            // other kind's flags it kept (an operator's or discovery's):
+            // taken as the store holds it.
+            Some(std::cmp::Ordering::Equal) => {
+                health.mark(mark.failed, mark.drained, now);
+                health.set_missing(mark.missing || missing_here(&snapshot, mark), now);
+            }
             _ => {
                 let changed = (health.failed, health.drained, health.missing)
                     != (mark.failed, mark.drained, mark.missing);
@@ -168,12 +174,7 @@ fn apply_marks(gateway: &Gateway, marks: &[SharedMark], write_back: &mut bool) {
                 // Another replica's mark never puts back in rotation a
                 // shard this replica's own source lists as missing: it
                 // clears that itself when its source lists it again.
-                let missing_here = snapshot
-                    .memberships
-                    .get(&mark.cell)
-                    .and_then(|membership| membership.member(&mark.id))
-                    .is_some_and(|member| member.missing.is_some());
-                health.set_missing(mark.missing || missing_here, now);
+                health.set_missing(mark.missing || missing_here(&snapshot, mark), now);
                 health.mark_origin = Some(MarkOrigin {
                     by: mark.by.clone(),
                     at_ms: mark.at_ms,
@@ -187,6 +188,15 @@ fn apply_marks(gateway: &Gateway, marks: &[SharedMark], write_back: &mut bool) {
     }
 }
 
+/// Whether this replica's own discovery holds the shard of `mark` missing.
+fn missing_here(snapshot: &crate::state::Snapshot, mark: &SharedMark) -> bool {
+    snapshot
+        .memberships
+        .get(&mark.cell)
+        .and_then(|membership| membership.member(&mark.id))
+        .is_some_and(|member| member.missing.is_some())
+}
+
 /// Writes every mark set here to the store (the later of two wins there).
 async fn write_back_marks(gateway: &Gateway, fleet: &FleetStore) {
     let snapshot = gateway.snapshot();
@@ -194,7 +204,7 @@ async fn write_back_marks(gateway: &Gateway, fleet: &FleetStore) {
         let Some(mark) = shared_mark(shard) else {
             continue;
         };
-        if let Err(fault) = fleet.mark(&mark).await {
+        if let Err(fault) = fleet.mark(&mark, MarkKind::All).await {
             went_down(gateway, fleet, fault, "mark");
             return;
         }
@@ -437,8 +447,8 @@ impl Reach {
 
 /// Sets an operator's mark on `shard` here, and for the fleet.
 pub async fn mark(gateway: &Gateway, shard: &ShardRuntime, failed: bool, drained: bool) -> Reach {
-    publish(gateway, shard, |health, now| {
-        health.mark(failed, drained, now)
+    publish(gateway, shard, MarkKind::Operator, |health, now| {
+        health.mark(failed, drained, now);
     })
     .await
 }
@@ -447,8 +457,8 @@ pub async fn mark(gateway: &Gateway, shard: &ShardRuntime, failed: bool, drained
 /// lists it again) here, and for the fleet, so replicas whose own look
 /// comes later route alike meanwhile.
 pub async fn mark_missing(gateway: &Gateway, shard: &ShardRuntime, missing: bool) -> Reach {
-    publish(gateway, shard, |health, now| {
-        health.set_missing(missing, now)
+    publish(gateway, shard, MarkKind::Discovery, |health, now| {
+        health.set_missing(missing, now);
     })
     .await
 }
@@ -458,6 +468,7 @@ pub async fn mark_missing(gateway: &Gateway, shard: &ShardRuntime, missing: bool
 async fn publish(
     gateway: &Gateway,
     shard: &ShardRuntime,
+    kind: MarkKind,
     change: impl FnOnce(&mut crate::health::HealthState, Instant),
 ) -> Reach {
     let at_ms = SystemTime::now()
@@ -484,7 +495,7 @@ async fn publish(
     let Some(mark) = shared_mark(shard) else {
         return Reach::Unshareable;
     };
-    match fleet.mark(&mark).await {
+    match fleet.mark(&mark, kind).await {
         Ok(stands) => {
             answered(gateway, fleet);
             if stands {

@@ -18,6 +18,14 @@ pub enum MembershipRefused {
     /// The cell is no longer discovered (a reload changed it meanwhile).
     #[error("cell {0:?} is no longer discovered")]
     Gone(String),
+    /// The membership changed since the change was judged (a reload, or
+    /// another change): the next look judges again.
+    #[error("the membership changed since this change was judged; the next look judges again")]
+    Stale,
+    /// Applying it panicked (a defect: reported, and the membership served
+    /// stays).
+    #[error("applying the change failed unexpectedly: {0}")]
+    Panicked(String),
     /// The new membership does not make a valid cell (fewer shards than
     /// `k`, a zone missing, a tenant naming a removed shard).
     #[error(transparent)]
@@ -42,11 +50,13 @@ impl Gateway {
     /// `change.members`, missing members down from the moment it serves.
     /// A placement change (members added or removed) must move each moved
     /// tenant only onto added shards or off removed ones, unless
-    /// `allow_migration`. Returns what it moved.
+    /// `allow_migration`; a change judged against another membership than
+    /// the one served is not applied. Returns what it moved.
     pub fn apply_membership(
         self: &Arc<Self>,
         cell: &str,
         change: &Change,
+        judged_against: &[crate::discovery::Member],
         allow_migration: bool,
     ) -> Result<Movement, MembershipRefused> {
         let _one_at_a_time = self.changing.lock().expect("changing lock");
@@ -54,6 +64,11 @@ impl Gateway {
         let Some(membership) = current.memberships.get(cell) else {
             return Err(MembershipRefused::Gone(cell.to_owned()));
         };
+        // Judged outside the lock: if what it was judged against is no
+        // longer what is served, it is not applied over it.
+        if membership.members != judged_against {
+            return Err(MembershipRefused::Stale);
+        }
         let Some(index) = current.topology.find(cell) else {
             return Err(MembershipRefused::Gone(cell.to_owned()));
         };

@@ -263,10 +263,19 @@ impl Snapshot {
         memberships: crate::discovery::Memberships,
     ) -> Result<Self, LoadError> {
         let topology = Topology::build(&config)?;
+        // A copy of the served configuration (other tenants, other
+        // discovered shards) keeps what its load read; only a load reads
+        // the JWT key and the admin token files again.
+        let same_load = previous.filter(|p| p.config.generation == config.generation);
         // The key file is read here, once per load; its problems are
         // reported against the configuration key that names it.
-        let authenticator = Authenticator::new(config.jwt.as_ref())
-            .map_err(|e| ConfigError::new(&config.path, "auth.jwt.key_file", e.to_string()))?;
+        let authenticator =
+            match same_load {
+                Some(previous) => Arc::clone(&previous.authenticator),
+                None => Arc::new(Authenticator::new(config.jwt.as_ref()).map_err(|e| {
+                    ConfigError::new(&config.path, "auth.jwt.key_file", e.to_string())
+                })?),
+            };
         let shards: Vec<Vec<Arc<ShardRuntime>>> = config
             .cells
             .iter()
@@ -326,11 +335,12 @@ impl Snapshot {
             .map(|_| fresh_routes())
             .collect();
         let admin_token =
-            match &config.admin.token_file {
-                Some(path) => Some(token::read_token(path).map_err(|problem| {
+            match (&config.admin.token_file, same_load) {
+                (_, Some(previous)) => previous.admin_token.clone(),
+                (Some(path), None) => Some(token::read_token(path).map_err(|problem| {
                     ConfigError::new(&config.path, "admin.token_file", problem)
                 })?),
-                None => None,
+                (None, None) => None,
             };
         let limits = crate::limit::Limits::build(
             &config.limits.tenant,
@@ -342,7 +352,7 @@ impl Snapshot {
             config: Arc::new(config),
             tenants,
             topology: Arc::new(topology),
-            authenticator: Arc::new(authenticator),
+            authenticator,
             shards,
             blast: std::sync::OnceLock::new(),
             prefixed,

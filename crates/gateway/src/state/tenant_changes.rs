@@ -141,10 +141,28 @@ impl Gateway {
     }
 
     /// Replaces the whole registry (the tenant store read again), keeping
-    /// the configuration and every shard's state.
-    pub fn replace_tenants(self: &Arc<Self>, tenants: Tenants) -> Result<(), LoadError> {
+    /// the configuration and every shard's state. `checked` is the
+    /// configuration the tenants were checked against: when another is
+    /// served by now (a reload, or discovery changed a cell's shards while
+    /// the store was read), they are checked again against it, so no
+    /// tenant's own `k` or dedicated shards meet a cell they do not fit.
+    pub fn replace_tenants(
+        self: &Arc<Self>,
+        tenants: Tenants,
+        checked: &Arc<GatewayConfig>,
+    ) -> Result<(), LoadError> {
         let _one_at_a_time = self.changing.lock().expect("changing lock");
         let current = self.snapshot();
+        let tenants = if Arc::ptr_eq(&current.config, checked) {
+            tenants
+        } else {
+            crate::tenants::load::from_entries(
+                tenants.iter().map(|t| t.to_entry(checked)),
+                tenants.len(),
+                &current.config,
+                &current.config.tenants().describe(),
+            )?
+        };
         let next = Snapshot::build((*current.config).clone(), tenants, Some(&current))?;
         self.install(next);
         Ok(())

@@ -128,19 +128,39 @@ return n
 /// ordered by replica id, as every replica orders them. KEYS: the marks, the version. ARGV:
 /// field, failed, drained, set at (ms), replica, cell, shard id, missing
 /// (discovery's mark, last so that a store written by an older replica,
-/// without it, still reads). Returns 1 when set, 0 when a later mark
-/// stands.
+/// without it, still reads), and what the mark is about: `operator`
+/// (failed and drained: the held missing flag is kept), `discovery`
+/// (missing: the held failed and drained are kept) or `all`. So neither
+/// kind of mark undoes the other's, whichever replica sets it. Returns 1
+/// when set, 0 when a later mark stands.
 const MARK: &str = r"
 local held = redis.call('HGET', KEYS[1], ARGV[1])
+local failed, drained, missing = ARGV[2], ARGV[3], ARGV[8]
 if held then
-  local at, by = string.match(held, '^[^\t]*\t[^\t]*\t([^\t]*)\t([^\t]*)')
+  local hf, hd, at, by = string.match(held, '^([^\t]*)\t([^\t]*)\t([^\t]*)\t([^\t]*)')
   at = tonumber(at)
   if at and (at > tonumber(ARGV[4]) or (at == tonumber(ARGV[4]) and by > ARGV[5])) then return 0 end
+  if ARGV[9] == 'discovery' and hf then failed = hf; drained = hd end
+  if ARGV[9] == 'operator' then
+    local hm = string.match(held, '^[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t[^\t]*\t([^\t]*)$')
+    if hm then missing = hm end
+  end
 end
-redis.call('HSET', KEYS[1], ARGV[1], table.concat({ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}, '\t'))
+redis.call('HSET', KEYS[1], ARGV[1], table.concat({failed, drained, ARGV[4], ARGV[5], ARGV[6], ARGV[7], missing}, '\t'))
 redis.call('INCR', KEYS[2])
 return 1
 ";
+
+/// What a mark sent to the fleet is about ([`MARK`]'s last argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkKind {
+    /// An operator's failed and drained.
+    Operator,
+    /// Discovery's missing.
+    Discovery,
+    /// Everything this replica holds (written back after an outage).
+    All,
+}
 
 /// Writes back a suspect a replica knows (when the store returns, perhaps
 /// empty): merged with what is held (members joined, the later end kept).
@@ -534,8 +554,9 @@ impl FleetStore {
             .await
     }
 
-    /// Sets a shard's mark; whether it stands (`false`: a later one does).
-    pub async fn mark(&self, mark: &SharedMark) -> Result<bool, Fault> {
+    /// Sets a shard's mark (`kind`: which of its flags this replica
+    /// speaks for); whether it stands (`false`: a later one does).
+    pub async fn mark(&self, mark: &SharedMark, kind: MarkKind) -> Result<bool, Fault> {
         let keys = [key(&["marks"]), key(&["version"])];
         let args = [
             format!("{}{TAB}{}", mark.cell, mark.id),
@@ -546,6 +567,12 @@ impl FleetStore {
             mark.cell.clone(),
             mark.id.clone(),
             u8::from(mark.missing).to_string(),
+            match kind {
+                MarkKind::Operator => "operator",
+                MarkKind::Discovery => "discovery",
+                MarkKind::All => "all",
+            }
+            .to_owned(),
         ];
         self.run(3, &keys, &args, Some(BACKGROUND_TIMEOUT), flag)
             .await

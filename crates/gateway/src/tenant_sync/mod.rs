@@ -83,7 +83,7 @@ pub async fn start(
                 "the tenant store is unreachable: serving the tenants of the snapshot file until it answers"
             );
             gateway
-                .replace_tenants(tenants)
+                .replace_tenants(tenants, &config)
                 .map_err(|e| SyncStartError::BadSnapshot {
                     problem,
                     snapshot: e.to_string(),
@@ -110,7 +110,7 @@ async fn load_store(gateway: &Arc<Gateway>, link: &StoreLink) -> Result<(), Tena
         "tenants loaded"
     );
     gateway
-        .replace_tenants(tenants)
+        .replace_tenants(tenants, &config)
         .map_err(|e| TenantStoreError::Query {
             problem: e.to_string(),
         })?;
@@ -309,7 +309,9 @@ async fn sync_once(
     link: &StoreLink,
     checked: &mut Arc<GatewayConfig>,
 ) -> Result<(), TenantStoreError> {
-    if !Arc::ptr_eq(&gateway.snapshot().config, checked) {
+    // A reload, not a membership change (which copies the configuration
+    // with other discovered shards, and checks every tenant itself).
+    if gateway.snapshot().config.generation != checked.generation {
         tracing::info!(
             "the configuration was reloaded: reading every tenant again, to check each row against it"
         );
