@@ -33,6 +33,32 @@ fn records(backends: &[&Backend]) -> Vec<Record> {
     dnsmasq::shards(SERVICE, &shards)
 }
 
+/// A gateway in `dir` whose one cell is found under [`SERVICE`] through
+/// `dns` (looked at every tenth of a second), serving `tenants`, with
+/// `tables` beside.
+async fn discovered_gateway(
+    dir: &std::path::Path,
+    dns: &Dnsmasq,
+    tenants: &[(String, String)],
+    tables: Vec<(String, String)>,
+) -> Running {
+    let path = GatewayToml {
+        tables,
+        extra: format!(
+            "[discovery]\nresolver = \"{}\"\nrefresh_seconds = 0.1\ntimeout_ms = 300\n",
+            dns.addr()
+        ),
+        cell_lines: format!("discovery = \"dns+srv://{SERVICE}\"\n"),
+        tenants: tenants_toml(tenants),
+        ..GatewayToml::default()
+    }
+    .write(dir)
+    .unwrap();
+    runtime::start(Snapshot::load(&path, None).unwrap())
+        .await
+        .unwrap()
+}
+
 /// Each tenant's members, by shard id.
 fn placed(running: &Running, tenants: &[(String, String)]) -> Vec<BTreeSet<String>> {
     let snapshot = running.gateway.snapshot();
@@ -77,8 +103,11 @@ async fn a_rolling_restart_at_new_addresses_costs_no_error_and_moves_nobody() {
     };
     let dir = tempfile::tempdir().unwrap();
     let tenants = tenants(120);
-    let path = GatewayToml {
-        tables: vec![
+    let running = discovered_gateway(
+        dir.path(),
+        &dns,
+        &tenants,
+        vec![
             (
                 "health".into(),
                 "interval_ms = 100\ntimeout_ms = 200\nrise = 1\nfall = 2\n".into(),
@@ -88,19 +117,8 @@ async fn a_rolling_restart_at_new_addresses_costs_no_error_and_moves_nobody() {
                 "per_try_timeout_ms = 500\nrequest_timeout_ms = 4000\n".into(),
             ),
         ],
-        extra: format!(
-            "[discovery]\nresolver = \"{}\"\nrefresh_seconds = 0.1\ntimeout_ms = 300\n",
-            dns.addr()
-        ),
-        cell_lines: format!("discovery = \"dns+srv://{SERVICE}\"\n"),
-        tenants: tenants_toml(&tenants),
-        ..GatewayToml::default()
-    }
-    .write(dir.path())
-    .unwrap();
-    let running = runtime::start(Snapshot::load(&path, None).unwrap())
-        .await
-        .unwrap();
+    )
+    .await;
     let before = placed(&running, &tenants);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -178,20 +196,7 @@ async fn an_added_target_moves_exactly_what_migrate_predicts() {
     };
     let dir = tempfile::tempdir().unwrap();
     let tenants = tenants(300);
-    let path = GatewayToml {
-        extra: format!(
-            "[discovery]\nresolver = \"{}\"\nrefresh_seconds = 0.1\ntimeout_ms = 300\n",
-            dns.addr()
-        ),
-        cell_lines: format!("discovery = \"dns+srv://{SERVICE}\"\n"),
-        tenants: tenants_toml(&tenants),
-        ..GatewayToml::default()
-    }
-    .write(dir.path())
-    .unwrap();
-    let running = runtime::start(Snapshot::load(&path, None).unwrap())
-        .await
-        .unwrap();
+    let running = discovered_gateway(dir.path(), &dns, &tenants, Vec::new()).await;
     let before = placed(&running, &tenants);
     dns.set_records(records(&backends.iter().collect::<Vec<_>>()))
         .await;

@@ -728,6 +728,11 @@ async fn an_operators_mark_and_discoverys_mark_never_undo_each_other_in_the_stor
         at_ms: base + step,
         by: by.into(),
     };
+    // Whether a mark stands in the store.
+    let set = |mark: SharedMark, kind| {
+        let store = &store;
+        async move { store.mark(&mark, kind).await.unwrap() }
+    };
     let held = || async {
         match store.look(("", "")).await.unwrap() {
             Looked::Changed(state) => state
@@ -739,44 +744,19 @@ async fn an_operators_mark_and_discoverys_mark_never_undo_each_other_in_the_stor
         }
     };
     // An operator drains s1 on replica a.
-    assert!(
-        store
-            .mark(&mark(false, true, false, 1, "a"), MarkKind::Operator)
-            .await
-            .unwrap()
-    );
+    assert!(set(mark(false, true, false, 1, "a"), MarkKind::Operator).await);
     // Replica b, which has not seen the drain yet, finds s1 gone: its
     // missing mark keeps the drain.
-    assert!(
-        store
-            .mark(&mark(false, false, true, 2, "b"), MarkKind::Discovery)
-            .await
-            .unwrap()
-    );
+    assert!(set(mark(false, false, true, 2, "b"), MarkKind::Discovery).await);
     assert_eq!(held().await, Some((false, true, true)));
     // The operator lifts the drain on a, which has not seen s1 go: the
     // lift keeps discovery's mark.
-    assert!(
-        store
-            .mark(&mark(false, false, false, 3, "a"), MarkKind::Operator)
-            .await
-            .unwrap()
-    );
+    assert!(set(mark(false, false, false, 3, "a"), MarkKind::Operator).await);
     assert_eq!(held().await, Some((false, false, true)));
     // b finds s1 back.
-    assert!(
-        store
-            .mark(&mark(false, false, false, 4, "b"), MarkKind::Discovery)
-            .await
-            .unwrap()
-    );
+    assert!(set(mark(false, false, false, 4, "b"), MarkKind::Discovery).await);
     assert_eq!(held().await, Some((false, false, false)));
     // An earlier mark never stands over a later one.
-    assert!(
-        !store
-            .mark(&mark(true, false, false, 0, "c"), MarkKind::Operator)
-            .await
-            .unwrap()
-    );
+    assert!(!set(mark(true, false, false, 0, "c"), MarkKind::Operator).await);
     drop(redis);
 }
