@@ -211,7 +211,7 @@ pub struct PropertiesViolated(pub String);
 
 /// A replica left out of the fleet is a finding (exit 1, as a violated
 /// property), not a drill that could not run.
-fn not_one_fleet(error: drill::DrillError) -> anyhow::Error {
+pub(crate) fn not_one_fleet(error: drill::DrillError) -> anyhow::Error {
     match error {
         drill::DrillError::NotOneFleet(what) => PropertiesViolated(what).into(),
         other => other.into(),
@@ -232,32 +232,12 @@ pub fn run(args: DrillArgs) -> Result<()> {
         _ => None,
     };
     let poison = poison_plan(&args)?;
-    let token = std::fs::read_to_string(&args.admin_token_file).with_context(|| {
-        format!(
-            "cannot read --admin-token-file {}",
-            args.admin_token_file.display()
-        )
-    })?;
-    let text = std::fs::read_to_string(&args.tenants_file)
-        .with_context(|| format!("cannot read --tenants-file {}", args.tenants_file.display()))?;
-    let tenants = drill::credentials::parse(&text).map_err(|e| anyhow!("--tenants-file: {e}"))?;
-    if args.admin.len() != args.gateway.len() {
-        bail!(
-            "give one --admin per --gateway, in the same order (got {} --gateway and {} --admin)",
-            args.gateway.len(),
-            args.admin.len()
-        );
-    }
-    let mut replicas = Vec::with_capacity(args.gateway.len());
-    for (gateway, admin) in args.gateway.iter().zip(&args.admin) {
-        let admin_url: http::Uri = admin
-            .parse()
-            .map_err(|_| anyhow!("--admin {admin:?} is not a URL"))?;
-        let _: http::Uri = gateway
-            .parse()
-            .map_err(|_| anyhow!("--gateway {gateway:?} is not a URL"))?;
-        replicas.push((gateway.clone(), AdminClient::new(&admin_url, token.trim())));
-    }
+    let (tenants, mut replicas) = replicas_and_tenants(
+        &args.gateway,
+        &args.admin,
+        &args.admin_token_file,
+        &args.tenants_file,
+    )?;
     // The first replica is the one faults are injected through.
     let (gateway, admin) = replicas.remove(0);
     let shape = LoadShape {
@@ -324,10 +304,51 @@ pub fn run(args: DrillArgs) -> Result<()> {
     }
 }
 
+/// A gateway replica: its data URL and admin API.
+pub(crate) type Replica = (String, AdminClient);
+
+/// The tenants of `tenants_file` and each replica's data URL and admin
+/// API (one `--admin` per `--gateway`, in order): what a drill and a
+/// rollout drive and watch.
+pub(crate) fn replicas_and_tenants(
+    gateways: &[String],
+    admins: &[String],
+    admin_token_file: &std::path::Path,
+    tenants_file: &std::path::Path,
+) -> Result<(Vec<drill::TenantCredential>, Vec<Replica>)> {
+    let token = std::fs::read_to_string(admin_token_file).with_context(|| {
+        format!(
+            "cannot read --admin-token-file {}",
+            admin_token_file.display()
+        )
+    })?;
+    let text = std::fs::read_to_string(tenants_file)
+        .with_context(|| format!("cannot read --tenants-file {}", tenants_file.display()))?;
+    let tenants = drill::credentials::parse(&text).map_err(|e| anyhow!("--tenants-file: {e}"))?;
+    if admins.len() != gateways.len() || gateways.is_empty() {
+        bail!(
+            "give one --admin per --gateway, in the same order (got {} --gateway and {} --admin)",
+            gateways.len(),
+            admins.len()
+        );
+    }
+    let mut replicas = Vec::with_capacity(gateways.len());
+    for (gateway, admin) in gateways.iter().zip(admins) {
+        let admin_url: http::Uri = admin
+            .parse()
+            .map_err(|_| anyhow!("--admin {admin:?} is not a URL"))?;
+        let _: http::Uri = gateway
+            .parse()
+            .map_err(|_| anyhow!("--gateway {gateway:?} is not a URL"))?;
+        replicas.push((gateway.clone(), AdminClient::new(&admin_url, token.trim())));
+    }
+    Ok((tenants, replicas))
+}
+
 /// Tells the operator, on stderr, what the drill does and what to do (the
 /// report itself goes to stdout, so `--json` stays clean). A closed stderr
 /// leaves nobody to tell.
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 

@@ -15,6 +15,7 @@ mod plan_waves;
 mod population_args;
 mod progress;
 mod report;
+mod rollout;
 mod serve;
 mod table;
 mod tenants_cmd;
@@ -69,6 +70,8 @@ enum Command {
     Backend(backend_cmd::BackendArgs),
     /// Fail shards under load and check degraded-not-down, unaffected-unharmed and failover.
     Drill(drill::DrillArgs),
+    /// Deploy a new build wave by wave, under load, stopping at the first wave whose gates fail.
+    Rollout(rollout::RolloutArgs),
     /// Call the test backend's demo gRPC service, through a gateway or straight to a shard.
     GrpcCall(grpc_call::GrpcCallArgs),
     /// Send WebSocket messages through a gateway (or to a shard) and print what comes back.
@@ -92,6 +95,7 @@ impl Command {
             Command::Backend(args) => backend_cmd::run(args),
             Command::Drill(args) => drill::run(args),
             Command::Demo(args) => demo::run(args),
+            Command::Rollout(args) => rollout::run(args),
             Command::GrpcCall(args) => grpc_call::run(args),
             Command::WsCall(args) => ws_call::run(args),
             Command::Tenants(args) => tenants_cmd::run(args),

@@ -40,6 +40,26 @@ pub struct ShardState {
     /// The last active check's result (`pass` or `fail`); `None` before
     /// the first, or from a gateway that does not report it.
     pub last_check: Option<String>,
+    /// Requests in flight to it from this replica now.
+    pub in_flight: u64,
+    /// Whether outlier detection has it ejected now.
+    pub ejected: bool,
+    /// Whether an operator (or a rollout) drained it.
+    pub drained: bool,
+}
+
+/// The gateway's live blast radius of one cell (`GET /admin/blast`): what
+/// the shards out of rotation right now do to its tenants.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LiveBlast {
+    /// The cell.
+    pub cell: String,
+    /// Tenants whose whole subset is out.
+    pub fully_down: u64,
+    /// Tenants with at least one member out.
+    pub degraded: u64,
+    /// The fully-down tenants, by id.
+    pub fully_down_tenants: Vec<String>,
 }
 
 impl AdminClient {
@@ -68,6 +88,10 @@ impl AdminClient {
                     DrillError::Gateway(format!("admin API at {base} unreachable: {e}"))
                 }
                 CallError::Body(e) => DrillError::Gateway(format!("admin API {path}: {e}")),
+                CallError::Timeout => DrillError::Gateway(format!(
+                    "admin API at {base} gave no whole answer to {path} within {} s",
+                    crate::api::CALL_TIMEOUT.as_secs()
+                )),
             })?;
         if status == StatusCode::UNAUTHORIZED {
             return Err(DrillError::Input(
@@ -103,6 +127,90 @@ impl AdminClient {
             .map(drop)
     }
 
+    /// Drains shard `id` of `cell` (no new requests; those in flight
+    /// finish), or with `drain` false restores it.
+    pub async fn set_drained(&self, cell: &str, id: &str, drain: bool) -> Result<(), DrillError> {
+        let action = if drain { "drain" } else { "restore" };
+        self.json(
+            Method::POST,
+            &format!(
+                "/admin/shards/{}/{action}?cell={}",
+                path_segment(id),
+                path_segment(cell)
+            ),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The live blast radius of every cell.
+    pub async fn blast(&self) -> Result<Vec<LiveBlast>, DrillError> {
+        let value = self.json(Method::GET, "/admin/blast").await?;
+        Ok(value["cells"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|cell| LiveBlast {
+                cell: cell["cell"].as_str().unwrap_or("").to_owned(),
+                fully_down: cell["fully_down"].as_u64().unwrap_or(0),
+                degraded: cell["degraded"].as_u64().unwrap_or(0),
+                fully_down_tenants: cell["fully_down_tenants"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| t.as_str().map(str::to_owned))
+                    .collect(),
+            })
+            .collect())
+    }
+
+    /// Failed attempts per shard (`cell/id`) so far: the sum of
+    /// `shuffle_attempts_total` with an outcome other than `ok`. A failed
+    /// attempt the gateway failed over from hurts no tenant, and still
+    /// says the shard is bad.
+    pub async fn failed_attempts(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, f64>, DrillError> {
+        let text = self.metrics().await?;
+        let mut failed = std::collections::BTreeMap::new();
+        for line in text.lines() {
+            let Some(labels) = line.strip_prefix("shuffle_attempts_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = labels.rsplit_once("} ") else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels.split(',').find_map(|pair| {
+                    let (key, value) = pair.split_once('=')?;
+                    (key.trim() == name).then(|| value.trim().trim_matches('"').to_owned())
+                })
+            };
+            let (Some(cell), Some(shard), Some(outcome)) =
+                (label("cell"), label("shard"), label("outcome"))
+            else {
+                continue;
+            };
+            if outcome == "ok" {
+                continue;
+            }
+            let Ok(value) = value.trim().parse::<f64>() else {
+                continue;
+            };
+            *failed.entry(format!("{cell}/{shard}")).or_insert(0.0) += value;
+        }
+        Ok(failed)
+    }
+
+    /// The text of `/metrics`.
+    async fn metrics(&self) -> Result<String, DrillError> {
+        let (status, body) = self.call(Method::GET, "/metrics").await?;
+        if !status.is_success() {
+            return Err(DrillError::Gateway(format!("/metrics answered {status}")));
+        }
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
     /// Every shard and its health.
     pub async fn shards(&self) -> Result<Vec<ShardState>, DrillError> {
         let value = self.json(Method::GET, "/admin/shards").await?;
@@ -116,6 +224,9 @@ impl AdminClient {
                 health: shard["health"].as_str().unwrap_or("").to_owned(),
                 active: shard["active"].as_str().map(str::to_owned),
                 last_check: shard["last_check"].as_str().map(str::to_owned),
+                in_flight: shard["in_flight"].as_u64().unwrap_or(0),
+                ejected: shard["ejected"].as_bool() == Some(true),
+                drained: shard["drained"].as_bool() == Some(true),
             })
             .collect())
     }
@@ -176,15 +287,26 @@ impl AdminClient {
 
     /// The sum of `shuffle_failovers_total` over every cell and kind.
     pub async fn failovers(&self) -> Result<f64, DrillError> {
-        let (status, body) = self.call(Method::GET, "/metrics").await?;
-        if !status.is_success() {
-            return Err(DrillError::Gateway(format!("/metrics answered {status}")));
-        }
-        let text = String::from_utf8_lossy(&body);
+        let text = self.metrics().await?;
         Ok(text
             .lines()
             .filter(|line| line.starts_with("shuffle_failovers_total"))
             .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
             .sum())
     }
+}
+
+/// `text` for one segment of a URL path: what is not unreserved is
+/// percent-encoded, so an id with `/` or `?` names that shard and nothing
+/// else.
+fn path_segment(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            encoded.push(byte as char);
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
 }

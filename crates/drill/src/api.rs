@@ -34,7 +34,13 @@ pub(crate) enum CallError {
     Unreachable(hyper_util::client::legacy::Error),
     /// The answer's body broke off.
     Body(hyper::Error),
+    /// No whole answer within [`CALL_TIMEOUT`]: a stalled API must not
+    /// stall whoever waits on it (a rollout holding a wave drained).
+    Timeout,
 }
+
+/// The longest one call may take, answer and body.
+pub(crate) const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl Api {
     /// The API at `base` (e.g. `http://127.0.0.1:9901`; a trailing `/` is
@@ -66,18 +72,23 @@ impl Api {
             .header(header.0, header.1)
             .body(Full::new(body))
             .map_err(CallError::Request)?;
-        let response = self
-            .client
-            .request(request)
+        let whole = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(CallError::Unreachable)?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(CallError::Body)?
+                .to_bytes();
+            Ok((status, body))
+        };
+        tokio::time::timeout(CALL_TIMEOUT, whole)
             .await
-            .map_err(CallError::Unreachable)?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(CallError::Body)?
-            .to_bytes();
-        Ok((status, body))
+            .unwrap_or(Err(CallError::Timeout))
     }
 }

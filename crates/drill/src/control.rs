@@ -60,6 +60,10 @@ impl ShardControl {
                 CallError::Body(e) => DrillError::Control(format!(
                     "{flag}: setting mode {mode:?}: the answer broke off ({e})"
                 )),
+                CallError::Timeout => DrillError::Control(format!(
+                    "{flag}: setting mode {mode:?}: no answer within {} s",
+                    crate::api::CALL_TIMEOUT.as_secs()
+                )),
             })?;
         if status == StatusCode::NO_CONTENT || status == StatusCode::OK {
             return Ok(());

@@ -5,7 +5,9 @@
 //! one tenant crash the shards that serve it and compares what went down
 //! with the analyser's poison model. The rolling-restart drill
 //! ([`rolling`]) restarts every shard in turn under load and passes when
-//! no tenant with two or more members saw an error.
+//! no tenant with two or more members saw an error. A rollout
+//! ([`rollout`]) deploys a new build one wave of shards at a time and stops
+//! at the first wave whose gates fail.
 //!
 //! The crate talks to a running gateway over HTTP only (its data listener
 //! and its admin API), and to test shards' control APIs when it breaks them
@@ -22,6 +24,7 @@ pub mod poison;
 pub mod preconditions;
 pub mod properties;
 pub mod rolling;
+pub mod rollout;
 pub mod run;
 pub mod session;
 

@@ -1,0 +1,355 @@
+//! The `rollout` subcommand: deploys a new build one wave of shards at a
+//! time through a command of the operator's, under the drill's load, and
+//! stops at the first wave whose gates fail (the waiting and judging are
+//! `drill::rollout`'s; this module reads the arguments, runs the command
+//! and writes the report).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use drill::rollout::gates::Limits;
+use drill::rollout::{self, Deployed, OnFailure, RolloutPlan, RolloutReport, Wave, WaveStatus};
+use drill::{LoadShape, Session};
+
+use crate::drill::{PropertiesViolated, not_one_fleet, replicas_and_tenants, say};
+use crate::output::print_answer;
+use crate::table::{Align, Table};
+
+const AFTER_HELP: &str = "\
+For each wave, in the order of --waves: check that every shard is up on \
+every replica and that a baseline of load has no error; drain the wave's \
+shards and wait for their requests in flight to finish; run --deploy with \
+SHUFFLE_SHARD_WAVE (the wave's name) and SHUFFLE_SHARD_SHARDS (its shard \
+ids, comma-separated) in its environment; restore the shards and wait for \
+their health checks to pass on every replica; then bake for --bake-seconds \
+under load from every tenant of --tenants-file.
+
+Gates (a failed gate stops the rollout): preconditions, drain (idle within \
+--wait-seconds), deploy (the command exits 0 within --deploy-timeout-seconds), \
+ready (health checks pass within --wait-seconds), exposure (while the wave \
+is out only tenants whose whole subset is in it may see errors), and during \
+the bake: wave-shards (no shard of the wave ejected, failing its checks, or \
+failing attempts, even when failover hides it), outside-wave (no error for a \
+tenant without a member in the wave), fully-down (at most --max-fully-down \
+tenants) and degraded (at most --max-degraded tenants, measured by the load \
+and by the gateway's live blast radius).
+
+A failed gate leaves the wave drained (or restored, with --on-failure \
+restore), touches no later wave, prints the report naming the wave, the \
+gates and the tenants that hurt, and exits 1. Fix the build and continue \
+with --resume-from WAVE. Exit 0 when every wave was done; 2 for bad \
+arguments or a rollout that could not run.
+
+The waves file has one `SHARD_ID WAVE` line per shard (`CELL/ID` where \
+cells share ids), as `plan-waves --out` writes it; a first wave of one \
+shard is a canary. The tenants file has one TENANT<TAB>API_KEY per line.
+
+Example:
+  shuffle-shard rollout --waves waves.txt --deploy './deploy.sh' \\
+      --gateway http://127.0.0.1:8080 --admin http://127.0.0.1:9901 \\
+      --admin-token-file admin.token --tenants-file drill-tenants.tsv \\
+      --bake-seconds 60";
+
+/// Arguments of `shuffle-shard rollout`.
+#[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct RolloutArgs {
+    /// The waves: one `SHARD_ID WAVE` line per shard, waves in order of first appearance
+    #[arg(long, value_name = "PATH")]
+    waves: PathBuf,
+    /// The command that deploys one wave (run by `sh -c`, with SHUFFLE_SHARD_WAVE and SHUFFLE_SHARD_SHARDS set)
+    #[arg(long, value_name = "COMMAND")]
+    deploy: String,
+    /// The gateway's data URL; repeat it for each replica of a fleet
+    #[arg(long, value_name = "URL", required = true)]
+    gateway: Vec<String>,
+    /// The gateway's admin URL; one per --gateway, in the same order
+    #[arg(long, value_name = "URL", required = true)]
+    admin: Vec<String>,
+    /// File holding the admin bearer token
+    #[arg(long, value_name = "PATH")]
+    admin_token_file: PathBuf,
+    /// Tenants whose load is watched, one TENANT<TAB>API_KEY per line
+    #[arg(long, value_name = "PATH")]
+    tenants_file: PathBuf,
+    /// How long each wave bakes under load once its shards are back
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    bake_seconds: f64,
+    /// Tenants that may be degraded during a bake
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_degraded: u64,
+    /// Tenants that may be fully down during a bake
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_fully_down: u64,
+    /// What a wave whose gate failed is left as
+    #[arg(long, value_name = "WHAT", value_enum, default_value_t = Leave::Drain)]
+    on_failure: Leave,
+    /// Start at this wave, skipping those before it (continues a stopped rollout)
+    #[arg(long, value_name = "WAVE")]
+    resume_from: Option<String>,
+    /// The longest wait for a drain to be idle, or health checks to pass
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    wait_seconds: u64,
+    /// The longest one run of --deploy may take; it is killed after
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    deploy_timeout_seconds: u64,
+    /// Requests per tenant in each baseline
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    requests_per_tenant: usize,
+    /// Requests in flight at once
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    concurrency: usize,
+    /// Per-request timeout in milliseconds
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    timeout_ms: u64,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+/// `--on-failure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Leave {
+    /// Leave the failed wave's shards drained
+    Drain,
+    /// Put the failed wave's shards back in rotation
+    Restore,
+}
+
+/// Runs `shuffle-shard rollout`.
+pub fn run(args: RolloutArgs) -> Result<()> {
+    if !(args.bake_seconds.is_finite() && args.bake_seconds >= 0.0) {
+        bail!(
+            "--bake-seconds {} must be 0 or more seconds",
+            args.bake_seconds
+        );
+    }
+    if args.requests_per_tenant == 0 || args.concurrency == 0 {
+        bail!("--requests-per-tenant and --concurrency must be at least 1");
+    }
+    if args.deploy.trim().is_empty() {
+        bail!(
+            "--deploy is empty; give the command that deploys one wave, e.g. --deploy './deploy.sh'"
+        );
+    }
+    let waves_text = std::fs::read_to_string(&args.waves)
+        .with_context(|| format!("cannot read --waves {}", args.waves.display()))?;
+    let (tenants, mut replicas) = replicas_and_tenants(
+        &args.gateway,
+        &args.admin,
+        &args.admin_token_file,
+        &args.tenants_file,
+    )?;
+    let (gateway, admin) = replicas.remove(0);
+    let shape = LoadShape {
+        requests_per_tenant: args.requests_per_tenant,
+        concurrency: args.concurrency,
+        timeout: Duration::from_millis(args.timeout_ms),
+        protocol: drill::load::Protocol::Http,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let command = args.deploy.clone();
+    let deploy_timeout = Duration::from_secs(args.deploy_timeout_seconds);
+    let deploy = move |wave: &Wave| {
+        let (command, wave, shards) = (command.clone(), wave.name.clone(), wave.ids());
+        Box::pin(run_deploy(command, wave, shards, deploy_timeout))
+            as std::pin::Pin<Box<dyn Future<Output = Deployed> + Send>>
+    };
+    let report = runtime
+        .block_on(async {
+            let session = Session::prepare(&gateway, admin, tenants, shape)
+                .await?
+                .with_replicas(replicas)
+                .await?;
+            let waves = rollout::waves::parse(&waves_text, session.cells())?;
+            let plan = RolloutPlan {
+                waves,
+                bake: Duration::from_secs_f64(args.bake_seconds),
+                limits: Limits {
+                    max_degraded: args.max_degraded,
+                    max_fully_down: args.max_fully_down,
+                },
+                on_failure: match args.on_failure {
+                    Leave::Drain => OnFailure::Drain,
+                    Leave::Restore => OnFailure::Restore,
+                },
+                resume_from: args.resume_from.clone(),
+                timeout: Duration::from_secs(args.wait_seconds),
+            };
+            rollout::run(&session, &plan, &deploy, &say).await
+        })
+        .map_err(not_one_fleet)?;
+    let _flow = print_answer(args.json, &report, render)?;
+    match &report.stopped {
+        None => Ok(()),
+        Some(stopped) => Err(PropertiesViolated(format!(
+            "rollout stopped at wave {}: gate {} failed; the wave was left {}; continue with {} once the build is fixed",
+            stopped.wave,
+            stopped.gates.join(", "),
+            stopped.left,
+            stopped.resume
+        ))
+        .into()),
+    }
+}
+
+/// Runs the deploy command for one wave: `sh -c COMMAND` with the wave in
+/// its environment, its output echoed to stderr (stdout stays the
+/// report's), killed after `timeout`.
+async fn run_deploy(command: String, wave: String, shards: String, timeout: Duration) -> Deployed {
+    let child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .env("SHUFFLE_SHARD_WAVE", &wave)
+        .env("SHUFFLE_SHARD_SHARDS", &shards)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let child = match child {
+        Ok(child) => child,
+        Err(error) => {
+            return Deployed {
+                ok: false,
+                detail: format!("cannot start `sh -c {command}`: {error}"),
+            };
+        }
+    };
+    // Dropping the child on a timeout kills it (kill_on_drop).
+    let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(error)) => {
+            return Deployed {
+                ok: false,
+                detail: format!("waiting for the deploy command: {error}"),
+            };
+        }
+        Err(_) => {
+            return Deployed {
+                ok: false,
+                detail: format!(
+                    "did not finish within {} s and was killed; raise --deploy-timeout-seconds if deploys take longer",
+                    timeout.as_secs()
+                ),
+            };
+        }
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in text.lines() {
+        say(&format!("  [deploy {wave}] {line}"));
+    }
+    let tail: Vec<&str> = text.lines().rev().take(5).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    let said = if tail.is_empty() {
+        "no output".to_owned()
+    } else {
+        format!("last output: {}", tail.join(" / "))
+    };
+    Deployed {
+        ok: output.status.success(),
+        detail: match output.status.code() {
+            Some(code) => format!("exit status {code}; {said}"),
+            None => format!("killed by a signal; {said}"),
+        },
+    }
+}
+
+/// The report as text.
+fn render(report: &RolloutReport) -> String {
+    let mut out = format!(
+        "Rollout: {} waves, {} tenants driven through {} replica{}\n\n",
+        report.waves.len(),
+        report.tenants,
+        report.replicas,
+        if report.replicas == 1 { "" } else { "s" }
+    );
+    let mut table = Table::new(&[
+        ("wave", Align::Left),
+        ("shards", Align::Left),
+        ("fully exposed", Align::Right),
+        ("status", Align::Left),
+        ("deploy s", Align::Right),
+        ("ready s", Align::Right),
+        ("hurt while out", Align::Right),
+        ("bake requests", Align::Right),
+        ("bake errors", Align::Right),
+        ("gates", Align::Left),
+    ]);
+    let secs = |s: Option<f64>| s.map_or("-".to_owned(), |s| format!("{s:.1}"));
+    for wave in &report.waves {
+        table.row(vec![
+            wave.wave.clone(),
+            wave.shards.join(","),
+            wave.fully_exposed.len().to_string(),
+            match wave.status {
+                WaveStatus::Skipped => "skipped",
+                WaveStatus::Done => "done",
+                WaveStatus::Failed => "FAILED",
+                WaveStatus::NotStarted => "not started",
+            }
+            .to_owned(),
+            secs(wave.deploy_seconds),
+            secs(wave.ready_after_s),
+            wave.while_out
+                .as_ref()
+                .map_or("-".to_owned(), |load| load.hurt.len().to_string()),
+            wave.bake
+                .as_ref()
+                .map_or("-".to_owned(), |bake| bake.load.requests.to_string()),
+            wave.bake
+                .as_ref()
+                .map_or("-".to_owned(), |bake| bake.load.errors.to_string()),
+            match (wave.status, wave.failed.as_slice()) {
+                (WaveStatus::Done, _) => "passed".to_owned(),
+                (_, []) => "-".to_owned(),
+                (_, failed) => failed
+                    .iter()
+                    .map(|f| f.gate.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            },
+        ]);
+    }
+    out.push_str(&table.render(2));
+    out.push('\n');
+    match &report.stopped {
+        None => out.push_str("\nEvery wave passed its gates.\n"),
+        Some(stopped) => {
+            let wave = report
+                .waves
+                .iter()
+                .find(|w| w.wave == stopped.wave)
+                .expect("the stopped wave is in the report");
+            out.push_str(&format!("\nStopped at wave {}:\n", stopped.wave));
+            for failed in &wave.failed {
+                out.push_str(&format!("  gate {}: {}\n", failed.gate.name(), failed.why));
+            }
+            out.push_str(&format!(
+                "  Tenants hurt: {} ({} fully exposed to the wave by placement).\n",
+                if stopped.tenants_hurt.is_empty() {
+                    "none".to_owned()
+                } else {
+                    stopped.tenants_hurt.join(", ")
+                },
+                wave.fully_exposed.len()
+            ));
+            out.push_str(&format!(
+                "  The wave's shards were left {}; later waves were not touched. Fix the build, then run again with {}.\n",
+                stopped.left, stopped.resume
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,848 @@
+//! Wave-gated rollouts: a new build goes out one wave of shards at a time,
+//! canary first, and stops at the first wave whose gates fail, before it
+//! reaches the tenants of the next.
+//!
+//! Shuffle sharding counts on shards failing independently; a bad build
+//! pushed everywhere at once is the correlated failure that defeats it.
+//! For each wave the rollout checks the preconditions (every shard up on
+//! every replica, a baseline of load without an error), drains the wave's
+//! shards, waits for their requests in flight to finish, runs the deploy
+//! command, restores them and waits for their health checks to pass, then
+//! bakes under load while it watches every tenant, the gateway's live
+//! blast radius, and the wave's own shards ([`gates`]). A gate that fails
+//! stops the rollout: the wave is left drained (or restored), later waves
+//! are not touched, and the report names the wave, the gate and the
+//! tenants that hurt. `resume_from` continues a stopped rollout.
+//!
+//! Like the drills, the rollout speaks HTTP to the gateway's replicas only;
+//! the deploy itself is the caller's ([`Deploy`]: the CLI runs a shell
+//! command).
+
+pub mod gates;
+pub mod waves;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::error::DrillError;
+use crate::load::TenantSample;
+use crate::run::seconds;
+use crate::session::{Session, ShardRef};
+use gates::{Bake, Exposure, Failed, Gate, Limits, TenantLoad};
+pub use waves::Wave;
+
+/// How often the replicas' admin APIs are polled while waiting and baking.
+const POLL: Duration = Duration::from_millis(200);
+
+/// What a deploy of one wave came to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Deployed {
+    /// It succeeded (the command exited 0 within its time).
+    pub ok: bool,
+    /// What it said or why it failed (the exit status and the last lines
+    /// of its output).
+    pub detail: String,
+}
+
+/// Deploys the new build to one wave's shards, which are drained and idle
+/// while it runs.
+pub type Deploy = dyn Fn(&Wave) -> Pin<Box<dyn Future<Output = Deployed> + Send>> + Sync;
+
+/// What happens to a wave whose gate failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFailure {
+    /// Drained: out of rotation until someone looks (the safe default: a
+    /// bad build serves nobody).
+    Drain,
+    /// Back in rotation (when the build is judged harmless enough and
+    /// capacity matters more).
+    Restore,
+}
+
+/// The rollout to run.
+#[derive(Debug, Clone)]
+pub struct RolloutPlan {
+    /// The waves, in order.
+    pub waves: Vec<Wave>,
+    /// How long each wave bakes under load once its shards are back.
+    pub bake: Duration,
+    /// The bake's limits.
+    pub limits: Limits,
+    /// What a failed wave is left as.
+    pub on_failure: OnFailure,
+    /// Start at this wave (its name), skipping those before it: the
+    /// continuation of a stopped rollout.
+    pub resume_from: Option<String>,
+    /// The longest any wait may take: for requests in flight to finish,
+    /// for every replica to see a drain, for health checks to pass.
+    pub timeout: Duration,
+}
+
+/// What became of one wave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WaveStatus {
+    /// Before `resume_from`: deployed by an earlier run.
+    Skipped,
+    /// Every gate held; its shards serve the new build.
+    Done,
+    /// A gate failed; the rollout stopped here.
+    Failed,
+    /// After the wave that failed: untouched.
+    NotStarted,
+}
+
+/// Load in one phase of a wave.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseLoad {
+    /// Requests sent.
+    pub requests: u64,
+    /// Failed ones.
+    pub errors: u64,
+    /// The tenants that saw errors.
+    pub hurt: Vec<TenantLoad>,
+}
+
+/// The bake of one wave.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BakeReport {
+    /// How long it baked.
+    pub seconds: f64,
+    /// Its load.
+    pub load: PhaseLoad,
+    /// What the polls saw.
+    pub observed: Bake,
+}
+
+/// One wave, as the rollout saw it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaveReport {
+    /// The wave's name.
+    pub wave: String,
+    /// Its shards, `cell/id`.
+    pub shards: Vec<String>,
+    /// What became of it.
+    pub status: WaveStatus,
+    /// Tenants (of those driven) whose whole subset is in the wave: fully
+    /// down while it is drained, as `plan-waves` counts them.
+    pub fully_exposed: Vec<String>,
+    /// Tenants with some member in the wave.
+    pub touched: u64,
+    /// Requests of the baseline load (`None`: not reached).
+    pub baseline_requests: Option<u64>,
+    /// Seconds until every replica had the wave drained.
+    pub drained_after_s: Option<f64>,
+    /// Seconds until its requests in flight reached zero on every replica.
+    pub idle_after_s: Option<f64>,
+    /// The deploy, and how long it took.
+    pub deploy: Option<Deployed>,
+    /// Seconds the deploy took.
+    pub deploy_seconds: Option<f64>,
+    /// Seconds from restoring the wave until its health checks passed on
+    /// every replica.
+    pub ready_after_s: Option<f64>,
+    /// Load while the wave was out (drained, idle, deployed).
+    pub while_out: Option<PhaseLoad>,
+    /// The bake, from the moment its checks passed; its load also counts
+    /// the errors of every tenant but the fully exposed while the wave
+    /// came back (the new build took requests then already). Present
+    /// when the wave came back, ready or not.
+    pub bake: Option<BakeReport>,
+    /// The gates that failed (empty when it passed).
+    pub failed: Vec<Failed>,
+    /// How its shards were left: `in rotation`, `drained`, `restored`.
+    pub left: Option<&'static str>,
+}
+
+impl WaveReport {
+    fn new(session: &Session, wave: &Wave, status: WaveStatus) -> Self {
+        let mut fully_exposed = Vec::new();
+        let mut touched = 0;
+        for (t, (cell, subset)) in session.subsets().iter().enumerate() {
+            match exposure(wave, cell, subset) {
+                Exposure::FullyExposed => {
+                    fully_exposed.push(session.credential(t).tenant.clone());
+                    touched += 1;
+                }
+                Exposure::Touched => touched += 1,
+                Exposure::Outside => {}
+            }
+        }
+        Self {
+            wave: wave.name.clone(),
+            shards: wave.names(),
+            status,
+            fully_exposed,
+            touched,
+            baseline_requests: None,
+            drained_after_s: None,
+            idle_after_s: None,
+            deploy: None,
+            deploy_seconds: None,
+            ready_after_s: None,
+            while_out: None,
+            bake: None,
+            failed: Vec::new(),
+            left: None,
+        }
+    }
+}
+
+/// Where the rollout stopped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stopped {
+    /// The wave.
+    pub wave: String,
+    /// Its failed gates, by name.
+    pub gates: Vec<&'static str>,
+    /// The tenants that hurt in that wave (while it was out, and during
+    /// its bake).
+    pub tenants_hurt: Vec<String>,
+    /// How its shards were left.
+    pub left: &'static str,
+    /// How to continue once the build is fixed.
+    pub resume: String,
+}
+
+/// Everything a rollout did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RolloutReport {
+    /// Tenants driven.
+    pub tenants: usize,
+    /// Gateway replicas watched.
+    pub replicas: usize,
+    /// Every wave, in order.
+    pub waves: Vec<WaveReport>,
+    /// Where it stopped, if a gate failed.
+    pub stopped: Option<Stopped>,
+    /// Every wave from the first run to the last was done.
+    pub passed: bool,
+}
+
+/// Runs the rollout of `plan`, deploying each wave through `deploy` and
+/// telling the operator through `say` what happens.
+///
+/// An error (an admin API that stops answering, say) ends the rollout
+/// where it is; the error names the wave, whose shards may still be
+/// drained.
+pub async fn run(
+    session: &Session,
+    plan: &RolloutPlan,
+    deploy: &Deploy,
+    say: &dyn Fn(&str),
+) -> Result<RolloutReport, DrillError> {
+    let start = match &plan.resume_from {
+        None => 0,
+        Some(name) => plan
+            .waves
+            .iter()
+            .position(|wave| &wave.name == name)
+            .ok_or_else(|| {
+                DrillError::Input(format!(
+                    "--resume-from {name:?} is not a wave of --waves (its waves: {})",
+                    plan.waves
+                        .iter()
+                        .map(|w| w.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?,
+    };
+    let mut report = RolloutReport {
+        tenants: session.tenants(),
+        replicas: session.admins().count(),
+        waves: Vec::with_capacity(plan.waves.len()),
+        stopped: None,
+        passed: false,
+    };
+    for (position, wave) in plan.waves.iter().enumerate() {
+        if position < start {
+            report
+                .waves
+                .push(WaveReport::new(session, wave, WaveStatus::Skipped));
+            continue;
+        }
+        if report.stopped.is_some() {
+            report
+                .waves
+                .push(WaveReport::new(session, wave, WaveStatus::NotStarted));
+            continue;
+        }
+        say(&format!(
+            "Wave {} of {}: {} ({}).",
+            position + 1,
+            plan.waves.len(),
+            wave.name,
+            wave.names().join(", ")
+        ));
+        let mut done = WaveReport::new(session, wave, WaveStatus::Done);
+        let resumed = position == start && plan.resume_from.is_some();
+        roll_wave(session, plan, wave, deploy, say, resumed, &mut done)
+            .await
+            .map_err(|error| {
+                DrillError::Gateway(format!(
+                    "rollout stopped in wave {:?}: {error}; its shards ({}) may still be drained: GET /admin/shards shows them, and `--resume-from {}` runs the wave again",
+                    wave.name,
+                    wave.names().join(", "),
+                    wave.name
+                ))
+            })?;
+        if done.failed.is_empty() {
+            done.left = Some("in rotation");
+            say(&format!("Wave {} done.", wave.name));
+        } else {
+            done.status = WaveStatus::Failed;
+            let left = leave(session, plan, wave).await?;
+            done.left = Some(left);
+            let mut hurt: BTreeSet<String> = BTreeSet::new();
+            for load in [done.while_out.as_ref(), done.bake.as_ref().map(|b| &b.load)]
+                .into_iter()
+                .flatten()
+            {
+                hurt.extend(load.hurt.iter().map(|t| t.tenant.clone()));
+            }
+            if let Some(bake) = &done.bake {
+                hurt.extend(bake.observed.fully_down_seen.iter().cloned());
+            }
+            for failed in &done.failed {
+                say(&format!(
+                    "Wave {}: gate {} failed: {}",
+                    wave.name,
+                    failed.gate.name(),
+                    failed.why
+                ));
+            }
+            report.stopped = Some(Stopped {
+                wave: wave.name.clone(),
+                gates: done.failed.iter().map(|f| f.gate.name()).collect(),
+                tenants_hurt: hurt.into_iter().collect(),
+                left,
+                resume: format!("--resume-from {}", wave.name),
+            });
+        }
+        report.waves.push(done);
+    }
+    report.passed = report.stopped.is_none();
+    Ok(report)
+}
+
+/// Leaves a failed wave as `plan.on_failure` says, on every replica.
+async fn leave(
+    session: &Session,
+    plan: &RolloutPlan,
+    wave: &Wave,
+) -> Result<&'static str, DrillError> {
+    let drain = plan.on_failure == OnFailure::Drain;
+    for (cell, id) in &wave.shards {
+        session.admin().set_drained(cell, id, drain).await?;
+    }
+    // The mark reaches the other replicas through the fleet store: the
+    // rollout ends only once every replica has it, so that the report
+    // says what is true everywhere.
+    let deadline = tokio::time::Instant::now() + plan.timeout;
+    loop {
+        let mut agreed = true;
+        for admin in session.admins() {
+            agreed &= admin
+                .shards()
+                .await?
+                .iter()
+                .filter(|shard| wave.has(&shard.cell, &shard.id))
+                .all(|shard| shard.drained == drain);
+        }
+        if agreed {
+            return Ok(if drain { "drained" } else { "restored" });
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(DrillError::Gateway(format!(
+                "the wave's gate failed, and not every replica had its shards {} within {} s; check [fleet] on every replica (GET /admin/fleet)",
+                if drain { "drained" } else { "restored" },
+                plan.timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// One wave, from its preconditions to the end of its bake; a failed gate
+/// ends it early, recorded in `report.failed`.
+async fn roll_wave(
+    session: &Session,
+    plan: &RolloutPlan,
+    wave: &Wave,
+    deploy: &Deploy,
+    say: &dyn Fn(&str),
+    resumed: bool,
+    report: &mut WaveReport,
+) -> Result<(), DrillError> {
+    // A resumed wave may have been left drained by the run that stopped.
+    let held_out: Vec<ShardRef> = if resumed {
+        wave.shards.clone()
+    } else {
+        Vec::new()
+    };
+    match preconditions(session, &held_out).await? {
+        Ok(requests) => report.baseline_requests = Some(requests),
+        Err(failed) => {
+            report.failed.push(failed);
+            return Ok(());
+        }
+    }
+    say(&format!(
+        "Baseline clean; draining {} ({} tenants fully exposed, {} touched).",
+        wave.names().join(", "),
+        report.fully_exposed.len(),
+        report.touched
+    ));
+
+    // Out: drained, idle and deployed, under load. Only the tenants whose
+    // whole subset is in the wave may hurt.
+    let gateways = session.gateways();
+    let under_load = |stop: Arc<AtomicBool>| {
+        crate::load::drive_until(&gateways, session.credentials(), session.shape(), stop)
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let steps = async {
+        let outcome = out_steps(session, plan, wave, deploy, say, report).await;
+        stop.store(true, Ordering::Relaxed);
+        outcome
+    };
+    let (samples, outcome) = tokio::join!(under_load(Arc::clone(&stop)), steps);
+    outcome?;
+    let loads = tenant_loads(session, wave, &samples);
+    report.while_out = Some(phase_load(&loads));
+    if let Some(failed) = gates::exposure(&loads) {
+        report.failed.push(failed);
+    }
+    if !report.failed.is_empty() {
+        return Ok(());
+    }
+
+    // Back: restored, until its checks pass everywhere. The new build may
+    // take requests from here on, so its failed attempts and ejections
+    // count, and so do the errors of every tenant but the fully exposed
+    // (down until their members are ready, as while out).
+    let before = failed_attempts(session).await?;
+    for (cell, id) in &wave.shards {
+        session.admin().set_drained(cell, id, false).await?;
+    }
+    say(&format!(
+        "{} restored; waiting for their checks to pass.",
+        wave.names().join(", ")
+    ));
+    let mut trouble = BTreeSet::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = async {
+        let ready = watch_ready(session, wave, plan.timeout, &mut trouble).await;
+        stop.store(true, Ordering::Relaxed);
+        ready
+    };
+    let (coming_back, ready) = tokio::join!(under_load(Arc::clone(&stop)), watch);
+    let ready = ready?;
+    let mut observed = Bake::default();
+    let mut baked = vec![TenantSample::default(); coming_back.len()];
+    let started = tokio::time::Instant::now();
+    match ready {
+        Ready::After(after) => {
+            report.ready_after_s = Some(seconds(after));
+            // The bake: the new build serves, and every gate watches.
+            say(&format!(
+                "{} back; baking for {:.0} s under load.",
+                wave.names().join(", "),
+                plan.bake.as_secs_f64()
+            ));
+            let stop = Arc::new(AtomicBool::new(false));
+            let watch = async {
+                let watched = watch_bake(session, wave, plan.bake, &mut trouble).await;
+                stop.store(true, Ordering::Relaxed);
+                watched
+            };
+            let (samples, watched) = tokio::join!(under_load(Arc::clone(&stop)), watch);
+            observed = watched?;
+            baked = samples;
+        }
+        Ready::Never(unready) => report.failed.push(Failed {
+            gate: Gate::Ready,
+            why: format!(
+                "the wave's shards did not pass their health checks on every replica within {} s of coming back ({}): the new build does not start or answer its health checks",
+                plan.timeout.as_secs(),
+                unready.join(", ")
+            ),
+        }),
+    }
+    let after = failed_attempts(session).await?;
+    for name in wave.names() {
+        let failed =
+            after.get(&name).copied().unwrap_or(0.0) - before.get(&name).copied().unwrap_or(0.0);
+        if failed > 0.0 {
+            trouble.insert(format!("{name}: {failed} failed attempts"));
+        }
+    }
+    observed.shard_trouble = trouble.into_iter().collect();
+    let mut loads = tenant_loads(session, wave, &baked);
+    for (load, back) in loads.iter_mut().zip(&coming_back) {
+        if load.exposure != Exposure::FullyExposed {
+            load.requests += back.total;
+            load.errors += back.errors();
+        }
+    }
+    report
+        .failed
+        .extend(gates::bake(&loads, &observed, plan.limits));
+    report.bake = Some(BakeReport {
+        seconds: seconds(started.elapsed()),
+        load: phase_load(&loads),
+        observed,
+    });
+    Ok(())
+}
+
+/// Drain, wait for idle, deploy: what happens while the wave is out. A
+/// failed gate is recorded in `report.failed` and ends the steps.
+async fn out_steps(
+    session: &Session,
+    plan: &RolloutPlan,
+    wave: &Wave,
+    deploy: &Deploy,
+    say: &dyn Fn(&str),
+    report: &mut WaveReport,
+) -> Result<(), DrillError> {
+    let timeout = plan.timeout.as_secs();
+    let started = tokio::time::Instant::now();
+    for (cell, id) in &wave.shards {
+        session.admin().set_drained(cell, id, true).await?;
+    }
+    if !session
+        .await_everywhere(&wave.shards, &[], plan.timeout)
+        .await?
+    {
+        report.failed.push(Failed {
+            gate: Gate::Drain,
+            why: format!(
+                "not every replica reported {} drained within {timeout} s; check [fleet] on every replica (GET /admin/fleet)",
+                wave.names().join(", ")
+            ),
+        });
+        return Ok(());
+    }
+    report.drained_after_s = Some(seconds(started.elapsed()));
+    let busy = wait_idle(session, wave, plan.timeout).await?;
+    if !busy.is_empty() {
+        report.failed.push(Failed {
+            gate: Gate::Drain,
+            why: format!(
+                "requests were still in flight {timeout} s after the drain ({}); long streams or WebSockets hold a shard: raise --wait-seconds, or end them",
+                busy.join(", ")
+            ),
+        });
+        return Ok(());
+    }
+    report.idle_after_s = Some(seconds(started.elapsed()));
+
+    say(&format!(
+        "{} drained and idle; deploying.",
+        wave.names().join(", ")
+    ));
+    let deploying = tokio::time::Instant::now();
+    let deployed = deploy(wave).await;
+    report.deploy_seconds = Some(seconds(deploying.elapsed()));
+    if !deployed.ok {
+        report.failed.push(Failed {
+            gate: Gate::Deploy,
+            why: format!("the deploy command failed: {}", deployed.detail),
+        });
+    }
+    report.deploy = Some(deployed);
+    Ok(())
+}
+
+/// Every shard of the session's cells up on every replica (but those of
+/// `held_out`, in any state), and a baseline of load without an error
+/// (but from tenants whose whole subset is held out): the baseline's
+/// requests, or the failed gate.
+async fn preconditions(
+    session: &Session,
+    held_out: &[ShardRef],
+) -> Result<Result<u64, Failed>, DrillError> {
+    if let Some(failed) = all_up(session, held_out, "before the wave").await? {
+        return Ok(Err(failed));
+    }
+    let phase = session.measure().await;
+    let mut requests = 0;
+    let mut failing = Vec::new();
+    for (t, sample) in phase.samples.iter().enumerate() {
+        requests += sample.total;
+        let (cell, subset) = &session.subsets()[t];
+        let all_held_out = !subset.is_empty()
+            && subset
+                .iter()
+                .all(|id| held_out.iter().any(|(c, i)| c == cell && i == id));
+        if sample.errors() > 0 && !all_held_out {
+            failing.push(format!(
+                "{} served {} of {}",
+                session.credential(t).tenant,
+                sample.ok,
+                sample.total
+            ));
+        }
+    }
+    if !failing.is_empty() {
+        return Ok(Err(Failed {
+            gate: Gate::Preconditions,
+            why: format!(
+                "the baseline load had errors for {} tenants before the wave was touched ({}{}): a rollout cannot tell a bad build from what was already wrong; fix that first",
+                failing.len(),
+                failing
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                if failing.len() > 5 { "; …" } else { "" }
+            ),
+        }));
+    }
+    if let Some(failed) = all_up(session, held_out, "during the baseline").await? {
+        return Ok(Err(failed));
+    }
+    Ok(Ok(requests))
+}
+
+/// The precondition that every shard of the session's cells is up on every
+/// replica (those of `held_out` may be in any state).
+async fn all_up(
+    session: &Session,
+    held_out: &[ShardRef],
+    when: &str,
+) -> Result<Option<Failed>, DrillError> {
+    let mut out = Vec::new();
+    for admin in session.admins() {
+        for shard in admin.shards().await? {
+            if !session.cells().contains_key(&shard.cell) || shard.health == "up" {
+                continue;
+            }
+            // A resumed wave's shards are redeployed whatever they are
+            // now: drained by the run that stopped, or failing on the bad
+            // build.
+            if held_out
+                .iter()
+                .any(|(cell, id)| cell == &shard.cell && id == &shard.id)
+            {
+                continue;
+            }
+            out.push(format!(
+                "{}/{} {} on {}",
+                shard.cell,
+                shard.id,
+                shard.health,
+                admin.base()
+            ));
+        }
+    }
+    Ok((!out.is_empty()).then(|| Failed {
+        gate: Gate::Preconditions,
+        why: format!(
+            "not every shard was up {when}: {}; a wave deployed beside a shard that is already out can take its tenants fully down. Bring it back (or POST /admin/shards/ID/restore), then run again",
+            out.join(", ")
+        ),
+    }))
+}
+
+/// Waits until the wave's shards have no request in flight on any replica:
+/// those still busy at the timeout (`cell/id: N in flight on URL`).
+async fn wait_idle(
+    session: &Session,
+    wave: &Wave,
+    timeout: Duration,
+) -> Result<Vec<String>, DrillError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let mut busy = Vec::new();
+        for admin in session.admins() {
+            for shard in admin.shards().await? {
+                if wave.has(&shard.cell, &shard.id) && shard.in_flight > 0 {
+                    busy.push(format!(
+                        "{}/{}: {} in flight on {}",
+                        shard.cell,
+                        shard.id,
+                        shard.in_flight,
+                        admin.base()
+                    ));
+                }
+            }
+        }
+        if busy.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(busy);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether the wave's shards passed their checks once back.
+enum Ready {
+    /// On every replica, this long after the restore.
+    After(Duration),
+    /// Not within the timeout: those that had not (`cell/id health on URL`).
+    Never(Vec<String>),
+}
+
+/// Watches every replica from the restore until the wave's shards pass
+/// their health checks everywhere, or the timeout passes. A shard of the
+/// wave ejected meanwhile goes into `trouble`: the new build failed
+/// requests before it was even ready.
+async fn watch_ready(
+    session: &Session,
+    wave: &Wave,
+    timeout: Duration,
+    trouble: &mut BTreeSet<String>,
+) -> Result<Ready, DrillError> {
+    let started = tokio::time::Instant::now();
+    loop {
+        let mut unready = Vec::new();
+        for admin in session.admins() {
+            for shard in admin.shards().await? {
+                if !wave.has(&shard.cell, &shard.id) {
+                    continue;
+                }
+                let name = format!("{}/{}", shard.cell, shard.id);
+                if shard.ejected {
+                    trouble.insert(format!("{name} ejected on {}", admin.base()));
+                }
+                if !checks_pass(&shard) {
+                    unready.push(format!(
+                        "{name} {}{} on {}",
+                        shard.health,
+                        if shard.last_check.as_deref() == Some("fail") {
+                            ", last check failed"
+                        } else {
+                            ""
+                        },
+                        admin.base()
+                    ));
+                }
+            }
+        }
+        if unready.is_empty() {
+            return Ok(Ready::After(started.elapsed()));
+        }
+        if started.elapsed() >= timeout {
+            return Ok(Ready::Never(unready));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether a shard's health checks pass (a gateway that does not report
+/// them: whether it is in rotation).
+fn checks_pass(shard: &crate::admin::ShardState) -> bool {
+    match (&shard.active, &shard.last_check) {
+        (Some(active), Some(last)) => active == "healthy" && last == "pass",
+        _ => shard.health == "up",
+    }
+}
+
+/// Polls every replica until `bake` has passed: the most degraded and
+/// fully down tenants in the live blast radius, and any shard of the wave
+/// ejected, failing its checks or otherwise out of rotation (into
+/// `trouble`).
+async fn watch_bake(
+    session: &Session,
+    wave: &Wave,
+    bake: Duration,
+    trouble: &mut BTreeSet<String>,
+) -> Result<Bake, DrillError> {
+    let mut observed = Bake::default();
+    let deadline = tokio::time::Instant::now() + bake;
+    loop {
+        for admin in session.admins() {
+            let (mut degraded, mut fully_down) = (0, 0);
+            for cell in admin.blast().await? {
+                if !session.cells().contains_key(&cell.cell) {
+                    continue;
+                }
+                degraded += cell.degraded;
+                fully_down += cell.fully_down;
+                observed
+                    .fully_down_seen
+                    .extend(cell.fully_down_tenants.iter().cloned());
+            }
+            observed.most_degraded = observed.most_degraded.max(degraded);
+            observed.most_fully_down = observed.most_fully_down.max(fully_down);
+            for shard in admin.shards().await? {
+                if !wave.has(&shard.cell, &shard.id) {
+                    continue;
+                }
+                let name = format!("{}/{}", shard.cell, shard.id);
+                if shard.ejected {
+                    trouble.insert(format!("{name} ejected on {}", admin.base()));
+                } else if !checks_pass(&shard) {
+                    trouble.insert(format!(
+                        "{name} failing its health checks on {}",
+                        admin.base()
+                    ));
+                } else if shard.health != "up" {
+                    trouble.insert(format!("{name} {} on {}", shard.health, admin.base()));
+                }
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(observed);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Failed attempts per shard (`cell/id`), summed over every replica.
+async fn failed_attempts(session: &Session) -> Result<BTreeMap<String, f64>, DrillError> {
+    let mut total: BTreeMap<String, f64> = BTreeMap::new();
+    for admin in session.admins() {
+        for (shard, failed) in admin.failed_attempts().await? {
+            *total.entry(shard).or_insert(0.0) += failed;
+        }
+    }
+    Ok(total)
+}
+
+/// Where a tenant of `cell` with `subset` stands against `wave`.
+fn exposure(wave: &Wave, cell: &str, subset: &[String]) -> Exposure {
+    let inside = subset.iter().filter(|id| wave.has(cell, id)).count();
+    match inside {
+        0 => Exposure::Outside,
+        n if n == subset.len() => Exposure::FullyExposed,
+        _ => Exposure::Touched,
+    }
+}
+
+/// Every tenant's load in a phase, with its exposure to `wave`.
+fn tenant_loads(session: &Session, wave: &Wave, samples: &[TenantSample]) -> Vec<TenantLoad> {
+    samples
+        .iter()
+        .enumerate()
+        .map(|(t, sample)| {
+            let (cell, subset) = &session.subsets()[t];
+            TenantLoad {
+                tenant: session.credential(t).tenant.clone(),
+                subset: subset.iter().map(|id| format!("{cell}/{id}")).collect(),
+                requests: sample.total,
+                errors: sample.errors(),
+                exposure: exposure(wave, cell, subset),
+            }
+        })
+        .collect()
+}
+
+/// A phase's totals and the tenants that hurt in it.
+fn phase_load(loads: &[TenantLoad]) -> PhaseLoad {
+    PhaseLoad {
+        requests: loads.iter().map(|t| t.requests).sum(),
+        errors: loads.iter().map(|t| t.errors).sum(),
+        hurt: loads.iter().filter(|t| t.errors > 0).cloned().collect(),
+    }
+}
