@@ -123,6 +123,7 @@ fn main() -> ExitCode {
 fn exit_code(error: &anyhow::Error) -> ExitCode {
     if error.downcast_ref::<output::OutputFailed>().is_some()
         || error.downcast_ref::<drill::PropertiesViolated>().is_some()
+        || error.downcast_ref::<rollout::RolloutStopped>().is_some()
         || error.downcast_ref::<grpc_call::CallFailed>().is_some()
         || error.downcast_ref::<ws_call::EchoFailed>().is_some()
         || matches!(

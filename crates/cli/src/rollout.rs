@@ -15,7 +15,7 @@ use drill::rollout::gates::Limits;
 use drill::rollout::{self, Deployed, OnFailure, RolloutPlan, RolloutReport, Wave, WaveStatus};
 use drill::{LoadShape, Session};
 
-use crate::drill::{PropertiesViolated, not_one_fleet, replicas_and_tenants, say};
+use crate::drill::{not_one_fleet, replicas_and_tenants, say};
 use crate::output::print_answer;
 use crate::table::{Align, Table};
 
@@ -120,6 +120,11 @@ enum Leave {
     Restore,
 }
 
+/// The error behind exit status 1: a gate failed and the rollout stopped.
+#[derive(Debug, thiserror::Error)]
+#[error("rollout stopped at {0}")]
+pub struct RolloutStopped(pub String);
+
 /// Runs `shuffle-shard rollout`.
 pub fn run(args: RolloutArgs) -> Result<()> {
     if !(args.bake_seconds.is_finite() && args.bake_seconds >= 0.0) {
@@ -189,8 +194,8 @@ pub fn run(args: RolloutArgs) -> Result<()> {
     let _flow = print_answer(args.json, &report, render)?;
     match &report.stopped {
         None => Ok(()),
-        Some(stopped) => Err(PropertiesViolated(format!(
-            "rollout stopped at wave {}: gate {} failed; the wave was left {}; continue with {} once the build is fixed",
+        Some(stopped) => Err(RolloutStopped(format!(
+            "wave {}: gate {} failed; the wave was left {}; continue with {} once the build is fixed",
             stopped.wave,
             stopped.gates.join(", "),
             stopped.left,
@@ -337,14 +342,20 @@ fn render(report: &RolloutReport) -> String {
                 out.push_str(&format!("  gate {}: {}\n", failed.gate.name(), failed.why));
             }
             out.push_str(&format!(
-                "  Tenants hurt: {} ({} fully exposed to the wave by placement).\n",
+                "  Tenants hurt: {}.\n",
                 if stopped.tenants_hurt.is_empty() {
                     "none".to_owned()
                 } else {
                     stopped.tenants_hurt.join(", ")
-                },
-                wave.fully_exposed.len()
+                }
             ));
+            if let Some(out_load) = &wave.while_out {
+                out.push_str(&format!(
+                    "  While the wave was out, {} tenants saw errors; {} are fully exposed to it (every member in the wave), as placement predicts.\n",
+                    out_load.hurt.len(),
+                    wave.fully_exposed.len()
+                ));
+            }
             out.push_str(&format!(
                 "  The wave's shards were left {}; later waves were not touched. Fix the build, then run again with {}.\n",
                 stopped.left, stopped.resume

@@ -1,9 +1,10 @@
 //! The README's gateway tour, the quick starts of `docs/gateway.md` (TLS,
-//! gRPC, WebSockets, check then reload) and the drill of `docs/drills.md`
-//! on one machine, run as written: each
+//! gRPC, WebSockets, check then reload) and the drill and the rollout of
+//! `docs/drills.md` on one machine, run as written: each
 //! ```` ```sh ```` block goes to bash unchanged but for three things a test
 //! must change: the binary under test is `$ss` (instead of a release
-//! build), a temporary directory stands in for `/tmp/ss` and `/tmp/drill`,
+//! build), a temporary directory stands in for `/tmp/ss`, `/tmp/drill` and
+//! `/tmp/rollout`,
 //! and every fixed
 //! port is swapped for a free one, so parallel tests never collide.
 
@@ -118,7 +119,12 @@ fn run(blocks: &[String]) -> String {
             continue;
         }
         let here = dir.path().display().to_string();
-        script.push_str(&line.replace("/tmp/ss", &here).replace("/tmp/drill", &here));
+        script.push_str(
+            &line
+                .replace("/tmp/ss", &here)
+                .replace("/tmp/drill", &here)
+                .replace("/tmp/rollout", &here),
+        );
         script.push('\n');
     }
     let script = free_ports(&script);
@@ -239,4 +245,23 @@ fn the_drill_on_one_machine_runs_as_written_and_passes() {
     let stdout = run(&[block("docs/drills.md", "## Try it on one machine")]);
     assert!(stdout.contains("Drill: 300 tenants"), "{stdout}");
     assert!(stdout.contains("PASS"), "{stdout}");
+}
+
+#[test]
+fn the_rollout_on_one_machine_runs_as_written_passing_a_good_build_and_stopping_a_bad_one() {
+    let stdout = run(&[block("docs/drills.md", "### A rollout on one machine")]);
+    let (good, bad) = stdout
+        .split_once("Every wave passed its gates.")
+        .unwrap_or_else(|| panic!("the good build did not pass: {stdout}"));
+    assert!(good.contains("Rollout: 3 waves, 200 tenants"), "{stdout}");
+    assert_eq!(good.matches("  done  ").count(), 3, "{stdout}");
+    assert!(bad.contains("Stopped at wave wave-1:"), "{stdout}");
+    // Its own shards give it away: failing attempts once ready, or (when
+    // its checks fail too often) never ready.
+    assert!(
+        bad.contains("  gate wave-shards: ") || bad.contains("  gate ready: "),
+        "{stdout}"
+    );
+    assert_eq!(bad.matches("not started").count(), 2, "{stdout}");
+    assert!(bad.contains("rollout exited 1"), "{stdout}");
 }

@@ -485,8 +485,19 @@ async fn a_build_that_never_comes_back_fails_ready_and_is_restored_on_request() 
 async fn a_failing_deploy_command_stops_the_rollout_naming_its_output() {
     let Some(fleet) = fleet().await else { return };
     let (code, report, stderr) = fleet
-        .rollout(&["--deploy", "echo no registry credentials >&2; exit 3"])
+        .rollout(&[
+            "--deploy",
+            "env > env.txt; echo no registry credentials >&2; exit 3",
+        ])
         .await;
+    // The command sees its wave, and nothing of the rollout's secrets.
+    let env = std::fs::read_to_string(fleet.path("env.txt")).unwrap();
+    assert!(env.contains("SHUFFLE_SHARD_WAVE=wave-1"), "{env}");
+    assert!(env.contains("SHUFFLE_SHARD_SHARDS="), "{env}");
+    assert!(
+        !env.contains(TOKEN),
+        "the admin token reached the deploy command"
+    );
     assert_eq!(code, Some(1), "{stderr}\n{report:#}");
     assert_eq!(names(&report["stopped"]["gates"]), ["deploy"], "{report:#}");
     let why = report["waves"][0]["failed"][0]["why"].as_str().unwrap();

@@ -16,6 +16,8 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
+use super::waves::Wave;
+
 /// A gate's name, as the report and the exit message say it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -225,6 +227,16 @@ fn first(loads: &[&TenantLoad]) -> String {
         named.push(format!("and {} more", loads.len() - 5));
     }
     named.join("; ")
+}
+
+/// Where a tenant of `cell` with `subset` stands against `wave`.
+pub fn exposure_of(wave: &Wave, cell: &str, subset: &[String]) -> Exposure {
+    let inside = subset.iter().filter(|id| wave.has(cell, id)).count();
+    match inside {
+        0 => Exposure::Outside,
+        n if n == subset.len() => Exposure::FullyExposed,
+        _ => Exposure::Touched,
+    }
 }
 
 #[cfg(test)]

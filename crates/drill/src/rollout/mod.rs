@@ -19,9 +19,11 @@
 //! command).
 
 pub mod gates;
+mod report;
+mod watch;
 pub mod waves;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -34,21 +36,10 @@ use crate::error::DrillError;
 use crate::load::TenantSample;
 use crate::run::seconds;
 use crate::session::{Session, ShardRef};
-use gates::{Bake, Exposure, Failed, Gate, Limits, TenantLoad};
+use gates::{Bake, Exposure, Failed, Gate, Limits, TenantLoad, exposure_of};
+pub use report::{BakeReport, Deployed, PhaseLoad, RolloutReport, Stopped, WaveReport, WaveStatus};
+use watch::{POLL, Ready, all_up_and_clean, failed_attempts, wait_idle, watch_bake, watch_ready};
 pub use waves::Wave;
-
-/// How often the replicas' admin APIs are polled while waiting and baking.
-const POLL: Duration = Duration::from_millis(200);
-
-/// What a deploy of one wave came to.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Deployed {
-    /// It succeeded (the command exited 0 within its time).
-    pub ok: bool,
-    /// What it said or why it failed (the exit status and the last lines
-    /// of its output).
-    pub detail: String,
-}
 
 /// Deploys the new build to one wave's shards, which are drained and idle
 /// while it runs.
@@ -83,147 +74,6 @@ pub struct RolloutPlan {
     /// The longest any wait may take: for requests in flight to finish,
     /// for every replica to see a drain, for health checks to pass.
     pub timeout: Duration,
-}
-
-/// What became of one wave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WaveStatus {
-    /// Before `resume_from`: deployed by an earlier run.
-    Skipped,
-    /// Every gate held; its shards serve the new build.
-    Done,
-    /// A gate failed; the rollout stopped here.
-    Failed,
-    /// After the wave that failed: untouched.
-    NotStarted,
-}
-
-/// Load in one phase of a wave.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PhaseLoad {
-    /// Requests sent.
-    pub requests: u64,
-    /// Failed ones.
-    pub errors: u64,
-    /// The tenants that saw errors.
-    pub hurt: Vec<TenantLoad>,
-}
-
-/// The bake of one wave.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BakeReport {
-    /// How long it baked.
-    pub seconds: f64,
-    /// Its load.
-    pub load: PhaseLoad,
-    /// What the polls saw.
-    pub observed: Bake,
-}
-
-/// One wave, as the rollout saw it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WaveReport {
-    /// The wave's name.
-    pub wave: String,
-    /// Its shards, `cell/id`.
-    pub shards: Vec<String>,
-    /// What became of it.
-    pub status: WaveStatus,
-    /// Tenants (of those driven) whose whole subset is in the wave: fully
-    /// down while it is drained, as `plan-waves` counts them.
-    pub fully_exposed: Vec<String>,
-    /// Tenants with some member in the wave.
-    pub touched: u64,
-    /// Requests of the baseline load (`None`: not reached).
-    pub baseline_requests: Option<u64>,
-    /// Seconds until every replica had the wave drained.
-    pub drained_after_s: Option<f64>,
-    /// Seconds until its requests in flight reached zero on every replica.
-    pub idle_after_s: Option<f64>,
-    /// The deploy, and how long it took.
-    pub deploy: Option<Deployed>,
-    /// Seconds the deploy took.
-    pub deploy_seconds: Option<f64>,
-    /// Seconds from restoring the wave until its health checks passed on
-    /// every replica.
-    pub ready_after_s: Option<f64>,
-    /// Load while the wave was out (drained, idle, deployed).
-    pub while_out: Option<PhaseLoad>,
-    /// The bake, from the moment its checks passed; its load also counts
-    /// the errors of every tenant but the fully exposed while the wave
-    /// came back (the new build took requests then already). Present
-    /// when the wave came back, ready or not.
-    pub bake: Option<BakeReport>,
-    /// The gates that failed (empty when it passed).
-    pub failed: Vec<Failed>,
-    /// How its shards were left: `in rotation`, `drained`, `restored`.
-    pub left: Option<&'static str>,
-}
-
-impl WaveReport {
-    fn new(session: &Session, wave: &Wave, status: WaveStatus) -> Self {
-        let mut fully_exposed = Vec::new();
-        let mut touched = 0;
-        for (t, (cell, subset)) in session.subsets().iter().enumerate() {
-            match exposure(wave, cell, subset) {
-                Exposure::FullyExposed => {
-                    fully_exposed.push(session.credential(t).tenant.clone());
-                    touched += 1;
-                }
-                Exposure::Touched => touched += 1,
-                Exposure::Outside => {}
-            }
-        }
-        Self {
-            wave: wave.name.clone(),
-            shards: wave.names(),
-            status,
-            fully_exposed,
-            touched,
-            baseline_requests: None,
-            drained_after_s: None,
-            idle_after_s: None,
-            deploy: None,
-            deploy_seconds: None,
-            ready_after_s: None,
-            while_out: None,
-            bake: None,
-            failed: Vec::new(),
-            left: None,
-        }
-    }
-}
-
-/// Where the rollout stopped.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Stopped {
-    /// The wave.
-    pub wave: String,
-    /// Its failed gates, by name.
-    pub gates: Vec<&'static str>,
-    /// The tenants that hurt in that wave (while it was out, and during
-    /// its bake).
-    pub tenants_hurt: Vec<String>,
-    /// How its shards were left.
-    pub left: &'static str,
-    /// How to continue once the build is fixed.
-    pub resume: String,
-}
-
-/// Everything a rollout did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RolloutReport {
-    /// Tenants driven.
-    pub tenants: usize,
-    /// Gateway replicas watched.
-    pub replicas: usize,
-    /// Every wave, in order.
-    pub waves: Vec<WaveReport>,
-    /// Where it stopped, if a gate failed.
-    pub stopped: Option<Stopped>,
-    /// Every wave from the first run to the last was done.
-    pub passed: bool,
 }
 
 /// Runs the rollout of `plan`, deploying each wave through `deploy` and
@@ -301,14 +151,20 @@ pub async fn run(
             done.status = WaveStatus::Failed;
             let left = leave(session, plan, wave).await?;
             done.left = Some(left);
+            // Hurt by the new build (or the rollout), not by the wave being
+            // out: the fully exposed tenants' errors while it was out are
+            // the price placement predicts for any deploy of this wave.
             let mut hurt: BTreeSet<String> = BTreeSet::new();
-            for load in [done.while_out.as_ref(), done.bake.as_ref().map(|b| &b.load)]
-                .into_iter()
-                .flatten()
-            {
-                hurt.extend(load.hurt.iter().map(|t| t.tenant.clone()));
+            if let Some(out) = &done.while_out {
+                hurt.extend(
+                    out.hurt
+                        .iter()
+                        .filter(|t| t.exposure != Exposure::FullyExposed)
+                        .map(|t| t.tenant.clone()),
+                );
             }
             if let Some(bake) = &done.bake {
+                hurt.extend(bake.load.hurt.iter().map(|t| t.tenant.clone()));
                 hurt.extend(bake.observed.fully_down_seen.iter().cloned());
             }
             for failed in &done.failed {
@@ -388,7 +244,7 @@ async fn roll_wave(
     } else {
         Vec::new()
     };
-    match preconditions(session, &held_out).await? {
+    match all_up_and_clean(session, &held_out).await? {
         Ok(requests) => report.baseline_requests = Some(requests),
         Err(failed) => {
             report.failed.push(failed);
@@ -563,263 +419,6 @@ async fn out_steps(
     Ok(())
 }
 
-/// Every shard of the session's cells up on every replica (but those of
-/// `held_out`, in any state), and a baseline of load without an error
-/// (but from tenants whose whole subset is held out): the baseline's
-/// requests, or the failed gate.
-async fn preconditions(
-    session: &Session,
-    held_out: &[ShardRef],
-) -> Result<Result<u64, Failed>, DrillError> {
-    if let Some(failed) = all_up(session, held_out, "before the wave").await? {
-        return Ok(Err(failed));
-    }
-    let phase = session.measure().await;
-    let mut requests = 0;
-    let mut failing = Vec::new();
-    for (t, sample) in phase.samples.iter().enumerate() {
-        requests += sample.total;
-        let (cell, subset) = &session.subsets()[t];
-        let all_held_out = !subset.is_empty()
-            && subset
-                .iter()
-                .all(|id| held_out.iter().any(|(c, i)| c == cell && i == id));
-        if sample.errors() > 0 && !all_held_out {
-            failing.push(format!(
-                "{} served {} of {}",
-                session.credential(t).tenant,
-                sample.ok,
-                sample.total
-            ));
-        }
-    }
-    if !failing.is_empty() {
-        return Ok(Err(Failed {
-            gate: Gate::Preconditions,
-            why: format!(
-                "the baseline load had errors for {} tenants before the wave was touched ({}{}): a rollout cannot tell a bad build from what was already wrong; fix that first",
-                failing.len(),
-                failing
-                    .iter()
-                    .take(5)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                if failing.len() > 5 { "; …" } else { "" }
-            ),
-        }));
-    }
-    if let Some(failed) = all_up(session, held_out, "during the baseline").await? {
-        return Ok(Err(failed));
-    }
-    Ok(Ok(requests))
-}
-
-/// The precondition that every shard of the session's cells is up on every
-/// replica (those of `held_out` may be in any state).
-async fn all_up(
-    session: &Session,
-    held_out: &[ShardRef],
-    when: &str,
-) -> Result<Option<Failed>, DrillError> {
-    let mut out = Vec::new();
-    for admin in session.admins() {
-        for shard in admin.shards().await? {
-            if !session.cells().contains_key(&shard.cell) || shard.health == "up" {
-                continue;
-            }
-            // A resumed wave's shards are redeployed whatever they are
-            // now: drained by the run that stopped, or failing on the bad
-            // build.
-            if held_out
-                .iter()
-                .any(|(cell, id)| cell == &shard.cell && id == &shard.id)
-            {
-                continue;
-            }
-            out.push(format!(
-                "{}/{} {} on {}",
-                shard.cell,
-                shard.id,
-                shard.health,
-                admin.base()
-            ));
-        }
-    }
-    Ok((!out.is_empty()).then(|| Failed {
-        gate: Gate::Preconditions,
-        why: format!(
-            "not every shard was up {when}: {}; a wave deployed beside a shard that is already out can take its tenants fully down. Bring it back (or POST /admin/shards/ID/restore), then run again",
-            out.join(", ")
-        ),
-    }))
-}
-
-/// Waits until the wave's shards have no request in flight on any replica:
-/// those still busy at the timeout (`cell/id: N in flight on URL`).
-async fn wait_idle(
-    session: &Session,
-    wave: &Wave,
-    timeout: Duration,
-) -> Result<Vec<String>, DrillError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let mut busy = Vec::new();
-        for admin in session.admins() {
-            for shard in admin.shards().await? {
-                if wave.has(&shard.cell, &shard.id) && shard.in_flight > 0 {
-                    busy.push(format!(
-                        "{}/{}: {} in flight on {}",
-                        shard.cell,
-                        shard.id,
-                        shard.in_flight,
-                        admin.base()
-                    ));
-                }
-            }
-        }
-        if busy.is_empty() || tokio::time::Instant::now() >= deadline {
-            return Ok(busy);
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Whether the wave's shards passed their checks once back.
-enum Ready {
-    /// On every replica, this long after the restore.
-    After(Duration),
-    /// Not within the timeout: those that had not (`cell/id health on URL`).
-    Never(Vec<String>),
-}
-
-/// Watches every replica from the restore until the wave's shards pass
-/// their health checks everywhere, or the timeout passes. A shard of the
-/// wave ejected meanwhile goes into `trouble`: the new build failed
-/// requests before it was even ready.
-async fn watch_ready(
-    session: &Session,
-    wave: &Wave,
-    timeout: Duration,
-    trouble: &mut BTreeSet<String>,
-) -> Result<Ready, DrillError> {
-    let started = tokio::time::Instant::now();
-    loop {
-        let mut unready = Vec::new();
-        for admin in session.admins() {
-            for shard in admin.shards().await? {
-                if !wave.has(&shard.cell, &shard.id) {
-                    continue;
-                }
-                let name = format!("{}/{}", shard.cell, shard.id);
-                if shard.ejected {
-                    trouble.insert(format!("{name} ejected on {}", admin.base()));
-                }
-                if !checks_pass(&shard) {
-                    unready.push(format!(
-                        "{name} {}{} on {}",
-                        shard.health,
-                        if shard.last_check.as_deref() == Some("fail") {
-                            ", last check failed"
-                        } else {
-                            ""
-                        },
-                        admin.base()
-                    ));
-                }
-            }
-        }
-        if unready.is_empty() {
-            return Ok(Ready::After(started.elapsed()));
-        }
-        if started.elapsed() >= timeout {
-            return Ok(Ready::Never(unready));
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Whether a shard's health checks pass (a gateway that does not report
-/// them: whether it is in rotation).
-fn checks_pass(shard: &crate::admin::ShardState) -> bool {
-    match (&shard.active, &shard.last_check) {
-        (Some(active), Some(last)) => active == "healthy" && last == "pass",
-        _ => shard.health == "up",
-    }
-}
-
-/// Polls every replica until `bake` has passed: the most degraded and
-/// fully down tenants in the live blast radius, and any shard of the wave
-/// ejected, failing its checks or otherwise out of rotation (into
-/// `trouble`).
-async fn watch_bake(
-    session: &Session,
-    wave: &Wave,
-    bake: Duration,
-    trouble: &mut BTreeSet<String>,
-) -> Result<Bake, DrillError> {
-    let mut observed = Bake::default();
-    let deadline = tokio::time::Instant::now() + bake;
-    loop {
-        for admin in session.admins() {
-            let (mut degraded, mut fully_down) = (0, 0);
-            for cell in admin.blast().await? {
-                if !session.cells().contains_key(&cell.cell) {
-                    continue;
-                }
-                degraded += cell.degraded;
-                fully_down += cell.fully_down;
-                observed
-                    .fully_down_seen
-                    .extend(cell.fully_down_tenants.iter().cloned());
-            }
-            observed.most_degraded = observed.most_degraded.max(degraded);
-            observed.most_fully_down = observed.most_fully_down.max(fully_down);
-            for shard in admin.shards().await? {
-                if !wave.has(&shard.cell, &shard.id) {
-                    continue;
-                }
-                let name = format!("{}/{}", shard.cell, shard.id);
-                if shard.ejected {
-                    trouble.insert(format!("{name} ejected on {}", admin.base()));
-                } else if !checks_pass(&shard) {
-                    trouble.insert(format!(
-                        "{name} failing its health checks on {}",
-                        admin.base()
-                    ));
-                } else if shard.health != "up" {
-                    trouble.insert(format!("{name} {} on {}", shard.health, admin.base()));
-                }
-            }
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(observed);
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Failed attempts per shard (`cell/id`), summed over every replica.
-async fn failed_attempts(session: &Session) -> Result<BTreeMap<String, f64>, DrillError> {
-    let mut total: BTreeMap<String, f64> = BTreeMap::new();
-    for admin in session.admins() {
-        for (shard, failed) in admin.failed_attempts().await? {
-            *total.entry(shard).or_insert(0.0) += failed;
-        }
-    }
-    Ok(total)
-}
-
-/// Where a tenant of `cell` with `subset` stands against `wave`.
-fn exposure(wave: &Wave, cell: &str, subset: &[String]) -> Exposure {
-    let inside = subset.iter().filter(|id| wave.has(cell, id)).count();
-    match inside {
-        0 => Exposure::Outside,
-        n if n == subset.len() => Exposure::FullyExposed,
-        _ => Exposure::Touched,
-    }
-}
-
 /// Every tenant's load in a phase, with its exposure to `wave`.
 fn tenant_loads(session: &Session, wave: &Wave, samples: &[TenantSample]) -> Vec<TenantLoad> {
     samples
@@ -832,7 +431,7 @@ fn tenant_loads(session: &Session, wave: &Wave, samples: &[TenantSample]) -> Vec
                 subset: subset.iter().map(|id| format!("{cell}/{id}")).collect(),
                 requests: sample.total,
                 errors: sample.errors(),
-                exposure: exposure(wave, cell, subset),
+                exposure: exposure_of(wave, cell, subset),
             }
         })
         .collect()
