@@ -121,6 +121,11 @@ impl Spread {
     /// table's lock: a request whose attempt crashed records its strike
     /// before its member leaves, so whichever way the two race, the member
     /// is seen here either in flight or struck.
+    ///
+    /// Once the tenant has strikes, an attempt joining a member it is
+    /// already counted on is judged like any other, not let through:
+    /// that count may be another attempt's, still between its counting and
+    /// its own judgement, which its judgement is about to refuse.
     pub fn join(
         &self,
         tenant: u64,
@@ -132,20 +137,18 @@ impl Spread {
         // a cap of 0 would never be removed.
         debug_assert!(cap > 0, "a spread cap of 0");
         let mut before = Members::new();
-        let known = {
+        {
             let mut table = self.table(tenant);
             let flights = table.entry(tenant).or_default();
             before.extend(flights.iter().map(|(on, _)| *on));
             if let Some((_, attempts)) = flights.iter_mut().find(|(on, _)| *on == member) {
                 *attempts += 1;
-                true
             } else if flights.len() < cap {
                 flights.push((member, 1));
-                false
             } else {
                 return Err(Full { reached: before });
             }
-        };
+        }
         let flight = Flight {
             spread: self,
             tenant,
@@ -154,13 +157,26 @@ impl Spread {
         let Some(struck) = struck() else {
             return Ok(flight);
         };
+        // A member it struck adds nothing. Any other must fit under the cap
+        // with every member counted in flight when this attempt was
+        // (`before`, this member among them if other attempts are on it)
+        // and every member struck. Being counted on this member already
+        // (`before` holding it) is no leave to go there: the attempt
+        // counted may be one whose judgement refuses it, whose tenant would
+        // then be on this member only through this attempt, beyond the cap
+        // (16 poison requests at once after one strike crashed a third
+        // member so, with `poison_after = 2`).
+        if struck.contains(&member) {
+            return Ok(flight);
+        }
         let mut reached = before;
         for shard in struck {
             if !reached.contains(&shard) {
                 reached.push(shard);
             }
         }
-        if known || reached.contains(&member) || reached.len() < cap {
+        let with_member = reached.len() + usize::from(!reached.contains(&member));
+        if with_member <= cap {
             return Ok(flight);
         }
         Err(Full { reached })
@@ -263,6 +279,38 @@ mod tests {
         let both = || Some(Members::from_slice(&[1]));
         let _one = spread.join(t, 1, 2, both).unwrap();
         let _two = spread.join(t, 2, 2, both).unwrap();
+    }
+
+    #[test]
+    fn a_join_counted_but_not_yet_judged_lets_no_other_attempt_onto_its_member() {
+        // The tenant struck 7 and is on 1; an attempt on 2 is counted and,
+        // before it reads the strikes (here, inside its `struck`), another
+        // attempt of the tenant joins 2 as well. The first is refused
+        // (1, 2 and 7 are three members); the second may not ride on its
+        // count: the tenant would be on 1 and 2 with 7 struck.
+        let spread = Spread::new();
+        let t = spread.tenant("t");
+        let struck = || Some(Members::from_slice(&[7]));
+        let on = spread.join(t, 1, 2, struck).unwrap();
+        let mut second = None;
+        let first = spread.join(t, 2, 2, || {
+            assert_eq!(spread.in_flight("t"), [(1, 1), (2, 1)]);
+            second = Some(spread.join(t, 2, 2, struck));
+            struck()
+        });
+        assert_eq!(first.unwrap_err().reached.as_slice(), [1, 7]);
+        let second = second.unwrap();
+        assert!(
+            second.is_err(),
+            "joined 2 on a count its judgement refused: {:?}",
+            spread.in_flight("t")
+        );
+        assert_eq!(spread.in_flight("t"), [(1, 1)]);
+        // On a member it is on, or one it struck, an attempt still joins.
+        let again = spread.join(t, 1, 2, struck).unwrap();
+        let there = spread.join(t, 7, 2, struck).unwrap();
+        drop((on, again, there));
+        assert!(spread.in_flight("t").is_empty());
     }
 
     #[test]
