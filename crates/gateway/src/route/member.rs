@@ -78,10 +78,6 @@ type Candidates = SmallVec<[ShardIndex; 8]>;
 /// open (else it is empty): they are chosen from only once no member of
 /// `subset` is left, never for a pinned (quarantined or contained) tenant,
 /// and not when a member was left out only for being at its cap.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the member step's one entry: each argument is a different part of the choice"
-)]
 pub fn pick(
     subset: &[ShardIndex],
     lookback: &[ShardIndex],
