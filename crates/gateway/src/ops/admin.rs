@@ -514,33 +514,15 @@ async fn tenant(
         .collect();
     let now = Instant::now();
     let tally = gateway.tenant_windows.tally(&id, now);
-    // Its lookback members, while a window is open (the route's own list,
-    // as its requests see it).
-    let open = snapshot
-        .lookback
-        .as_ref()
-        .filter(|lookback| lookback.is_open(now));
-    let lookback_members: Vec<String> = match (open, snapshot.tenants.get(&id)) {
-        (Some(_), Some(tenant)) => snapshot
-            .tenant_route(tenant)
-            .map(|route| {
-                route
-                    .lookback
-                    .iter()
-                    .map(|&i| snapshot.shards[cell][i as usize].id.clone())
-                    .collect()
-            })
-            .unwrap_or_default(),
-        _ => Vec::new(),
-    };
+    let open = super::views::lookback_window(&snapshot, now);
     Ok(Json(json!({
         "tenant": id,
         "cell": snapshot.config.cells[cell].name,
         "subset": subset.iter().map(|&i| snapshot.shards[cell][i as usize].id.clone()).collect::<Vec<_>>(),
         "members": members,
-        "lookback_members": lookback_members,
-        "lookback_until_unix": open.map(|lookback| lookback.until_unix()),
-        "lookback_seconds_left": open.map(|lookback| lookback.left(now).as_secs_f64()),
+        "lookback_members": super::views::lookback_members(&snapshot, &id, now),
+        "lookback_until_unix": open.as_ref().map(|window| window.until_unix),
+        "lookback_seconds_left": open.as_ref().map(|window| window.seconds_left),
         "availability": { "ok": tally.ok, "total": tally.total, "ratio": tally.ratio(), "window_seconds": gateway.tenant_windows.length().as_secs() },
     })))
 }

@@ -324,18 +324,8 @@ pub fn render(gateway: &Gateway) -> String {
         line = escape(&line),
     );
 
-    if let Some(lookback) = &snapshot.lookback
-        && lookback.is_open(now)
-    {
-        let _ = write!(
-            html,
-            "<p class=\"note lookback\">{}</p>",
-            escape(&lookback_line(
-                UNIX_EPOCH + Duration::from_secs(lookback.at_unix),
-                lookback.left(now),
-                lookback.attempts(),
-            ))
-        );
+    if let Some(line) = super::views::lookback_window(&snapshot, now).map(|w| w.line()) {
+        let _ = write!(html, "<p class=\"note lookback\">{}</p>", escape(&line));
     }
     shard_grid(&snapshot, &cells, gateway, now, wall, &mut html);
     blast_table(&blasts, &mut html);
@@ -549,17 +539,6 @@ fn discovery_line(
         "<p class=\"note discovery\" data-discovery=\"{}\">{line}</p>",
         escape(cell)
     );
-}
-
-/// The lookback window's line: when its migration was applied, how long
-/// it stays open, and how many attempts went to previous members.
-fn lookback_line(applied: SystemTime, left: Duration, attempts: u64) -> String {
-    format!(
-        "Lookback: tenants moved by the migration at {} may be served by their previous members for another {} ({}).",
-        clock(applied),
-        ago(left.max(Duration::from_secs(1))),
-        counted(attempts, "lookback attempt"),
-    )
 }
 
 /// A latency for people: `0.4 ms`, `12 ms`, `1.3 s`.
@@ -960,19 +939,6 @@ mod tests {
         for (ratio, name) in cases {
             assert_eq!(CLASSES[class_of(ratio)].0, name, "{ratio}");
         }
-    }
-
-    #[test]
-    fn the_lookback_line_says_when_how_long_and_how_many() {
-        assert_eq!(
-            lookback_line(at("12:30:05"), Duration::from_secs(125), 1),
-            "Lookback: tenants moved by the migration at 12:30:05 may be served by their previous members for another 2 min 5 s (1 lookback attempt)."
-        );
-        // Under a second left still reads as time left.
-        assert!(
-            lookback_line(at("00:00:00"), Duration::from_millis(300), 7)
-                .contains("another 1 s (7 lookback attempts)")
-        );
     }
 
     #[test]

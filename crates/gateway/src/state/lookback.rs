@@ -16,7 +16,6 @@ use std::time::Duration;
 use placement::ShardIndex;
 use tokio::time::Instant;
 
-use super::Snapshot;
 use crate::cell::{TenantRoute, Topology};
 use crate::config::GatewayConfig;
 use crate::tenants::{Tenant, Tenants};
@@ -42,35 +41,35 @@ pub struct Lookback {
 }
 
 impl Lookback {
-    /// The lookback that `next` starts when it replaces `current`:
-    /// `moved` says whether the change moved some tenant to other shards.
-    /// A migration starts a new window over `current`'s placement; any
-    /// other change keeps the window `current` has, while it is open;
-    /// `reload.lookback_seconds = 0` in `next` ends any.
+    /// The lookback a new snapshot starts when it replaces the one that
+    /// serves `replaced` (its configuration, tenants and placers) with
+    /// `kept` as its lookback: `moved` says whether the change moved some
+    /// tenant to other shards, `window` is the new configuration's
+    /// `reload.lookback_seconds`. A migration starts a new window over the
+    /// replaced placement; any other change keeps the window there is,
+    /// while it is open; a window of 0 ends any. (It takes the pieces, not
+    /// the snapshot, so that the snapshot may call it.)
     pub(super) fn after(
-        current: &Snapshot,
-        next: &Snapshot,
+        kept: Option<&Arc<Self>>,
+        replaced: (&Arc<GatewayConfig>, &Tenants, &Arc<Topology>),
+        window: Duration,
         moved: bool,
         now: Instant,
     ) -> Option<Arc<Self>> {
-        let window = next.config.lookback();
         if window.is_zero() {
             return None;
         }
         if !moved {
-            return current
-                .lookback
-                .as_ref()
-                .filter(|lookback| lookback.is_open(now))
-                .cloned();
+            return kept.filter(|lookback| lookback.is_open(now)).cloned();
         }
+        let (config, tenants, topology) = replaced;
         let at_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| since.as_secs());
         Some(Arc::new(Self {
-            config: Arc::clone(&current.config),
-            tenants: current.tenants.clone(),
-            topology: Arc::clone(&current.topology),
+            config: Arc::clone(config),
+            tenants: tenants.clone(),
+            topology: Arc::clone(topology),
             // A week at most (the configuration's range): no overflow.
             until: now.checked_add(window).unwrap_or(now),
             at_unix,
@@ -142,6 +141,23 @@ mod tests {
 
     use super::*;
     use crate::config::writer::{GatewayToml, Shard, random_bytes, tenants, tenants_toml};
+    use crate::state::Snapshot;
+
+    /// [`Lookback::after`] as `Gateway::install` calls it.
+    fn after(
+        current: &Snapshot,
+        next: &Snapshot,
+        moved: bool,
+        now: Instant,
+    ) -> Option<Arc<Lookback>> {
+        Lookback::after(
+            current.lookback.as_ref(),
+            (&current.config, &current.tenants, &current.topology),
+            next.config.lookback(),
+            moved,
+            now,
+        )
+    }
 
     /// A configuration of `shards` (ids `s0`…) at k = 3 with 40 tenants
     /// and a 300 s lookback, under `key`.
@@ -172,7 +188,7 @@ mod tests {
         after.tenants = before.tenants.clone();
         after.write(dir.path()).unwrap();
         let mut new = Snapshot::load(&path, Some(&old)).unwrap();
-        new.lookback = Lookback::after(&old, &new, true, Instant::now());
+        new.lookback = after(&old, &new, true, Instant::now());
         (old, new)
     }
 
@@ -209,7 +225,7 @@ mod tests {
             assert!(lookback.is_empty(), "{lookback:?}");
         }
         // Without a migration no window opens at all.
-        assert!(Lookback::after(&old, &new, false, Instant::now()).is_none());
+        assert!(after(&old, &new, false, Instant::now()).is_none());
     }
 
     #[test]
@@ -262,19 +278,19 @@ mod tests {
         let open = new.lookback.clone().unwrap();
         assert!(open.is_open(now));
         // Carried by a change that moves nobody, while open.
-        let carried = Lookback::after(&new, &old, false, now).unwrap();
+        let carried = after(&new, &old, false, now).unwrap();
         assert!(Arc::ptr_eq(&carried, &open));
         // Not once closed.
         let later = open.until + Duration::from_millis(1);
         assert!(!open.is_open(later));
-        assert!(Lookback::after(&new, &old, false, later).is_none());
+        assert!(after(&new, &old, false, later).is_none());
         // A configuration without lookback ends it.
         let mut off = config.clone();
         off.tables.clear();
         let dir = tempfile::tempdir().unwrap();
         let path = off.write(dir.path()).unwrap();
         let plain = Snapshot::load(&path, None).unwrap();
-        assert!(Lookback::after(&new, &plain, true, now).is_none());
+        assert!(after(&new, &plain, true, now).is_none());
         new.lookback = None;
     }
 }

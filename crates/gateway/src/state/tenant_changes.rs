@@ -184,7 +184,13 @@ impl Gateway {
             .tenants
             .set(next.tenants.len() as i64);
         let current = self.snapshot();
-        let lookback = super::Lookback::after(&current, &next, moved, tokio::time::Instant::now());
+        let lookback = super::Lookback::after(
+            current.lookback.as_ref(),
+            (&current.config, &current.tenants, &current.topology),
+            next.config.lookback(),
+            moved,
+            tokio::time::Instant::now(),
+        );
         let same = match (&lookback, &next.lookback) {
             (Some(new), Some(old)) => Arc::ptr_eq(new, old),
             (None, None) => true,
