@@ -177,16 +177,16 @@ mod tests {
         }
     }
 
-    /// `before`, then `after` loaded over it in the same directory, with
+    /// `before`, then `next` loaded over it in the same directory, with
     /// the lookback a migration from one to the other starts.
-    fn migrate(before: &GatewayToml, after: &GatewayToml) -> (Snapshot, Snapshot) {
+    fn migrate(before: &GatewayToml, next: &GatewayToml) -> (Snapshot, Snapshot) {
         let dir = tempfile::tempdir().unwrap();
         let path = before.write(dir.path()).unwrap();
         let old = Snapshot::load(&path, None).unwrap();
-        let mut after = after.clone();
+        let mut next = next.clone();
         // The same tenants (their keys were drawn once).
-        after.tenants = before.tenants.clone();
-        after.write(dir.path()).unwrap();
+        next.tenants = before.tenants.clone();
+        next.write(dir.path()).unwrap();
         let mut new = Snapshot::load(&path, Some(&old)).unwrap();
         new.lookback = after(&old, &new, true, Instant::now());
         (old, new)
