@@ -111,3 +111,76 @@ pub fn migrate_with_progress(
         changed_sample,
     }
 }
+
+/// How a population depends on its old members during a lookback window
+/// after a migration (the gateway's `reload.lookback_seconds`): a read
+/// that lands on a member the tenant gained finds no data there until the
+/// data is copied, and only an old member (or a kept one) has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LookbackReport {
+    /// Tenants that keep none of their old members: every read needs an
+    /// old member (through lookback) until their data is copied.
+    pub fully_dependent: u64,
+    /// Tenants that keep some of their old members and gain others: a
+    /// read that lands on a gained member needs another member (a kept
+    /// one, or an old one through lookback). A tenant that only loses
+    /// members (a smaller `k` under rendezvous) depends on nobody: every
+    /// member it keeps holds its data.
+    pub partially_dependent: u64,
+    /// The fully dependent tenants (population positions), in order.
+    pub fully_dependent_tenants: Vec<usize>,
+}
+
+/// How each tenant of `population` depends on its members under
+/// `before` when placed by `after` (by shard id, as sets).
+pub fn lookback(before: &Placer, after: &Placer, population: &Population) -> LookbackReport {
+    lookback_with_progress(before, after, population, &|_, _| {})
+}
+
+/// [`lookback`], calling `progress` with the tenants compared so far and
+/// the total, every [`PROGRESS_EVERY`] tenants.
+pub fn lookback_with_progress(
+    before: &Placer,
+    after: &Placer,
+    population: &Population,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> LookbackReport {
+    /// A tenant's dependence: none, partial or full.
+    const NONE: u8 = 0;
+    const PARTIAL: u8 = 1;
+    const FULL: u8 = 2;
+    let tenants = population.len();
+    let compared = AtomicU64::new(0);
+    progress(0, tenants as u64);
+    let dependence: Vec<u8> = (0..tenants)
+        .into_par_iter()
+        .map(|t| {
+            let done = compared.fetch_add(1, Ordering::Relaxed) + 1;
+            if done.is_multiple_of(PROGRESS_EVERY) || done == tenants as u64 {
+                progress(done, tenants as u64);
+            }
+            let id = population.id(t);
+            let old = before.subset_ids(&id);
+            let new = after.subset_ids(&id);
+            let kept = new.iter().filter(|shard| old.contains(shard)).count();
+            if kept == new.len() {
+                NONE
+            } else if kept == 0 {
+                FULL
+            } else {
+                PARTIAL
+            }
+        })
+        .collect();
+    let fully_dependent_tenants: Vec<usize> = dependence
+        .iter()
+        .enumerate()
+        .filter(|&(_, &d)| d == FULL)
+        .map(|(t, _)| t)
+        .collect();
+    LookbackReport {
+        fully_dependent: fully_dependent_tenants.len() as u64,
+        partially_dependent: dependence.iter().filter(|&&d| d == PARTIAL).count() as u64,
+        fully_dependent_tenants,
+    }
+}

@@ -63,7 +63,8 @@ impl Protocol {
     pub fn acts_out(self, mode: &Mode) -> bool {
         match self {
             Self::Http1 => true,
-            Self::Grpc => !mode.is_raw() || *mode == Mode::Unread,
+            // The data store is HTTP's methods on paths: no gRPC call is one.
+            Self::Grpc => (!mode.is_raw() && *mode != Mode::DataStore) || *mode == Mode::Unread,
         }
     }
 }

@@ -5,8 +5,9 @@
 //! accepts and never answers (blackhole), a slow one, one that returns
 //! errors at some rate, one that flaps, one that resets mid-response, and
 //! the sicker ones a real fleet shows: bodies that stall or trickle, heads
-//! without bodies, health checks that hang, flood or answer garbage, and a
-//! process that stops reading its sockets ([`Mode`]).
+//! without bodies, health checks that hang, flood or answer garbage, a
+//! process that stops reading its sockets, and a stateful shard that
+//! answers `404` for data it never received ([`Mode`]).
 //! [`Backend`] is one shard: it answers `200` with a small JSON body naming
 //! itself and the tenant the gateway said it was serving, answers its health
 //! path, records every request's headers when asked to ([`Recording`]), and
@@ -30,10 +31,12 @@
 //! ```
 
 pub mod control;
+mod data_store;
 pub mod grpc;
 mod mode;
 mod raw;
 
+pub use data_store::MAX_ENTRIES as DATA_STORE_MAX_ENTRIES;
 pub use grpc::{PROTOCOL_SYNTAX, Protocol, UnsupportedMode};
 pub use mode::{
     DEFAULT_CRASH, LATE_BYTES_HEADER, MODE_SYNTAX, Mode, POISON_HEADER, ParseModeError,
@@ -114,6 +117,9 @@ struct Shared {
     /// Raised by a handler that saw the poison marker; the supervisor
     /// carries the crash out, as it owns the listener and the connections.
     crash: Notify,
+    /// What it received in [`Mode::DataStore`] (kept across switches, so
+    /// a shard that flaps does not lose its data).
+    data: data_store::DataStore,
 }
 
 impl Shared {
@@ -243,6 +249,7 @@ impl Backend {
             crashes: AtomicU64::new(0),
             late_answers: AtomicU64::new(0),
             crash: Notify::new(),
+            data: data_store::DataStore::default(),
         });
         let task = tokio::spawn(supervise(listener, addr, Arc::clone(&shared), mode_rx));
         Ok(Self {
@@ -326,6 +333,11 @@ impl Backend {
     /// with [`Recording::Off`].
     pub fn seen(&self) -> Vec<Seen> {
         self.shared.seen.lock().expect("seen lock").clone()
+    }
+
+    /// How many (tenant, path) entries it holds in [`Mode::DataStore`].
+    pub fn stored(&self) -> usize {
+        self.shared.data.len()
     }
 
     /// Forgets what was seen.
@@ -554,6 +566,14 @@ async fn handle(
         .get("x-shuffle-tenant")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    if mode == Mode::DataStore && !is_health {
+        let (status, body) = shared
+            .data
+            .respond(&parts.method, tenant, parts.uri.path(), body);
+        let mut response = Response::new(full(body));
+        *response.status_mut() = status;
+        return Ok(response);
+    }
     let answer = shared.answer(tenant, parts.method.as_str(), parts.uri.path(), body.len());
     Ok(Response::new(full(answer)))
 }

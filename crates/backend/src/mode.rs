@@ -72,6 +72,12 @@ pub enum Mode {
     /// end). A pool that reused the connection would read the copy as the
     /// next request's answer.
     LateBytes(Duration),
+    /// Data path: a store, per tenant (`x-shuffle-tenant`) and path:
+    /// `PUT`/`POST` keep the body, `GET`/`HEAD` answer it, or `404` for
+    /// data this shard never received (a stateful shard a migration just
+    /// moved a tenant onto), `DELETE` forgets it. What it received is kept
+    /// across mode switches.
+    DataStore,
 }
 
 /// The request header that crashes a shard in [`Mode::CrashOnPoison`]
@@ -89,7 +95,8 @@ pub const DEFAULT_CRASH: Duration = Duration::from_millis(1000);
 /// Every mode's spelling, for help texts and error messages.
 pub const MODE_SYNTAX: &str = "healthy, killed, blackhole, slow:MS, errors:STATUS:RATE, \
 flapping:MS, reset, stall-body, trickle:MS, close-after-head, health-no-head, health-stall, \
-health-trickle:MS, health-huge:BYTES, health-garbage, unread, crash-on-poison[:MS], late-bytes:MS";
+health-trickle:MS, health-huge:BYTES, health-garbage, unread, crash-on-poison[:MS], late-bytes:MS, \
+data-store";
 
 impl Mode {
     /// Whether hyper cannot act this mode out, so connections are served by
@@ -226,6 +233,7 @@ impl FromStr for Mode {
             ["crash-on-poison"] => Self::CrashOnPoison(DEFAULT_CRASH),
             ["crash-on-poison", ms] => Self::CrashOnPoison(period(ms)?),
             ["late-bytes", ms] => Self::LateBytes(millis(ms)?),
+            ["data-store"] => Self::DataStore,
             _ => return Err(ParseModeError::Unknown { text: owned() }),
         };
         Ok(mode)
@@ -255,6 +263,7 @@ impl fmt::Display for Mode {
             Self::Unread => f.write_str("unread"),
             Self::CrashOnPoison(down) => write!(f, "crash-on-poison:{}", down.as_millis()),
             Self::LateBytes(after) => write!(f, "late-bytes:{}", after.as_millis()),
+            Self::DataStore => f.write_str("data-store"),
         }
     }
 }
@@ -299,6 +308,7 @@ mod tests {
             Mode::CrashOnPoison(ms(2500)),
             Mode::LateBytes(ms(0)),
             Mode::LateBytes(ms(1)),
+            Mode::DataStore,
         ];
         for mode in modes {
             let text = mode.to_string();
@@ -330,6 +340,7 @@ mod tests {
             ("crash-on-poison:1:2", "Unknown"),
             ("late-bytes", "Unknown"),
             ("late-bytes:x", "Millis"),
+            ("data-store:1", "Unknown"),
         ];
         for (text, variant) in cases {
             let error = text.parse::<Mode>().unwrap_err();

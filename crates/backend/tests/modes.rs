@@ -379,3 +379,27 @@ async fn healing_a_crashed_shard_brings_it_back_at_once() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     data_is_healthy(&backend).await;
 }
+
+#[tokio::test]
+async fn data_store_answers_what_it_received_and_404s_the_rest() {
+    let backend = backend_in(Mode::DataStore).await;
+    let mut stream = connect(&backend).await;
+    stream.write_all(&get("/datum")).await.unwrap();
+    let (head, _) = read_head(&mut stream).await;
+    assert!(head.starts_with("http/1.1 404"), "{head}");
+    let mut stream = connect(&backend).await;
+    stream
+        .write_all(b"PUT /datum HTTP/1.1\r\nhost: shard\r\nx-shuffle-tenant: acme\r\ncontent-length: 5\r\n\r\nhello")
+        .await
+        .unwrap();
+    let (head, _) = read_head(&mut stream).await;
+    assert!(head.starts_with("http/1.1 201"), "{head}");
+    stream.write_all(&get("/datum")).await.unwrap();
+    let (head, mut body) = read_head(&mut stream).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    read_exactly(&mut stream, &mut body, 5).await;
+    assert_eq!(body, b"hello");
+    assert_eq!(backend.stored(), 1);
+    // The health path stays healthy.
+    health_is_healthy(&backend).await;
+}

@@ -28,6 +28,8 @@ out). Give the key of any other version with --key VERSION=PATH.
 Examples:
   shuffle-shard migrate --from 'shards=20 k=3 algorithm=rendezvous' \\
       --to 'shards=21 k=3 algorithm=rendezvous' --tenants 100000
+  shuffle-shard migrate --from 'shards=64 k=3 key=v1' --to 'shards=64 k=2 key=v1' \\
+      --key v1=placement.key --tenants 100000 --lookback
   shuffle-shard migrate --from 'shards=64 k=3 key=v1' --to 'shards=64 k=3 key=v2' \\
       --key v1=old.key --key v2=new.key --tenants-file tenants.txt
 
@@ -54,10 +56,19 @@ pub struct MigrateArgs {
     #[arg(long = "key", value_name = "VERSION=PATH")]
     keys: Vec<String>,
 
+    /// Also say who depends on old members during a lookback window after
+    /// the change (the gateway's reload.lookback_seconds): tenants that keep
+    /// none of their members, and tenants that keep some and gain others
+    #[arg(long)]
+    lookback: bool,
+
     /// Print one JSON document instead of tables
     #[arg(long)]
     json: bool,
 }
+
+/// Fully dependent tenants the text names (`--json` names every one).
+const LOOKBACK_NAMED: usize = 10;
 
 /// One side of a migration, as parsed from a SPEC.
 type Spec = MigrationSpec;
@@ -196,13 +207,16 @@ pub fn run(args: MigrateArgs) -> Result<()> {
     };
     let population = &tenants.population;
 
-    let report = answers::migration(
+    let mut report = answers::migration(
         (&from, &before),
         (&to, &after),
         flipped.as_ref().map(|(before, after)| (before, after)),
         population,
         &Bars,
     );
+    if args.lookback {
+        report.lookback = Some(answers::lookback(&before, &after, population, &Bars));
+    }
     if from.key == RECIPE_VERSION || to.key == RECIPE_VERSION {
         print_note(Some(
             "note: key=recipe (the default) is the public recipe key \"shuffle-shard-v1\" \
@@ -264,6 +278,27 @@ fn render(report: &MigrateReport) -> String {
         None => out.push_str(
             "No comparison: this change switches the algorithm itself, so there is no other algorithm to run it under.\n",
         ),
+    }
+    if let Some(lookback) = &report.lookback {
+        out.push_str(&format!(
+            "\nDuring a lookback window (reload.lookback_seconds), until their data is copied:\n  \
+             {} tenants ({}) keep none of their members: every read needs an old member;\n  \
+             {} tenants ({}) keep some and gain others: a read that lands on a new member needs another.\n",
+            lookback.fully_dependent,
+            percent(lookback.fully_dependent_fraction),
+            lookback.partially_dependent,
+            percent(lookback.partially_dependent_fraction),
+        ));
+        if !lookback.fully_dependent_tenants.is_empty() {
+            let named = &lookback.fully_dependent_tenants
+                [..lookback.fully_dependent_tenants.len().min(LOOKBACK_NAMED)];
+            let more = lookback.fully_dependent_tenants.len() - named.len();
+            out.push_str(&format!("  fully dependent: {}", named.join(", ")));
+            if more > 0 {
+                out.push_str(&format!(" and {more} more (--json lists every one)"));
+            }
+            out.push('\n');
+        }
     }
     out
 }

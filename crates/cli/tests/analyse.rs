@@ -656,6 +656,112 @@ fn migrate_between_key_versions() {
     assert!(report["comparison"].is_null(), "{report}");
 }
 
+/// Who depends on old members after moving `tenants` synthetic tenants
+/// from one recipe-key placement to another, counted here with the
+/// placement library alone: (fully dependent ids, partially dependent).
+fn naive_lookback(
+    tenants: usize,
+    from: (placement::Algorithm, u32),
+    to: (placement::Algorithm, u32),
+) -> (Vec<String>, u64) {
+    use placement::{Fleet, PlacementConfig, PlacementKey, Placer};
+    let placer = |(algorithm, k)| {
+        Placer::new(
+            Fleet::uniform(8).unwrap(),
+            &PlacementKey::recipe_default(),
+            PlacementConfig {
+                algorithm,
+                k,
+                zone_aware: false,
+            },
+        )
+        .unwrap()
+    };
+    let (before, after) = (placer(from), placer(to));
+    let mut fully = Vec::new();
+    let mut partially = 0;
+    for t in 0..tenants {
+        let id = format!("tenant-{t}");
+        let old: std::collections::BTreeSet<&str> = before.subset_ids(&id).into_iter().collect();
+        let new: std::collections::BTreeSet<&str> = after.subset_ids(&id).into_iter().collect();
+        let kept = new.intersection(&old).count();
+        if kept == 0 {
+            fully.push(id);
+        } else if kept < new.len() {
+            partially += 1;
+        }
+    }
+    (fully, partially)
+}
+
+#[test]
+fn migrate_lookback_says_who_depends_on_old_members() {
+    use placement::Algorithm::{HmacModulo, Rendezvous};
+    let args = [
+        "migrate",
+        "--from",
+        "shards=8 k=3 algorithm=rendezvous",
+        "--to",
+        "shards=8 k=2 algorithm=hmac-modulo",
+        "--tenants",
+        "400",
+        "--lookback",
+    ];
+    let report = run_json(shuffle_shard().args(args));
+    let (fully, partially) = naive_lookback(400, (Rendezvous, 3), (HmacModulo, 2));
+    assert!(
+        !fully.is_empty() && partially > 0,
+        "a change that tests both"
+    );
+    let lookback = &report["lookback"];
+    assert_eq!(
+        lookback["fully_dependent"],
+        fully.len() as u64,
+        "{lookback}"
+    );
+    assert_eq!(lookback["partially_dependent"], partially, "{lookback}");
+    let listed: Vec<&str> = lookback["fully_dependent_tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap())
+        .collect();
+    assert_eq!(listed, fully, "every one, in order, with --json");
+    assert!(
+        (f64_of(&lookback["fully_dependent_fraction"]) - fully.len() as f64 / 400.0).abs() < 1e-9
+    );
+
+    let (text, _) = run_ok(shuffle_shard().args(args));
+    assert!(
+        text.contains(&format!("{} tenants (", fully.len()))
+            && text.contains("keep none of their members"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("fully dependent: {}, ", fully[0])),
+        "{text}"
+    );
+    assert!(text.contains("--json lists every one"), "{text}");
+
+    // Shrinking k under rendezvous keeps a member that holds the data for
+    // every tenant: nobody depends on old members.
+    let shrink = run_json(shuffle_shard().args([
+        "migrate",
+        "--from",
+        "shards=8 k=3 algorithm=rendezvous",
+        "--to",
+        "shards=8 k=2 algorithm=rendezvous",
+        "--tenants",
+        "200",
+        "--lookback",
+    ]));
+    assert_eq!(shrink["lookback"]["fully_dependent"], 0, "{shrink}");
+    assert_eq!(shrink["lookback"]["partially_dependent"], 0, "{shrink}");
+    // Without --lookback the answer has no lookback at all.
+    let plain = run_json(shuffle_shard().args(&args[..args.len() - 1]));
+    assert!(plain.get("lookback").is_none(), "{plain}");
+}
+
 #[test]
 fn bad_input_fails_with_one_line_and_status_2() {
     let empty = temp_file(b"");

@@ -277,10 +277,22 @@ async fn every_route_needs_the_right_token() {
     let tenant = fixture.admin_json("GET", "/admin/tenants/tenant-1").await;
     assert_eq!(
         keys(&tenant),
-        BTreeSet::from(["tenant", "cell", "subset", "members", "availability"])
+        BTreeSet::from([
+            "tenant",
+            "cell",
+            "subset",
+            "members",
+            "lookback_members",
+            "lookback_until_unix",
+            "lookback_seconds_left",
+            "availability"
+        ])
     );
     assert_eq!(tenant["tenant"], "tenant-1");
     assert_eq!(tenant["cell"], "default");
+    // No lookback window without reload.lookback_seconds.
+    assert_eq!(tenant["lookback_members"], serde_json::json!([]));
+    assert!(tenant["lookback_until_unix"].is_null(), "{tenant}");
     let subset: Vec<String> = tenant["subset"]
         .as_array()
         .unwrap()

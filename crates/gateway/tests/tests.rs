@@ -23,6 +23,7 @@ mod isolation;
 mod kube_discovery;
 mod limits;
 mod logs;
+mod lookback;
 mod metrics;
 mod reload;
 mod replicas;

@@ -5,7 +5,7 @@ use placement::{Algorithm, Placer};
 use serde::Serialize;
 
 use super::steps::Progress;
-use crate::migrate::{MigrationReport, migrate_with_progress};
+use crate::migrate::{MigrationReport, lookback_with_progress, migrate_with_progress};
 use crate::population::Population;
 
 /// Changed tenants a migration answer names.
@@ -77,6 +77,57 @@ pub struct MigrateReport {
     /// The same change with both sides on the other algorithm; `null` when
     /// the change is itself a change of algorithm.
     pub comparison: Option<Comparison>,
+    /// Who depends on old members during a lookback window, when asked
+    /// for (`migrate --lookback`); left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lookback: Option<LookbackJson>,
+}
+
+/// Who depends on their old members during a lookback window after the
+/// change (the gateway's `reload.lookback_seconds`).
+#[derive(Debug, Serialize)]
+pub struct LookbackJson {
+    /// Tenants that keep none of their old members: every read needs one
+    /// of them until the data is copied.
+    pub fully_dependent: u64,
+    /// Their share of all tenants.
+    pub fully_dependent_fraction: f64,
+    /// Tenants that keep some old members and gain others: a read that
+    /// lands on a gained member needs another.
+    pub partially_dependent: u64,
+    /// Their share of all tenants.
+    pub partially_dependent_fraction: f64,
+    /// Every fully dependent tenant, by id, in population order.
+    pub fully_dependent_tenants: Vec<String>,
+}
+
+/// Answers `migrate --lookback`: who depends on old members when the
+/// population moves from `before` to `after`.
+pub fn lookback(
+    before: &Placer,
+    after: &Placer,
+    population: &Population,
+    progress: &impl Progress,
+) -> LookbackJson {
+    let message = format!(
+        "finding who depends on old members, of {} tenants",
+        population.len()
+    );
+    let report = progress.step(&message, |report| {
+        lookback_with_progress(before, after, population, report)
+    });
+    let share = |count: u64| count as f64 / population.len().max(1) as f64;
+    LookbackJson {
+        fully_dependent: report.fully_dependent,
+        fully_dependent_fraction: share(report.fully_dependent),
+        partially_dependent: report.partially_dependent,
+        partially_dependent_fraction: share(report.partially_dependent),
+        fully_dependent_tenants: report
+            .fully_dependent_tenants
+            .iter()
+            .map(|&t| population.id(t).into_owned())
+            .collect(),
+    }
 }
 
 /// What one change costs.
@@ -160,5 +211,6 @@ pub fn migration(
         },
         change: ChangeJson::new(change, population),
         comparison,
+        lookback: None,
     }
 }

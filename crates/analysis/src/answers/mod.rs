@@ -20,8 +20,8 @@ pub use blast::{BlastQuery, OverlapJson, PlacedJson, Report, TOP_TENANTS, blast}
 pub use count::Count;
 pub use load::{DominantJson, LoadJson};
 pub use migrate::{
-    ChangeJson, Comparison, MIGRATION_SAMPLE, MigrateReport, MigrationSpec, Side, migration,
-    other_algorithm,
+    ChangeJson, Comparison, LookbackJson, MIGRATION_SAMPLE, MigrateReport, MigrationSpec, Side,
+    lookback, migration, other_algorithm,
 };
 pub use plan::{PlanReport, plan};
 pub use poison::{PoisonFigureJson, PoisonJson, PoisonSweepJson, RankedJson};

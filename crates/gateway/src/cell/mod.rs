@@ -29,6 +29,12 @@ pub struct TenantRoute {
     pub cell: usize,
     /// The tenant's subset, as shard indices in selection order.
     pub subset: Vec<ShardIndex>,
+    /// Its lookback members: members of its subset before the last
+    /// migration that are not in this one, in that subset's order (empty,
+    /// which allocates nothing, without an open lookback or when the
+    /// tenant did not move). Tried only after `subset`, while the window
+    /// is open (see `state::Lookback`).
+    pub lookback: Box<[ShardIndex]>,
     /// The tenant id as an `x-shuffle-tenant` value; tenant ids are checked
     /// to be visible ASCII when the tenants file is loaded, so it is only
     /// `None` for an id that check would have refused.
@@ -127,6 +133,7 @@ impl Topology {
         TenantRoute {
             cell: tenant.cell_index(),
             subset: self.tenant_subset(tenant),
+            lookback: Box::default(),
             tenant_header: HeaderValue::from_str(tenant.id()).ok(),
         }
     }

@@ -164,6 +164,10 @@ pub struct GatewayConfig {
     pub(crate) reload_allow_migration: bool,
     /// Apply reloads that only add members (no tenant loses one).
     pub(crate) reload_allow_growth: bool,
+    /// How long after an applied migration a tenant whose new members all
+    /// fail (or miss its data) may be served by its previous members
+    /// (`reload.lookback_seconds`; zero: never).
+    pub(crate) lookback: std::time::Duration,
     /// The access log: off, text (a `tracing` event) or JSON lines.
     pub(crate) access_log: AccessLog,
     /// Where JSON access log lines go (stderr when `None`).
@@ -213,6 +217,24 @@ struct RawConfig {
 struct RawReload {
     allow_migration: Option<bool>,
     allow_growth: Option<bool>,
+    lookback_seconds: Option<f64>,
+}
+
+/// The longest lookback window: a week. A migration's data copy that
+/// takes longer is better served by a second migration than by keeping
+/// the old placement in memory for that long.
+const MAX_LOOKBACK_SECONDS: f64 = 604_800.0;
+
+/// `reload.lookback_seconds` as a duration: 0 (off) when absent; a
+/// negative, NaN or over-long value is refused with the range to use.
+fn lookback(seconds: Option<f64>) -> Result<std::time::Duration, check::KeyProblem> {
+    let seconds = check::within(
+        "reload.lookback_seconds",
+        seconds.unwrap_or(0.0),
+        0.0..=MAX_LOOKBACK_SECONDS,
+    )
+    .map_err(|(key, problem)| (key, format!("{problem} (seconds; 0 turns lookback off)")))?;
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 /// The next [`GatewayConfig::generation`].
@@ -322,6 +344,7 @@ impl GatewayConfig {
         let http2 = http2_settings(raw.http2).map_err(err)?;
         let admin = admin_settings(raw.admin, &resolve).map_err(err)?;
         let (access_log, access_log_file) = logging_settings(raw.logging, &resolve).map_err(err)?;
+        let lookback = lookback(raw.reload.lookback_seconds).map_err(err)?;
 
         Ok(Self {
             path: path.to_owned(),
@@ -346,6 +369,7 @@ impl GatewayConfig {
             generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             reload_allow_migration: raw.reload.allow_migration.unwrap_or(false),
             reload_allow_growth: raw.reload.allow_growth.unwrap_or(false),
+            lookback,
             access_log,
             access_log_file,
         })
@@ -405,6 +429,12 @@ impl GatewayConfig {
     /// Whether reloads that move tenants apply without being asked to.
     pub fn reload_allow_migration(&self) -> bool {
         self.reload_allow_migration
+    }
+
+    /// How long after an applied migration its tenants may be served by
+    /// their previous members (`reload.lookback_seconds`; zero: off).
+    pub fn lookback(&self) -> std::time::Duration {
+        self.lookback
     }
 
     /// How discovered cells' shards are found and changed.

@@ -179,6 +179,30 @@ fn reload_growth_is_off_unless_asked_for() {
 }
 
 #[test]
+fn lookback_is_off_unless_asked_for_and_refuses_what_is_no_duration() {
+    use std::time::Duration;
+    assert_eq!(load_with("").unwrap().lookback(), Duration::ZERO);
+    assert_eq!(
+        load_with("[reload]\nlookback_seconds = 300")
+            .unwrap()
+            .lookback(),
+        Duration::from_secs(300)
+    );
+    assert_eq!(
+        load_with("[reload]\nlookback_seconds = 0.5")
+            .unwrap()
+            .lookback(),
+        Duration::from_millis(500)
+    );
+    for bad in ["-1", "nan", "1e9"] {
+        let error = refused(&format!("[reload]\nlookback_seconds = {bad}"));
+        assert!(error.contains("reload.lookback_seconds"), "{error}");
+        assert!(error.contains("use a value from 0 to"), "{error}");
+        assert!(error.contains("0 turns lookback off"), "{error}");
+    }
+}
+
+#[test]
 fn the_connection_cap_defaults_high_and_refuses_zero_by_name() {
     assert_eq!(load_with("").unwrap().limits.max_connections, 10_000);
     assert_eq!(

@@ -512,12 +512,17 @@ async fn tenant(
             json!({ "id": shard.id, "zone": shard.zone, "health": shard.availability(&snapshot.config).name() })
         })
         .collect();
-    let tally = gateway.tenant_windows.tally(&id, Instant::now());
+    let now = Instant::now();
+    let tally = gateway.tenant_windows.tally(&id, now);
+    let open = super::views::lookback_window(&snapshot, now);
     Ok(Json(json!({
         "tenant": id,
         "cell": snapshot.config.cells[cell].name,
         "subset": subset.iter().map(|&i| snapshot.shards[cell][i as usize].id.clone()).collect::<Vec<_>>(),
         "members": members,
+        "lookback_members": super::views::lookback_members(&snapshot, &id, now),
+        "lookback_until_unix": open.as_ref().map(|window| window.until_unix),
+        "lookback_seconds_left": open.as_ref().map(|window| window.seconds_left),
         "availability": { "ok": tally.ok, "total": tally.total, "ratio": tally.ratio(), "window_seconds": gateway.tenant_windows.length().as_secs() },
     })))
 }

@@ -324,6 +324,9 @@ pub fn render(gateway: &Gateway) -> String {
         line = escape(&line),
     );
 
+    if let Some(line) = super::views::lookback_window(&snapshot, now).map(|w| w.line()) {
+        let _ = write!(html, "<p class=\"note lookback\">{}</p>", escape(&line));
+    }
     shard_grid(&snapshot, &cells, gateway, now, wall, &mut html);
     blast_table(&blasts, &mut html);
     distribution(&ratios, window_seconds, &mut html);

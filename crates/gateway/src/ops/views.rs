@@ -136,3 +136,91 @@ pub fn limited(snapshot: &Snapshot, count: usize) -> Vec<LimitedTenant> {
     rows.truncate(count);
     rows
 }
+
+/// An open lookback window (`reload.lookback_seconds`): when its migration
+/// was applied, until when, and the attempts at previous members so far.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LookbackWindow {
+    /// When the migration was applied, in Unix seconds.
+    pub applied_unix: u64,
+    /// When the window closes, in Unix seconds.
+    pub until_unix: u64,
+    /// How long it stays open.
+    pub seconds_left: f64,
+    /// Attempts at lookback members in this window.
+    pub attempts: u64,
+}
+
+impl LookbackWindow {
+    /// The status page's line: "Lookback: tenants moved by the migration
+    /// at HH:MM:SS (UTC) may be served by their previous members for
+    /// another N s (M lookback attempts)."
+    pub fn line(&self) -> String {
+        let day = self.applied_unix % 86_400;
+        format!(
+            "Lookback: tenants moved by the migration at {:02}:{:02}:{:02} may be served by their previous members for another {} s ({} lookback attempt{}).",
+            day / 3600,
+            day / 60 % 60,
+            day % 60,
+            self.seconds_left.ceil().max(1.0),
+            self.attempts,
+            if self.attempts == 1 { "" } else { "s" },
+        )
+    }
+}
+
+/// The snapshot's lookback window, when one is open at `now`.
+pub fn lookback_window(snapshot: &Snapshot, now: Instant) -> Option<LookbackWindow> {
+    let lookback = snapshot.lookback.as_ref().filter(|l| l.is_open(now))?;
+    Some(LookbackWindow {
+        applied_unix: lookback.at_unix,
+        until_unix: lookback.until_unix(),
+        seconds_left: lookback.left(now).as_secs_f64(),
+        attempts: lookback.attempts(),
+    })
+}
+
+/// A registered tenant's lookback members, by shard id, while a window is
+/// open at `now` (as its requests see them: its route's); else none.
+pub fn lookback_members(snapshot: &Snapshot, tenant: &str, now: Instant) -> Vec<String> {
+    let open = snapshot.lookback.as_ref().is_some_and(|l| l.is_open(now));
+    let route = snapshot
+        .tenants
+        .get(tenant)
+        .and_then(|t| snapshot.tenant_route(t));
+    match route {
+        Some(route) if open => route
+            .lookback
+            .iter()
+            .map(|&i| snapshot.shards[route.cell][i as usize].id.clone())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lookback_line_says_when_how_long_and_how_many() {
+        let window = |applied_unix, seconds_left, attempts| LookbackWindow {
+            applied_unix,
+            until_unix: 0,
+            seconds_left,
+            attempts,
+        };
+        // A day far from the epoch: only the time of day shows.
+        let at = 20_000 * 86_400 + 12 * 3600 + 30 * 60 + 5;
+        assert_eq!(
+            window(at, 124.2, 1).line(),
+            "Lookback: tenants moved by the migration at 12:30:05 may be served by their previous members for another 125 s (1 lookback attempt)."
+        );
+        // Under a second left still reads as time left.
+        assert!(
+            window(0, 0.3, 7)
+                .line()
+                .ends_with("another 1 s (7 lookback attempts).")
+        );
+    }
+}

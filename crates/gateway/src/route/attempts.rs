@@ -25,7 +25,7 @@ use crate::route::grpc::{self, Kind};
 use crate::route::member::{self, Narrowed, Pick};
 use crate::route::refusal::{client_fault_response, refuse};
 use crate::route::response::{InFlight, ResponseBody};
-use crate::state::{Gateway, ShardRuntime};
+use crate::state::{Gateway, Lookback, ShardRuntime};
 use crate::syntax::grpc::Code;
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::UpstreamBody;
@@ -41,6 +41,13 @@ pub(super) struct Attempts<'a> {
     pub(super) shards: &'a [Arc<ShardRuntime>],
     /// The tenant's subset.
     pub(super) subset: &'a [ShardIndex],
+    /// The tenant's lookback members (empty for almost every tenant), and
+    /// the window they belong to, when one is kept.
+    pub(super) lookback: &'a [ShardIndex],
+    pub(super) lookback_window: Option<&'a Lookback>,
+    /// A `404` a member answered during the tenant's lookback window,
+    /// kept as the answer should every member left miss too (boxed: rare).
+    pub(super) missed: Option<Box<Missed>>,
     /// The tenant's id.
     pub(super) tenant: &'a str,
     /// Its [`TenantRecord::id_hash`](crate::tenants::Tenant::id_hash).
@@ -107,6 +114,43 @@ pub(super) struct Containment {
     pub(super) struck: Option<(ShardIndex, bool, Option<Marked>)>,
 }
 
+/// A `404` taken as a miss ([`Attempts::may_miss`]): the last such answer,
+/// the client's if no other member answers otherwise. Dropped unanswered,
+/// its body is read to the end if it is here already, so that its
+/// connection goes back to the pool; else the connection is closed.
+pub(super) struct Missed {
+    response: Option<Response<UpstreamBody>>,
+}
+
+impl Drop for Missed {
+    fn drop(&mut self) {
+        if let Some(response) = self.response.take() {
+            discard(response.into_body());
+        }
+    }
+}
+
+/// Reads what of `body` has arrived already, without waiting: a small
+/// body that came with its head (most `404`s) ends here and its
+/// connection goes back to the pool; a body still on its way, or a large
+/// one, is dropped with its connection (closed: never reused half read).
+fn discard(mut body: UpstreamBody) {
+    use hyper::body::Body as _;
+    /// Beyond this much, a body is not worth reading to keep a connection.
+    const MAX_DISCARDED: usize = 64 * 1024;
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut read = 0;
+    while read <= MAX_DISCARDED {
+        match Pin::new(&mut body).poll_frame(&mut context) {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                read += frame.data_ref().map_or(0, bytes::Bytes::len);
+            }
+            // Its end: the connection is back (if it may carry another).
+            std::task::Poll::Ready(None | Some(Err(_))) | std::task::Poll::Pending => return,
+        }
+    }
+}
+
 /// An attempt's probe of a member its tenant has not struck, while the
 /// tenant has strikes ([`Suspects::begin`]); ends with the attempt, however
 /// it ends (a client that hangs up drops it too).
@@ -148,6 +192,8 @@ pub(super) struct Member<'a> {
     index: ShardIndex,
     /// It is outside the subset.
     spill: bool,
+    /// It is one of the tenant's lookback members.
+    lookback: bool,
     /// A member of the subset not yet tried was out of rotation.
     steered: bool,
     /// How long to wait before the attempt (after a failed one).
@@ -230,6 +276,7 @@ impl<'a> Attempts<'a> {
             }
             let choice = member::pick(
                 self.subset,
+                self.open_lookback(),
                 &self.tried,
                 self.shards,
                 self.config,
@@ -237,7 +284,7 @@ impl<'a> Attempts<'a> {
                 narrowed,
             );
             let (index, spill) = match choice.pick {
-                Pick::Member(index) => (index, false),
+                Pick::Member(index) | Pick::Lookback(index) => (index, false),
                 Pick::Spill(index) => (index, true),
                 Pick::Exhausted => {
                     self.shed |= choice.full;
@@ -283,11 +330,59 @@ impl<'a> Attempts<'a> {
         Some(Member {
             index,
             spill,
+            lookback: matches!(choice.pick, Pick::Lookback(_)),
             steered: choice.steered,
             backoff,
             reserved: choice.reserved,
             hold,
         })
+    }
+
+    /// The tenant's lookback members while its window is open, else none:
+    /// one branch on an empty slice for every tenant that did not move.
+    #[inline]
+    fn open_lookback(&self) -> &'a [ShardIndex] {
+        if self.lookback.is_empty() {
+            return &[];
+        }
+        self.lookback_if_open()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lookback_if_open(&self) -> &'a [ShardIndex] {
+        match self.lookback_window {
+            Some(window) if window.is_open(Instant::now()) => self.lookback,
+            _ => &[],
+        }
+    }
+
+    /// Whether a `404` from a member is a miss rather than the answer: the
+    /// tenant moved, its window is open (a new member may not hold its
+    /// data yet), and the request is a `GET` or `HEAD` that may be sent
+    /// again (not a WebSocket upgrade, not gRPC).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn may_miss(&self) -> bool {
+        self.kind == Kind::Http
+            && self.safe_to_repeat
+            && self.config.routing.failover
+            && matches!(*self.client.method, http::Method::GET | http::Method::HEAD)
+            && self.body.replayable()
+            && !self.open_lookback().is_empty()
+    }
+
+    /// Keeps `response`, a `404` [`Self::may_miss`] allowed, as the answer
+    /// should every member left miss too (a miss before it is let go), and
+    /// lets the next attempt go at once: a miss is no failure, so it is
+    /// neither a shard's failure nor a strike, and draws no retry budget.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn missed(&mut self, response: Response<UpstreamBody>) {
+        self.last_failure = None;
+        self.missed = Some(Box::new(Missed {
+            response: Some(response),
+        }));
     }
 
     /// Whether the request may fail over after a failed attempt, and the
@@ -298,6 +393,15 @@ impl<'a> Attempts<'a> {
         // all a request gets.
         if !routing.failover {
             return None;
+        }
+        // The last attempt missed (`missed` leaves no failure): the next
+        // member is asked at once, within the deadline.
+        if self.last_failure.is_none() && self.missed.is_some() {
+            if Instant::now() >= self.deadline {
+                return None;
+            }
+            gateway.metrics.failover(self.cell_name(), "retry");
+            return Some(Duration::ZERO);
         }
         let may_have_reached = self
             .last_failure
@@ -371,6 +475,9 @@ impl<'a> Attempts<'a> {
         if member.spill {
             // Counted only now that the attempt will really be made.
             Metrics::cell_event(&gateway.metrics.spills, self.cell_name());
+        }
+        if member.lookback {
+            self.count_lookback();
         }
         self.tried.push(member.index);
         if let Some(tried) = &mut self.logged_tried {
@@ -512,9 +619,19 @@ impl<'a> Attempts<'a> {
         failure
     }
 
+    /// Counts an attempt at a lookback member.
+    #[cold]
+    #[inline(never)]
+    fn count_lookback(&self) {
+        Metrics::cell_event(&self.gateway.metrics.lookback_attempts, self.cell_name());
+        if let Some(window) = self.lookback_window {
+            window.count_attempt();
+        }
+    }
+
     /// The outcome when nothing (more) may be tried: the last backend
     /// response if there was one, else why there is none.
-    pub(super) fn unanswered(self) -> Response<ResponseBody> {
+    pub(super) fn unanswered(mut self) -> Response<ResponseBody> {
         let kind = self.kind;
         if self.containment.as_ref().is_some_and(|c| c.stopped) {
             return refuse(
@@ -525,6 +642,14 @@ impl<'a> Attempts<'a> {
                  no further shard is tried and the tenant is quarantined for a while; \
                  do not resend this request, and ask the operator if it is a valid one",
             );
+        }
+        // Every member left missed, or failed without an answer: the last
+        // `404` is the answer (a backend's other answer wins over it).
+        if !matches!(self.last_failure, Some((_, Some(_))))
+            && let Some(response) = self.missed.as_mut().and_then(|m| m.response.take())
+        {
+            let (head, body) = response.into_parts();
+            return Response::from_parts(head, ResponseBody::backend(body, None));
         }
         match self.last_failure {
             Some((_, Some(response))) => {

@@ -7,6 +7,11 @@
 //! single least-loaded shard. A request never leaves its tenant's subset
 //! unless the operator opted into spilling.
 //!
+//! After a migration, while its lookback window is open, a tenant whose
+//! members are all tried or out of rotation may go on to its lookback
+//! members (those of its previous subset it lost), before any spill; the
+//! caller passes none (an empty slice: one branch) otherwise.
+//!
 //! Two things narrow the choice, and cost nothing when neither is set
 //! (one branch): a shard's in-flight cap (survivor protection: a member at
 //! its cap is skipped, and the place is taken as it is chosen, so racing
@@ -32,6 +37,8 @@ pub enum Pick {
     Member(ShardIndex),
     /// A shard outside the subset (only with `exhausted = "spill"`).
     Spill(ShardIndex),
+    /// A member of the tenant's previous subset, during a lookback window.
+    Lookback(ShardIndex),
     /// Nothing left to try.
     Exhausted,
 }
@@ -67,8 +74,13 @@ type Candidates = SmallVec<[ShardIndex; 8]>;
 
 /// Picks the next shard. `tried` holds the shards already attempted for
 /// this request; they are never chosen again. `now` is when health is read.
+/// `lookback` holds the tenant's lookback members while its window is
+/// open (else it is empty): they are chosen from only once no member of
+/// `subset` is left, never for a pinned (quarantined or contained) tenant,
+/// and not when a member was left out only for being at its cap.
 pub fn pick(
     subset: &[ShardIndex],
+    lookback: &[ShardIndex],
     tried: &[ShardIndex],
     shards: &[Arc<ShardRuntime>],
     config: &GatewayConfig,
@@ -84,7 +96,7 @@ pub fn pick(
     };
     if narrowed.caps.is_some() || narrowed.pinned.is_some() {
         let spill = config.routing.exhausted == Exhausted::Spill;
-        return pick_narrowed(subset, tried, shards, &up, spill, narrowed);
+        return pick_narrowed(subset, lookback, tried, shards, &up, spill, narrowed);
     }
     // One pass, pushing: this runs for every request.
     let mut members = Candidates::new();
@@ -102,6 +114,16 @@ pub fn pick(
     if let Some(index) = power_of_two(&members, shards) {
         return Choice {
             pick: Pick::Member(index),
+            steered,
+            full: false,
+            reserved: None,
+        };
+    }
+    if !lookback.is_empty()
+        && let Some(index) = pick_lookback(lookback, tried, shards, &up)
+    {
+        return Choice {
+            pick: Pick::Lookback(index),
             steered,
             full: false,
             reserved: None,
@@ -135,6 +157,7 @@ pub fn pick(
 #[inline(never)]
 fn pick_narrowed(
     subset: &[ShardIndex],
+    lookback: &[ShardIndex],
     tried: &[ShardIndex],
     shards: &[Arc<ShardRuntime>],
     up: &dyn Fn(&ShardIndex) -> bool,
@@ -171,6 +194,24 @@ fn pick_narrowed(
             reserved,
         };
     }
+    // Lookback is for members gone or without the tenant's data, not a way
+    // around survivor protection, nor out of a quarantine.
+    if !lookback.is_empty() && !full && narrowed.pinned.is_none() {
+        let mut old: Candidates = lookback
+            .iter()
+            .copied()
+            .filter(|index| !tried.contains(index) && up(index))
+            .filter(|&index| shards[index as usize].in_flight() < cap(index))
+            .collect();
+        if let Some((index, reserved)) = take_place(&mut old, shards, narrowed.caps, &mut full) {
+            return Choice {
+                pick: Pick::Lookback(index),
+                steered,
+                full,
+                reserved,
+            };
+        }
+    }
     // A suspect tenant never spills: its quarantine is its members.
     if spill && narrowed.pinned.is_none() {
         let mut outside: Candidates = (0..shards.len() as ShardIndex)
@@ -193,6 +234,24 @@ fn pick_narrowed(
         full,
         reserved: None,
     }
+}
+
+/// A lookback member not yet tried and up, by power of two choices (rare:
+/// only once every member of the subset is tried or out).
+#[cold]
+#[inline(never)]
+fn pick_lookback(
+    lookback: &[ShardIndex],
+    tried: &[ShardIndex],
+    shards: &[Arc<ShardRuntime>],
+    up: &dyn Fn(&ShardIndex) -> bool,
+) -> Option<ShardIndex> {
+    let old: Candidates = lookback
+        .iter()
+        .copied()
+        .filter(|index| !tried.contains(index) && up(index))
+        .collect();
+    power_of_two(&old, shards)
 }
 
 /// Power of two choices over `candidates`, taking the chosen shard's place

@@ -317,7 +317,7 @@ async fn route(
             }
             break;
         };
-        if let Some(backoff) = member.backoff {
+        if let Some(backoff) = member.backoff.filter(|backoff| !backoff.is_zero()) {
             tokio::time::sleep(backoff).await;
         }
         let Some(attempt) = attempts.start(member, &mut served.attempts) else {
@@ -487,6 +487,9 @@ fn attempts<'a>(
         shards: &snapshot.shards[cell],
         cell,
         subset: route.subset.as_slice(),
+        lookback: &route.lookback,
+        lookback_window: snapshot.lookback.as_deref(),
+        missed: None,
         tenant: tenant.id(),
         tenant_hash: tenant.id_hash(),
         // The head as every attempt sends it; each sets its shard's target,
@@ -535,6 +538,15 @@ fn outcome<'a>(
     gateway: &Arc<Gateway>,
 ) -> Option<Response<ResponseBody>> {
     match (attempts.judge(&attempt, &result), result) {
+        // During a lookback window a new member may not hold the tenant's
+        // data yet: its `404` to a read is a miss, and the next member is
+        // asked (one comparison for every other answer).
+        (None, Ok(response))
+            if response.status() == StatusCode::NOT_FOUND && attempts.may_miss() =>
+        {
+            attempts.missed(response);
+            None
+        }
         (None, Ok(response)) => {
             if attempts.containment.is_some() {
                 attempts.answered();

@@ -114,7 +114,7 @@ impl Gateway {
             }
         }
         next.know_series(&self.metrics);
-        self.install(next);
+        self.install(next, movement.changed > 0);
         Ok(movement)
     }
 }

@@ -24,11 +24,13 @@ use crate::upstream::{IDLE_TIMEOUT, Upstream};
 
 pub mod discovered;
 mod discovered_shards;
+mod lookback;
 mod migration;
 mod standing;
 pub mod tenant_changes;
 mod token;
 
+pub use lookback::Lookback;
 pub use migration::Movement;
 
 /// Why a configuration could not be loaded.
@@ -205,6 +207,10 @@ pub struct Snapshot {
     /// cap by index (`u64::MAX` for none). `None` for a cell without caps,
     /// whose requests take the member step's uncapped path.
     pub(crate) caps: Vec<Option<Box<[u64]>>>,
+    /// The placement before the last applied migration, while its
+    /// lookback window may be open (`reload.lookback_seconds`); set when
+    /// the snapshot is installed ([`Lookback::after`]).
+    pub lookback: Option<Arc<Lookback>>,
 }
 
 impl Snapshot {
@@ -363,6 +369,7 @@ impl Snapshot {
             routes,
             caps,
             memberships: Arc::new(memberships),
+            lookback: None,
         })
     }
 
@@ -381,7 +388,13 @@ impl Snapshot {
                 .collect()
         });
         let route = routes.get(slot.index as usize)?;
-        Some(route.get_or_init(|| Box::new(self.topology.route(tenant))))
+        Some(route.get_or_init(|| {
+            let mut route = self.topology.route(tenant);
+            if let Some(lookback) = &self.lookback {
+                route.lookback = lookback.members(tenant, &self.config, &route);
+            }
+            Box::new(route)
+        }))
     }
 
     /// Per cell: the blast-radius model over its tenants (built by the
@@ -763,7 +776,7 @@ impl Gateway {
             // Opened a moment ago by the configuration's own check.
             tracing::warn!(%error, "cannot open the new logging.access_log_file; the access log keeps its old destination");
         }
-        self.install(next);
+        self.install(next, movement.changed > 0);
         Ok(Reloaded {
             changed: movement.changed,
             tenants: movement.tenants,

@@ -89,6 +89,9 @@ impl Snapshot {
             routes,
             caps: self.caps.clone(),
             memberships: Arc::clone(&self.memberships),
+            // Its routes' lookback members are this one's until installed
+            // (`Gateway::install` decides).
+            lookback: self.lookback.clone(),
         };
         (next, refused)
     }
@@ -136,7 +139,7 @@ impl Gateway {
         counts.changed("applied", applied.applied);
         counts.changed("moved", applied.moved);
         counts.changed("refused", applied.refused.len() as u64);
-        self.install(next);
+        self.install(next, applied.moved > 0);
         applied
     }
 
@@ -164,16 +167,50 @@ impl Gateway {
             )?
         };
         let next = Snapshot::build((*current.config).clone(), tenants, Some(&current))?;
-        self.install(next);
+        // Whether the registry read again moved anybody is worth a pass
+        // over the tenants only when a lookback would be kept for them.
+        let moved = !next.config.lookback().is_zero() && current.migration_to(&next).changed > 0;
+        self.install(next, moved);
         Ok(())
     }
 
     /// Puts `next` in service: requests that start from now on use it.
-    pub(super) fn install(self: &Arc<Self>, next: Snapshot) {
+    /// `moved` says whether it moves some tenant to other shards (a
+    /// migration), which starts a lookback window over the placement
+    /// served until now when `reload.lookback_seconds` asks for one.
+    pub(super) fn install(self: &Arc<Self>, mut next: Snapshot, moved: bool) {
         self.metrics
             .tenant_store
             .tenants
             .set(next.tenants.len() as i64);
+        let current = self.snapshot();
+        let lookback = super::Lookback::after(
+            current.lookback.as_ref(),
+            (&current.config, &current.tenants, &current.topology),
+            next.config.lookback(),
+            moved,
+            tokio::time::Instant::now(),
+        );
+        let same = match (&lookback, &next.lookback) {
+            (Some(new), Some(old)) => Arc::ptr_eq(new, old),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            // Routes a patched snapshot shares were computed with another
+            // lookback's members: every route is computed afresh.
+            for bucket in &mut next.routes {
+                *bucket = fresh_routes();
+            }
+        }
+        if let Some(lookback) = lookback.as_ref().filter(|_| moved) {
+            tracing::info!(
+                window_seconds = lookback.window.as_secs_f64(),
+                "a migration was applied: tenants it moved may be served by their previous members until the lookback window closes (reload.lookback_seconds)"
+            );
+        }
+        next.lookback = lookback;
+        drop(current);
         self.snapshot.store(Arc::new(next));
         self.reloads.send_modify(|generation| *generation += 1);
         self.model_latest();

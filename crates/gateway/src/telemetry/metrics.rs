@@ -219,6 +219,9 @@ pub struct Metrics {
     pub(crate) attempts: Family<AttemptLabels, Counter>,
     pub(crate) failovers: Family<FailoverLabels, Counter>,
     pub(crate) spills: Family<CellLabels, Counter>,
+    /// `shuffle_lookback_attempts_total{cell}`: attempts at a member of a
+    /// tenant's previous subset during a lookback window.
+    pub(crate) lookback_attempts: Family<CellLabels, Counter>,
     pub(crate) budget_exhausted: Family<CellLabels, Counter>,
     /// `shuffle_shed_total{cell}`: requests shed because every member
     /// left was at its in-flight cap.
@@ -446,6 +449,7 @@ impl Metrics {
         let attempts = families.add("attempts", "Attempts to shards by cell, shard and outcome");
         let failovers = families.add("failovers", "Requests that failed over inside the subset: kind=retry after a failed attempt, kind=reroute around a member out of rotation");
         let spills = families.add("spills", "Requests served outside the tenant's subset");
+        let lookback_attempts = families.add("lookback_attempts", "Attempts at a member of a tenant's previous subset, after its current members were exhausted or answered 404, during a lookback window (reload.lookback_seconds)");
         let budget_exhausted = families.add(
             "retry_budget_exhausted",
             "Retries refused because the retry budget was spent",
@@ -537,6 +541,7 @@ impl Metrics {
             attempts,
             failovers,
             spills,
+            lookback_attempts,
             budget_exhausted,
             shed,
             poison_stops,
@@ -597,6 +602,7 @@ impl Metrics {
         self.cell_handles(cell);
         for family in [
             &self.spills,
+            &self.lookback_attempts,
             &self.budget_exhausted,
             &self.shed,
             &self.poison_stops,
