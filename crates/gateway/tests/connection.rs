@@ -701,3 +701,71 @@ async fn a_client_that_hangs_up_cancels_its_request_at_once() {
         "the request outlived its client"
     );
 }
+
+// ---------------------------------------------------------------------------
+// The connection's memory of its API key.
+
+/// The tenant the backend was told the last request came from.
+fn last_tenant(fixture: &Fixture) -> String {
+    let seen = fixture.backends[0].seen();
+    let last = seen.last().expect("the backend saw no request");
+    last.header("x-shuffle-tenant")[0].to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reuses_its_tenant_only_for_the_same_key_in_the_same_snapshot() {
+    let fixture = Fixture::start(Options {
+        shards: 1,
+        tenants: 3,
+        k: 1,
+        admin_token: Some("memo-test-admin-token-0123456789".into()),
+        ..Options::default()
+    })
+    .await;
+    let keys: Vec<String> = (0..3)
+        .map(|t| fixture.api_key(&format!("tenant-{t}")).to_owned())
+        .collect();
+    let mut client = Client::open(fixture.running.addr).await;
+    let mut ask = async |key: &str| {
+        client.send(&get("/memo", key)).await;
+        client.response(false).await.status
+    };
+
+    // The same key twice, then another tenant's key on the same
+    // connection: each request is its own key's tenant.
+    assert_eq!(ask(&keys[0]).await, 200);
+    assert_eq!(last_tenant(&fixture), "tenant-0");
+    assert_eq!(ask(&keys[0]).await, 200);
+    assert_eq!(last_tenant(&fixture), "tenant-0");
+    assert_eq!(ask(&keys[1]).await, 200);
+    assert_eq!(last_tenant(&fixture), "tenant-1");
+    // A key one byte off the remembered one, or a prefix of it, is no key.
+    let mut off = keys[1].clone().into_bytes();
+    *off.last_mut().unwrap() ^= 1;
+    assert_eq!(ask(std::str::from_utf8(&off).unwrap()).await, 401);
+    assert_eq!(ask(&keys[1][..keys[1].len() - 1]).await, 401);
+    assert_eq!(ask(&keys[1]).await, 200);
+    assert_eq!(last_tenant(&fixture), "tenant-1");
+
+    // tenant-1 is removed by a reload: its key, remembered by this open
+    // connection, is refused on it at once.
+    let path = fixture.dir.path().join("tenants.toml");
+    let tenants = std::fs::read_to_string(&path).unwrap();
+    let without: String = tenants
+        .split("[[tenants]]")
+        .filter(|block| !block.contains("id = \"tenant-1\""))
+        .collect::<Vec<_>>()
+        .join("[[tenants]]");
+    std::fs::write(&path, without).unwrap();
+    let (status, _, body) = fixture
+        .admin(
+            "POST",
+            "/admin/reload",
+            Some("memo-test-admin-token-0123456789"),
+        )
+        .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(ask(&keys[1]).await, 401);
+    assert_eq!(ask(&keys[2]).await, 200);
+    assert_eq!(last_tenant(&fixture), "tenant-2");
+}

@@ -62,6 +62,7 @@ use crate::tenants::Tenant;
 use crate::trust::client_cert::CertificateTenant;
 use crate::trust::credential::{self, AuthError};
 use crate::trust::headers;
+use crate::trust::memo::KeyMemo;
 use crate::trust::target;
 use crate::upstream::UpstreamBody;
 use crate::upstream::body::{ClientBody, RequestBody};
@@ -77,6 +78,9 @@ pub struct Peer {
     /// What the connection's verified client certificate says about its
     /// tenant (TLS with `[auth.mtls]` only).
     pub certificate: Option<Arc<CertificateTenant>>,
+    /// The API key the connection last authenticated (shared by the
+    /// copies hyper's service makes of its connection's peer).
+    pub(crate) keys: Arc<KeyMemo>,
 }
 
 impl Peer {
@@ -86,6 +90,7 @@ impl Peer {
             addr,
             forwarded_for: headers::forwarded_for(addr.ip()),
             certificate: None,
+            keys: Arc::default(),
         }
     }
 
@@ -674,7 +679,7 @@ fn connect_refused() -> Response<ResponseBody> {
 /// tenant of `snapshot` it names.
 #[inline]
 fn tenant<'s>(
-    snapshot: &'s Snapshot,
+    snapshot: &'s Arc<Snapshot>,
     fields: &Fields,
     peer: &Peer,
 ) -> Result<Tenant<'s>, AuthError> {
@@ -686,9 +691,24 @@ fn tenant<'s>(
         );
     }
     let credential = credential::extract(fields, snapshot.authenticator.jwt_enabled())?;
-    snapshot
+    // An API key this connection already authenticated in this snapshot
+    // names the same tenant: no second SHA-256 ([`KeyMemo`]).
+    let key = credential
+        .api_key(snapshot.authenticator.jwt_enabled())
+        .map(str::as_bytes);
+    if let Some(key) = key
+        && let Some(slot) = peer.keys.recall(snapshot, key)
+        && let Some(tenant) = snapshot.tenants.at(slot)
+    {
+        return Ok(tenant);
+    }
+    let tenant = snapshot
         .authenticator
-        .authenticate(&credential, &snapshot.tenants)
+        .authenticate(&credential, &snapshot.tenants)?;
+    if let Some(key) = key {
+        peer.keys.remember(snapshot, key, tenant.slot());
+    }
+    Ok(tenant)
 }
 
 /// The answer to a request whose credential named no tenant.

@@ -161,6 +161,19 @@ pub enum Credential {
     Jwt(Secret),
 }
 
+impl Credential {
+    /// The API key this credential is, if it is one: an opaque key, or a
+    /// JWT-shaped bearer when JWTs are not verified (`jwt_enabled` false),
+    /// which is then an opaque key too.
+    pub fn api_key(&self, jwt_enabled: bool) -> Option<&str> {
+        match self {
+            Credential::ApiKey(key) => Some(key.expose()),
+            Credential::Jwt(key) if !jwt_enabled => Some(key.expose()),
+            Credential::Jwt(_) => None,
+        }
+    }
+}
+
 /// Takes the credential out of the request headers.
 ///
 /// Exactly one credential must be sent: one `Authorization: Bearer …`
