@@ -4,9 +4,11 @@
 //! `drill::rollout`'s; this module reads the arguments, runs the command
 //! and writes the report).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -23,8 +25,10 @@ const AFTER_HELP: &str = "\
 For each wave, in the order of --waves: check that every shard is up on \
 every replica and that a baseline of load has no error; drain the wave's \
 shards and wait for their requests in flight to finish; run --deploy with \
-SHUFFLE_SHARD_WAVE (the wave's name) and SHUFFLE_SHARD_SHARDS (its shard \
-ids, comma-separated) in its environment; restore the shards and wait for \
+SHUFFLE_SHARD_WAVE (the wave's name), SHUFFLE_SHARD_SHARDS (its shard \
+ids, comma-separated) and SHUFFLE_SHARD_CELLS (each one's cell, in the same \
+order) in its environment, in a process group of its own (killed whole \
+past --deploy-timeout-seconds); restore the shards and wait for \
 their health checks to pass on every replica; then bake for --bake-seconds \
 under load from every tenant of --tenants-file.
 
@@ -61,7 +65,7 @@ pub struct RolloutArgs {
     /// The waves: one `SHARD_ID WAVE` line per shard, waves in order of first appearance
     #[arg(long, value_name = "PATH")]
     waves: PathBuf,
-    /// The command that deploys one wave (run by `sh -c`, with SHUFFLE_SHARD_WAVE and SHUFFLE_SHARD_SHARDS set)
+    /// The command that deploys one wave (run by `sh -c`, with SHUFFLE_SHARD_WAVE, SHUFFLE_SHARD_SHARDS and SHUFFLE_SHARD_CELLS set)
     #[arg(long, value_name = "COMMAND")]
     deploy: String,
     /// The gateway's data URL; repeat it for each replica of a fleet
@@ -163,8 +167,8 @@ pub fn run(args: RolloutArgs) -> Result<()> {
     let command = args.deploy.clone();
     let deploy_timeout = Duration::from_secs(args.deploy_timeout_seconds);
     let deploy = move |wave: &Wave| {
-        let (command, wave, shards) = (command.clone(), wave.name.clone(), wave.ids());
-        Box::pin(run_deploy(command, wave, shards, deploy_timeout))
+        let (command, wave) = (command.clone(), wave.clone());
+        Box::pin(async move { run_deploy(command, &wave, deploy_timeout).await })
             as std::pin::Pin<Box<dyn Future<Output = Deployed> + Send>>
     };
     let report = runtime
@@ -205,21 +209,35 @@ pub fn run(args: RolloutArgs) -> Result<()> {
     }
 }
 
+/// The last lines of a deploy's output kept for the report, and the most
+/// of one line kept.
+const TAIL_LINES: usize = 5;
+const LINE_BYTES: usize = 500;
+
+/// How long the output is still read after the command exits: a process
+/// it started in the background (the new build itself, say) may hold the
+/// pipes open for ever.
+const OUTPUT_GRACE: Duration = Duration::from_secs(1);
+
 /// Runs the deploy command for one wave: `sh -c COMMAND` with the wave in
-/// its environment, its output echoed to stderr (stdout stays the
-/// report's), killed after `timeout`.
-async fn run_deploy(command: String, wave: String, shards: String, timeout: Duration) -> Deployed {
+/// its environment, in a process group of its own, its output echoed to
+/// stderr line by line as it comes (stdout stays the report's) with the
+/// last lines kept for the report. Past `timeout` the whole group is
+/// killed, so nothing it started goes on deploying after the wave failed.
+async fn run_deploy(command: String, wave: &Wave, timeout: Duration) -> Deployed {
     let child = tokio::process::Command::new("sh")
         .arg("-c")
         .arg(&command)
-        .env("SHUFFLE_SHARD_WAVE", &wave)
-        .env("SHUFFLE_SHARD_SHARDS", &shards)
+        .env("SHUFFLE_SHARD_WAVE", &wave.name)
+        .env("SHUFFLE_SHARD_SHARDS", wave.ids())
+        .env("SHUFFLE_SHARD_CELLS", wave.cells())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn();
-    let child = match child {
+    let mut child = match child {
         Ok(child) => child,
         Err(error) => {
             return Deployed {
@@ -228,47 +246,119 @@ async fn run_deploy(command: String, wave: String, shards: String, timeout: Dura
             };
         }
     };
-    // Dropping the child on a timeout kills it (kill_on_drop).
-    let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-        Ok(Ok(output)) => output,
-        Ok(Err(error)) => {
-            return Deployed {
-                ok: false,
-                detail: format!("waiting for the deploy command: {error}"),
-            };
-        }
-        Err(_) => {
-            return Deployed {
-                ok: false,
-                detail: format!(
-                    "did not finish within {} s and was killed; raise --deploy-timeout-seconds if deploys take longer",
-                    timeout.as_secs()
-                ),
-            };
-        }
-    };
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    for line in text.lines() {
-        say(&format!("  [deploy {wave}] {line}"));
+    let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
+    let mut readers = tokio::task::JoinSet::new();
+    if let Some(stdout) = child.stdout.take() {
+        readers.spawn(echo(stdout, wave.name.clone(), Arc::clone(&tail)));
     }
-    let tail: Vec<&str> = text.lines().rev().take(5).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    if let Some(stderr) = child.stderr.take() {
+        readers.spawn(echo(stderr, wave.name.clone(), Arc::clone(&tail)));
+    }
+    let status = tokio::time::timeout(timeout, child.wait()).await;
+    if status.is_err()
+        && let Some(group) = child.id()
+    {
+        kill_group(group);
+    }
+    // The output the command wrote before it ended, but not what something
+    // it left running writes later.
+    let _ = tokio::time::timeout(OUTPUT_GRACE, async {
+        while readers.join_next().await.is_some() {}
+    })
+    .await;
+    readers.abort_all();
+    let tail: Vec<String> = tail
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect();
     let said = if tail.is_empty() {
         "no output".to_owned()
     } else {
         format!("last output: {}", tail.join(" / "))
     };
-    Deployed {
-        ok: output.status.success(),
-        detail: match output.status.code() {
-            Some(code) => format!("exit status {code}; {said}"),
-            None => format!("killed by a signal; {said}"),
+    match status {
+        Err(_) => Deployed {
+            ok: false,
+            detail: format!(
+                "did not finish within {} s, and its process group was killed; raise --deploy-timeout-seconds if deploys take longer; {said}",
+                timeout.as_secs()
+            ),
+        },
+        Ok(Err(error)) => Deployed {
+            ok: false,
+            detail: format!("waiting for the deploy command: {error}"),
+        },
+        Ok(Ok(status)) => Deployed {
+            ok: status.success(),
+            detail: match status.code() {
+                Some(code) => format!("exit status {code}; {said}"),
+                None => format!("killed by a signal; {said}"),
+            },
         },
     }
+}
+
+/// Echoes `output` to stderr line by line, keeping the last lines (each
+/// cut at [`LINE_BYTES`]) in `tail`; a line without an end is read in
+/// pieces, never whole into memory.
+async fn echo(
+    output: impl tokio::io::AsyncRead + Unpin,
+    wave: String,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
+    let mut reader = tokio::io::BufReader::new(output);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // At most LINE_BYTES of a line, and the rest of it skipped.
+        let read = (&mut reader)
+            .take(LINE_BYTES as u64)
+            .read_until(b'\n', &mut line)
+            .await;
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') && line.len() == LINE_BYTES {
+            let mut skipped = Vec::new();
+            loop {
+                skipped.clear();
+                match (&mut reader)
+                    .take(64 * 1024)
+                    .read_until(b'\n', &mut skipped)
+                    .await
+                {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if skipped.last() == Some(&b'\n') => break,
+                    Ok(_) => {}
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+        say(&format!("  [deploy {wave}] {text}"));
+        let mut tail = tail
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if tail.len() == TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(text);
+    }
+}
+
+/// Kills process group `group` (the deploy command and everything it
+/// started), through kill(1): this crate has no unsafe code to call
+/// killpg with.
+fn kill_group(group: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// The report as text.

@@ -19,15 +19,18 @@ use serde_json::Value;
 
 /// The deploy command of every test: each shard of the wave is stopped
 /// (`killed`), then started on the build named in `build.txt`, through
-/// the control API listed for it in `controls.txt`. Every run is logged
-/// in `deployed.log`.
+/// the control API listed for it in `controls.txt` (with a file
+/// `in-place`, switched to it without a stop, as a blue/green swap
+/// behind one address does). Every run is logged in `deployed.log`.
 const DEPLOY: &str = r#"set -e
 build=$(cat build.txt)
-for id in $(echo "$SHUFFLE_SHARD_SHARDS" | tr , ' '); do
-  control=$(awk -v id="$id" '$1 == id { print $2 }' controls.txt)
-  curl -sf -X PUT --data killed "$control/mode"
-done
-sleep 0.2
+if [ ! -e in-place ]; then
+  for id in $(echo "$SHUFFLE_SHARD_SHARDS" | tr , ' '); do
+    control=$(awk -v id="$id" '$1 == id { print $2 }' controls.txt)
+    curl -sf -X PUT --data killed "$control/mode"
+  done
+  sleep 0.2
+fi
 for id in $(echo "$SHUFFLE_SHARD_SHARDS" | tr , ' '); do
   control=$(awk -v id="$id" '$1 == id { print $2 }' controls.txt)
   curl -sf -X PUT --data "$build" "$control/mode"
@@ -51,6 +54,12 @@ struct Fleet {
 /// through Redis, and `waves.txt` from `plan-waves --waves 4`. `None`
 /// without Redis.
 async fn fleet() -> Option<Fleet> {
+    fleet_syncing_every(100).await
+}
+
+/// As [`fleet`], with the replicas taking each other's marks every
+/// `sync_ms`.
+async fn fleet_syncing_every(sync_ms: u64) -> Option<Fleet> {
     let redis = testkit::redis::Redis::start().await?;
     let dir = tempfile::tempdir().unwrap();
     let mut backends = Vec::new();
@@ -83,12 +92,14 @@ async fn fleet() -> Option<Fleet> {
         tables: vec![
             (
                 "health".to_owned(),
-                "interval_ms = 100\ntimeout_ms = 300\nfall = 2\nrise = 2".to_owned(),
+                // Quick checks, with room for a busy 2-core machine: a
+                // check may take a second, and three must fail in a row.
+                "interval_ms = 100\ntimeout_ms = 1000\nfall = 3\nrise = 2".to_owned(),
             ),
             (
                 "fleet".to_owned(),
                 format!(
-                    "store = \"{}\"\ntimeout_ms = 500\nsync_ms = 100\n",
+                    "store = \"{}\"\ntimeout_ms = 500\nsync_ms = {sync_ms}\n",
                     redis.url()
                 ),
             ),
@@ -229,6 +240,23 @@ impl Fleet {
             report,
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
+    }
+
+    /// A shard of the last wave of `waves.txt`.
+    fn last_wave_shard(&self) -> String {
+        let text = std::fs::read_to_string(self.path("waves.txt")).unwrap();
+        let lines: Vec<(&str, &str)> = text
+            .lines()
+            .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+            .map(|line| line.split_once(' ').unwrap())
+            .collect();
+        let last = lines.iter().map(|(_, wave)| *wave).max().unwrap();
+        lines
+            .iter()
+            .find(|(_, wave)| *wave == last)
+            .unwrap()
+            .0
+            .to_owned()
     }
 
     /// The waves deployed so far, from the deploy command's log.
@@ -475,9 +503,78 @@ async fn a_build_that_never_comes_back_fails_ready_and_is_restored_on_request() 
     assert_eq!(report["stopped"]["left"], "restored");
     assert_eq!(report["waves"][0]["ready_after_s"], Value::Null);
     assert_eq!(fleet.deployed(), ["wave-1"]);
+    // Only the wave's own tenants hurt: none outside it, and no more fully
+    // down than plan-waves predicts for the wave.
+    let wave = &report["waves"][0];
+    let predicted = fleet.predicted()[0].1;
+    assert_eq!(names(&wave["fully_exposed"]).len() as u64, predicted);
+    for phase in [&wave["while_out"], &wave["bake"]["load"]] {
+        for hurt in phase["hurt"].as_array().unwrap() {
+            assert_ne!(hurt["exposure"], "outside", "{hurt}");
+        }
+    }
     // Restored: no longer drained (its health checks hold it out).
     for shard in shards(&fleet.replicas[1]).await {
         assert!(!shard.drained, "{shard:?}");
+    }
+
+    // The build is fixed: the rollout resumes at the wave, which is no
+    // longer drained but still out of rotation (killed), and goes on.
+    fleet.build("healthy");
+    let (code, report, stderr) = fleet.rollout(&["--resume-from", "wave-1"]).await;
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    assert_eq!(statuses(&report), ["done"; 4], "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_swapped_in_place_is_judged_only_once_every_replica_took_the_wave_back() {
+    // Marks reach the other replica only every second: a rollout that
+    // trusted the first replica's restore, or a check that passed before
+    // the deploy, would bake while the second still held the wave drained
+    // (its fully exposed tenants fully down) and fail a good build.
+    let Some(fleet) = fleet_syncing_every(1000).await else {
+        return;
+    };
+    std::fs::write(fleet.path("in-place"), "").unwrap();
+    fleet.build("healthy");
+    let (code, report, stderr) = fleet.rollout(&[]).await;
+    assert_eq!(code, Some(0), "{stderr}\n{report:#}");
+    assert_eq!(statuses(&report), ["done"; 4], "{report:#}");
+    for wave in report["waves"].as_array().unwrap() {
+        assert_eq!(
+            wave["bake"]["observed"]["shard_trouble"],
+            serde_json::json!([])
+        );
+        assert_eq!(wave["bake"]["observed"]["most_fully_down"], 0, "{wave:#}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_already_out_stops_the_rollout_before_it_touches_anything() {
+    let Some(fleet) = fleet().await else { return };
+    fleet.build("healthy");
+    // An operator failed a shard of the last wave.
+    let last = fleet.last_wave_shard();
+    let admin = drill::AdminClient::new(
+        &format!("http://{}", fleet.replicas[0].admin_addr)
+            .parse()
+            .unwrap(),
+        TOKEN,
+    );
+    admin.fail(&last).await.unwrap();
+    let (code, report, stderr) = fleet.rollout(&[]).await;
+    assert_eq!(code, Some(1), "{stderr}\n{report:#}");
+    assert_eq!(
+        names(&report["stopped"]["gates"]),
+        ["preconditions"],
+        "{report:#}"
+    );
+    assert_eq!(report["stopped"]["left"], "untouched", "{report:#}");
+    assert!(fleet.deployed().is_empty());
+    // Nothing was drained, and the operator's mark is still there.
+    for shard in shards(&fleet.replicas[0]).await {
+        assert!(!shard.drained, "{shard:?}");
+        assert_eq!(shard.health == "failed", shard.id == last, "{shard:?}");
     }
 }
 
@@ -494,6 +591,7 @@ async fn a_failing_deploy_command_stops_the_rollout_naming_its_output() {
     let env = std::fs::read_to_string(fleet.path("env.txt")).unwrap();
     assert!(env.contains("SHUFFLE_SHARD_WAVE=wave-1"), "{env}");
     assert!(env.contains("SHUFFLE_SHARD_SHARDS="), "{env}");
+    assert!(env.contains("SHUFFLE_SHARD_CELLS=default,default"), "{env}");
     assert!(
         !env.contains(TOKEN),
         "the admin token reached the deploy command"
@@ -506,6 +604,39 @@ async fn a_failing_deploy_command_stops_the_rollout_naming_its_output() {
         "{why}"
     );
     assert_eq!(report["stopped"]["left"], "drained");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_that_hangs_is_killed_with_everything_it_started() {
+    let Some(fleet) = fleet().await else { return };
+    // A background process that holds the output open, and a wait that
+    // outlasts the timeout.
+    let (code, report, stderr) = fleet
+        .rollout(&[
+            "--deploy",
+            "sleep 300 & echo $! > background.pid; echo deploying; sleep 300",
+            "--deploy-timeout-seconds",
+            "1",
+        ])
+        .await;
+    assert_eq!(code, Some(1), "{stderr}\n{report:#}");
+    assert_eq!(names(&report["stopped"]["gates"]), ["deploy"], "{report:#}");
+    let why = report["waves"][0]["failed"][0]["why"].as_str().unwrap();
+    assert!(
+        why.contains("did not finish within 1 s") && why.contains("deploying"),
+        "{why}"
+    );
+    assert!(stderr.contains("[deploy wave-1] deploying"), "{stderr}");
+    // Killed: gone, or a zombie its new parent has not reaped yet.
+    let pid = std::fs::read_to_string(fleet.path("background.pid")).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    assert!(
+        matches!(state, None | Some('Z' | 'X')),
+        "the deploy's background process outlived the rollout: {stat}"
+    );
 }
 
 /// The binary's one-line error and exit status 2 for `args` after

@@ -40,6 +40,9 @@ pub struct ShardState {
     /// The last active check's result (`pass` or `fail`); `None` before
     /// the first, or from a gateway that does not report it.
     pub last_check: Option<String>,
+    /// How long ago the last active check completed, in milliseconds
+    /// (`None` before the first, or from a gateway that does not say).
+    pub last_check_age_ms: Option<u64>,
     /// Requests in flight to it from this replica now.
     pub in_flight: u64,
     /// Whether outlier detection has it ejected now.
@@ -172,34 +175,7 @@ impl AdminClient {
         &self,
     ) -> Result<std::collections::BTreeMap<String, f64>, DrillError> {
         let text = self.metrics().await?;
-        let mut failed = std::collections::BTreeMap::new();
-        for line in text.lines() {
-            let Some(labels) = line.strip_prefix("shuffle_attempts_total{") else {
-                continue;
-            };
-            let Some((labels, value)) = labels.rsplit_once("} ") else {
-                continue;
-            };
-            let label = |name: &str| {
-                labels.split(',').find_map(|pair| {
-                    let (key, value) = pair.split_once('=')?;
-                    (key.trim() == name).then(|| value.trim().trim_matches('"').to_owned())
-                })
-            };
-            let (Some(cell), Some(shard), Some(outcome)) =
-                (label("cell"), label("shard"), label("outcome"))
-            else {
-                continue;
-            };
-            if outcome == "ok" {
-                continue;
-            }
-            let Ok(value) = value.trim().parse::<f64>() else {
-                continue;
-            };
-            *failed.entry(format!("{cell}/{shard}")).or_insert(0.0) += value;
-        }
-        Ok(failed)
+        Ok(failed_attempts(&text))
     }
 
     /// The text of `/metrics`.
@@ -224,6 +200,7 @@ impl AdminClient {
                 health: shard["health"].as_str().unwrap_or("").to_owned(),
                 active: shard["active"].as_str().map(str::to_owned),
                 last_check: shard["last_check"].as_str().map(str::to_owned),
+                last_check_age_ms: shard["last_check_age_ms"].as_u64(),
                 in_flight: shard["in_flight"].as_u64().unwrap_or(0),
                 ejected: shard["ejected"].as_bool() == Some(true),
                 drained: shard["drained"].as_bool() == Some(true),
@@ -309,4 +286,88 @@ fn path_segment(text: &str) -> String {
         }
     }
     encoded
+}
+
+/// The sum of `shuffle_attempts_total` with an outcome other than `ok`, per
+/// shard (`cell/id`), from a Prometheus text exposition.
+pub(crate) fn failed_attempts(text: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut failed = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("shuffle_attempts_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = labels_and_value(rest) else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.as_str())
+        };
+        let (Some(cell), Some(shard), Some(outcome)) =
+            (label("cell"), label("shard"), label("outcome"))
+        else {
+            continue;
+        };
+        if outcome == "ok" {
+            continue;
+        }
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        *failed.entry(format!("{cell}/{shard}")).or_insert(0.0) += value;
+    }
+    failed
+}
+
+/// The labels of a sample line after its `{` (names and unescaped values)
+/// and what follows the closing `}`: label values are quoted, with `\`,
+/// `\"` and `\n` escaped, so that a `,`, `}` or `"` in a shard id is part
+/// of its value and never ends it.
+fn labels_and_value(mut rest: &str) -> Option<(Vec<(String, String)>, &str)> {
+    let mut labels = Vec::new();
+    loop {
+        rest = rest.trim_start_matches([',', ' ']);
+        if let Some(after) = rest.strip_prefix('}') {
+            return Some((labels, after));
+        }
+        let (name, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (at, '"') => break at,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    other => value.push(other),
+                },
+                (_, other) => value.push(other),
+            }
+        };
+        labels.push((name.trim().to_owned(), value));
+        rest = &after[end + 1..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_attempts_read_escaped_label_values_whole() {
+        let text = r#"# TYPE shuffle_attempts counter
+shuffle_attempts_total{cell="c",shard="s1",outcome="ok"} 10
+shuffle_attempts_total{cell="c",shard="s1",outcome="status"} 3
+shuffle_attempts_total{outcome="reset",shard="s1",cell="c"} 2
+shuffle_attempts_total{cell="c",shard="a,b",outcome="connect"} 4
+shuffle_attempts_total{cell="c",shard="q\"x\\y}",outcome="timeout"} 5
+shuffle_attempts_created{cell="c",shard="s1",outcome="status"} 1700000000
+"#;
+        let failed = failed_attempts(text);
+        assert_eq!(failed.get("c/s1"), Some(&5.0));
+        assert_eq!(failed.get("c/a,b"), Some(&4.0));
+        assert_eq!(failed.get("c/q\"x\\y}"), Some(&5.0));
+        assert_eq!(failed.len(), 3, "{failed:?}");
+    }
 }

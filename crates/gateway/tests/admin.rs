@@ -227,6 +227,7 @@ async fn every_route_needs_the_right_token() {
                 "health",
                 "active",
                 "last_check",
+                "last_check_age_ms",
                 "ejected",
                 "ejections",
                 "failed",
@@ -259,6 +260,12 @@ async fn every_route_needs_the_right_token() {
         );
         assert!(
             shard["last_check"].is_null() || shard["last_check"] == "pass",
+            "{shard}"
+        );
+        // Its age comes with the result, or neither does.
+        assert_eq!(
+            shard["last_check"].is_null(),
+            shard["last_check_age_ms"].is_null(),
             "{shard}"
         );
         assert_eq!(shard["ejected"], false);

@@ -110,8 +110,8 @@ impl TenantLoad {
 /// What the bake saw.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Bake {
-    /// The most tenants any replica's live blast radius had degraded at
-    /// one poll (over every cell).
+    /// The most tenants any replica's live blast radius had degraded (a
+    /// member out, not all) at one poll (over every cell).
     pub most_degraded: u64,
     /// The most it had fully down at one poll.
     pub most_fully_down: u64,

@@ -38,7 +38,9 @@ use crate::run::seconds;
 use crate::session::{Session, ShardRef};
 use gates::{Bake, Exposure, Failed, Gate, Limits, TenantLoad, exposure_of};
 pub use report::{BakeReport, Deployed, PhaseLoad, RolloutReport, Stopped, WaveReport, WaveStatus};
-use watch::{POLL, Ready, all_up_and_clean, failed_attempts, wait_idle, watch_bake, watch_ready};
+use watch::{
+    Ready, all_up_and_clean, await_drained, failed_attempts, wait_idle, watch_bake, watch_ready,
+};
 pub use waves::Wave;
 
 /// Deploys the new build to one wave's shards, which are drained and idle
@@ -145,12 +147,20 @@ pub async fn run(
                 ))
             })?;
         if done.failed.is_empty() {
-            done.left = Some("in rotation");
+            done.left = Some("in rotation".to_owned());
             say(&format!("Wave {} done.", wave.name));
         } else {
             done.status = WaveStatus::Failed;
-            let left = leave(session, plan, wave).await?;
-            done.left = Some(left);
+            // A wave stopped before its drain (its preconditions) was never
+            // touched: draining or restoring it now would move shards the
+            // rollout has no business with (and a restore would clear an
+            // operator's own marks).
+            let left = if done.drained_by_rollout {
+                leave(session, plan, wave).await?
+            } else {
+                "untouched".to_owned()
+            };
+            done.left = Some(left.clone());
             // Hurt by the new build (or the rollout), not by the wave being
             // out: the fully exposed tenants' errors while it was out are
             // the price placement predicts for any deploy of this wave.
@@ -189,42 +199,25 @@ pub async fn run(
     Ok(report)
 }
 
-/// Leaves a failed wave as `plan.on_failure` says, on every replica.
-async fn leave(
-    session: &Session,
-    plan: &RolloutPlan,
-    wave: &Wave,
-) -> Result<&'static str, DrillError> {
+/// Leaves a failed wave as `plan.on_failure` says, on every replica: how
+/// it was left. A replica that does not take the mark within the timeout
+/// is said so in the answer (the report still comes out, exit 1).
+async fn leave(session: &Session, plan: &RolloutPlan, wave: &Wave) -> Result<String, DrillError> {
     let drain = plan.on_failure == OnFailure::Drain;
     for (cell, id) in &wave.shards {
         session.admin().set_drained(cell, id, drain).await?;
     }
-    // The mark reaches the other replicas through the fleet store: the
-    // rollout ends only once every replica has it, so that the report
-    // says what is true everywhere.
-    let deadline = tokio::time::Instant::now() + plan.timeout;
-    loop {
-        let mut agreed = true;
-        for admin in session.admins() {
-            agreed &= admin
-                .shards()
-                .await?
-                .iter()
-                .filter(|shard| wave.has(&shard.cell, &shard.id))
-                .all(|shard| shard.drained == drain);
-        }
-        if agreed {
-            return Ok(if drain { "drained" } else { "restored" });
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(DrillError::Gateway(format!(
-                "the wave's gate failed, and not every replica had its shards {} within {} s; check [fleet] on every replica (GET /admin/fleet)",
-                if drain { "drained" } else { "restored" },
-                plan.timeout.as_secs()
-            )));
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    let word = if drain { "drained" } else { "restored" };
+    let behind = await_drained(session, wave, drain, plan.timeout).await?;
+    Ok(if behind.is_empty() {
+        word.to_owned()
+    } else {
+        format!(
+            "{word} through the first replica, but not yet on every replica after {} s ({}); check [fleet] on every replica (GET /admin/fleet)",
+            plan.timeout.as_secs(),
+            behind.join(", ")
+        )
+    })
 }
 
 /// One wave, from its preconditions to the end of its bake; a failed gate
@@ -286,17 +279,18 @@ async fn roll_wave(
     // count, and so do the errors of every tenant but the fully exposed
     // (down until their members are ready, as while out).
     let before = failed_attempts(session).await?;
+    let deployed_at = tokio::time::Instant::now();
     for (cell, id) in &wave.shards {
         session.admin().set_drained(cell, id, false).await?;
     }
     say(&format!(
-        "{} restored; waiting for their checks to pass.",
+        "{} restored; waiting for every replica to take them back and for their checks to pass.",
         wave.names().join(", ")
     ));
     let mut trouble = BTreeSet::new();
     let stop = Arc::new(AtomicBool::new(false));
     let watch = async {
-        let ready = watch_ready(session, wave, plan.timeout, &mut trouble).await;
+        let ready = watch_ready(session, wave, plan.timeout, deployed_at, &mut trouble).await;
         stop.store(true, Ordering::Relaxed);
         ready
     };
@@ -372,18 +366,17 @@ async fn out_steps(
 ) -> Result<(), DrillError> {
     let timeout = plan.timeout.as_secs();
     let started = tokio::time::Instant::now();
+    report.drained_by_rollout = true;
     for (cell, id) in &wave.shards {
         session.admin().set_drained(cell, id, true).await?;
     }
-    if !session
-        .await_everywhere(&wave.shards, &[], plan.timeout)
-        .await?
-    {
+    let behind = await_drained(session, wave, true, plan.timeout).await?;
+    if !behind.is_empty() {
         report.failed.push(Failed {
             gate: Gate::Drain,
             why: format!(
-                "not every replica reported {} drained within {timeout} s; check [fleet] on every replica (GET /admin/fleet)",
-                wave.names().join(", ")
+                "not every replica had the wave drained within {timeout} s ({}); check [fleet] on every replica (GET /admin/fleet)",
+                behind.join(", ")
             ),
         });
         return Ok(());

@@ -89,8 +89,12 @@ pub struct WaveReport {
     pub bake: Option<BakeReport>,
     /// The gates that failed (empty when it passed).
     pub failed: Vec<Failed>,
-    /// How its shards were left: `in rotation`, `drained`, `restored`.
-    pub left: Option<&'static str>,
+    /// Whether the rollout drained it (a wave stopped by its
+    /// preconditions was not).
+    pub drained_by_rollout: bool,
+    /// How its shards were left: `in rotation`, `drained`, `restored`,
+    /// `untouched` (or a replica that did not take the mark, in words).
+    pub left: Option<String>,
 }
 
 impl WaveReport {
@@ -122,6 +126,7 @@ impl WaveReport {
             while_out: None,
             bake: None,
             failed: Vec::new(),
+            drained_by_rollout: false,
             left: None,
         }
     }
@@ -140,7 +145,7 @@ pub struct Stopped {
     /// being fully exposed.
     pub tenants_hurt: Vec<String>,
     /// How its shards were left.
-    pub left: &'static str,
+    pub left: String,
     /// How to continue once the build is fixed.
     pub resume: String,
 }

@@ -143,20 +143,27 @@ pub(super) enum Ready {
     Never(Vec<String>),
 }
 
-/// Watches every replica from the restore until the wave's shards pass
-/// their health checks everywhere, or the timeout passes. A shard of the
-/// wave ejected meanwhile goes into `trouble`: the new build failed
-/// requests before it was even ready.
+/// Watches every replica from the restore until the wave's shards are
+/// back in rotation with a health check passed since `deployed_at`, on
+/// every replica, or the timeout passes. A check that passed before the
+/// deploy says nothing of the new build; a replica that still has the
+/// shard drained (the restore not yet reached it through the fleet store)
+/// is not ready either. A shard of the wave ejected meanwhile goes into
+/// `trouble`: the new build failed requests before it was even ready.
 pub(super) async fn watch_ready(
     session: &Session,
     wave: &Wave,
     timeout: Duration,
+    deployed_at: tokio::time::Instant,
     trouble: &mut BTreeSet<String>,
 ) -> Result<Ready, DrillError> {
     let started = tokio::time::Instant::now();
     loop {
         let mut unready = Vec::new();
         for admin in session.admins() {
+            // Read before the answer: a check younger than this much ran
+            // after the deploy ended.
+            let since_deploy = deployed_at.elapsed();
             for shard in admin.shards().await? {
                 if !wave.has(&shard.cell, &shard.id) {
                     continue;
@@ -165,12 +172,17 @@ pub(super) async fn watch_ready(
                 if shard.ejected {
                     trouble.insert(format!("{name} ejected on {}", admin.base()));
                 }
-                if !checks_pass(&shard) {
+                let checked_since = shard
+                    .last_check_age_ms
+                    .is_none_or(|age| u128::from(age) < since_deploy.as_millis());
+                if shard.drained || !checks_pass(&shard) || !checked_since {
                     unready.push(format!(
                         "{name} {}{} on {}",
                         shard.health,
                         if shard.last_check.as_deref() == Some("fail") {
                             ", last check failed"
+                        } else if !checked_since {
+                            ", not checked since the deploy"
                         } else {
                             ""
                         },
@@ -184,6 +196,32 @@ pub(super) async fn watch_ready(
         }
         if started.elapsed() >= timeout {
             return Ok(Ready::Never(unready));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until every replica has the wave's shards drained (`drained`
+/// true) or not: the replicas still behind at the timeout (`cell/id on
+/// URL`).
+pub(super) async fn await_drained(
+    session: &Session,
+    wave: &Wave,
+    drained: bool,
+    timeout: Duration,
+) -> Result<Vec<String>, DrillError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let mut behind = Vec::new();
+        for admin in session.admins() {
+            for shard in admin.shards().await? {
+                if wave.has(&shard.cell, &shard.id) && shard.drained != drained {
+                    behind.push(format!("{}/{} on {}", shard.cell, shard.id, admin.base()));
+                }
+            }
+        }
+        if behind.is_empty() || tokio::time::Instant::now() >= deadline {
+            return Ok(behind);
         }
         tokio::time::sleep(POLL).await;
     }
@@ -217,7 +255,10 @@ pub(super) async fn watch_bake(
                 if !session.cells().contains_key(&cell.cell) {
                     continue;
                 }
-                degraded += cell.degraded;
+                // The live blast radius counts a fully-down tenant as
+                // degraded too (a member out); the gates count it once,
+                // as fully down, as the load's measure does.
+                degraded += cell.degraded.saturating_sub(cell.fully_down);
                 fully_down += cell.fully_down;
                 observed
                     .fully_down_seen

@@ -34,6 +34,16 @@ impl Wave {
             .join(",")
     }
 
+    /// Each shard's cell, comma-separated in the order of [`Wave::ids`]:
+    /// `SHUFFLE_SHARD_CELLS`, for gateways whose cells reuse ids.
+    pub fn cells(&self) -> String {
+        self.shards
+            .iter()
+            .map(|(cell, _)| cell.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The shards as `cell/id`, for people.
     pub fn names(&self) -> Vec<String> {
         self.shards
@@ -68,6 +78,15 @@ pub fn parse(text: &str, cells: &BTreeMap<String, Vec<String>>) -> Result<Vec<Wa
             ));
         };
         let shard = resolve(shard, cells).map_err(|what| bad(number, what))?;
+        if shard.0.contains(',') || shard.1.contains(',') {
+            return Err(bad(
+                number,
+                format!(
+                    "shard {}/{} has a `,` in its name, which the deploy command could not tell from the separator of SHUFFLE_SHARD_SHARDS; rename it",
+                    shard.0, shard.1
+                ),
+            ));
+        }
         if let Some(first) = placed.get(&shard) {
             return Err(bad(
                 number,

@@ -242,6 +242,11 @@ impl HealthState {
         self.last_passed
     }
 
+    /// When the last active check completed (`None` before the first).
+    pub fn last_check_at(&self) -> Option<Instant> {
+        self.last_check
+    }
+
     /// Whether the shard is ejected at `now`.
     pub fn is_ejected(&self, now: Instant) -> bool {
         self.ejected_until.is_some_and(|until| now < until)

@@ -302,6 +302,10 @@ struct ShardView {
     active: &'static str,
     /// The last check's result (`pass`, `fail`), `None` before the first.
     last_check: Option<&'static str>,
+    /// How long ago the last check completed, in milliseconds: a rollout
+    /// tells a pass from after its deploy from one before it without
+    /// comparing clocks.
+    last_check_age_ms: Option<u64>,
     ejected: bool,
     ejections: u32,
     failed: bool,
@@ -355,6 +359,9 @@ fn shard_view(gateway: &Gateway, snapshot: &Snapshot, shard: &ShardRuntime) -> S
         last_check: health
             .last_check_passed()
             .map(|passed| if passed { "pass" } else { "fail" }),
+        last_check_age_ms: health.last_check_at().map(|at| {
+            u64::try_from(now.saturating_duration_since(at).as_millis()).unwrap_or(u64::MAX)
+        }),
         ejected: health.is_ejected(now),
         ejections: health.ejections(),
         failed: health.failed,
