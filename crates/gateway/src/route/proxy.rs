@@ -690,12 +690,11 @@ fn tenant<'s>(
             &snapshot.tenants,
         );
     }
-    let credential = credential::extract(fields, snapshot.authenticator.jwt_enabled())?;
+    let jwt_enabled = snapshot.authenticator.jwt_enabled();
+    let credential = credential::present(fields, jwt_enabled)?;
     // An API key this connection already authenticated in this snapshot
     // names the same tenant: no second SHA-256 ([`KeyMemo`]).
-    let key = credential
-        .api_key(snapshot.authenticator.jwt_enabled())
-        .map(str::as_bytes);
+    let key = credential.api_key(jwt_enabled).map(str::as_bytes);
     if let Some(key) = key
         && let Some(slot) = peer.keys.recall(snapshot, key)
         && let Some(tenant) = snapshot.tenants.at(slot)
@@ -704,7 +703,7 @@ fn tenant<'s>(
     }
     let tenant = snapshot
         .authenticator
-        .authenticate(&credential, &snapshot.tenants)?;
+        .authenticate_presented(credential, &snapshot.tenants)?;
     if let Some(key) = key {
         peer.keys.remember(snapshot, key, tenant.slot());
     }

@@ -22,7 +22,7 @@ use crate::syntax::fields::Fields;
 use crate::tenants::{Tenant, Tenants};
 use crate::trust::client_cert::CertificateTenant;
 pub use crate::trust::credential::AuthError;
-use crate::trust::credential::{self, Credential};
+use crate::trust::credential::{self, Credential, Presented};
 
 /// The shortest HS256 secret accepted: the hash's own size (RFC 7518 §3.2
 /// requires a key at least as long as the HMAC output).
@@ -173,13 +173,20 @@ impl Authenticator {
         credential: &Credential,
         tenants: &'t Tenants,
     ) -> Result<Tenant<'t>, AuthError> {
+        self.authenticate_presented(credential.presented(), tenants)
+    }
+
+    /// The tenant a borrowed credential belongs to.
+    pub fn authenticate_presented<'t>(
+        &self,
+        credential: Presented<'_>,
+        tenants: &'t Tenants,
+    ) -> Result<Tenant<'t>, AuthError> {
         match (credential, &self.jwt) {
-            (Credential::Jwt(token), Some(jwt)) => jwt.verify(token.expose(), tenants),
+            (Presented::Jwt(token), Some(jwt)) => jwt.verify(token, tenants),
             // Without JWT configuration a JWT-shaped bearer is just an
             // opaque key, as `extract` would have classified it.
-            (Credential::Jwt(key), None) | (Credential::ApiKey(key), _) => {
-                by_api_key(key.expose(), tenants)
-            }
+            (Presented::Jwt(key), None) | (Presented::ApiKey(key), _) => by_api_key(key, tenants),
         }
     }
 }

@@ -162,14 +162,43 @@ pub enum Credential {
 }
 
 impl Credential {
+    /// The credential, borrowed.
+    pub fn presented(&self) -> Presented<'_> {
+        match self {
+            Credential::ApiKey(key) => Presented::ApiKey(key.expose()),
+            Credential::Jwt(token) => Presented::Jwt(token.expose()),
+        }
+    }
+}
+
+/// A credential as presented, borrowed from the request's fields: what the
+/// request path reads, with no copy of the secret per request. It has no
+/// `Debug`, so it cannot be formatted into a log.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Presented<'a> {
+    /// An opaque API key.
+    ApiKey(&'a str),
+    /// A JSON Web Token.
+    Jwt(&'a str),
+}
+
+impl<'a> Presented<'a> {
     /// The API key this credential is, if it is one: an opaque key, or a
     /// JWT-shaped bearer when JWTs are not verified (`jwt_enabled` false),
     /// which is then an opaque key too.
-    pub fn api_key(&self, jwt_enabled: bool) -> Option<&str> {
+    pub fn api_key(self, jwt_enabled: bool) -> Option<&'a str> {
         match self {
-            Credential::ApiKey(key) => Some(key.expose()),
-            Credential::Jwt(key) if !jwt_enabled => Some(key.expose()),
-            Credential::Jwt(_) => None,
+            Presented::ApiKey(key) => Some(key),
+            Presented::Jwt(key) if !jwt_enabled => Some(key),
+            Presented::Jwt(_) => None,
+        }
+    }
+
+    /// An owned copy.
+    pub fn to_credential(self) -> Credential {
+        match self {
+            Presented::ApiKey(key) => Credential::ApiKey(Secret::new(key)),
+            Presented::Jwt(token) => Credential::Jwt(Secret::new(token)),
         }
     }
 }
@@ -186,6 +215,11 @@ impl Credential {
 /// `jwt_enabled`, and an API key otherwise; `x-api-key` is always an API key
 /// (so an API key that happens to look like a JWT can still be sent there).
 pub fn extract(fields: &Fields, jwt_enabled: bool) -> Result<Credential, AuthError> {
+    present(fields, jwt_enabled).map(Presented::to_credential)
+}
+
+/// [`extract`], borrowing the credential from `fields`.
+pub fn present(fields: &Fields, jwt_enabled: bool) -> Result<Presented<'_>, AuthError> {
     // One pass over the few fields a request has; names in any case.
     let (mut authorization, mut api_key) = (None, None);
     for (name, value) in fields.iter() {
@@ -207,9 +241,9 @@ pub fn extract(fields: &Fields, jwt_enabled: bool) -> Result<Credential, AuthErr
         (Some(value), None) => {
             let token = bearer_token(value)?;
             if jwt_enabled && looks_like_jwt(token) {
-                Ok(Credential::Jwt(Secret::new(token)))
+                Ok(Presented::Jwt(token))
             } else {
-                Ok(Credential::ApiKey(Secret::new(token)))
+                Ok(Presented::ApiKey(token))
             }
         }
         (None, Some(value)) => {
@@ -219,7 +253,7 @@ pub fn extract(fields: &Fields, jwt_enabled: bool) -> Result<Credential, AuthErr
             }
             let key = visible_ascii(key)
                 .ok_or_else(|| malformed("the x-api-key header must be visible ASCII"))?;
-            Ok(Credential::ApiKey(Secret::new(key)))
+            Ok(Presented::ApiKey(key))
         }
     }
 }
