@@ -221,12 +221,29 @@ async fn poison_fleet(after: u32) -> Fixture {
 }
 
 /// [`poison_fleet`] with shards down for `down` once crashed.
+///
+/// Only the poison may fail the other tenants here, not the clock: the
+/// fixture's quick timings (checks 100 ms apart with a 100 ms timeout,
+/// results stale after 400 ms, 300 ms per try) take a tenant's healthy
+/// members out of rotation whenever the test process is starved for a
+/// few hundred milliseconds (a loaded CI box, or SIGSTOP): every member
+/// stale gave "no healthy shard" (503), a per-try timeout on a healthy
+/// member with the others stale gave 504, to tenants sharing nothing with
+/// what the poison crashed. The gateway promises no service on stale
+/// results (docs/gateway.md, `health.staleness_ms`), so the checks here
+/// go stale only after 10 s and time out after 1 s, and a try after 1 s.
+/// A crashed shard still leaves rotation at once: its connections are
+/// refused, and its checks fail as fast (`health.fall` = 2).
 async fn poison_fleet_down(after: u32, down: Duration) -> Fixture {
     let fixture = Fixture::start(Options {
         shards: 12,
         tenants: 60,
         k: 4,
-        routing: format!("poison_after = {after}\nquarantine_seconds = 600\n"),
+        routing: format!(
+            "poison_after = {after}\nquarantine_seconds = 600\n\
+             per_try_timeout_ms = 1000\nrequest_timeout_ms = 3000\n"
+        ),
+        health: "timeout_ms = 1000\nstaleness_ms = 10000\n".into(),
         admin_token: Some(TOKEN.into()),
         ..Options::default()
     })
