@@ -606,10 +606,14 @@ async fn a_shard_broken_through_its_control_api_is_routed_around_and_healed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_costs_no_tenant_with_two_members_an_error() {
     // Quick checks with the product's rise and fall, and the product's
-    // ejections (10 s base, longer than each restart takes).
+    // ejections (10 s base, longer than each restart takes). Results go
+    // stale only after 5 s: with the default (3 × interval + timeout,
+    // 500 ms here) a test process starved for half a second on a busy
+    // machine had every shard stale at once, and the requests in flight
+    // then 503s (seen once in CI).
     let setup = setup_with(
         "",
-        "interval_ms = 100\ntimeout_ms = 200\nfall = 2\nrise = 2",
+        "interval_ms = 100\ntimeout_ms = 200\nfall = 2\nrise = 2\nstaleness_ms = 5000",
     )
     .await;
     let shards: Vec<String> = setup

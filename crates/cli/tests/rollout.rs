@@ -93,8 +93,11 @@ async fn fleet_syncing_every(sync_ms: u64) -> Option<Fleet> {
             (
                 "health".to_owned(),
                 // Quick checks, with room for a busy 2-core machine: a
-                // check may take a second, and three must fail in a row.
-                "interval_ms = 100\ntimeout_ms = 1000\nfall = 3\nrise = 2".to_owned(),
+                // check may take a second, three must fail in a row, and a
+                // result goes stale only after 5 s (a starved test
+                // process would otherwise stale every shard at once).
+                "interval_ms = 100\ntimeout_ms = 1000\nfall = 3\nrise = 2\nstaleness_ms = 5000"
+                    .to_owned(),
             ),
             (
                 "fleet".to_owned(),
