@@ -666,6 +666,33 @@ async fn half_a_head_is_closed_after_the_header_read_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_quiet_for_a_second_parks_serves_its_next_request_and_keeps_its_deadline() {
+    // Longer than the gateway's one second of quiet before it parks an
+    // idle connection (giving back its buffers and its request future's
+    // room), so that each wait below parks first.
+    const TIMEOUT: Duration = Duration::from_millis(3000);
+    let fixture = one_backend(&limits("header_read_timeout_ms = 3000")).await;
+    let key = fixture.api_key("tenant-0").to_owned();
+    let mut client = Client::open(fixture.running.addr).await;
+    client.send(&get("/first", &key)).await;
+    assert_eq!(client.response(false).await.status, 200);
+
+    // Parked, then woken by the next request: served as any other.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sent = Instant::now();
+    client.send(&get("/after-parking", &key)).await;
+    let response = client.response(false).await;
+    assert_eq!(response.status, 200, "{}", response.head);
+    assert_eq!(served_path(&response), "/after-parking");
+
+    // Parked again, and woken by half a head: the head is still due by
+    // the deadline its wait began with, not a fresh one from the wake-up.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let half = format!("GET /stalled HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {key}\r\n");
+    assert_half_head_closed(&mut client, half.as_bytes(), sent, TIMEOUT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_hangs_up_cancels_its_request_at_once() {
     // A shard that takes every request and never answers: only the client
     // hanging up can end the request before the long per-try timeout.

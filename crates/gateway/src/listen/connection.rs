@@ -67,16 +67,23 @@ const FLUSH_AT: usize = 64 * 1024;
 /// hyper refuses read buffers smaller than this.
 const MIN_HYPER_BUFFER: usize = 8192;
 
+/// A connection quiet for this long parks: it gives back its buffers and
+/// the room its requests' futures take, and waits for its next request
+/// holding little more than its socket.
+const PARK_AFTER: Duration = Duration::from_secs(1);
+
 /// Serves one client connection until it closes, the client goes away, or
 /// the gateway shuts down (an idle connection closes at once; one serving a
 /// request finishes it and says `connection: close`).
 ///
-/// What an idle keep-alive connection holds is kept small, as nginx and
-/// HAProxy keep theirs: this future (the task) holds the socket, the
-/// timer and the peer; the request path's future and the response are
-/// boxed for the length of one request ([`serve_one`]), and the read and
-/// write buffers go back to the worker's pool ([`pool`]) while the
-/// connection waits for its next request.
+/// A connection that is busy is served by [`serve_active`], boxed once per
+/// stretch of activity: its future holds the request path's (kilobytes),
+/// built in place for each request with no copy. One quiet for
+/// [`PARK_AFTER`] parks here, as nginx and HAProxy keep an idle keep-alive
+/// connection: this future is small, and while parked the connection
+/// holds no buffer and no room for a request's future; the next request
+/// boxes the active loop again (a copy of its future, once per wake-up
+/// rather than once per request).
 pub async fn serve(
     gateway: Arc<Gateway>,
     stream: TcpStream,
@@ -84,195 +91,130 @@ pub async fn serve(
     shutdown: ShutdownWatch,
     slot: OwnedSemaphorePermit,
 ) {
-    let limits = Arc::clone(&gateway.snapshot().config);
-    let peer = Peer::new(peer);
-    let mut io = client_io(&gateway, stream, slot);
-    let mut buffers = Buffers::default();
-    let mut head_timer = Deadline::default();
+    let mut connection = Connection {
+        config: Arc::clone(&gateway.snapshot().config),
+        peer: Peer::new(peer),
+        io: client_io(&gateway, stream, slot),
+        buffers: Buffers::default(),
+        timer: Deadline::default(),
+        head_deadline: None,
+    };
     loop {
-        let read = read_request(
-            &mut io,
-            &mut buffers,
-            &limits.limits,
-            &mut head_timer,
-            &shutdown,
-        );
-        let simple = match read.await {
+        let active = Box::pin(serve_active(&gateway, &mut connection, &shutdown));
+        match active.await {
+            Phase::Closed => return,
+            Phase::HandOff(deadline) => {
+                let Connection {
+                    io, buffers, peer, ..
+                } = connection;
+                // Boxed: hyper's connection is several kilobytes, and this
+                // future would hold room for it all its life.
+                let handed = hand_off(gateway, io, buffers.read, peer, shutdown, deadline);
+                return Box::pin(handed).await;
+            }
+            Phase::Parked(deadline) => {
+                connection.buffers = Buffers::default();
+                tokio::select! {
+                    biased;
+                    ready = connection.io.tcp().readable() => if ready.is_err() {
+                        return;
+                    },
+                    () = connection.timer.until(deadline) => return,
+                    () = shutdown.stopping() => return,
+                }
+                // The head that wakes it is still due by the deadline the
+                // wait began with.
+                connection.head_deadline = Some(deadline);
+            }
+        }
+    }
+}
+
+/// What a connection keeps for its whole life.
+struct Connection {
+    /// The configuration it was accepted under (its limits).
+    config: Arc<crate::config::GatewayConfig>,
+    peer: Peer,
+    io: Lingering,
+    buffers: Buffers,
+    /// The one timer of the header-read deadline and of parking.
+    timer: Deadline,
+    /// The deadline of the head being waited for, when the wait began
+    /// before the connection parked.
+    head_deadline: Option<Instant>,
+}
+
+/// How a stretch of activity ended.
+enum Phase {
+    /// Quiet for [`PARK_AFTER`]: park until the next request's head must
+    /// have come by the deadline.
+    Parked(Instant),
+    /// To hyper, with the header-read deadline.
+    HandOff(Instant),
+    Closed,
+}
+
+/// Serves requests until the connection closes, goes to hyper, or is
+/// quiet for [`PARK_AFTER`].
+async fn serve_active(
+    gateway: &Arc<Gateway>,
+    connection: &mut Connection,
+    shutdown: &ShutdownWatch,
+) -> Phase {
+    loop {
+        let simple = match read_request(connection, shutdown).await {
             Next::Request(simple) => simple,
             Next::HandOff(deadline) => {
-                // A head read without waiting (pipelined) has its
-                // deadline from now.
-                let deadline =
-                    deadline.unwrap_or_else(|| Instant::now() + limits.limits.header_read_timeout);
-                let read = std::mem::take(&mut buffers.read);
-                // Boxed: hyper's connection is several kilobytes, and
-                // this future would hold room for it all its life.
-                return Box::pin(hand_off(gateway, io, read, peer, shutdown, deadline)).await;
+                // A head read without waiting (pipelined) has its deadline
+                // from now.
+                let deadline = deadline.unwrap_or_else(|| {
+                    Instant::now() + connection.config.limits.header_read_timeout
+                });
+                return Phase::HandOff(deadline);
             }
-            Next::Close => return,
+            Next::Park(deadline) => return Phase::Parked(deadline),
+            Next::Close => return Phase::Closed,
         };
-        let keep = Box::pin(serve_one(
-            &gateway,
-            &mut io,
-            &mut buffers,
-            simple,
-            &peer,
-            &shutdown,
-        ));
-        if !keep.await {
-            return;
+        let SimpleRequest {
+            request,
+            fields,
+            close,
+        } = simple;
+        let head_request = request.method() == Method::HEAD;
+        let request = request.map(|()| ClientBody::Empty);
+        // With the next request's bytes already here there is nothing to
+        // watch; otherwise a client that hangs up cancels its request, as
+        // it would under hyper.
+        let watch_client = connection.buffers.read.is_empty();
+        // Pinned where it is: the request path's future is a few
+        // kilobytes, and every layer it passed through would copy it.
+        let handled = proxy::handle(Arc::clone(gateway), request, &fields, &connection.peer);
+        tokio::pin!(handled);
+        let response = if watch_client {
+            tokio::select! {
+                biased;
+                response = &mut handled => response,
+                () = hung_up(connection.io.tcp()) => return Phase::Closed,
+            }
+        } else {
+            handled.await
+        };
+        let close = close || shutdown.is_stopping() || says_close(&response);
+        let out = &mut connection.buffers.out;
+        match write_response(&mut connection.io, out, response, head_request, close).await {
+            Ok(true) if !close => {}
+            _ => return Phase::Closed,
         }
     }
 }
 
-/// One request of the connection's own loop, from the request path to the
-/// last byte of its response: whether the connection may carry another.
-async fn serve_one(
-    gateway: &Arc<Gateway>,
-    io: &mut Lingering,
-    buffers: &mut Buffers,
-    simple: SimpleRequest,
-    peer: &Peer,
-    shutdown: &ShutdownWatch,
-) -> bool {
-    let SimpleRequest {
-        request,
-        fields,
-        close,
-    } = simple;
-    let head_request = request.method() == Method::HEAD;
-    let request = request.map(|()| ClientBody::Empty);
-    // With the next request's bytes already here there is nothing to
-    // watch; otherwise a client that hangs up cancels its request, as it
-    // would under hyper.
-    let watch_client = buffers.read.is_empty();
-    // Pinned where it is: the request path's future is a few kilobytes,
-    // and every layer it passed through would copy it.
-    let handled = proxy::handle(Arc::clone(gateway), request, &fields, peer);
-    tokio::pin!(handled);
-    let response = if watch_client {
-        tokio::select! {
-            biased;
-            response = &mut handled => response,
-            () = hung_up(io.tcp()) => return false,
-        }
-    } else {
-        handled.await
-    };
-    let close = close || shutdown.is_stopping() || says_close(&response);
-    let out = buffers.out();
-    match write_response(io, out, response, head_request, close).await {
-        Ok(true) => !close,
-        _ => false,
-    }
-}
-
-/// A connection's read and write buffers: taken from the worker's [`pool`]
-/// when a request comes, given back when the connection goes idle.
+/// A connection's read and write buffers, given back when it parks.
 #[derive(Default)]
 struct Buffers {
-    /// What has been read of the next request (empty, without room, while
-    /// idle).
+    /// What has been read of the next request.
     read: BytesMut,
     /// The response being written.
-    out: Option<Vec<u8>>,
-}
-
-impl Buffers {
-    /// The write buffer, from the pool if the connection had none.
-    fn out(&mut self) -> &mut Vec<u8> {
-        self.out.get_or_insert_with(pool::take_out)
-    }
-
-    /// Gives both back to the pool: the connection waits with nothing of a
-    /// request read.
-    fn release(&mut self) {
-        if self.read.capacity() > 0 {
-            pool::give_read(std::mem::take(&mut self.read));
-        }
-        if let Some(out) = self.out.take() {
-            pool::give_out(out);
-        }
-    }
-
-    /// Room to read into, from the pool when there is none.
-    fn room(&mut self) -> &mut BytesMut {
-        if self.read.capacity() == 0 {
-            self.read = pool::take_read();
-        }
-        if self.read.capacity() - self.read.len() < MIN_READ_ROOM {
-            self.read.reserve(READ_BUFFER);
-        }
-        &mut self.read
-    }
-}
-
-/// Each worker thread's spare buffers, so that idle connections hold none
-/// and a request that comes takes one without a trip to the allocator. A
-/// task may move between workers; a buffer is just memory, and goes back
-/// to whichever pool its connection's thread has.
-mod pool {
-    use std::cell::RefCell;
-
-    use bytes::BytesMut;
-
-    use super::READ_BUFFER;
-
-    /// Spare buffers kept per thread, of each kind: the most requests a
-    /// worker is likely to be in the middle of at once.
-    const KEPT: usize = 256;
-
-    /// A write buffer's first size.
-    const OUT_BUFFER: usize = 1024;
-
-    /// Write buffers grown past this are not kept (a large response's).
-    const MAX_KEPT_OUT: usize = 64 * 1024;
-
-    thread_local! {
-        static READ: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
-        static OUT: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    }
-
-    pub(super) fn take_read() -> BytesMut {
-        READ.with_borrow_mut(Vec::pop)
-            .unwrap_or_else(|| BytesMut::with_capacity(READ_BUFFER))
-    }
-
-    /// Keeps `buffer` if it is empty and has room for a head (a buffer
-    /// still shared with a request's head, or grown for a large one, goes
-    /// back to the allocator).
-    pub(super) fn give_read(mut buffer: BytesMut) {
-        if !buffer.is_empty() {
-            return;
-        }
-        // Room again at its start once nothing else holds the memory.
-        buffer.reserve(READ_BUFFER);
-        if buffer.capacity() > 2 * READ_BUFFER {
-            return;
-        }
-        READ.with_borrow_mut(|kept| {
-            if kept.len() < KEPT {
-                kept.push(buffer);
-            }
-        });
-    }
-
-    pub(super) fn take_out() -> Vec<u8> {
-        OUT.with_borrow_mut(Vec::pop)
-            .unwrap_or_else(|| Vec::with_capacity(OUT_BUFFER))
-    }
-
-    pub(super) fn give_out(mut buffer: Vec<u8>) {
-        if buffer.capacity() > MAX_KEPT_OUT {
-            return;
-        }
-        buffer.clear();
-        OUT.with_borrow_mut(|kept| {
-            if kept.len() < KEPT {
-                kept.push(buffer);
-            }
-        });
-    }
+    out: Vec<u8>,
 }
 
 /// What the connection does next.
@@ -284,49 +226,51 @@ enum Next {
     Request(SimpleRequest),
     /// To hyper, with the header-read deadline if one was set.
     HandOff(Option<Instant>),
+    /// Quiet for [`PARK_AFTER`], nothing of a head read: park, the head
+    /// still due by this deadline.
+    Park(Instant),
     Close,
 }
 
 /// Reads until the read buffer starts with a complete head, within the
-/// header-read timeout. An idle connection (nothing of a head read) gives
-/// its buffers back while it waits, and closes at shutdown.
-async fn read_request(
-    io: &mut Lingering,
-    buffers: &mut Buffers,
-    limits: &LimitSettings,
-    timer: &mut Deadline,
-    shutdown: &ShutdownWatch,
-) -> Next {
-    let mut deadline = None;
+/// header-read timeout. An idle connection (nothing of a head read) parks
+/// after [`PARK_AFTER`], and closes at shutdown.
+async fn read_request(connection: &mut Connection, shutdown: &ShutdownWatch) -> Next {
+    let limits = &connection.config.limits;
+    let buf = &mut connection.buffers.read;
+    let mut deadline = connection.head_deadline.take();
+    let mut park_at = None;
     loop {
-        match client_wire::read_head(&mut buffers.read, limits.max_header_bytes) {
+        match client_wire::read_head(buf, limits.max_header_bytes) {
             HeadRead::Simple(simple) => return Next::Request(simple),
             HeadRead::HandOff => return Next::HandOff(deadline),
             HeadRead::Partial => {}
         }
         // The clock is read only when a head has to be waited for.
-        let deadline = *deadline.get_or_insert_with(|| Instant::now() + limits.header_read_timeout);
-        let idle = buffers.read.is_empty();
-        if idle {
-            // Nothing of a request yet: wait without buffers.
-            buffers.release();
-            tokio::select! {
-                biased;
-                ready = io.tcp().readable() => if ready.is_err() {
-                    return Next::Close;
-                },
-                () = timer.until(deadline) => return Next::Close,
-                () = shutdown.stopping() => return Next::Close,
-            }
+        let head_deadline = *deadline.get_or_insert_with(|| {
+            let now = Instant::now();
+            park_at = Some(now + PARK_AFTER);
+            now + limits.header_read_timeout
+        });
+        if buf.capacity() - buf.len() < MIN_READ_ROOM {
+            buf.reserve(READ_BUFFER);
         }
-        let buf = buffers.room();
+        let idle = buf.is_empty();
+        // An idle connection parks first, unless its head is due sooner.
+        let park = park_at.filter(|&at| idle && at < head_deadline);
+        let wake_at = park.unwrap_or(head_deadline);
         tokio::select! {
             biased;
-            read = io.read_buf(buf) => match read {
+            read = connection.io.read_buf(buf) => match read {
                 Ok(0) | Err(_) => return Next::Close,
                 Ok(_) => {}
             },
-            () = timer.until(deadline) => return Next::Close,
+            () = connection.timer.until(wake_at) => {
+                return match park {
+                    Some(_) => Next::Park(head_deadline),
+                    None => Next::Close,
+                };
+            }
             () = shutdown.stopping(), if idle => return Next::Close,
         }
     }
@@ -859,6 +803,6 @@ mod tests {
         let serving = serve(Arc::clone(&gateway), stream, peer, stop.watch(), slot);
         let size = size_of_val(&serving);
         eprintln!("serve future: {size} bytes");
-        assert!(size <= 1280, "the connection's future grew to {size} bytes");
+        assert!(size <= 768, "the connection's future grew to {size} bytes");
     }
 }
