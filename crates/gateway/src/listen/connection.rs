@@ -67,23 +67,27 @@ const FLUSH_AT: usize = 64 * 1024;
 /// hyper refuses read buffers smaller than this.
 const MIN_HYPER_BUFFER: usize = 8192;
 
-/// A connection quiet for this long parks: it gives back its buffers and
-/// the room its requests' futures take, and waits for its next request
-/// holding little more than its socket.
+/// A busy connection quiet for this long parks: it gives back its buffers
+/// and the room its requests' futures take, and waits for its next
+/// request holding little more than its socket. A connection not yet
+/// known to be busy parks as soon as it has nothing to read.
 const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Serves one client connection until it closes, the client goes away, or
 /// the gateway shuts down (an idle connection closes at once; one serving a
 /// request finishes it and says `connection: close`).
 ///
-/// A connection that is busy is served by [`serve_active`], boxed once per
-/// stretch of activity: its future holds the request path's (kilobytes),
-/// built in place for each request with no copy. One quiet for
-/// [`PARK_AFTER`] parks here, as nginx and HAProxy keep an idle keep-alive
-/// connection: this future is small, and while parked the connection
-/// holds no buffer and no room for a request's future; the next request
-/// boxes the active loop again (a copy of its future, once per wake-up
-/// rather than once per request).
+/// A connection is served by [`serve_active`], boxed once per stretch of
+/// activity: its future holds the request path's (kilobytes), built in
+/// place for each request with no copy. When it has nothing to read it
+/// parks here, as nginx and HAProxy keep an idle keep-alive connection:
+/// this future is small, and while parked the connection holds no buffer
+/// and no room for a request's future. The next request boxes the active
+/// loop again, a copy of its future; so a connection whose next request
+/// came soon after it parked (a busy one) waits for the one after in the
+/// active loop, and parks only once quiet for [`PARK_AFTER`]: a copy per
+/// stretch of activity, not per request, and a burst of new connections
+/// that each ask once holds only what their requests in flight need.
 pub async fn serve(
     gateway: Arc<Gateway>,
     stream: TcpStream,
@@ -98,6 +102,9 @@ pub async fn serve(
         buffers: Buffers::default(),
         timer: Deadline::default(),
         head_deadline: None,
+        served: false,
+        busy: false,
+        woken: false,
     };
     loop {
         let active = Box::pin(serve_active(&gateway, &mut connection, &shutdown));
@@ -114,6 +121,7 @@ pub async fn serve(
             }
             Phase::Parked(deadline) => {
                 connection.buffers = Buffers::default();
+                let parked_at = Instant::now();
                 tokio::select! {
                     biased;
                     ready = connection.io.tcp().readable() => if ready.is_err() {
@@ -125,6 +133,8 @@ pub async fn serve(
                 // The head that wakes it is still due by the deadline the
                 // wait began with.
                 connection.head_deadline = Some(deadline);
+                connection.busy = connection.served && parked_at.elapsed() < PARK_AFTER;
+                connection.woken = true;
             }
         }
     }
@@ -142,6 +152,14 @@ struct Connection {
     /// The deadline of the head being waited for, when the wait began
     /// before the connection parked.
     head_deadline: Option<Instant>,
+    /// It has served a request.
+    served: bool,
+    /// Its last request came soon after the one before: wait for the next
+    /// in the active loop rather than park at once.
+    busy: bool,
+    /// It was woken from parking by something to read: read it before
+    /// parking again.
+    woken: bool,
 }
 
 /// How a stretch of activity ended.
@@ -202,7 +220,7 @@ async fn serve_active(
         let close = close || shutdown.is_stopping() || says_close(&response);
         let out = &mut connection.buffers.out;
         match write_response(&mut connection.io, out, response, head_request, close).await {
-            Ok(true) if !close => {}
+            Ok(true) if !close => connection.served = true,
             _ => return Phase::Closed,
         }
     }
@@ -226,15 +244,16 @@ enum Next {
     Request(SimpleRequest),
     /// To hyper, with the header-read deadline if one was set.
     HandOff(Option<Instant>),
-    /// Quiet for [`PARK_AFTER`], nothing of a head read: park, the head
-    /// still due by this deadline.
+    /// Nothing of a head read, and not busy (or quiet for [`PARK_AFTER`]):
+    /// park, the head still due by this deadline.
     Park(Instant),
     Close,
 }
 
 /// Reads until the read buffer starts with a complete head, within the
-/// header-read timeout. An idle connection (nothing of a head read) parks
-/// after [`PARK_AFTER`], and closes at shutdown.
+/// header-read timeout. An idle connection (nothing of a head read) parks,
+/// at once unless it is busy, else after [`PARK_AFTER`]; it closes at
+/// shutdown.
 async fn read_request(connection: &mut Connection, shutdown: &ShutdownWatch) -> Next {
     let limits = &connection.config.limits;
     let buf = &mut connection.buffers.read;
@@ -256,7 +275,10 @@ async fn read_request(connection: &mut Connection, shutdown: &ShutdownWatch) -> 
             buf.reserve(READ_BUFFER);
         }
         let idle = buf.is_empty();
-        // An idle connection parks first, unless its head is due sooner.
+        if idle && !connection.busy && !std::mem::take(&mut connection.woken) {
+            return Next::Park(head_deadline);
+        }
+        // A busy one parks once quiet, unless its head is due sooner.
         let park = park_at.filter(|&at| idle && at < head_deadline);
         let wake_at = park.unwrap_or(head_deadline);
         tokio::select! {
