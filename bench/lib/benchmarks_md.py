@@ -1136,6 +1136,50 @@ def tenants_section(results: Path, out_dir: Path) -> tuple[list[str], str, str |
     return md, f"| tenants | {date(doc.get('date'))} | {revision(doc)} | `{doc.get('command', '?')}` | {took} |", None
 
 
+# --- idle connections ----------------------------------------------------------------------
+
+
+def idle_section(results: Path, out_dir: Path) -> tuple[list[str], str, str | None]:
+    """Idle keep-alive connections (bench/idle.sh) and the hand-kept record of the issue 34 work."""
+    js, mdfile = results / "idle.json", results / "idle.md"
+    md = ["## Idle connections (`bench/idle.sh`, not part of `bench/run.sh all`)", "",
+          "What each idle HTTP/1.1 keep-alive connection costs in resident memory: N connections each send one GET,"
+          " read the answer and stay open; (VmRSS with them open − VmRSS before) / N, beside nginx and HAProxy in the"
+          " same run, one worker each.", "",
+          "```sh", 'GATEWAYS="before=/tmp/old-shuffle-shard after=target/release/shuffle-shard" CONNS=10000 bench/idle.sh', "```", ""]
+    record = results / "issue34.md"
+    tail = []
+    if record.exists():
+        tail = ["### The issue 34 work, before and after", "",
+                *record.read_text(encoding="utf-8").splitlines()[2:], ""]
+    if not js.exists():
+        return md + ["results: run `bench/idle.sh`", ""] + tail, "| idle | — | — | no results: `bench/idle.sh` | — |", None
+    try:
+        doc = json.loads(js.read_text(encoding="utf-8"))
+        target = doc["settings"]["target_bytes_per_connection"]
+        md += run_lines(doc, "idle", rel(mdfile if mdfile.exists() else js, out_dir), [])
+        md += ["| target | per idle connection | vs nginx | VmRSS with them open |", "|---|---:|---:|---:|"]
+        nginx = next(t["per_conn_bytes"]["median"] for t in doc["targets"] if t["target"] == "nginx")
+        for t in doc["targets"]:
+            per = t["per_conn_bytes"]
+            md.append(f"| {t['label']} | {per['median']:,.0f} B [{per['min']:,}–{per['max']:,}] | {per['median'] / nginx:.1f}× |"
+                      f" {t['rss_after_kib'] / 1024:.1f} MiB |")
+        md.append("")
+        for t in doc["targets"]:
+            if t["target"].startswith("gateway"):
+                got = t["per_conn_bytes"]["median"]
+                met = got <= target
+                md.append(f"Target (issue 34), ≤ {target:,} B per idle connection at {doc['settings']['connections']:,}"
+                          f" connections — {t['label']}: {'met' if met else f'**missed** ({got / target:.2f}× the target)'}.")
+        md.append("")
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, ZeroDivisionError) as error:
+        problem = f"{rel(js, out_dir)} could not be used ({type(error).__name__}: {error})"
+        return md + [f"`{rel(js, out_dir)}` could not be used; rerun `bench/idle.sh`.", ""] + tail, \
+            "| idle | — | — | unreadable: rerun `bench/idle.sh` | — |", problem
+    took = f"{doc['runtime_s']:.0f} s" if doc.get("runtime_s") is not None else "not recorded"
+    return md + tail, f"| idle | {date(doc.get('date'))} | {revision(doc)} | `{doc.get('command', '?')}` | {took} |", None
+
+
 # --- python --------------------------------------------------------------------------------
 
 
@@ -1287,6 +1331,11 @@ def build(results: Path, out: Path) -> tuple[str, list[str]]:
     runs.append(tenants_run)
     if tenants_problem:
         problems.append(tenants_problem)
+    idle_md, idle_run, idle_problem = idle_section(results, out_dir)
+    runs.append(idle_run)
+    if idle_problem:
+        problems.append(idle_problem)
+    tenants_md += idle_md
 
     page = [
         "# Benchmarks",
