@@ -14,11 +14,11 @@
 //! different key (a connection whose client switched credentials) too.
 //! JWTs are never remembered: their validity depends on the clock.
 
+use std::any::Any;
 use std::sync::{Arc, Mutex, Weak};
 
 use subtle::ConstantTimeEq;
 
-use crate::state::Snapshot;
 use crate::tenants::TenantSlot;
 
 /// Whether `a` and `b` are the same bytes, in time that depends on their
@@ -53,8 +53,9 @@ struct Remembered {
     /// The snapshot the key was authenticated in: weak, so that an idle
     /// connection never keeps a replaced registry alive (only the
     /// allocation's header, which also keeps its address from being
-    /// reused by a later snapshot while it is remembered).
-    snapshot: Weak<Snapshot>,
+    /// reused by a later snapshot while it is remembered). Any type: the
+    /// served snapshot's, which lives in a layer above this one.
+    snapshot: Weak<dyn Any + Send + Sync>,
     /// The key's bytes.
     key: Box<[u8]>,
     /// The tenant it named.
@@ -72,21 +73,34 @@ impl KeyMemo {
     /// The tenant `key` named when it was last authenticated on this
     /// connection, if that was in `snapshot` and the key is the same, byte
     /// for byte.
-    pub fn recall(&self, snapshot: &Arc<Snapshot>, key: &[u8]) -> Option<TenantSlot> {
+    pub fn recall<S: Send + Sync + 'static>(
+        &self,
+        snapshot: &Arc<S>,
+        key: &[u8],
+    ) -> Option<TenantSlot> {
         let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let last = last.as_ref()?;
         // The same snapshot: its weak reference points where the served
         // one is (the address cannot have been reused while it is held).
-        if !std::ptr::eq(last.snapshot.as_ptr(), Arc::as_ptr(snapshot)) {
+        if !std::ptr::eq(
+            last.snapshot.as_ptr().cast::<()>(),
+            Arc::as_ptr(snapshot).cast::<()>(),
+        ) {
             return None;
         }
         same_bytes(&last.key, key).then_some(last.slot)
     }
 
     /// Remembers that `key` named the tenant at `slot` in `snapshot`.
-    pub fn remember(&self, snapshot: &Arc<Snapshot>, key: &[u8], slot: TenantSlot) {
+    pub fn remember<S: Send + Sync + 'static>(
+        &self,
+        snapshot: &Arc<S>,
+        key: &[u8],
+        slot: TenantSlot,
+    ) {
+        let any: Arc<dyn Any + Send + Sync> = Arc::clone(snapshot) as _;
         let remembered = Remembered {
-            snapshot: Arc::downgrade(snapshot),
+            snapshot: Arc::downgrade(&any),
             key: key.into(),
             slot,
         };
