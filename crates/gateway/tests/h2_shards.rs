@@ -1011,6 +1011,22 @@ async fn a_malformed_answer_from_a_shard_fails_its_stream_and_not_the_others_on_
     let shard = ScriptedShard::start().await;
     let shards = vec![Shard::new("scripted", format!("http://{}", shard.addr)).speaking("h2c")];
     let fixture = Fixture::start(options(shards, 1)).await;
+    // The gateway's first health check (the next one is a minute away)
+    // must have been answered before the script starts: the shard scripts
+    // whichever stream comes next, and a late check that took the `Hold`
+    // left the `Malformed` answer to the held POST (seen once in CI).
+    let scripted = fixture.shard("scripted");
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            scripted
+                .health
+                .lock()
+                .unwrap()
+                .last_check_passed()
+                .is_some()
+        })
+        .await
+    );
     // One request the shard holds, and while it does, another whose answer
     // is malformed, on the same connection. Both are POSTs, which the
     // gateway never sends twice: what each client gets is what its one

@@ -301,15 +301,33 @@ fn find_binary() -> Option<PathBuf> {
 }
 
 /// A port on 127.0.0.1 free for both UDP and TCP at the moment (DNS
-/// servers take both).
+/// servers take both), below the kernel's ephemeral range, and never
+/// handed out twice by this process. A port from the ephemeral range (what
+/// `bind(0)` gives) may be taken by any outgoing connection once its
+/// server stops, and held for a minute in TIME_WAIT: a dnsmasq restarted
+/// on it then failed to bind for longer than any wait (seen once in CI).
 pub fn free_port() -> u16 {
-    loop {
-        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = udp.local_addr().unwrap().port();
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+    use std::hash::{BuildHasher, RandomState};
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let (low, high) = ((ephemeral_low / 3).max(1024), ephemeral_low.max(2048));
+    let seed = RandomState::new();
+    for attempt in 0_u64..100_000 {
+        let port = low + (seed.hash_one(attempt) % u64::from(high - low)) as u16;
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if handed_out.contains(&port) {
+            continue;
+        }
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if udp.is_ok() && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.push(port);
             return port;
         }
     }
+    panic!("no port free for UDP and TCP from {low} to {high} on 127.0.0.1");
 }
 
 /// Whether a DNS server on `port` answers a query at all (any answer: a
