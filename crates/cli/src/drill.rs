@@ -103,18 +103,8 @@ contained worst case. Give MS longer than a phase of load.";
 // Exactly one way to make the fault: `--fail`, `--kill` or `--break`.
 #[command(group(ArgGroup::new("fault").required(true).args(["fail", "kill", "break", "poison", "rolling_restart"])))]
 pub struct DrillArgs {
-    /// The gateway's data URL; repeat it for each replica of a fleet
-    #[arg(long, value_name = "URL", required = true)]
-    gateway: Vec<String>,
-    /// The gateway's admin URL; one per --gateway, in the same order
-    #[arg(long, value_name = "URL", required = true)]
-    admin: Vec<String>,
-    /// File holding the admin bearer token
-    #[arg(long, value_name = "PATH")]
-    admin_token_file: PathBuf,
-    /// Tenants to drive, one TENANT<TAB>API_KEY per line
-    #[arg(long, value_name = "PATH")]
-    tenants_file: PathBuf,
+    #[command(flatten)]
+    replicas: ReplicaArgs,
     /// Shards to fail through the admin API (comma-separated ids)
     #[arg(long, value_name = "IDS", value_delimiter = ',')]
     fail: Vec<String>,
@@ -232,12 +222,7 @@ pub fn run(args: DrillArgs) -> Result<()> {
         _ => None,
     };
     let poison = poison_plan(&args)?;
-    let (tenants, mut replicas) = replicas_and_tenants(
-        &args.gateway,
-        &args.admin,
-        &args.admin_token_file,
-        &args.tenants_file,
-    )?;
+    let (tenants, mut replicas) = replicas_and_tenants(&args.replicas)?;
     // The first replica is the one faults are injected through.
     let (gateway, admin) = replicas.remove(0);
     let shape = LoadShape {
@@ -307,15 +292,36 @@ pub fn run(args: DrillArgs) -> Result<()> {
 /// A gateway replica: its data URL and admin API.
 pub(crate) type Replica = (String, AdminClient);
 
-/// The tenants of `tenants_file` and each replica's data URL and admin
+/// The gateway replicas a drill or a rollout drives and watches, and the
+/// tenants whose load it drives.
+#[derive(Debug, Args)]
+pub(crate) struct ReplicaArgs {
+    /// The gateway's data URL; repeat it for each replica of a fleet
+    #[arg(long, value_name = "URL", required = true)]
+    gateway: Vec<String>,
+    /// The gateway's admin URL; one per --gateway, in the same order
+    #[arg(long, value_name = "URL", required = true)]
+    admin: Vec<String>,
+    /// File holding the admin bearer token
+    #[arg(long, value_name = "PATH")]
+    admin_token_file: PathBuf,
+    /// Tenants whose load is driven, one TENANT<TAB>API_KEY per line
+    #[arg(long, value_name = "PATH")]
+    tenants_file: PathBuf,
+}
+
+/// The tenants of `--tenants-file` and each replica's data URL and admin
 /// API (one `--admin` per `--gateway`, in order): what a drill and a
 /// rollout drive and watch.
 pub(crate) fn replicas_and_tenants(
-    gateways: &[String],
-    admins: &[String],
-    admin_token_file: &std::path::Path,
-    tenants_file: &std::path::Path,
+    args: &ReplicaArgs,
 ) -> Result<(Vec<drill::TenantCredential>, Vec<Replica>)> {
+    let ReplicaArgs {
+        gateway: gateways,
+        admin: admins,
+        admin_token_file,
+        tenants_file,
+    } = args;
     let token = std::fs::read_to_string(admin_token_file).with_context(|| {
         format!(
             "cannot read --admin-token-file {}",

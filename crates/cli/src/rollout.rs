@@ -17,7 +17,7 @@ use drill::rollout::gates::Limits;
 use drill::rollout::{self, Deployed, OnFailure, RolloutPlan, RolloutReport, Wave, WaveStatus};
 use drill::{LoadShape, Session};
 
-use crate::drill::{not_one_fleet, replicas_and_tenants, say};
+use crate::drill::{ReplicaArgs, not_one_fleet, replicas_and_tenants, say};
 use crate::output::print_answer;
 use crate::table::{Align, Table};
 
@@ -68,18 +68,8 @@ pub struct RolloutArgs {
     /// The command that deploys one wave (run by `sh -c`, with SHUFFLE_SHARD_WAVE, SHUFFLE_SHARD_SHARDS and SHUFFLE_SHARD_CELLS set)
     #[arg(long, value_name = "COMMAND")]
     deploy: String,
-    /// The gateway's data URL; repeat it for each replica of a fleet
-    #[arg(long, value_name = "URL", required = true)]
-    gateway: Vec<String>,
-    /// The gateway's admin URL; one per --gateway, in the same order
-    #[arg(long, value_name = "URL", required = true)]
-    admin: Vec<String>,
-    /// File holding the admin bearer token
-    #[arg(long, value_name = "PATH")]
-    admin_token_file: PathBuf,
-    /// Tenants whose load is watched, one TENANT<TAB>API_KEY per line
-    #[arg(long, value_name = "PATH")]
-    tenants_file: PathBuf,
+    #[command(flatten)]
+    replicas: ReplicaArgs,
     /// How long each wave bakes under load once its shards are back
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
     bake_seconds: f64,
@@ -147,12 +137,7 @@ pub fn run(args: RolloutArgs) -> Result<()> {
     }
     let waves_text = std::fs::read_to_string(&args.waves)
         .with_context(|| format!("cannot read --waves {}", args.waves.display()))?;
-    let (tenants, mut replicas) = replicas_and_tenants(
-        &args.gateway,
-        &args.admin,
-        &args.admin_token_file,
-        &args.tenants_file,
-    )?;
+    let (tenants, mut replicas) = replicas_and_tenants(&args.replicas)?;
     let (gateway, admin) = replicas.remove(0);
     let shape = LoadShape {
         requests_per_tenant: args.requests_per_tenant,

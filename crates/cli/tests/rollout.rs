@@ -675,31 +675,14 @@ fn bad_arguments_exit_2_saying_what_to_fix() {
         "--admin",
         "http://127.0.0.1:1",
     ];
-    let with = |extra: &[&str]| -> Vec<String> {
-        base.iter().chain(extra).map(|s| (*s).to_owned()).collect()
+    let refused_with = |extra: &[&str]| {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        refused(dir.path(), &args)
     };
-    let error = refused(
-        dir.path(),
-        &with(&["--deploy", "true", "--bake-seconds=-1"])
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let error = refused_with(&["--deploy", "true", "--bake-seconds=-1"]);
     assert!(error.contains("--bake-seconds"), "{error}");
-    let error = refused(
-        dir.path(),
-        &with(&["--deploy", " "])
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let error = refused_with(&["--deploy", " "]);
     assert!(error.contains("--deploy is empty"), "{error}");
-    let error = refused(
-        dir.path(),
-        &with(&["--deploy", "true"])
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
+    let error = refused_with(&["--deploy", "true"]);
     assert!(error.contains("unreachable"), "{error}");
 }
