@@ -4,8 +4,8 @@
 //! one of them needs lives here: running headless Chromium, reading JSON
 //! answers, a `redis-server`, a PostgreSQL server and a `dnsmasq` of a
 //! test's own, a DNS server that misbehaves on purpose, a fake Kubernetes
-//! API server, and skipping (or, in CI, failing) a test whose system tool
-//! is missing. (Writing a gateway configuration is `gateway::config::writer`,
+//! API server, an OTLP/HTTP trace receiver (`otlp`), and skipping (or, in
+//! CI, failing) a test whose system tool is missing. (Writing a gateway configuration is `gateway::config::writer`,
 //! which the demo uses too.)
 
 pub mod browser;
@@ -13,6 +13,7 @@ pub mod dns_fault;
 pub mod dnsmasq;
 pub mod json;
 pub mod kube_api;
+pub mod otlp;
 pub mod postgres;
 pub mod redis;
 pub mod skip;
