@@ -34,6 +34,7 @@ mod status_page;
 mod tenant_store;
 mod tenant_sync;
 mod tls;
+mod tracing;
 mod transport;
 mod upstream;
 mod upstream_tls;
