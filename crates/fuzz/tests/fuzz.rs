@@ -275,6 +275,7 @@ fn inbound_header_filter() {
                 tenant: Some(&tenant),
                 grpc_timeout: None,
                 request_id: None,
+                traceparent: None,
             },
             host: Some(&host),
             shard: Some(&shard),

@@ -137,6 +137,7 @@ pub async fn start(snapshot: Snapshot) -> Result<Running, StartError> {
     };
     let gateway = Gateway::new(snapshot);
     log_listeners(&gateway.snapshot().config, addr, tls_addr, admin_addr);
+    gateway.trace_to(&gateway.snapshot().config);
     // With `[fleet]`: the fleet's marks and suspects before the first
     // request, when the store answers within a second.
     fleet::start(&gateway).await;

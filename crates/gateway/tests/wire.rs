@@ -903,6 +903,7 @@ proptest! {
                 tenant: tenant.as_ref(),
                 grpc_timeout: None,
                 request_id: None,
+                traceparent: None,
             },
             host: host.as_ref(),
             shard: shard.as_ref(),

@@ -42,6 +42,7 @@ mod retry_budget;
 mod routing;
 mod store;
 mod tenant_source;
+mod traces;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -172,6 +173,8 @@ pub struct GatewayConfig {
     pub(crate) access_log: AccessLog,
     /// Where JSON access log lines go (stderr when `None`).
     pub(crate) access_log_file: Option<PathBuf>,
+    /// Traces (`[tracing]`), when on.
+    pub(crate) tracing: Option<crate::telemetry::traces::TraceSettings>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -210,6 +213,7 @@ struct RawConfig {
     fleet: Option<RawFleet>,
     discovery: Option<discovery::RawDiscovery>,
     model: Option<model::RawModel>,
+    tracing: Option<traces::RawTracing>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -345,6 +349,7 @@ impl GatewayConfig {
         let admin = admin_settings(raw.admin, &resolve).map_err(err)?;
         let (access_log, access_log_file) = logging_settings(raw.logging, &resolve).map_err(err)?;
         let lookback = lookback(raw.reload.lookback_seconds).map_err(err)?;
+        let tracing = traces::tracing_settings(raw.tracing).map_err(err)?;
 
         Ok(Self {
             path: path.to_owned(),
@@ -372,6 +377,7 @@ impl GatewayConfig {
             lookback,
             access_log,
             access_log_file,
+            tracing,
         })
     }
 

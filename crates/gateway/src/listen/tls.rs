@@ -95,9 +95,12 @@ pub(crate) async fn serve(
         let leaf = session.peer_certificates()?.first()?;
         Some(client_cert::tenant_named(leaf, &rule))
     });
-    let peer = match certificate {
-        Some(certificate) => Peer::with_certificate(addr, certificate),
-        None => Peer::new(addr),
+    let peer = Peer {
+        tls: true,
+        ..match certificate {
+            Some(certificate) => Peer::with_certificate(addr, certificate),
+            None => Peer::new(addr),
+        }
     };
     // ALPN chose the protocol (`h2` is offered only when HTTP/2 is on).
     let protocol = match stream.get_ref().1.alpn_protocol() {

@@ -179,6 +179,9 @@ fn encode_request_fields(
     if let Some(timeout) = &head.added.grpc_timeout {
         raw_field(out, b"grpc-timeout", timeout.as_bytes());
     }
+    if let Some(parent) = &head.added.traceparent {
+        raw_field(out, b"traceparent", &parent.encode());
+    }
     if let Some(shard) = head.shard {
         field(out, &SHARD, shard);
     }
@@ -639,6 +642,7 @@ mod tests {
                 tenant: Some(&tenant),
                 grpc_timeout: None,
                 request_id: None,
+                traceparent: None,
             },
             host: Some(&host),
             shard: Some(&shard),

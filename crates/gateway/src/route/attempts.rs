@@ -28,6 +28,7 @@ use crate::route::response::{InFlight, ResponseBody};
 use crate::state::{Gateway, Lookback, ShardRuntime};
 use crate::syntax::grpc::Code;
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::traces::{AttemptStart, MemberKind, Trace};
 use crate::upstream::UpstreamBody;
 use crate::upstream::body::{ClientFault, RequestBody};
 
@@ -85,6 +86,8 @@ pub(super) struct Attempts<'a> {
     pub(super) spread_full: bool,
     /// Where the access log notes the shards tried, when it is on.
     pub(super) logged_tried: Option<&'a mut SmallVec<[ShardIndex; 8]>>,
+    /// The request's trace, when `[tracing]` is on: each attempt's span.
+    pub(super) trace: Option<&'a mut Trace>,
 }
 
 /// What poison containment knows about one request.
@@ -198,6 +201,8 @@ pub(super) struct Member<'a> {
     steered: bool,
     /// How long to wait before the attempt (after a failed one).
     pub(super) backoff: Option<Duration>,
+    /// The attempt draws on the retry budget.
+    drew_budget: bool,
     /// Its in-flight place, taken already under its cap.
     reserved: Option<InFlight>,
     /// Its probe, when the tenant has strikes and had not struck it, or its
@@ -322,10 +327,11 @@ impl<'a> Attempts<'a> {
                 Err(()) => return None,
             }
         };
-        let backoff = if self.tried.is_empty() {
-            None
+        let (backoff, drew_budget) = if self.tried.is_empty() {
+            (None, false)
         } else {
-            Some(self.failover()?)
+            let (backoff, drew_budget) = self.failover()?;
+            (Some(backoff), drew_budget)
         };
         Some(Member {
             index,
@@ -333,6 +339,7 @@ impl<'a> Attempts<'a> {
             lookback: matches!(choice.pick, Pick::Lookback(_)),
             steered: choice.steered,
             backoff,
+            drew_budget,
             reserved: choice.reserved,
             hold,
         })
@@ -379,15 +386,19 @@ impl<'a> Attempts<'a> {
     #[cold]
     #[inline(never)]
     pub(super) fn missed(&mut self, response: Response<UpstreamBody>) {
+        if let Some(trace) = &mut self.trace {
+            trace.attempt_missed();
+        }
         self.last_failure = None;
         self.missed = Some(Box::new(Missed {
             response: Some(response),
         }));
     }
 
-    /// Whether the request may fail over after a failed attempt, and the
-    /// backoff before it does (the rules are the module's).
-    fn failover(&self) -> Option<Duration> {
+    /// Whether the request may fail over after a failed attempt, the
+    /// backoff before it does, and whether it draws on the retry budget
+    /// (the rules are the module's).
+    fn failover(&mut self) -> Option<(Duration, bool)> {
         let (gateway, routing) = (self.gateway, &self.config.routing);
         // Without failover (a drill's control experiment) one attempt is
         // all a request gets.
@@ -401,7 +412,7 @@ impl<'a> Attempts<'a> {
                 return None;
             }
             gateway.metrics.failover(self.cell_name(), "retry");
-            return Some(Duration::ZERO);
+            return Some((Duration::ZERO, false));
         }
         let may_have_reached = self
             .last_failure
@@ -445,6 +456,9 @@ impl<'a> Attempts<'a> {
             }
             if !gateway.budget.try_withdraw(Instant::now()) {
                 Metrics::cell_event(&gateway.metrics.budget_exhausted, self.cell_name());
+                if let Some(trace) = &mut self.trace {
+                    trace.note_budget_exhausted();
+                }
                 return None;
             }
         } else if !self.body.replayable() {
@@ -455,7 +469,7 @@ impl<'a> Attempts<'a> {
         if Instant::now() + backoff >= self.deadline {
             return None;
         }
-        Some(backoff)
+        Some((backoff, may_have_reached))
     }
 
     /// The attempt step begins: counts the attempt on `member` and starts
@@ -491,6 +505,23 @@ impl<'a> Attempts<'a> {
         if started >= self.deadline {
             return None;
         }
+        if let Some(trace) = &mut self.trace {
+            trace.begin_attempt(
+                AttemptStart {
+                    shard: member.index,
+                    member: if member.spill {
+                        MemberKind::Spill
+                    } else if member.lookback {
+                        MemberKind::Lookback
+                    } else {
+                        MemberKind::Subset
+                    },
+                    steered: member.steered && *attempts == 0,
+                    drew_budget: member.drew_budget,
+                },
+                started,
+            );
+        }
         let shard = &self.shards[member.index as usize];
         shard.attempts.fetch_add(1, Ordering::Relaxed);
         let in_flight = match member.reserved {
@@ -516,10 +547,13 @@ impl<'a> Attempts<'a> {
         &self,
         attempt: &Attempt<'a>,
     ) -> impl Future<Output = Result<Response<UpstreamBody>, Failure>> + use<'a> {
-        let client = match self.kind {
+        let mut client = match self.kind {
             Kind::Grpc => self.grpc_head(attempt),
             Kind::Http => self.client,
         };
+        if let Some(trace) = &self.trace {
+            client.added.traceparent = Some(trace.traceparent());
+        }
         attempt::send(
             attempt.shard,
             client,
@@ -549,9 +583,13 @@ impl<'a> Attempts<'a> {
         &self,
         attempt: &Attempt<'a>,
     ) -> Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send + 'a>> {
+        let mut client = self.client;
+        if let Some(trace) = &self.trace {
+            client.added.traceparent = Some(trace.traceparent());
+        }
         Box::pin(attempt::upgrade(
             attempt.shard,
-            self.client,
+            client,
             self.uri,
             self.timing(attempt),
         ))
@@ -598,6 +636,13 @@ impl<'a> Attempts<'a> {
         };
         let now = Instant::now();
         self.now = now;
+        if let Some(trace) = &mut self.trace {
+            let status = result
+                .as_ref()
+                .ok()
+                .map(|response| response.status().as_u16());
+            trace.end_attempt(now, failure.map_or("ok", Failure::name), status);
+        }
         let elapsed = now.saturating_duration_since(attempt.started);
         shard
             .metrics(&gateway.metrics)
@@ -619,6 +664,15 @@ impl<'a> Attempts<'a> {
         failure
     }
 
+    /// The client's body ended the attempt under way: its span says so,
+    /// and the request's.
+    pub(super) fn trace_client_fault(&mut self) {
+        if let Some(trace) = &mut self.trace {
+            trace.end_attempt(Instant::now(), "client_fault", None);
+            trace.note_outcome("client_fault");
+        }
+    }
+
     /// Counts an attempt at a lookback member.
     #[cold]
     #[inline(never)]
@@ -633,6 +687,11 @@ impl<'a> Attempts<'a> {
     /// response if there was one, else why there is none.
     pub(super) fn unanswered(mut self) -> Response<ResponseBody> {
         let kind = self.kind;
+        if let Some(trace) = self.trace.take()
+            && let Some(outcome) = self.unanswered_outcome()
+        {
+            trace.note_outcome(outcome);
+        }
         if self.containment.as_ref().is_some_and(|c| c.stopped) {
             return refuse(
                 kind,
@@ -711,6 +770,33 @@ impl<'a> Attempts<'a> {
                 response
             }
         }
+    }
+}
+
+impl Attempts<'_> {
+    /// What a trace says of a request no member answered, by the same
+    /// rules [`Attempts::unanswered`] answers it by; none when the answer
+    /// is a shard's after all (its last failing status, or a miss).
+    #[cold]
+    #[inline(never)]
+    fn unanswered_outcome(&self) -> Option<&'static str> {
+        let suspect = self.containment.as_ref().is_some_and(|c| c.suspect);
+        if self.containment.as_ref().is_some_and(|c| c.stopped) {
+            return Some("contained");
+        }
+        Some(match &self.last_failure {
+            Some((_, Some(_))) => return None,
+            _ if self.missed.is_some() => return None,
+            Some((Failure::Timeout, None)) => "timeout",
+            Some((Failure::Reset | Failure::Status(_) | Failure::GrpcStatus(_), None)) => {
+                "backend_failed"
+            }
+            _ if self.kind == Kind::Grpc && self.out_of_time => "deadline",
+            _ if self.shed => "shed",
+            _ if suspect => "quarantined",
+            _ if self.spread_full => "spread_full",
+            _ => "unavailable",
+        })
     }
 }
 

@@ -52,12 +52,13 @@ use crate::route::attempt::Failure;
 use crate::route::attempts::{Attempt, Attempts};
 use crate::route::body_setup::{Outgoing, receive_body, stated};
 use crate::route::grpc::{self, Kind};
-use crate::route::record::{Logged, Served, log_request};
+use crate::route::record::{Logged, Served, begin_trace, log_request, trace_request};
 use crate::route::refusal::{client_fault_response, error_response, json_error, refuse};
 use crate::route::response::{InFlight, ResponseBody};
 use crate::route::tunnel;
 use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
+use crate::telemetry::traces::Trace;
 use crate::tenants::Tenant;
 use crate::trust::client_cert::CertificateTenant;
 use crate::trust::credential::{self, AuthError};
@@ -81,6 +82,8 @@ pub struct Peer {
     /// The API key the connection last authenticated (shared by the
     /// copies hyper's service makes of its connection's peer).
     pub(crate) keys: Arc<KeyMemo>,
+    /// The connection is TLS (what a trace names as the URL's scheme).
+    pub tls: bool,
 }
 
 impl Peer {
@@ -91,6 +94,7 @@ impl Peer {
             forwarded_for: headers::forwarded_for(addr.ip()),
             certificate: None,
             keys: Arc::default(),
+            tls: false,
         }
     }
 
@@ -118,8 +122,17 @@ pub async fn handle(
     let websocket = tunnel::requested(&mut request, fields);
     let upgrading = websocket.is_some();
     let mut log = None;
+    let mut trace = None;
     let (mut response, served) = route(
-        &gateway, request, fields, peer, started, &mut body, websocket, kind, &mut log,
+        &gateway,
+        request,
+        fields,
+        peer,
+        started,
+        &mut body,
+        websocket,
+        kind,
+        (&mut log, &mut trace),
     )
     .await;
     if had_body && body.as_ref().is_none_or(|body| !body.fully_read()) {
@@ -160,6 +173,15 @@ pub async fn handle(
             (status, grpc_status),
             (peer.addr, started, elapsed),
             body.as_ref(),
+        );
+    }
+    if let Some(trace) = trace {
+        trace_request(
+            &gateway,
+            *trace,
+            served.as_ref(),
+            (status, grpc_status),
+            (peer.addr, elapsed),
         );
     }
     if upgrading {
@@ -224,7 +246,7 @@ async fn route(
     request_body: &mut Option<RequestBody>,
     mut websocket: Option<tunnel::Requested>,
     kind: Kind,
-    log: &mut Option<Box<Logged>>,
+    (log, trace): (&mut Option<Box<Logged>>, &mut Option<Box<Trace>>),
 ) -> (Response<ResponseBody>, Option<Served>) {
     if request.method() == Method::CONNECT {
         return (connect_refused(), None);
@@ -234,16 +256,23 @@ async fn route(
     if config.access_log != AccessLog::Off {
         *log = Some(Logged::new(config.access_log, &request, fields));
     }
+    if let Some(tracing) = &config.tracing {
+        *trace = Some(begin_trace(tracing, &request, fields, peer, started));
+    }
     if request.version() == http::Version::HTTP_2
         && let Some(refused) = http2_refusal(&request, fields, config, kind)
     {
+        note(trace, "bad_request");
         return (refused, None);
     }
 
     // Credential → tenant.
     let tenant = match tenant(&snapshot, fields, peer) {
         Ok(tenant) => tenant,
-        Err(error) => return (unauthorized(kind, &error), None),
+        Err(error) => {
+            note(trace, "unauthorized");
+            return (unauthorized(kind, &error), None);
+        }
     };
 
     // Tenant → cell and subset (computed once per tenant and snapshot).
@@ -260,17 +289,26 @@ async fn route(
         let admitted = admission::admit_tenant(gateway, &snapshot, limit, id, cell, started).await;
         match admitted {
             Ok(guard) => tenant_in_flight = guard,
-            Err(refusal) => return (limited(kind, limit, &refusal), Some(served)),
+            Err(refusal) => {
+                if let Some(trace) = trace {
+                    trace.note_limit(refusal.kind());
+                }
+                return (limited(kind, limit, &refusal), Some(served));
+            }
         }
     }
 
     // The target check, then the deadline.
     if !target_allowed(&snapshot, route.cell, request.uri()) {
+        note(trace, "target_refused");
         return (target_refused(kind), Some(served));
     }
     let deadline = match deadline(config, kind, fields, started) {
         Ok(deadline) => deadline,
-        Err(refused) => return (refused, Some(served)),
+        Err(refused) => {
+            note(trace, "bad_request");
+            return (refused, Some(served));
+        }
     };
 
     // The body set-up: refuse what is too large, decide what passes and
@@ -278,10 +316,14 @@ async fn route(
     let (parts, incoming) = request.into_parts();
     let declared_length = incoming.size_hint().exact();
     if let Some(refused) = body_refusal(config, kind, declared_length, &incoming, &websocket) {
+        note(trace, "body_refused");
         return (refused, Some(served));
     }
     let (request_id, logged_tried) = Logged::for_attempts(log.as_deref_mut());
-    let outgoing = outgoing(&snapshot, route, fields, peer, &parts, kind, request_id);
+    let mut outgoing = outgoing(&snapshot, route, fields, peer, &parts, kind, request_id);
+    if let Some(trace) = trace {
+        outgoing.inbound.trace(trace.continues_incoming());
+    }
     // One clock read per attempt serves health, the deadline and timing.
     let (body, now) = if incoming.is_end_stream() {
         // No body (most requests): nothing to read, wait for or time.
@@ -297,7 +339,10 @@ async fn route(
         );
         match received.await {
             Ok(received) => received,
-            Err(fault) => return (client_fault_response(kind, fault), Some(served)),
+            Err(fault) => {
+                note(trace, "client_fault");
+                return (client_fault_response(kind, fault), Some(served));
+            }
         }
     };
     *request_body = Some(body.clone());
@@ -311,7 +356,7 @@ async fn route(
         (&parts, fields, &outgoing),
         (&body, declared_length, websocket.is_some()),
         (deadline, now, kind),
-        logged_tried,
+        (logged_tried, trace.as_deref_mut()),
     );
     loop {
         let Some(member) = attempts.member() else {
@@ -343,6 +388,7 @@ async fn route(
         if let Err(failure) = &result
             && let Some(fault) = body.client_fault(*failure == Failure::Timeout)
         {
+            attempts.trace_client_fault();
             let response = attempt.client_fault(kind, fault, attempts.cell_name());
             return (response, Some(served));
         }
@@ -364,6 +410,15 @@ async fn route(
         }
     }
     (held(attempts.unanswered(), tenant_in_flight), Some(served))
+}
+
+/// Notes on the request's trace, if it has one, why the gateway answered
+/// it itself.
+#[inline]
+fn note(trace: &mut Option<Box<Trace>>, outcome: &'static str) {
+    if let Some(trace) = trace {
+        trace.note_outcome(outcome);
+    }
 }
 
 /// The tenant → cell step's answer when the tenant has no route.
@@ -483,7 +538,10 @@ fn attempts<'a>(
     (parts, fields, outgoing): (&'a Parts, &'a Fields, &'a Outgoing<'a>),
     (body, declared_length, websocket): (&'a RequestBody, Option<u64>, bool),
     (deadline, now, kind): (Instant, Instant, Kind),
-    logged_tried: Option<&'a mut SmallVec<[ShardIndex; 8]>>,
+    (logged_tried, trace): (
+        Option<&'a mut SmallVec<[ShardIndex; 8]>>,
+        Option<&'a mut Trace>,
+    ),
 ) -> Attempts<'a> {
     let cell = route.cell;
     Attempts {
@@ -525,6 +583,7 @@ fn attempts<'a>(
         shed: false,
         spread_full: false,
         logged_tried,
+        trace,
     }
 }
 

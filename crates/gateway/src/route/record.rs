@@ -1,7 +1,8 @@
-//! What the request path keeps of a request for its metrics and its access
-//! log: who it was served for ([`Served`]), what the log notes as the
-//! request goes ([`Logged`]), and the log's record, written when the
-//! response is ready ([`log_request`]).
+//! What the request path keeps of a request for its metrics, its access
+//! log and its trace: who it was served for ([`Served`]), what the log
+//! notes as the request goes ([`Logged`]), the log's record, written when
+//! the response is ready ([`log_request`]), and the trace's start and end
+//! ([`begin_trace`], [`trace_request`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,11 +13,13 @@ use placement::ShardIndex;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::config::AccessLog;
+use crate::config::{AccessLog, ShardProtocol};
 use crate::protocol::wire::Fields;
+use crate::route::proxy::Peer;
 use crate::route::response::ResponseBody;
 use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
+use crate::telemetry::traces::{RequestLine, RequestView, ShardView, Trace, TraceSettings};
 use crate::tenants::TenantSlot;
 use crate::trust::headers;
 use crate::upstream::body::{ClientBody, RequestBody};
@@ -174,5 +177,86 @@ pub(super) fn log_request(
             );
         }
         AccessLog::Off => {}
+    }
+}
+
+/// The trace of a request (`[tracing]` is on) from `peer` whose head was
+/// read at `started`.
+#[inline(never)]
+pub(super) fn begin_trace(
+    settings: &TraceSettings,
+    request: &Request<ClientBody>,
+    fields: &Fields,
+    peer: &Peer,
+    started: Instant,
+) -> Box<Trace> {
+    Trace::begin(settings, fields, started, || RequestLine {
+        method: request.method().as_str().to_owned(),
+        // The path only: a query can carry secrets.
+        path: request.uri().path().to_owned(),
+        scheme: if peer.tls { "https" } else { "http" },
+        protocol: if request.version() == http::Version::HTTP_2 {
+            "2"
+        } else {
+            "1.1"
+        },
+    })
+}
+
+/// Hands the spans of a sampled request's `trace` (`served`, answered
+/// with `status` and for a gRPC call `grpc_status`, from `client`,
+/// `elapsed` after its head was read) to the export queue.
+#[inline(never)]
+pub(super) fn trace_request(
+    gateway: &Arc<Gateway>,
+    trace: Trace,
+    served: Option<&Served>,
+    (status, grpc_status): (StatusCode, Option<Option<Code>>),
+    (client, elapsed): (SocketAddr, Duration),
+) {
+    if !trace.sampled() {
+        return;
+    }
+    let snapshot = served.map(|served| (&served.snapshot, served.cell));
+    let request = RequestView {
+        client,
+        tenant: served
+            .and_then(|served| served.snapshot.tenants.at(served.tenant))
+            .map(|tenant| tenant.id()),
+        cell: snapshot.map(|(snapshot, cell)| snapshot.config.cells[cell].name.as_str()),
+        status: status.as_u16(),
+        grpc_status: grpc_status.flatten().map(|code| i64::from(code as i32)),
+        elapsed,
+    };
+    let shard = |index: u32| {
+        let (snapshot, cell) = snapshot?;
+        let runtime = snapshot.shards[cell].get(index as usize)?;
+        let protocol = match snapshot.config.cells[cell]
+            .shards
+            .get(index as usize)?
+            .protocol
+        {
+            ShardProtocol::Http1 => "1.1",
+            _ => "2",
+        };
+        Some(ShardView {
+            id: &runtime.id,
+            zone: runtime.zone.as_deref(),
+            scheme: runtime.url.scheme_str().unwrap_or("http"),
+            host: runtime.url.host().unwrap_or_default(),
+            port: runtime
+                .url
+                .port_u16()
+                .unwrap_or(if runtime.url.scheme_str() == Some("https") {
+                    443
+                } else {
+                    80
+                }),
+            prefix: runtime.url.path(),
+            protocol,
+        })
+    };
+    if let Some(finished) = trace.finish(request, shard) {
+        gateway.traces.offer(finished);
     }
 }

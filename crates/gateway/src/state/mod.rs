@@ -526,6 +526,9 @@ pub struct Gateway {
     /// The store a fleet of replicas shares containment and marks through
     /// (`[fleet]`, read at start: a reload does not change it).
     pub fleet: Option<Arc<crate::store::fleet::FleetStore>>,
+    /// Where finished spans go (`[tracing]`; pointed at its collector at
+    /// start and by every reload).
+    pub traces: crate::telemetry::traces::Traces,
     /// Bumped by every reload that took effect, so that what schedules
     /// itself by the configuration (the health checkers) looks again at
     /// once instead of after its old interval.
@@ -557,13 +560,23 @@ impl Gateway {
         let access_log = crate::telemetry::access_log::AccessLog::new(
             snapshot.config.access_log_file.as_deref(),
         );
-        let fleet = snapshot.config.fleet.as_ref().map(|fleet| {
-            let replica = fleet
-                .replica_id
-                .clone()
-                .unwrap_or_else(crate::config::default_replica_id);
-            Arc::new(crate::store::fleet::FleetStore::new(&fleet.store, &replica))
+        // The replica's name: the fleet's, and its traces' instance.
+        let config = &snapshot.config;
+        let replica = (config.fleet.is_some() || config.tracing.is_some()).then(|| {
+            config
+                .fleet
+                .as_ref()
+                .and_then(|fleet| fleet.replica_id.clone())
+                .unwrap_or_else(crate::config::default_replica_id)
         });
+        let fleet = snapshot.config.fleet.as_ref().map(|fleet| {
+            let replica = replica.as_deref().unwrap_or_default();
+            Arc::new(crate::store::fleet::FleetStore::new(&fleet.store, replica))
+        });
+        let traces = crate::telemetry::traces::Traces::new(
+            metrics.traces.clone(),
+            replica.unwrap_or_default(),
+        );
         let snapshot = Arc::new(snapshot);
         let gateway = Arc::new(Self {
             access_log,
@@ -575,6 +588,7 @@ impl Gateway {
             suspects: crate::health::quarantine::Suspects::new(),
             spread: crate::health::spread::Spread::new(),
             fleet,
+            traces,
             reloads: tokio::sync::watch::Sender::new(0),
             ejecting: Mutex::new(()),
             tenant_store: std::sync::OnceLock::new(),
@@ -586,6 +600,16 @@ impl Gateway {
         // path, from the start.
         gateway.model_latest();
         gateway
+    }
+
+    /// Points trace export at `config`'s collector (or nowhere), warning
+    /// if the exporter cannot be set up: tracing never stops a start or a
+    /// reload, and spans it cannot send are counted as dropped.
+    pub fn trace_to(&self, config: &GatewayConfig) {
+        let settings = config.tracing.as_ref().map(|tracing| &tracing.export);
+        if let Err(error) = self.traces.point_at(settings) {
+            tracing::warn!(%error, "traces are not exported");
+        }
     }
 
     /// Changes whenever a reload takes effect.
@@ -776,6 +800,7 @@ impl Gateway {
             // Opened a moment ago by the configuration's own check.
             tracing::warn!(%error, "cannot open the new logging.access_log_file; the access log keeps its old destination");
         }
+        self.trace_to(&next.config);
         self.install(next, movement.changed > 0);
         Ok(Reloaded {
             changed: movement.changed,

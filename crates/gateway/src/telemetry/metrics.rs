@@ -262,6 +262,8 @@ pub struct Metrics {
     pub(crate) discovery: DiscoveryMetrics,
     /// The standing blast-radius model.
     pub(crate) model: ModelMetrics,
+    /// What became of finished spans (`[tracing]`).
+    pub(crate) traces: crate::telemetry::traces::TraceMetrics,
     /// `shuffle_grpc_requests_total{cell,grpc_status}`.
     pub(crate) grpc_requests: Family<GrpcLabels, Counter>,
     /// `shuffle_tenant_limited_total{cell,limit}`.
@@ -507,6 +509,7 @@ impl Metrics {
         let tenant_store = TenantStoreMetrics::register(&mut families.0);
         let discovery = DiscoveryMetrics::register(&mut families.0);
         let model = ModelMetrics::register(&mut families.0);
+        let traces = crate::telemetry::traces::TraceMetrics::register(&mut families.0);
         let grpc_requests = families.add("grpc_requests", "gRPC calls by cell and the gRPC status their answer's head carried (the gateway's own errors and trailers-only answers), or unseen when it comes in trailers; each is also in shuffle_requests");
         let tenant_limited = families.add("tenant_limited", "Requests refused with 429 because their tenant was over a limit, by cell and limit (rate: limits.tenant.requests_per_second and burst; in_flight: limits.tenant.max_in_flight); no tenant label, see GET /admin/tenants?limited=N");
         let store_fallbacks = families.store_fallbacks();
@@ -535,6 +538,7 @@ impl Metrics {
             tenant_store,
             discovery,
             model,
+            traces,
             backend_stalls,
             client_stalls,
             requests,

@@ -17,6 +17,7 @@ use smallvec::SmallVec;
 use crate::config::{ForwardedFor, ForwardingSettings};
 use crate::syntax::fields::Fields;
 use crate::syntax::grpc::EncodedTimeout;
+use crate::syntax::trace_context::{TRACEPARENT, TRACESTATE, TraceParent};
 
 /// The gateway's header namespace.
 pub const NAMESPACE: &str = "x-shuffle-";
@@ -318,6 +319,10 @@ pub struct Added<'a> {
     /// `x-request-id`: the request's id ([`request_id`]), when the access
     /// log is on; the client's own then never passes beside it.
     pub request_id: Option<&'a HeaderValue>,
+    /// `traceparent`: this attempt's span as the shard's parent, when
+    /// `[tracing]` is on (set per attempt); the client's own then never
+    /// passes.
+    pub traceparent: Option<TraceParent>,
 }
 
 impl<'a> Added<'a> {
@@ -343,6 +348,7 @@ impl<'a> Added<'a> {
             tenant,
             grpc_timeout: None,
             request_id: None,
+            traceparent: None,
         }
     }
 }
@@ -395,6 +401,23 @@ pub struct Inbound {
     /// The gateway sends its own `x-request-id` ([`Added::request_id`]):
     /// the client's, in any spelling, does not pass.
     replaces_request_id: bool,
+    /// The gateway sends its own `traceparent` ([`Added::traceparent`]),
+    /// and the client's `tracestate` passes only beside a `traceparent`
+    /// it continues ([`Inbound::trace`]).
+    trace: TraceFields,
+}
+
+/// What of a client's trace context may pass, with `[tracing]` on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum TraceFields {
+    /// Tracing is off: the client's fields pass as any other.
+    #[default]
+    Untouched,
+    /// The gateway's `traceparent` replaces the client's, whose
+    /// `tracestate` belongs to the same trace and passes with it.
+    Continued,
+    /// The gateway starts a trace of its own: neither passes.
+    Replaced,
 }
 
 impl Inbound {
@@ -431,6 +454,7 @@ impl Inbound {
             drops_forwarded_for: forwarded_for != ForwardedFor::Append,
             prefixed,
             replaces_request_id: false,
+            trace: TraceFields::Untouched,
         }
     }
 
@@ -438,6 +462,17 @@ impl Inbound {
     /// spelling a CGI-style backend reads alike, stays behind.
     pub fn replace_request_id(&mut self) {
         self.replaces_request_id = true;
+    }
+
+    /// The gateway sends its own `traceparent`: the client's never
+    /// passes, nor its `tracestate` unless the client's trace is
+    /// `continued` (`tracing.trust_incoming`).
+    pub fn trace(&mut self, continued: bool) {
+        self.trace = if continued {
+            TraceFields::Continued
+        } else {
+            TraceFields::Replaced
+        };
     }
 
     /// Whether the request carries an `Idempotency-Key` that reaches the
@@ -470,7 +505,19 @@ impl Inbound {
                 || (self.drops_forwarded_for && describes_client_origin(name))
                 || (self.prefixed && overrides_path(name))
                 || (self.replaces_request_id && spelled_like(name, b"x-request-id"))
+                || (self.trace != TraceFields::Untouched && self.trace_field_stays(name))
                 || (self.chunked && name.eq_ignore_ascii_case(b"content-length")))
+    }
+}
+
+impl Inbound {
+    /// Whether a client's trace context field stays behind (tracing on;
+    /// out of line, so that `forwards` stays small while it is off).
+    #[inline(never)]
+    fn trace_field_stays(&self, name: &[u8]) -> bool {
+        name.eq_ignore_ascii_case(TRACEPARENT.as_bytes())
+            || (self.trace == TraceFields::Replaced
+                && name.eq_ignore_ascii_case(TRACESTATE.as_bytes()))
     }
 }
 

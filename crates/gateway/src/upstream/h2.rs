@@ -44,6 +44,7 @@ use tokio::time::Instant;
 
 use crate::protocol::wire::{Fields, RequestHead};
 use crate::syntax::fields::InvalidField;
+use crate::syntax::trace_context::TRACEPARENT;
 use crate::trust::headers::{
     self, FORWARDED_FOR, FORWARDED_HOST, Inbound, REQUEST_ID, SHARD, TENANT,
 };
@@ -522,6 +523,13 @@ fn outgoing(
         SHARD,
         request.shard.map(HeaderValue::as_bytes),
     )?;
+    if let Some(parent) = &request.added.traceparent {
+        add(
+            &mut headers,
+            HeaderName::from_static(TRACEPARENT),
+            Some(&parent.encode()),
+        )?;
+    }
     if accepts_trailers(fields) {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }

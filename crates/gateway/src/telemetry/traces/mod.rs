@@ -1,0 +1,359 @@
+//! Traces (`[tracing]`): what one request's trace holds as it goes
+//! ([`Trace`]: its ids, the sampling decision, each attempt's span id and
+//! outcome), the finished spans ([`spans`]) and their export over OTLP/HTTP
+//! through a bounded queue that never makes a request wait ([`export`]).
+//!
+//! The request path keeps a trace only when `[tracing]` is set (one branch
+//! otherwise), and records spans only for a sampled one: an unsampled
+//! trace still gives each attempt its own `traceparent`, so that a shard's
+//! own tracing joins the right trace, and costs two random numbers and one
+//! small allocation.
+
+pub mod export;
+pub mod spans;
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::syntax::fields::Fields;
+use crate::syntax::trace_context::{self, SpanId, TraceId, TraceParent};
+
+pub use export::{ExportSettings, TraceMetrics, Traces};
+pub use spans::Finished;
+
+/// What `[tracing]` decides per request (the export's own settings are
+/// [`ExportSettings`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceSettings {
+    /// The share of new traces recorded and exported, 0 to 1
+    /// (`sample_ratio`).
+    pub sample_ratio: f64,
+    /// Whether a client's `traceparent` is continued (`true`) or replaced
+    /// and kept as a link (`false`, the default at an internet edge).
+    pub trust_incoming: bool,
+    /// Where and how spans go.
+    pub export: ExportSettings,
+}
+
+/// One request's trace, from its head to its answer.
+#[derive(Debug)]
+pub struct Trace {
+    /// The trace, the server span's id, and the sampled flag.
+    context: TraceParent,
+    /// The server span's parent: a trusted incoming `traceparent`'s span.
+    parent: Option<SpanId>,
+    /// An incoming context that was not trusted, kept as a link.
+    link: Option<TraceParent>,
+    /// A trusted incoming `tracestate` (recorded only when sampled).
+    tracestate: Option<String>,
+    /// The request as its server span names it (only when sampled).
+    line: Option<Box<RequestLine>>,
+    /// When the request's head had been read: by the wall clock (span
+    /// times) and by the monotonic one (every later time is an offset).
+    time: SystemTime,
+    started: Instant,
+    /// The span id the latest attempt sends as its parent.
+    attempt_span: SpanId,
+    /// The attempts, when sampled.
+    attempts: Vec<AttemptRecord>,
+    /// Why the gateway answered itself, if it did (`shuffle.outcome`).
+    outcome: Option<&'static str>,
+    /// Which of the tenant's limits refused it (`shuffle.limit`).
+    limit: Option<&'static str>,
+    /// A failover the retry budget refused.
+    budget_exhausted: bool,
+}
+
+/// How the member of an attempt was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberKind {
+    /// One of the tenant's subset.
+    Subset,
+    /// Outside the subset (`routing.exhausted = "spill"`).
+    Spill,
+    /// One of its previous subset, during a lookback window.
+    Lookback,
+}
+
+impl MemberKind {
+    /// `shuffle.member`'s value.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberKind::Subset => "subset",
+            MemberKind::Spill => "spill",
+            MemberKind::Lookback => "lookback",
+        }
+    }
+}
+
+/// How an attempt came to be made, as its span tells.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptStart {
+    /// The shard's index in its cell.
+    pub shard: u32,
+    /// In the subset, spilled, or a lookback member.
+    pub member: MemberKind,
+    /// A member of the subset not yet tried was out of rotation, and this
+    /// first attempt went around it.
+    pub steered: bool,
+    /// The attempt drew on the retry budget.
+    pub drew_budget: bool,
+}
+
+/// One attempt as recorded for its span.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptRecord {
+    pub(crate) span_id: SpanId,
+    pub(crate) start: AttemptStart,
+    pub(crate) started: Instant,
+    pub(crate) ended: Option<Instant>,
+    /// `ok`, a failure's name, `miss` or `client_fault`; `None` until it
+    /// ends.
+    pub(crate) outcome: Option<&'static str>,
+    /// The shard's status, when it answered.
+    pub(crate) status: Option<u16>,
+}
+
+/// A random, non-zero trace id.
+fn new_trace_id() -> TraceId {
+    fastrand::u128(1..).to_be_bytes()
+}
+
+/// A random, non-zero span id.
+fn new_span_id() -> SpanId {
+    fastrand::u64(1..).to_be_bytes()
+}
+
+/// OpenTelemetry's `TraceIdRatioBased` decision: the trace id's last 8
+/// bytes, less their lowest bit, below `ratio` × 2⁶³. Every component that
+/// samples a trace id by the same ratio agrees.
+pub fn ratio_sampled(trace_id: &TraceId, ratio: f64) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    let bound = (ratio.max(0.0) * (1u64 << 63) as f64) as u64;
+    let low = u64::from_be_bytes(trace_id[8..].try_into().expect("eight bytes"));
+    (low >> 1) < bound
+}
+
+impl Trace {
+    /// The trace of a request with `fields` whose head was read at
+    /// `started`: a trusted incoming context is continued (its sampled flag
+    /// decides, as OpenTelemetry's parent-based sampler does); otherwise a
+    /// new trace starts, sampled by `sample_ratio`, and a valid incoming
+    /// context is kept as a link.
+    /// `line` describes the request, called only for a sampled trace.
+    pub fn begin(
+        settings: &TraceSettings,
+        fields: &Fields,
+        started: Instant,
+        line: impl FnOnce() -> RequestLine,
+    ) -> Box<Self> {
+        let incoming = TraceParent::of(fields);
+        let (context, parent, link) = match incoming {
+            Some(incoming) if settings.trust_incoming => (
+                TraceParent {
+                    trace_id: incoming.trace_id,
+                    span_id: new_span_id(),
+                    flags: incoming.flags & 1,
+                },
+                Some(incoming.span_id),
+                None,
+            ),
+            _ => {
+                let trace_id = new_trace_id();
+                let sampled = ratio_sampled(&trace_id, settings.sample_ratio);
+                let context = TraceParent {
+                    trace_id,
+                    span_id: new_span_id(),
+                    flags: u8::from(sampled),
+                };
+                (context, None, incoming)
+            }
+        };
+        let tracestate = (parent.is_some() && context.sampled())
+            .then(|| trace_context::tracestate(fields))
+            .flatten()
+            .map(|state| String::from_utf8_lossy(state).into_owned());
+        let line = context.sampled().then(|| Box::new(line()));
+        Box::new(Self {
+            context,
+            parent,
+            link,
+            tracestate,
+            line,
+            time: SystemTime::now(),
+            started,
+            attempt_span: context.span_id,
+            attempts: Vec::new(),
+            outcome: None,
+            limit: None,
+            budget_exhausted: false,
+        })
+    }
+
+    /// Whether this trace's spans are recorded and exported.
+    pub fn sampled(&self) -> bool {
+        self.context.sampled()
+    }
+
+    /// The trace's id.
+    pub fn trace_id(&self) -> &TraceId {
+        &self.context.trace_id
+    }
+
+    /// Whether the shard may be sent the client's `tracestate`: only when
+    /// its `traceparent` was trusted and continued.
+    pub fn continues_incoming(&self) -> bool {
+        self.parent.is_some()
+    }
+
+    /// An attempt starts at `started`: it gets a span id of its own, which
+    /// [`Self::traceparent`] gives its shard as the parent.
+    pub fn begin_attempt(&mut self, start: AttemptStart, started: Instant) {
+        self.attempt_span = new_span_id();
+        if self.sampled() {
+            self.attempts.push(AttemptRecord {
+                span_id: self.attempt_span,
+                start,
+                started,
+                ended: None,
+                outcome: None,
+                status: None,
+            });
+        }
+    }
+
+    /// What the latest attempt sends as `traceparent`.
+    pub fn traceparent(&self) -> TraceParent {
+        TraceParent {
+            span_id: self.attempt_span,
+            ..self.context
+        }
+    }
+
+    /// The latest attempt ended at `ended` with `outcome` (and the shard's
+    /// `status`, when it answered).
+    pub fn end_attempt(&mut self, ended: Instant, outcome: &'static str, status: Option<u16>) {
+        if let Some(attempt) = self.attempts.last_mut() {
+            attempt.ended = Some(ended);
+            attempt.outcome = Some(outcome);
+            attempt.status = status;
+        }
+    }
+
+    /// The latest attempt's answer turned out to be a miss (a `404` during
+    /// a lookback window), not the answer.
+    pub fn attempt_missed(&mut self) {
+        if let Some(attempt) = self.attempts.last_mut() {
+            attempt.outcome = Some("miss");
+        }
+    }
+
+    /// The gateway answered the request itself, for `outcome`.
+    pub fn note_outcome(&mut self, outcome: &'static str) {
+        self.outcome.get_or_insert(outcome);
+    }
+
+    /// The tenant's `limit` refused the request.
+    pub fn note_limit(&mut self, limit: &'static str) {
+        self.note_outcome("limited");
+        self.limit = Some(limit);
+    }
+
+    /// A failover was refused because the retry budget was spent.
+    pub fn note_budget_exhausted(&mut self) {
+        self.budget_exhausted = true;
+    }
+
+    /// The finished spans of this request, when sampled: `request` says
+    /// what came of it, `shard` names a shard of its cell by index.
+    pub fn finish<'a>(
+        self,
+        request: RequestView<'_>,
+        shard: impl Fn(u32) -> Option<ShardView<'a>>,
+    ) -> Option<Finished> {
+        if !self.sampled() {
+            return None;
+        }
+        Some(spans::finish(self, request, shard))
+    }
+
+    /// The wall-clock time of `instant` (never before the request began).
+    fn wall(&self, instant: Instant) -> SystemTime {
+        self.time + instant.saturating_duration_since(self.started)
+    }
+}
+
+/// A request as its server span names it. Never a credential and never
+/// the query: only the path.
+#[derive(Debug, Clone)]
+pub struct RequestLine {
+    /// The method, which names the spans.
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    /// `http` or `https`.
+    pub scheme: &'static str,
+    /// `1.1` or `2`.
+    pub protocol: &'static str,
+}
+
+/// What came of a request, for its server span.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestView<'a> {
+    /// The client's address.
+    pub client: SocketAddr,
+    /// The tenant, once authenticated.
+    pub tenant: Option<&'a str>,
+    /// Its cell's name.
+    pub cell: Option<&'a str>,
+    /// The status the client got.
+    pub status: u16,
+    /// The gRPC status its answer's head showed, for a gRPC call.
+    pub grpc_status: Option<i64>,
+    /// How long after its head was read the request ended.
+    pub elapsed: Duration,
+}
+
+/// A shard, for an attempt's client span.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardView<'a> {
+    /// Its id in its cell.
+    pub id: &'a str,
+    /// Its failure domain, if it has one.
+    pub zone: Option<&'a str>,
+    /// `http` or `https`.
+    pub scheme: &'a str,
+    /// Where it is reached: its host and port.
+    pub host: &'a str,
+    /// (See `host`.)
+    pub port: u16,
+    /// The shard's path prefix ("" for none), which the request's path
+    /// goes under.
+    pub prefix: &'a str,
+    /// `1.1` or `2`.
+    pub protocol: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_sampling_follows_the_trace_ids_low_bytes() {
+        let mut id = [0u8; 16];
+        assert!(ratio_sampled(&id, 0.5), "zero is below every bound");
+        assert!(!ratio_sampled(&id, 0.0));
+        id[8] = 0x80; // low >> 1 = 2^62: at half of 2^63 exactly.
+        assert!(!ratio_sampled(&id, 0.5));
+        assert!(ratio_sampled(&id, 0.51));
+        assert!(ratio_sampled(&[0xff; 16], 1.0));
+        let sampled = (0..20_000)
+            .filter(|_| ratio_sampled(&new_trace_id(), 0.1))
+            .count();
+        assert!((1_600..2_400).contains(&sampled), "{sampled}");
+    }
+}
