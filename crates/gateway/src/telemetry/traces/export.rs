@@ -76,18 +76,23 @@ impl TraceMetrics {
             Family::<DropLabels, Counter>::default(),
         );
         let queued = registry.add("trace_spans_queued", "Spans waiting for export now");
+        // One at a time: a family's guard from `get_or_create` holds its
+        // lock until the statement ends, and a second call in the same
+        // statement would wait for it forever.
+        let dropped_queue_full = dropped
+            .get_or_create(&DropLabels {
+                reason: "queue_full",
+            })
+            .clone();
+        let dropped_export_failed = dropped
+            .get_or_create(&DropLabels {
+                reason: "export_failed",
+            })
+            .clone();
         Self {
             exported,
-            dropped_queue_full: dropped
-                .get_or_create(&DropLabels {
-                    reason: "queue_full",
-                })
-                .clone(),
-            dropped_export_failed: dropped
-                .get_or_create(&DropLabels {
-                    reason: "export_failed",
-                })
-                .clone(),
+            dropped_queue_full,
+            dropped_export_failed,
             queued,
         }
     }
