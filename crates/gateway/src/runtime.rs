@@ -82,6 +82,14 @@ impl Running {
         let _ = self.tls.await;
         let _ = self.admin.await;
         self.health.abort();
+        // The spans of the requests that just finished, within one export.
+        let grace = self
+            .gateway
+            .snapshot()
+            .config
+            .tracing()
+            .map_or(std::time::Duration::ZERO, |tracing| tracing.export.timeout);
+        self.gateway.traces.flush(grace).await;
     }
 
     /// Completes when a listener or the health checker ends on its own

@@ -163,6 +163,35 @@ fn the_systemd_example_is_a_valid_configuration_and_the_unit_is_hardened() {
     }
 }
 
+/// The tracing example: its `[tracing]` table, appended to the systemd
+/// example as its README says, loads; it points at the port the
+/// collector's OTLP/HTTP receiver listens on and `compose.yaml` publishes,
+/// and the collector sends on to the Jaeger service of the same file.
+#[test]
+fn the_tracing_example_points_the_gateway_at_the_collector_it_runs() {
+    let gateway_toml = read("systemd/gateway.toml") + &read("tracing/gateway-tracing.toml");
+    let (_dir, snapshot) = load(
+        &gateway_toml,
+        "[[tenants]]\nid = \"acme\"\napi_key_sha256 = \"9247d666dd89fc504697c6483520237b92a9105afce14fece0b85e91738e1e43\"\n",
+        "/run/credentials/shuffle-shard-gateway.service/",
+    );
+    let tracing = snapshot
+        .config
+        .tracing()
+        .expect("the example turns tracing on");
+    assert_eq!(tracing.export.endpoint, "http://127.0.0.1:4318/v1/traces");
+    assert!(!tracing.trust_incoming);
+
+    let collector = read("tracing/otel-collector.yaml");
+    assert!(collector.contains("endpoint: 0.0.0.0:4318"));
+    assert!(collector.contains("endpoint: jaeger:4317"));
+    assert!(collector.contains("exporters: [otlp/jaeger]"));
+    let compose = read("tracing/compose.yaml");
+    assert!(compose.contains("\"127.0.0.1:4318:4318\""));
+    assert!(compose.contains("  jaeger:"));
+    assert!(compose.contains("COLLECTOR_OTLP_ENABLED: \"true\""));
+}
+
 /// The YAML documents of a manifest file (separated by `---` lines).
 fn documents(yaml: &str) -> Vec<&str> {
     yaml.split("\n---\n").collect()

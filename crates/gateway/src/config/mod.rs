@@ -396,6 +396,11 @@ impl GatewayConfig {
         &self.limits
     }
 
+    /// Traces (`[tracing]`), when on.
+    pub fn tracing(&self) -> Option<&crate::telemetry::traces::TraceSettings> {
+        self.tracing.as_ref()
+    }
+
     /// The fleet's shared store and this replica's id, when `[fleet]` is
     /// set.
     pub fn fleet(&self) -> Option<&FleetSettings> {

@@ -172,7 +172,7 @@ pub async fn handle(
             &mut response,
             (status, grpc_status),
             (peer.addr, started, elapsed),
-            body.as_ref(),
+            (body.as_ref(), trace.as_deref()),
         );
     }
     if let Some(trace) = trace {

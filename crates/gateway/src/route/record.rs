@@ -19,6 +19,7 @@ use crate::route::proxy::Peer;
 use crate::route::response::ResponseBody;
 use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
+use crate::telemetry::traces::spans::hex;
 use crate::telemetry::traces::{RequestLine, RequestView, ShardView, Trace, TraceSettings};
 use crate::tenants::TenantSlot;
 use crate::trust::headers;
@@ -116,7 +117,7 @@ pub(super) fn log_request(
     response: &mut Response<ResponseBody>,
     (status, grpc_status): (StatusCode, Option<Option<Code>>),
     (client, started, elapsed): (SocketAddr, Instant, Duration),
-    body: Option<&RequestBody>,
+    (body, trace): (Option<&RequestBody>, Option<&Trace>),
 ) {
     let cell = served.map(|served| served.snapshot.config.cells[served.cell].name.as_str());
     let tenant = served.and_then(|served| served.snapshot.tenants.at(served.tenant));
@@ -148,6 +149,7 @@ pub(super) fn log_request(
                 client,
                 bytes_in: body.map_or(0, RequestBody::received),
                 bytes_out: 0,
+                trace_id: trace.map(|trace| hex(trace.trace_id())),
             });
             response.body_mut().log_on_end(record, gateway);
         }

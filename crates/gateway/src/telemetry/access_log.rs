@@ -124,6 +124,8 @@ pub struct Record {
     pub bytes_in: u64,
     /// Response body bytes sent.
     pub bytes_out: u64,
+    /// The request's trace id, 32 hex digits, when `[tracing]` is on.
+    pub trace_id: Option<String>,
 }
 
 impl Record {
@@ -166,6 +168,10 @@ impl Record {
         out.extend_from_slice(itoa::Buffer::new().format(self.bytes_in).as_bytes());
         out.extend_from_slice(b",\"bytes_out\":");
         out.extend_from_slice(itoa::Buffer::new().format(self.bytes_out).as_bytes());
+        if let Some(trace_id) = &self.trace_id {
+            out.extend_from_slice(b",\"trace_id\":");
+            string(&mut out, trace_id);
+        }
         out.extend_from_slice(b"}\n");
         out
     }

@@ -76,18 +76,23 @@ impl TraceMetrics {
             Family::<DropLabels, Counter>::default(),
         );
         let queued = registry.add("trace_spans_queued", "Spans waiting for export now");
+        // One at a time: a family's guard from `get_or_create` holds its
+        // lock until the statement ends, and a second call in the same
+        // statement would wait for it forever.
+        let dropped_queue_full = dropped
+            .get_or_create(&DropLabels {
+                reason: "queue_full",
+            })
+            .clone();
+        let dropped_export_failed = dropped
+            .get_or_create(&DropLabels {
+                reason: "export_failed",
+            })
+            .clone();
         Self {
             exported,
-            dropped_queue_full: dropped
-                .get_or_create(&DropLabels {
-                    reason: "queue_full",
-                })
-                .clone(),
-            dropped_export_failed: dropped
-                .get_or_create(&DropLabels {
-                    reason: "export_failed",
-                })
-                .clone(),
+            dropped_queue_full,
+            dropped_export_failed,
             queued,
         }
     }
@@ -106,6 +111,8 @@ struct Pipe {
 #[derive(Debug)]
 pub struct Traces {
     pipe: ArcSwapOption<Pipe>,
+    /// The current export task, for [`Traces::flush`] at shutdown.
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     metrics: TraceMetrics,
     /// `service.instance.id`: the replica's name.
     instance: String,
@@ -125,6 +132,7 @@ impl Traces {
     pub fn new(metrics: TraceMetrics, instance: String) -> Self {
         Self {
             pipe: ArcSwapOption::empty(),
+            task: std::sync::Mutex::new(None),
             metrics,
             instance,
         }
@@ -141,6 +149,7 @@ impl Traces {
         }
         let Some(settings) = settings else {
             self.pipe.store(None);
+            self.task_handle().take();
             return Ok(());
         };
         let exporter = exporter(settings, &self.instance)?;
@@ -157,13 +166,37 @@ impl Traces {
                 .build(),
             failing_since: None,
         };
-        tokio::spawn(task.run(exporter));
+        let handle = tokio::spawn(task.run(exporter));
         self.pipe.store(Some(Arc::new(Pipe {
             settings: settings.clone(),
             sender,
             queued,
         })));
+        // The old task, if any, ends on its own once its queue is empty.
+        *self.task_handle() = Some(handle);
         Ok(())
+    }
+
+    /// At shutdown: takes no more spans and waits, at most `grace`, for
+    /// the export task to send what it holds (requests have finished by
+    /// then, so their spans are not lost to a stop).
+    pub async fn flush(&self, grace: Duration) {
+        self.pipe.store(None);
+        let task = self.task_handle().take();
+        if let Some(task) = task
+            && tokio::time::timeout(grace, task).await.is_err()
+        {
+            tracing::warn!(
+                grace_ms = grace.as_millis() as u64,
+                "the trace exporter did not finish within the grace period; its last spans are lost"
+            );
+        }
+    }
+
+    fn task_handle(&self) -> std::sync::MutexGuard<'_, Option<tokio::task::JoinHandle<()>>> {
+        self.task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Hands `finished` to the export task, or drops it (counted) when the

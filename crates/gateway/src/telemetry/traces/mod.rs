@@ -341,6 +341,204 @@ pub struct ShardView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry::trace::{SpanKind, Status};
+    use opentelemetry::{InstrumentationScope, Value};
+
+    const INCOMING: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    fn settings(sample_ratio: f64, trust_incoming: bool) -> TraceSettings {
+        TraceSettings {
+            sample_ratio,
+            trust_incoming,
+            export: ExportSettings {
+                endpoint: "http://127.0.0.1:4318/v1/traces".into(),
+                service_name: "test".into(),
+                timeout: Duration::from_secs(1),
+                interval: Duration::from_secs(1),
+                queue_size: 16,
+            },
+        }
+    }
+
+    fn fields(pairs: &[(&'static str, &'static str)]) -> Fields {
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(*name, http::HeaderValue::from_static(value));
+        }
+        Fields::from_header_map(&headers)
+    }
+
+    fn line() -> RequestLine {
+        RequestLine {
+            method: "GET".into(),
+            path: "/orders".into(),
+            scheme: "http",
+            protocol: "1.1",
+        }
+    }
+
+    fn attribute<'a>(span: &'a opentelemetry_sdk::trace::SpanData, key: &str) -> Option<&'a Value> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| &kv.value)
+    }
+
+    /// A failover: the first attempt refused its connection, the second
+    /// answered; one server span, two client spans under it, the second
+    /// saying why it was made.
+    #[test]
+    fn a_failover_is_one_server_span_over_two_attempt_spans() {
+        let started = Instant::now();
+        let mut trace = Trace::begin(&settings(1.0, false), &fields(&[]), started, line);
+        assert!(trace.sampled());
+        let first = AttemptStart {
+            shard: 0,
+            member: MemberKind::Subset,
+            steered: false,
+            drew_budget: false,
+        };
+        trace.begin_attempt(first, started);
+        let first_parent = trace.traceparent();
+        trace.end_attempt(started, "connect", None);
+        trace.begin_attempt(AttemptStart { shard: 1, ..first }, started);
+        let second_parent = trace.traceparent();
+        assert_ne!(first_parent.span_id, second_parent.span_id);
+        assert_eq!(first_parent.trace_id, second_parent.trace_id);
+        trace.end_attempt(started + Duration::from_millis(3), "ok", Some(200));
+        let ids = ["s4", "s9"];
+        let finished = trace
+            .finish(
+                RequestView {
+                    client: "10.0.0.7:5000".parse().unwrap(),
+                    tenant: Some("acme"),
+                    cell: Some("default"),
+                    status: 200,
+                    grpc_status: None,
+                    elapsed: Duration::from_millis(4),
+                },
+                |index| {
+                    Some(ShardView {
+                        id: ids[index as usize],
+                        zone: Some("a"),
+                        scheme: "http",
+                        host: "10.0.1.1",
+                        port: 9000,
+                        prefix: "/",
+                        protocol: "1.1",
+                    })
+                },
+            )
+            .unwrap();
+        let spans = finished.into_span_data(&InstrumentationScope::builder("t").build());
+        assert_eq!(spans.len(), 3);
+        let server = &spans[0];
+        assert_eq!(server.span_kind, SpanKind::Server);
+        assert_eq!(server.status, Status::Unset);
+        assert_eq!(
+            attribute(server, "shuffle.tenant"),
+            Some(&Value::from("acme"))
+        );
+        assert_eq!(attribute(server, "shuffle.attempts"), Some(&Value::I64(2)));
+        assert_eq!(attribute(server, "url.path"), Some(&Value::from("/orders")));
+        for (span, parent) in spans[1..].iter().zip([first_parent, second_parent]) {
+            assert_eq!(span.span_kind, SpanKind::Client);
+            assert_eq!(span.parent_span_id, server.span_context.span_id());
+            assert_eq!(span.span_context.trace_id(), server.span_context.trace_id());
+            // The span the shard was told is its parent is this span.
+            assert_eq!(span.span_context.span_id().to_bytes(), parent.span_id);
+        }
+        assert_eq!(
+            attribute(&spans[1], "shuffle.shard"),
+            Some(&Value::from("s4"))
+        );
+        assert_eq!(
+            attribute(&spans[1], "shuffle.outcome"),
+            Some(&Value::from("connect"))
+        );
+        assert!(matches!(spans[1].status, Status::Error { .. }));
+        assert_eq!(
+            attribute(&spans[2], "shuffle.shard"),
+            Some(&Value::from("s9"))
+        );
+        assert_eq!(
+            attribute(&spans[2], "shuffle.failover_reason"),
+            Some(&Value::from("connect"))
+        );
+        assert_eq!(
+            attribute(&spans[2], "http.request.resend_count"),
+            Some(&Value::I64(1))
+        );
+        assert_eq!(
+            attribute(&spans[2], "url.full"),
+            Some(&Value::from("http://10.0.1.1:9000/orders"))
+        );
+    }
+
+    #[test]
+    fn an_untrusted_context_is_replaced_and_linked_a_trusted_one_continued() {
+        let incoming = TraceParent::parse(INCOMING.as_bytes()).unwrap();
+        let headers = [("traceparent", INCOMING), ("tracestate", "vendor=x")];
+        let started = Instant::now();
+
+        let untrusted = Trace::begin(&settings(1.0, false), &fields(&headers), started, line);
+        assert_ne!(untrusted.trace_id(), &incoming.trace_id);
+        assert!(!untrusted.continues_incoming());
+        assert_eq!(untrusted.link, Some(incoming));
+        assert_eq!(untrusted.parent, None);
+        assert_eq!(untrusted.tracestate, None);
+
+        let trusted = Trace::begin(&settings(0.0, true), &fields(&headers), started, line);
+        assert_eq!(trusted.trace_id(), &incoming.trace_id);
+        assert!(trusted.continues_incoming());
+        assert!(
+            trusted.sampled(),
+            "the parent's flag decides, not the ratio"
+        );
+        assert_eq!(trusted.parent, Some(incoming.span_id));
+        assert_eq!(trusted.tracestate.as_deref(), Some("vendor=x"));
+        assert_eq!(trusted.traceparent().trace_id, incoming.trace_id);
+
+        // An unsampled parent is not sampled whatever the ratio; an
+        // invalid one starts a trace of the gateway's own.
+        let unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+        let trace = Trace::begin(
+            &settings(1.0, true),
+            &fields(&[("traceparent", unsampled)]),
+            started,
+            line,
+        );
+        assert!(!trace.sampled());
+        let invalid = "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01";
+        let trace = Trace::begin(
+            &settings(1.0, true),
+            &fields(&[("traceparent", invalid)]),
+            started,
+            line,
+        );
+        assert!(!trace.continues_incoming());
+        assert_eq!(trace.link, None);
+    }
+
+    #[test]
+    fn an_unsampled_trace_records_nothing_and_still_gives_each_attempt_a_parent() {
+        let started = Instant::now();
+        let mut trace = Trace::begin(&settings(0.0, false), &fields(&[]), started, || {
+            panic!("an unsampled request is never described")
+        });
+        assert!(!trace.sampled());
+        let start = AttemptStart {
+            shard: 0,
+            member: MemberKind::Subset,
+            steered: false,
+            drew_budget: false,
+        };
+        trace.begin_attempt(start, started);
+        let parent = trace.traceparent();
+        assert!(!parent.sampled());
+        assert_ne!(parent.span_id, [0; 8]);
+        assert!(trace.attempts.is_empty());
+    }
 
     #[test]
     fn ratio_sampling_follows_the_trace_ids_low_bytes() {
