@@ -23,7 +23,7 @@ use testkit::otlp::{Link, Mode as ReceiverMode, OtlpReceiver, Span};
 use tokio::task::JoinSet;
 
 use crate::admin::options;
-use crate::util::{Exposition, Fixture, Options, send_to};
+use crate::util::{Exposition, Fixture, Options, eventually, send_to};
 
 /// How long any wait for an export or a metric may take before the test
 /// fails: far beyond the 100 ms export interval, for a loaded CI machine.
@@ -524,21 +524,27 @@ async fn a_stalled_receiver_fails_no_request_and_its_spans_are_counted_dropped()
     receiver.set_mode(ReceiverMode::Stall);
     let fixture = gateway(
         &receiver.url(),
-        "export_timeout_ms = 200\nexport_interval_ms = 50\nqueue_size = 4",
+        "export_timeout_ms = 5000\nexport_interval_ms = 50\nqueue_size = 4",
     )
     .await;
-    for _ in 0..3 {
-        burst(&fixture, 40).await;
-    }
-    // 240 spans or more against a queue of 4 that drains only through
-    // exports that each hang until their timeout: some wait in a full
-    // queue, and every export times out.
+    // One request's spans (within the queue) start an export that hangs:
+    // the receiver has read its POST and will not answer.
+    let (status, _) = fixture.get("tenant-1", "/first").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        eventually(PATIENCE, || receiver.posts() > 0).await,
+        "the exporter never tried"
+    );
+    // While that export hangs, 80 more spans than the queue holds arrive:
+    // every request still answers, the spans past the queue are dropped
+    // as queue_full, and the hung export's spans as export_failed once it
+    // times out.
+    burst(&fixture, 40).await;
     let (exposition, counted) = scrape_until(&fixture, |e| {
         dropped(e, &["queue_full"]) > 0.0 && dropped(e, &["export_failed"]) > 0.0
     })
     .await;
     assert!(counted, "{}", trace_counters(&exposition));
-    assert!(receiver.posts() > 0, "the exporter never tried");
     assert!(receiver.spans().is_empty());
     assert_eq!(exposition.count(EXPORTED, &[]), 0.0, "nothing was answered");
     // Still answering after the drops.
