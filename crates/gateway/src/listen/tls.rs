@@ -25,7 +25,7 @@ use crate::config::ClientCertificate;
 use crate::listen::connection::{self, Protocol};
 use crate::listen::lingering;
 use crate::listen::shutdown::ShutdownWatch;
-use crate::route::proxy::Peer;
+use crate::route::peer::Peer;
 use crate::state::Gateway;
 use crate::telemetry::metrics::OutcomeLabels;
 use crate::trust::client_cert;

@@ -32,7 +32,6 @@
 //! span at most `routing.poison_after` members, struck ones counted, before
 //! any strike too ([`crate::health::spread`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -44,7 +43,7 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::cell::TenantRoute;
-use crate::config::{AccessLog, GatewayConfig};
+use crate::config::GatewayConfig;
 use crate::limit::{Refusal, TenantInFlight, TenantLimit};
 use crate::protocol::wire::{Fields, RequestHead};
 use crate::route::admission;
@@ -52,61 +51,21 @@ use crate::route::attempt::Failure;
 use crate::route::attempts::{Attempt, Attempts};
 use crate::route::body_setup::{Outgoing, receive_body, stated};
 use crate::route::grpc::{self, Kind};
-use crate::route::record::{Logged, Served, begin_trace, log_request, trace_request};
-use crate::route::refusal::{client_fault_response, error_response, json_error, refuse};
+use crate::route::peer::Peer;
+use crate::route::record::{
+    Logged, Served, client_fault, log_request, noted, records, trace_request,
+};
+use crate::route::refusal::{error_response, json_error, refuse};
 use crate::route::response::{InFlight, ResponseBody};
 use crate::route::tunnel;
 use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
 use crate::telemetry::traces::Trace;
 use crate::tenants::Tenant;
-use crate::trust::client_cert::CertificateTenant;
 use crate::trust::credential::{self, AuthError};
-use crate::trust::headers;
-use crate::trust::memo::KeyMemo;
 use crate::trust::target;
 use crate::upstream::UpstreamBody;
 use crate::upstream::body::{ClientBody, RequestBody};
-
-/// The client connection a request came on, as the request path needs it.
-#[derive(Debug, Clone)]
-pub struct Peer {
-    /// The client's address.
-    pub addr: SocketAddr,
-    /// The client's address as an `x-forwarded-for` value, formatted once
-    /// per connection rather than per request.
-    pub forwarded_for: Option<HeaderValue>,
-    /// What the connection's verified client certificate says about its
-    /// tenant (TLS with `[auth.mtls]` only).
-    pub certificate: Option<Arc<CertificateTenant>>,
-    /// The API key the connection last authenticated (shared by the
-    /// copies hyper's service makes of its connection's peer).
-    pub(crate) keys: Arc<KeyMemo>,
-    /// The connection is TLS (what a trace names as the URL's scheme).
-    pub tls: bool,
-}
-
-impl Peer {
-    /// The connection from `addr`.
-    pub fn new(addr: SocketAddr) -> Self {
-        Self {
-            addr,
-            forwarded_for: headers::forwarded_for(addr.ip()),
-            certificate: None,
-            keys: Arc::default(),
-            tls: false,
-        }
-    }
-
-    /// The connection from `addr` that presented a verified client
-    /// certificate.
-    pub fn with_certificate(addr: SocketAddr, certificate: CertificateTenant) -> Self {
-        Self {
-            certificate: Some(Arc::new(certificate)),
-            ..Self::new(addr)
-        }
-    }
-}
 
 /// Handles one client request and records its outcome.
 pub async fn handle(
@@ -253,26 +212,17 @@ async fn route(
     }
     let snapshot = gateway.snapshot();
     let config = &snapshot.config;
-    if config.access_log != AccessLog::Off {
-        *log = Some(Logged::new(config.access_log, &request, fields));
-    }
-    if let Some(tracing) = &config.tracing {
-        *trace = Some(begin_trace(tracing, &request, fields, peer, started));
-    }
+    records(config, &request, fields, (peer, started), (log, trace));
     if request.version() == http::Version::HTTP_2
         && let Some(refused) = http2_refusal(&request, fields, config, kind)
     {
-        note(trace, "bad_request");
-        return (refused, None);
+        return (noted(refused, trace, "bad_request"), None);
     }
 
     // Credential → tenant.
     let tenant = match tenant(&snapshot, fields, peer) {
         Ok(tenant) => tenant,
-        Err(error) => {
-            note(trace, "unauthorized");
-            return (unauthorized(kind, &error), None);
-        }
+        Err(error) => return (unauthorized(kind, &error, trace), None),
     };
 
     // Tenant → cell and subset (computed once per tenant and snapshot).
@@ -289,26 +239,17 @@ async fn route(
         let admitted = admission::admit_tenant(gateway, &snapshot, limit, id, cell, started).await;
         match admitted {
             Ok(guard) => tenant_in_flight = guard,
-            Err(refusal) => {
-                if let Some(trace) = trace {
-                    trace.note_limit(refusal.kind());
-                }
-                return (limited(kind, limit, &refusal), Some(served));
-            }
+            Err(refusal) => return (limited(kind, limit, &refusal, trace), Some(served)),
         }
     }
 
     // The target check, then the deadline.
     if !target_allowed(&snapshot, route.cell, request.uri()) {
-        note(trace, "target_refused");
-        return (target_refused(kind), Some(served));
+        return (target_refused(kind, trace), Some(served));
     }
     let deadline = match deadline(config, kind, fields, started) {
         Ok(deadline) => deadline,
-        Err(refused) => {
-            note(trace, "bad_request");
-            return (refused, Some(served));
-        }
+        Err(refused) => return (noted(refused, trace, "bad_request"), Some(served)),
     };
 
     // The body set-up: refuse what is too large, decide what passes and
@@ -316,14 +257,11 @@ async fn route(
     let (parts, incoming) = request.into_parts();
     let declared_length = incoming.size_hint().exact();
     if let Some(refused) = body_refusal(config, kind, declared_length, &incoming, &websocket) {
-        note(trace, "body_refused");
-        return (refused, Some(served));
+        return (noted(refused, trace, "body_refused"), Some(served));
     }
     let (request_id, logged_tried) = Logged::for_attempts(log.as_deref_mut());
-    let mut outgoing = outgoing(&snapshot, route, fields, peer, &parts, kind, request_id);
-    if let Some(trace) = trace {
-        outgoing.inbound.trace(trace.continues_incoming());
-    }
+    let context = (request_id, trace.as_deref());
+    let outgoing = outgoing(&snapshot, route, fields, peer, &parts, kind, context);
     // One clock read per attempt serves health, the deadline and timing.
     let (body, now) = if incoming.is_end_stream() {
         // No body (most requests): nothing to read, wait for or time.
@@ -339,10 +277,7 @@ async fn route(
         );
         match received.await {
             Ok(received) => received,
-            Err(fault) => {
-                note(trace, "client_fault");
-                return (client_fault_response(kind, fault), Some(served));
-            }
+            Err(fault) => return (client_fault(kind, fault, trace), Some(served)),
         }
     };
     *request_body = Some(body.clone());
@@ -410,15 +345,6 @@ async fn route(
         }
     }
     (held(attempts.unanswered(), tenant_in_flight), Some(served))
-}
-
-/// Notes on the request's trace, if it has one, why the gateway answered
-/// it itself.
-#[inline]
-fn note(trace: &mut Option<Box<Trace>>, outcome: &'static str) {
-    if let Some(trace) = trace {
-        trace.note_outcome(outcome);
-    }
 }
 
 /// The tenant → cell step's answer when the tenant has no route.
@@ -499,7 +425,7 @@ fn outgoing<'a>(
     peer: &'a Peer,
     parts: &Parts,
     kind: Kind,
-    request_id: Option<&'a HeaderValue>,
+    (request_id, trace): (Option<&'a HeaderValue>, Option<&Trace>),
 ) -> Outgoing<'a> {
     let config = &snapshot.config;
     let mut outgoing = Outgoing::new(
@@ -514,6 +440,10 @@ fn outgoing<'a>(
         // The gateway's id goes to the shard in place of the client's.
         outgoing.added.request_id = Some(request_id);
         outgoing.inbound.replace_request_id();
+    }
+    if let Some(trace) = trace {
+        // The gateway's `traceparent` goes in place of the client's.
+        outgoing.inbound.trace(trace.continues_incoming());
     }
     if kind == Kind::Grpc {
         // Every call is a POST: a call is safe to repeat when its method
@@ -669,7 +599,15 @@ fn held(
 /// The answer to a request its tenant's limits refused: `429` with
 /// `Retry-After`, or a trailers-only `RESOURCE_EXHAUSTED`.
 #[inline(never)]
-fn limited(kind: Kind, limit: &TenantLimit, refusal: &Refusal) -> Response<ResponseBody> {
+fn limited(
+    kind: Kind,
+    limit: &TenantLimit,
+    refusal: &Refusal,
+    trace: &mut Option<Box<Trace>>,
+) -> Response<ResponseBody> {
+    if let Some(trace) = trace {
+        trace.note_limit(refusal.kind());
+    }
     let status = StatusCode::TOO_MANY_REQUESTS;
     let mut response = match kind {
         // A flood is mostly refusals: its body was written with the
@@ -770,7 +708,14 @@ fn tenant<'s>(
 }
 
 /// The answer to a request whose credential named no tenant.
-fn unauthorized(kind: Kind, error: &AuthError) -> Response<ResponseBody> {
+fn unauthorized(
+    kind: Kind,
+    error: &AuthError,
+    trace: &mut Option<Box<Trace>>,
+) -> Response<ResponseBody> {
+    if let Some(trace) = trace {
+        trace.note_outcome("unauthorized");
+    }
     let mut response = refuse(
         kind,
         StatusCode::UNAUTHORIZED,
@@ -803,7 +748,10 @@ fn authority_agrees(uri: &Uri, fields: &Fields) -> bool {
 }
 
 /// The answer to a target the check refused.
-fn target_refused(kind: Kind) -> Response<ResponseBody> {
+fn target_refused(kind: Kind, trace: &mut Option<Box<Trace>>) -> Response<ResponseBody> {
+    if let Some(trace) = trace {
+        trace.note_outcome("target_refused");
+    }
     refuse(
         kind,
         StatusCode::BAD_REQUEST,

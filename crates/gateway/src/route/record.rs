@@ -15,7 +15,6 @@ use tokio::time::Instant;
 
 use crate::config::{AccessLog, ShardProtocol};
 use crate::protocol::wire::Fields;
-use crate::route::proxy::Peer;
 use crate::route::response::ResponseBody;
 use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
@@ -182,21 +181,68 @@ pub(super) fn log_request(
     }
 }
 
-/// The trace of a request (`[tracing]` is on) from `peer` whose head was
-/// read at `started`.
+/// What the request's access log and trace keep of it, begun when they
+/// are on: with neither (the default), two branches.
+#[inline]
+pub(super) fn records(
+    config: &crate::config::GatewayConfig,
+    request: &Request<ClientBody>,
+    fields: &Fields,
+    (peer, started): (&crate::route::peer::Peer, Instant),
+    (log, trace): (&mut Option<Box<Logged>>, &mut Option<Box<Trace>>),
+) {
+    if config.access_log != AccessLog::Off {
+        *log = Some(Logged::new(config.access_log, request, fields));
+    }
+    if let Some(tracing) = &config.tracing {
+        *trace = Some(begin_trace(tracing, request, fields, peer.tls, started));
+    }
+}
+
+/// The answer to a request whose body the client failed to send
+/// (`fault`), noted on its trace.
+#[cold]
+pub(super) fn client_fault(
+    kind: crate::route::grpc::Kind,
+    fault: crate::upstream::body::ClientFault,
+    trace: &mut Option<Box<Trace>>,
+) -> Response<ResponseBody> {
+    noted(
+        crate::route::refusal::client_fault_response(kind, fault),
+        trace,
+        "client_fault",
+    )
+}
+
+/// `response`, the gateway's own answer for `outcome`, noted on the
+/// request's trace if it has one.
+#[inline]
+pub(super) fn noted(
+    response: Response<ResponseBody>,
+    trace: &mut Option<Box<Trace>>,
+    outcome: &'static str,
+) -> Response<ResponseBody> {
+    if let Some(trace) = trace {
+        trace.note_outcome(outcome);
+    }
+    response
+}
+
+/// The trace of a request (`[tracing]` is on) that came over TLS or not
+/// and whose head was read at `started`.
 #[inline(never)]
-pub(super) fn begin_trace(
+fn begin_trace(
     settings: &TraceSettings,
     request: &Request<ClientBody>,
     fields: &Fields,
-    peer: &Peer,
+    tls: bool,
     started: Instant,
 ) -> Box<Trace> {
     Trace::begin(settings, fields, started, || RequestLine {
         method: request.method().as_str().to_owned(),
         // The path only: a query can carry secrets.
         path: request.uri().path().to_owned(),
-        scheme: if peer.tls { "https" } else { "http" },
+        scheme: if tls { "https" } else { "http" },
         protocol: if request.version() == http::Version::HTTP_2 {
             "2"
         } else {

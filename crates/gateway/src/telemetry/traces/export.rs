@@ -24,7 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::Finished;
+use super::spans::Finished;
 use crate::telemetry::registered::Registered;
 
 /// Where spans go and how (`[tracing]`); the same settings after a reload
@@ -41,7 +41,7 @@ pub struct ExportSettings {
     pub timeout: Duration,
     /// How long a span may wait for a batch to fill (`export_interval_ms`).
     pub interval: Duration,
-    /// The most spans waiting at once (`queue_size`).
+    /// The most spans held at once, waiting or being sent (`queue_size`).
     pub queue_size: usize,
 }
 
@@ -103,7 +103,9 @@ impl TraceMetrics {
 struct Pipe {
     settings: ExportSettings,
     sender: mpsc::UnboundedSender<Finished>,
-    /// Spans sent and not yet taken by the task: the queue's bound.
+    /// Spans sent and not yet exported (or dropped) by the task, the
+    /// batch being gathered or exported included: what `queue_size`
+    /// bounds.
     queued: Arc<AtomicUsize>,
 }
 
@@ -298,11 +300,10 @@ impl Task {
         }
     }
 
-    /// Takes `finished` off the queue into `batch`; returns its spans.
+    /// Takes `finished` off the queue into `batch`; returns its spans
+    /// (still counted against `queue_size` until exported or dropped).
     fn take(&self, batch: &mut Vec<Finished>, finished: Finished) -> usize {
         let spans = finished.spans();
-        self.queued.fetch_sub(spans, Ordering::Relaxed);
-        self.metrics.queued.dec_by(spans as i64);
         batch.push(finished);
         spans
     }
@@ -322,6 +323,9 @@ impl Task {
             .flat_map(|finished| finished.into_span_data(&self.scope))
             .collect();
         let result = tokio::time::timeout(self.timeout, exporter.export(data)).await;
+        // Sent or given up: room for as many more.
+        self.queued.fetch_sub(spans, Ordering::Relaxed);
+        self.metrics.queued.dec_by(spans as i64);
         match result {
             Ok(Ok(())) => {
                 self.metrics.exported.inc_by(spans as u64);

@@ -2,9 +2,9 @@
 //! one client span per attempt, named and described as OpenTelemetry's
 //! HTTP semantic conventions ask, with the gateway's own `shuffle.*`
 //! attributes beside them. Built with owned strings when the request ends
-//! ([`finish`]) and turned into the SDK's span data on the export task
-//! ([`Finished::into_span_data`]), so the request path never formats an
-//! attribute.
+//! (`Trace::finish`, which names the attributes) and turned into the SDK's
+//! span data on the export task ([`Finished::into_span_data`]), so the
+//! request path never encodes a span.
 
 use std::borrow::Cow;
 use std::time::SystemTime;
@@ -13,37 +13,38 @@ use opentelemetry::trace::{Link, SpanContext, SpanKind, Status, TraceFlags, Trac
 use opentelemetry::{InstrumentationScope, KeyValue, SpanId, TraceId};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
-use super::{RequestView, ShardView, Trace};
 use crate::syntax::trace_context::{self, TraceParent};
 
 /// A sampled request's spans, ready to export.
 #[derive(Debug, Clone)]
 pub struct Finished {
-    trace_id: [u8; 16],
-    server: ServerSpan,
-    attempts: Vec<ClientSpan>,
+    pub(super) trace_id: [u8; 16],
+    pub(super) server: ServerSpan,
+    pub(super) attempts: Vec<ClientSpan>,
 }
 
+/// The request's span.
 #[derive(Debug, Clone)]
-struct ServerSpan {
-    span_id: [u8; 8],
-    parent: Option<[u8; 8]>,
-    tracestate: Option<String>,
-    link: Option<TraceParent>,
-    name: String,
-    start: SystemTime,
-    end: SystemTime,
-    attributes: Vec<KeyValue>,
-    error: bool,
+pub(super) struct ServerSpan {
+    pub(super) span_id: [u8; 8],
+    pub(super) parent: Option<[u8; 8]>,
+    pub(super) tracestate: Option<String>,
+    pub(super) link: Option<TraceParent>,
+    pub(super) name: String,
+    pub(super) start: SystemTime,
+    pub(super) end: SystemTime,
+    pub(super) attributes: Vec<KeyValue>,
+    pub(super) error: bool,
 }
 
+/// One attempt's span.
 #[derive(Debug, Clone)]
-struct ClientSpan {
-    span_id: [u8; 8],
-    start: SystemTime,
-    end: SystemTime,
-    attributes: Vec<KeyValue>,
-    error: bool,
+pub(super) struct ClientSpan {
+    pub(super) span_id: [u8; 8],
+    pub(super) start: SystemTime,
+    pub(super) end: SystemTime,
+    pub(super) attributes: Vec<KeyValue>,
+    pub(super) error: bool,
 }
 
 impl Finished {
@@ -133,144 +134,6 @@ fn span_links(links: Vec<Link>) -> SpanLinks {
     let mut out = SpanLinks::default();
     out.links = links;
     out
-}
-
-/// The spans of `trace`, a sampled request that came to `request`, its
-/// shards named by `shard`.
-pub(super) fn finish<'a>(
-    trace: Trace,
-    request: RequestView<'_>,
-    shard: impl Fn(u32) -> Option<ShardView<'a>>,
-) -> Finished {
-    let end = trace.time + request.elapsed;
-    let server_error = request.status >= 500;
-    let line = trace
-        .line
-        .as_deref()
-        .cloned()
-        .unwrap_or(super::RequestLine {
-            method: String::new(),
-            path: String::new(),
-            scheme: "http",
-            protocol: "1.1",
-        });
-    let mut server = vec![
-        KeyValue::new("http.request.method", line.method.clone()),
-        KeyValue::new("url.path", line.path.clone()),
-        KeyValue::new("url.scheme", line.scheme),
-        KeyValue::new("network.protocol.version", line.protocol),
-        KeyValue::new("http.response.status_code", i64::from(request.status)),
-        KeyValue::new("client.address", request.client.ip().to_string()),
-        KeyValue::new("client.port", i64::from(request.client.port())),
-        KeyValue::new("shuffle.attempts", trace.attempts.len() as i64),
-    ];
-    if let Some(tenant) = request.tenant {
-        server.push(KeyValue::new("shuffle.tenant", tenant.to_owned()));
-    }
-    if let Some(cell) = request.cell {
-        server.push(KeyValue::new("shuffle.cell", cell.to_owned()));
-    }
-    if let Some(status) = request.grpc_status {
-        server.push(KeyValue::new("rpc.grpc.status_code", status));
-    }
-    if let Some(outcome) = trace.outcome {
-        server.push(KeyValue::new("shuffle.outcome", outcome));
-    }
-    if let Some(limit) = trace.limit {
-        server.push(KeyValue::new("shuffle.limit", limit));
-    }
-    if trace.budget_exhausted {
-        server.push(KeyValue::new("shuffle.retry_budget", "exhausted"));
-    }
-    if server_error {
-        server.push(KeyValue::new("error.type", request.status.to_string()));
-    }
-    let mut previous: Option<&'static str> = None;
-    let mut attempts = Vec::with_capacity(trace.attempts.len());
-    for (n, record) in trace.attempts.iter().enumerate() {
-        let outcome = record.outcome.unwrap_or("unfinished");
-        let mut attributes = vec![
-            KeyValue::new("http.request.method", line.method.clone()),
-            KeyValue::new("shuffle.attempt", n as i64 + 1),
-            KeyValue::new("shuffle.outcome", outcome),
-            KeyValue::new("shuffle.member", record.start.member.name()),
-        ];
-        if let Some(shard) = shard(record.start.shard) {
-            attributes.extend([
-                KeyValue::new("shuffle.shard", shard.id.to_owned()),
-                KeyValue::new("server.address", shard.host.to_owned()),
-                KeyValue::new("server.port", i64::from(shard.port)),
-                KeyValue::new(
-                    "url.full",
-                    format!(
-                        "{}://{}:{}{}{}",
-                        shard.scheme,
-                        shard.host,
-                        shard.port,
-                        shard.prefix.trim_end_matches('/'),
-                        line.path
-                    ),
-                ),
-                KeyValue::new("network.protocol.version", shard.protocol),
-            ]);
-            if let Some(zone) = shard.zone {
-                attributes.push(KeyValue::new("shuffle.zone", zone.to_owned()));
-            }
-        }
-        if let Some(cell) = request.cell {
-            attributes.push(KeyValue::new("shuffle.cell", cell.to_owned()));
-        }
-        if n > 0 {
-            attributes.push(KeyValue::new("http.request.resend_count", n as i64));
-        }
-        match previous {
-            Some(reason) => attributes.push(KeyValue::new("shuffle.failover_reason", reason)),
-            None if record.start.steered => {
-                attributes.push(KeyValue::new("shuffle.failover_reason", "reroute"));
-            }
-            None => {}
-        }
-        if record.start.drew_budget {
-            attributes.push(KeyValue::new("shuffle.retry_budget", "drawn"));
-        }
-        if let Some(status) = record.status {
-            attributes.push(KeyValue::new(
-                "http.response.status_code",
-                i64::from(status),
-            ));
-        }
-        let error = !matches!(outcome, "ok" | "miss");
-        if error {
-            let kind = match (outcome, record.status) {
-                ("status", Some(status)) => status.to_string(),
-                _ => outcome.to_owned(),
-            };
-            attributes.push(KeyValue::new("error.type", kind));
-        }
-        attempts.push(ClientSpan {
-            span_id: record.span_id,
-            start: trace.wall(record.started),
-            end: record.ended.map_or(end, |ended| trace.wall(ended)),
-            attributes,
-            error,
-        });
-        previous = Some(outcome);
-    }
-    Finished {
-        trace_id: trace.context.trace_id,
-        server: ServerSpan {
-            span_id: trace.context.span_id,
-            parent: trace.parent,
-            tracestate: trace.tracestate,
-            link: trace.link,
-            name: line.method,
-            start: trace.time,
-            end,
-            attributes: server,
-            error: server_error,
-        },
-        attempts,
-    }
 }
 
 /// Lowercase hex of an id, as trace viewers show them.
