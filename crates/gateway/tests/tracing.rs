@@ -727,3 +727,84 @@ async fn without_tracing_a_clients_context_reaches_the_shard_untouched() {
     );
     assert_eq!(seen.header("tracestate"), ["vendor=x"]);
 }
+
+/// A reload that names another collector sends the next spans there and
+/// none more to the old one; a reload that removes `[tracing]` stops
+/// tracing, and a client's `traceparent` passes untouched again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_moves_export_to_another_collector_and_can_turn_tracing_off() {
+    let first = OtlpReceiver::start().await;
+    let second = OtlpReceiver::start().await;
+    let fixture = gateway(&first.url(), "").await;
+    let tenant = "tenant-3";
+    let sent = send_with_context(&fixture, tenant, "/before", "01").await;
+    let before = traceparent(&sent);
+    whole_trace(&first, &before.trace_id).await;
+
+    let path = fixture.config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace(&first.url(), &second.url())).unwrap();
+    fixture.running.gateway.reload(false).unwrap();
+    let sent = send_with_context(&fixture, tenant, "/after", "01").await;
+    let after = traceparent(&sent);
+    whole_trace(&second, &after.trace_id).await;
+    assert!(
+        of_trace(&first.spans(), &after.trace_id).is_empty(),
+        "the old collector got spans after the reload"
+    );
+
+    // The table's lines: from its header to the next table's.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut inside = false;
+    let without: Vec<&str> = text
+        .lines()
+        .filter(|line| {
+            if line.starts_with('[') {
+                inside = *line == "[tracing]";
+            }
+            !inside
+        })
+        .collect();
+    assert!(without.len() < text.lines().count(), "no [tracing] table");
+    std::fs::write(&path, without.join("\n")).unwrap();
+    fixture.running.gateway.reload(false).unwrap();
+    let sent = send_with_context(&fixture, tenant, "/off", "01").await;
+    let off = traceparent(&sent);
+    assert_eq!(
+        off.trace_id, INCOMING_TRACE,
+        "the client's context passes untouched"
+    );
+    assert_eq!(off.span_id, INCOMING_SPAN);
+}
+
+/// Spans still waiting for their batch when the gateway stops are sent
+/// before it has stopped (the batch window here is a minute): shutdown
+/// waits for the collector's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_sends_the_spans_still_waiting() {
+    let receiver = OtlpReceiver::start().await;
+    let fixture = gateway(&receiver.url(), "export_interval_ms = 60000").await;
+    let sent = send_with_context(&fixture, "tenant-6", "/last-words", "01").await;
+    let parent = traceparent(&sent);
+    assert_eq!(receiver.posts(), 0, "the batch window has not passed");
+    // The collector holds the shutdown's export until the test lets it go.
+    receiver.set_mode(ReceiverMode::Stall);
+    let Fixture { running, .. } = fixture;
+    let stopping = tokio::spawn(running.shutdown());
+    assert!(
+        eventually(PATIENCE, || receiver.posts() == 1).await,
+        "shutdown sent no spans"
+    );
+    assert!(
+        !stopping.is_finished(),
+        "shutdown finished before its export was answered"
+    );
+    receiver.set_mode(ReceiverMode::Accept);
+    stopping.await.unwrap();
+    assert_eq!(
+        of_trace(&receiver.spans(), &parent.trace_id).len(),
+        2,
+        "the server span and the attempt's: {:#?}",
+        receiver.spans()
+    );
+}
