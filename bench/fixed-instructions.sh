@@ -20,6 +20,11 @@
 #   labels whose name contains "fleet" only, so one run pairs a gateway
 #   with [fleet] and one without: the difference is what the fleet costs a
 #   request that touches no suspect and no mark (nothing, by design).
+#   TRACING=http://HOST:PORT sets [tracing] otlp_endpoint (sample_ratio
+#   TRACING_RATIO, 0.01 when unset) for the labels whose name contains
+#   "trac" only: what tracing costs a request, sampled or not (the export
+#   task's work is in the count too; a collector that is not there costs
+#   a refused connection per batch).
 #   PROTO=h2 sends HTTP/2 with prior knowledge through h2load instead: one
 #   connection with CONNS concurrent streams, CONNS x ROUNDS requests counted.
 #   Prints "label repeat instructions/request instructions-less-software-SHA-256";
@@ -67,6 +72,7 @@ for rep in $(seq "$REPEATS"); do
       [[ -n ${HEALTH_MS:-} ]] && printf '\n[health]\ninterval_ms = %s\n' "$HEALTH_MS"
       [[ ${RATE:-local} == redis://* ]] && printf '\n[limits.tenant]\nstore = "%s"\nstore_timeout_ms = 1000\n' "$RATE"
       [[ -n ${FLEET:-} && $label == *fleet* ]] && printf '\n[fleet]\nstore = "%s"\ntimeout_ms = 1000\n' "$FLEET"
+      [[ -n ${TRACING:-} && $label == *trac* ]] && printf '\n[tracing]\notlp_endpoint = "%s"\nsample_ratio = %s\n' "$TRACING" "${TRACING_RATIO:-0.01}"
       printf '\n[[cells]]\nname = "default"\nshards = [\n'
       for i in $(seq 0 $((${K:-2} - 1))); do printf '  { id = "s%s", url = "http://127.0.0.1:%s" },\n' "$i" "$BPORT"; done
       printf ']\n'
