@@ -108,14 +108,25 @@ pub(crate) struct AttemptRecord {
     pub(crate) status: Option<u16>,
 }
 
-/// A random, non-zero trace id.
+/// A random, non-zero trace id (drawn over the whole range and drawn
+/// again on zero, once in 2¹²⁸: a range would cost a 128-bit division).
 fn new_trace_id() -> TraceId {
-    fastrand::u128(1..).to_be_bytes()
+    loop {
+        let id = fastrand::u128(..);
+        if id != 0 {
+            return id.to_be_bytes();
+        }
+    }
 }
 
 /// A random, non-zero span id.
 fn new_span_id() -> SpanId {
-    fastrand::u64(1..).to_be_bytes()
+    loop {
+        let id = fastrand::u64(..);
+        if id != 0 {
+            return id.to_be_bytes();
+        }
+    }
 }
 
 /// OpenTelemetry's `TraceIdRatioBased` decision: the trace id's last 8
@@ -176,7 +187,13 @@ impl Trace {
             link,
             tracestate,
             line,
-            time: SystemTime::now(),
+            // The wall clock is read for spans only: an unsampled trace
+            // has none.
+            time: if context.sampled() {
+                SystemTime::now()
+            } else {
+                SystemTime::UNIX_EPOCH
+            },
             started,
             attempt_span: context.span_id,
             attempts: Vec::new(),
