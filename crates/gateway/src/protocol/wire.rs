@@ -179,8 +179,8 @@ fn encode_request_fields(
     if let Some(timeout) = &head.added.grpc_timeout {
         raw_field(out, b"grpc-timeout", timeout.as_bytes());
     }
-    if let Some(parent) = &head.added.traceparent {
-        raw_field(out, b"traceparent", &parent.encode());
+    if let Some(parent) = head.added.traceparent {
+        raw_field(out, b"traceparent", parent);
     }
     if let Some(shard) = head.shard {
         field(out, &SHARD, shard);

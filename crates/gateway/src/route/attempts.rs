@@ -543,16 +543,16 @@ impl<'a> Attempts<'a> {
     /// in place, a few kilobytes not copied, and awaits it with no layer
     /// between.)
     #[inline(always)]
-    pub(super) fn send(
-        &self,
+    pub(super) fn send<'s>(
+        &'s self,
         attempt: &Attempt<'a>,
-    ) -> impl Future<Output = Result<Response<UpstreamBody>, Failure>> + use<'a> {
-        let mut client = match self.kind {
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, Failure>> + use<'a, 's> {
+        let mut client: RequestHead<'s> = match self.kind {
             Kind::Grpc => self.grpc_head(attempt),
             Kind::Http => self.client,
         };
         if let Some(trace) = &self.trace {
-            client.added.traceparent = Some(trace.traceparent());
+            client.added.traceparent = Some(trace.header());
         }
         attempt::send(
             attempt.shard,
@@ -579,13 +579,13 @@ impl<'a> Attempts<'a> {
 
     /// The attempt's exchange for a WebSocket upgrade; boxed, so that the
     /// futures of ordinary requests do not grow by it.
-    pub(super) fn upgrade(
-        &self,
+    pub(super) fn upgrade<'s>(
+        &'s self,
         attempt: &Attempt<'a>,
-    ) -> Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send + 'a>> {
-        let mut client = self.client;
+    ) -> Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send + 's>> {
+        let mut client: RequestHead<'s> = self.client;
         if let Some(trace) = &self.trace {
-            client.added.traceparent = Some(trace.traceparent());
+            client.added.traceparent = Some(trace.header());
         }
         Box::pin(attempt::upgrade(
             attempt.shard,

@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 use crate::config::{ForwardedFor, ForwardingSettings};
 use crate::syntax::fields::Fields;
 use crate::syntax::grpc::EncodedTimeout;
-use crate::syntax::trace_context::{TRACEPARENT, TRACESTATE, TraceParent};
+use crate::syntax::trace_context::{TRACEPARENT, TRACEPARENT_LEN, TRACESTATE};
 
 /// The gateway's header namespace.
 pub const NAMESPACE: &str = "x-shuffle-";
@@ -319,10 +319,11 @@ pub struct Added<'a> {
     /// `x-request-id`: the request's id ([`request_id`]), when the access
     /// log is on; the client's own then never passes beside it.
     pub request_id: Option<&'a HeaderValue>,
-    /// `traceparent`: this attempt's span as the shard's parent, when
-    /// `[tracing]` is on (set per attempt); the client's own then never
-    /// passes.
-    pub traceparent: Option<TraceParent>,
+    /// `traceparent`: this attempt's span as the shard's parent, encoded,
+    /// when `[tracing]` is on (set per attempt; borrowed, so that the head
+    /// every attempt copies grows by a pointer); the client's own then
+    /// never passes.
+    pub traceparent: Option<&'a [u8; TRACEPARENT_LEN]>,
 }
 
 impl<'a> Added<'a> {

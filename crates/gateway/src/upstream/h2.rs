@@ -523,11 +523,11 @@ fn outgoing(
         SHARD,
         request.shard.map(HeaderValue::as_bytes),
     )?;
-    if let Some(parent) = &request.added.traceparent {
+    if let Some(parent) = request.added.traceparent {
         add(
             &mut headers,
             HeaderName::from_static(TRACEPARENT),
-            Some(&parent.encode()),
+            Some(parent),
         )?;
     }
     if accepts_trailers(fields) {

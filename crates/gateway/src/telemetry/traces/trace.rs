@@ -10,7 +10,7 @@ use opentelemetry::KeyValue;
 use tokio::time::Instant;
 
 use crate::syntax::fields::Fields;
-use crate::syntax::trace_context::{self, SpanId, TraceId, TraceParent};
+use crate::syntax::trace_context::{self, SpanId, TRACEPARENT_LEN, TraceId, TraceParent};
 
 use super::export::ExportSettings;
 use super::spans::{ClientSpan, Finished, ServerSpan};
@@ -46,8 +46,10 @@ pub struct Trace {
     /// times) and by the monotonic one (every later time is an offset).
     time: SystemTime,
     started: Instant,
-    /// The span id the latest attempt sends as its parent.
+    /// The span id the latest attempt sends as its parent, and its
+    /// `traceparent` as written (encoded once per attempt).
     attempt_span: SpanId,
+    header: [u8; TRACEPARENT_LEN],
     /// The attempts, when sampled.
     attempts: Vec<AttemptRecord>,
     /// Why the gateway answered itself, if it did (`shuffle.outcome`).
@@ -196,6 +198,7 @@ impl Trace {
             },
             started,
             attempt_span: context.span_id,
+            header: context.encode(),
             attempts: Vec::new(),
             outcome: None,
             limit: None,
@@ -223,6 +226,7 @@ impl Trace {
     /// [`Self::traceparent`] gives its shard as the parent.
     pub fn begin_attempt(&mut self, start: AttemptStart, started: Instant) {
         self.attempt_span = new_span_id();
+        self.header = self.traceparent().encode();
         if self.sampled() {
             self.attempts.push(AttemptRecord {
                 span_id: self.attempt_span,
@@ -233,6 +237,11 @@ impl Trace {
                 status: None,
             });
         }
+    }
+
+    /// The latest attempt's `traceparent` value.
+    pub fn header(&self) -> &[u8; TRACEPARENT_LEN] {
+        &self.header
     }
 
     /// What the latest attempt sends as `traceparent`.
@@ -543,6 +552,11 @@ mod tests {
         };
         trace.begin_attempt(first, started);
         let first_parent = trace.traceparent();
+        assert_eq!(
+            trace.header(),
+            &first_parent.encode(),
+            "what the shard is sent"
+        );
         trace.end_attempt(started, "connect", None);
         trace.begin_attempt(AttemptStart { shard: 1, ..first }, started);
         let second_parent = trace.traceparent();
