@@ -176,8 +176,8 @@ fn encode_request_fields(
             raw_field(out, name.as_str().as_bytes(), value);
         }
     }
-    if let Some(timeout) = &head.added.grpc_timeout {
-        raw_field(out, b"grpc-timeout", timeout.as_bytes());
+    if let Some(timeout) = head.added.grpc_timeout {
+        raw_field(out, b"grpc-timeout", timeout.encoded().as_bytes());
     }
     if let Some(parent) = head.added.traceparent {
         raw_field(out, b"traceparent", parent);
@@ -608,6 +608,18 @@ impl ChunkedDecoder {
 mod tests {
     use super::*;
 
+    /// The head every attempt copies stays within 128 bytes: past that,
+    /// its copies become `memcpy` calls (callgrind saw six more a request,
+    /// +0.7 % instructions per GET, when a field pushed it to 136).
+    #[test]
+    fn a_request_head_fits_in_128_bytes() {
+        assert!(
+            size_of::<RequestHead<'_>>() <= 128,
+            "{}",
+            size_of::<RequestHead<'_>>()
+        );
+    }
+
     fn head(text: &str, method: &Method) -> Result<Option<ResponseHead>, WireError> {
         parse_response_head(&mut BytesMut::from(text), method)
     }
@@ -699,7 +711,7 @@ mod tests {
             inbound: &Inbound::everything(),
             stated: None,
             added: Added {
-                grpc_timeout: Some(crate::syntax::grpc::encode_timeout(
+                grpc_timeout: Some(crate::syntax::grpc::pack_timeout(
                     std::time::Duration::from_millis(1500),
                 )),
                 ..Added::default()

@@ -72,8 +72,8 @@ pub fn deadline(
 
 /// The `grpc-timeout` an attempt tells its shard: the time from `now` to
 /// `until`, the moment the gateway stops waiting for the attempt.
-pub fn remaining(until: Instant, now: Instant) -> grpc::EncodedTimeout {
-    grpc::encode_timeout(until.saturating_duration_since(now))
+pub fn remaining(until: Instant, now: Instant) -> grpc::PackedTimeout {
+    grpc::pack_timeout(until.saturating_duration_since(now))
 }
 
 /// The HTTP status a gateway error sent as a gRPC answer stands for, kept
@@ -393,6 +393,6 @@ mod tests {
             attempt_limit(deadline, now, Some(Duration::from_secs(5))),
             deadline
         );
-        assert_eq!(remaining(now, deadline).as_bytes(), b"0n");
+        assert_eq!(remaining(now, deadline).encoded().as_bytes(), b"0n");
     }
 }

@@ -264,27 +264,74 @@ impl EncodedTimeout {
     }
 }
 
-/// Writes `remaining` as a `grpc-timeout` value in the finest unit whose
-/// count fits eight digits, rounded down: what a shard is told never
-/// exceeds what is left (a shard that believes it has longer works on after
-/// the gateway stopped waiting). Nothing left is `0n`.
-pub fn encode_timeout(remaining: Duration) -> EncodedTimeout {
+/// A `grpc-timeout` value as a request head carries it: its count and
+/// unit in eight bytes (`Option` of it too), written out only as the head
+/// is ([`PackedTimeout::encoded`]), so that the head every attempt copies
+/// stays small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackedTimeout {
+    count: u32,
+    unit: TimeoutUnit,
+}
+
+/// A `grpc-timeout` unit (its letter is its value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum TimeoutUnit {
+    Nanos = b'n',
+    Micros = b'u',
+    Millis = b'm',
+    Seconds = b'S',
+    Minutes = b'M',
+    Hours = b'H',
+}
+
+impl PackedTimeout {
+    /// The value as written.
+    pub fn encoded(self) -> EncodedTimeout {
+        let mut bytes = [0; MAX_TIMEOUT_DIGITS + 1];
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(self.count).as_bytes();
+        bytes[..digits.len()].copy_from_slice(digits);
+        bytes[digits.len()] = self.unit as u8;
+        EncodedTimeout {
+            bytes,
+            // At most nine bytes.
+            len: (digits.len() + 1) as u8,
+        }
+    }
+}
+
+/// `remaining` as a `grpc-timeout` value in the finest unit whose count
+/// fits eight digits, rounded down: what a shard is told never exceeds what
+/// is left (a shard that believes it has longer works on after the gateway
+/// stopped waiting). Nothing left is `0n`.
+pub fn pack_timeout(remaining: Duration) -> PackedTimeout {
+    const LETTERS: [TimeoutUnit; 6] = [
+        TimeoutUnit::Nanos,
+        TimeoutUnit::Micros,
+        TimeoutUnit::Millis,
+        TimeoutUnit::Seconds,
+        TimeoutUnit::Minutes,
+        TimeoutUnit::Hours,
+    ];
     let (unit, count) = UNITS
         .iter()
-        .map(|&(letter, length)| (letter, remaining.as_nanos() / length.as_nanos()))
+        .zip(LETTERS)
+        .map(|(&(_, length), unit)| (unit, remaining.as_nanos() / length.as_nanos()))
         .find(|&(_, count)| count <= u128::from(MAX_TIMEOUT_VALUE))
         // Past 99,999,999 hours (11,000 years): the most the field says.
-        .unwrap_or((b'H', u128::from(MAX_TIMEOUT_VALUE)));
-    let mut bytes = [0; MAX_TIMEOUT_DIGITS + 1];
-    let mut digits = itoa::Buffer::new();
-    let digits = digits.format(count).as_bytes();
-    bytes[..digits.len()].copy_from_slice(digits);
-    bytes[digits.len()] = unit;
-    EncodedTimeout {
-        bytes,
-        // At most nine bytes.
-        len: (digits.len() + 1) as u8,
+        .unwrap_or((TimeoutUnit::Hours, u128::from(MAX_TIMEOUT_VALUE)));
+    PackedTimeout {
+        // At most 99,999,999.
+        count: count as u32,
+        unit,
     }
+}
+
+/// `remaining` written as a `grpc-timeout` value ([`pack_timeout`]).
+pub fn encode_timeout(remaining: Duration) -> EncodedTimeout {
+    pack_timeout(remaining).encoded()
 }
 
 /// A `grpc-message` value: the spec's percent-encoding of the UTF-8

@@ -16,7 +16,7 @@ use smallvec::SmallVec;
 
 use crate::config::{ForwardedFor, ForwardingSettings};
 use crate::syntax::fields::Fields;
-use crate::syntax::grpc::EncodedTimeout;
+use crate::syntax::grpc::PackedTimeout;
 use crate::syntax::trace_context::{TRACEPARENT, TRACEPARENT_LEN, TRACESTATE};
 
 /// The gateway's header namespace.
@@ -315,7 +315,7 @@ pub struct Added<'a> {
     pub tenant: Option<&'a HeaderValue>,
     /// `grpc-timeout`: for a gRPC call, the time left when this attempt
     /// was sent, in place of the client's own (set per attempt).
-    pub grpc_timeout: Option<EncodedTimeout>,
+    pub grpc_timeout: Option<PackedTimeout>,
     /// `x-request-id`: the request's id ([`request_id`]), when the access
     /// log is on; the client's own then never passes beside it.
     pub request_id: Option<&'a HeaderValue>,
