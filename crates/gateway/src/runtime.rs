@@ -83,13 +83,7 @@ impl Running {
         let _ = self.admin.await;
         self.health.abort();
         // The spans of the requests that just finished, within one export.
-        let grace = self
-            .gateway
-            .snapshot()
-            .config
-            .tracing()
-            .map_or(std::time::Duration::ZERO, |tracing| tracing.export.timeout);
-        self.gateway.traces.flush(grace).await;
+        self.gateway.traces.flush().await;
     }
 
     /// Completes when a listener or the health checker ends on its own

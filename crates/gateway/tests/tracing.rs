@@ -524,7 +524,7 @@ async fn a_stalled_receiver_fails_no_request_and_its_spans_are_counted_dropped()
     receiver.set_mode(ReceiverMode::Stall);
     let fixture = gateway(
         &receiver.url(),
-        "export_timeout_ms = 5000\nexport_interval_ms = 50\nqueue_size = 4",
+        "export_timeout_ms = 5000\nexport_interval_ms = 50\nqueue_size = 16",
     )
     .await;
     // One request's spans (within the queue) start an export that hangs:
@@ -807,4 +807,76 @@ async fn shutdown_sends_the_spans_still_waiting() {
         "the server span and the attempt's: {:#?}",
         receiver.spans()
     );
+}
+
+/// Tracing turned on by a reload names the replica in every span's
+/// resource (`service.instance.id`), as tracing on from the start does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracing_turned_on_by_a_reload_names_the_replica() {
+    let receiver = OtlpReceiver::start().await;
+    let fixture = Fixture::start(options()).await;
+    let path = fixture.config_path();
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&tracing_table(&receiver.url(), ""));
+    std::fs::write(&path, text).unwrap();
+    fixture.running.gateway.reload(false).unwrap();
+    let sent = send_with_context(&fixture, "tenant-3", "/reloaded", "01").await;
+    whole_trace(&receiver, &traceparent(&sent).trace_id).await;
+    // The default replica name starts with the host's name.
+    let host: String = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+        .collect();
+    let named = receiver.raw_bodies().iter().any(|body| {
+        body.windows(host.len())
+            .any(|window| window == host.as_bytes())
+    });
+    assert!(named, "no service.instance.id naming {host:?}");
+}
+
+/// The queue bound holds across reloads: an export task a reload replaced
+/// still holds its spans against `queue_size` until they are sent or
+/// dropped, so collectors that hang one after another cannot make the
+/// gateway hold more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_bound_holds_across_reloads_to_hanging_collectors() {
+    let receivers = [
+        OtlpReceiver::start().await,
+        OtlpReceiver::start().await,
+        OtlpReceiver::start().await,
+    ];
+    for receiver in &receivers {
+        receiver.set_mode(ReceiverMode::Stall);
+    }
+    let fixture = gateway(
+        &receivers[0].url(),
+        "export_timeout_ms = 60000\nexport_interval_ms = 10\nqueue_size = 16",
+    )
+    .await;
+    let path = fixture.config_path();
+    for (n, receiver) in receivers.iter().enumerate() {
+        if n > 0 {
+            let text = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(
+                &path,
+                text.replace(&receivers[n - 1].url(), &receiver.url()),
+            )
+            .unwrap();
+            fixture.running.gateway.reload(false).unwrap();
+        }
+        // Each collector gets an export that hangs, holding its spans:
+        // one request's to the first two, then more than the queue holds.
+        burst(&fixture, if n < 2 { 1 } else { 20 }).await;
+        assert!(
+            eventually(PATIENCE, || receiver.posts() > 0).await,
+            "collector {n} was never tried"
+        );
+    }
+    let (exposition, dropped_some) =
+        scrape_until(&fixture, |e| dropped(e, &["queue_full"]) > 0.0).await;
+    assert!(dropped_some, "{}", trace_counters(&exposition));
+    let held = exposition.value("shuffle_trace_spans_queued", &[]);
+    assert!(held <= 16.0, "{held} spans held against a queue_size of 16");
 }

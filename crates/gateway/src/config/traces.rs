@@ -73,10 +73,12 @@ pub(super) fn tracing_settings(t: Option<RawTracing>) -> Result<Option<TraceSett
         1_000,
         10..=60_000,
     )?;
+    // A request has at least two spans: a queue of a few would drop
+    // nearly everything while looking configured.
     let queue_size = within(
         "tracing.queue_size",
         t.queue_size.unwrap_or(2_048),
-        1..=1_000_000,
+        16..=1_000_000,
     )?;
     Ok(Some(TraceSettings {
         sample_ratio,
@@ -200,7 +202,7 @@ mod tests {
             ),
             (
                 RawTracing {
-                    queue_size: Some(0),
+                    queue_size: Some(8),
                     ..raw("http://c:4318")
                 },
                 "tracing.queue_size",

@@ -641,7 +641,13 @@ impl<'a> Attempts<'a> {
                 .as_ref()
                 .ok()
                 .map(|response| response.status().as_u16());
-            trace.end_attempt(now, failure.map_or("ok", Failure::name), status);
+            let outcome = match failure {
+                None => "ok",
+                // A gRPC status the call may be retried on, in a 200.
+                Some(Failure::GrpcStatus(_)) => "grpc_status",
+                Some(failure) => failure.name(),
+            };
+            trace.end_attempt(now, outcome, status);
         }
         let elapsed = now.saturating_duration_since(attempt.started);
         shard

@@ -443,7 +443,7 @@ fn outgoing<'a>(
     }
     if let Some(trace) = trace {
         // The gateway's `traceparent` goes in place of the client's.
-        outgoing.inbound.trace(trace.continues_incoming());
+        outgoing.inbound.trace(trace.passes_tracestate());
     }
     if kind == Kind::Grpc {
         // Every call is a POST: a call is safe to repeat when its method
@@ -559,6 +559,9 @@ fn outcome<'a>(
                     attempt.shard,
                 );
                 return Some(tunnel.unwrap_or_else(|| {
+                    if let Some(trace) = &mut attempts.trace {
+                        trace.note_outcome("tunnel_failed");
+                    }
                     refuse(
                         attempts.kind,
                         StatusCode::BAD_GATEWAY,

@@ -561,23 +561,19 @@ impl Gateway {
         let access_log = crate::telemetry::access_log::AccessLog::new(
             snapshot.config.access_log_file.as_deref(),
         );
-        // The replica's name: the fleet's, and its traces' instance.
-        let config = &snapshot.config;
-        let replica = (config.fleet.is_some() || config.tracing.is_some()).then(|| {
-            config
-                .fleet
-                .as_ref()
-                .and_then(|fleet| fleet.replica_id.clone())
-                .unwrap_or_else(crate::config::default_replica_id)
-        });
-        let fleet = snapshot.config.fleet.as_ref().map(|fleet| {
-            let replica = replica.as_deref().unwrap_or_default();
-            Arc::new(crate::store::fleet::FleetStore::new(&fleet.store, replica))
-        });
-        let traces = crate::telemetry::traces::Traces::new(
-            metrics.traces.clone(),
-            replica.unwrap_or_default(),
-        );
+        // The replica's name, taken once: the fleet's, and its traces'
+        // instance (tracing may be turned on by a reload).
+        let replica = snapshot
+            .config
+            .fleet
+            .as_ref()
+            .and_then(|fleet| fleet.replica_id.clone())
+            .unwrap_or_else(crate::config::default_replica_id);
+        let fleet =
+            snapshot.config.fleet.as_ref().map(|fleet| {
+                Arc::new(crate::store::fleet::FleetStore::new(&fleet.store, &replica))
+            });
+        let traces = crate::telemetry::traces::Traces::new(metrics.traces.clone(), replica);
         let snapshot = Arc::new(snapshot);
         let gateway = Arc::new(Self {
             access_log,

@@ -15,9 +15,9 @@ pub const TRACEPARENT: &str = "traceparent";
 /// The `tracestate` header's name.
 pub const TRACESTATE: &str = "tracestate";
 
-/// The longest `tracestate` passed on: the specification asks vendors to
-/// propagate at least 512 bytes and lets a longer one be cut; a longer one
-/// is dropped whole rather than cut mid-member.
+/// The longest `tracestate` passed on (and recorded): the specification
+/// asks vendors to propagate at least 512 bytes and lets a longer one be
+/// cut; a longer one is dropped whole rather than cut mid-member.
 pub const MAX_TRACESTATE: usize = 512;
 
 /// The length of a version-00 `traceparent` value.

@@ -466,10 +466,11 @@ impl Inbound {
     }
 
     /// The gateway sends its own `traceparent`: the client's never
-    /// passes, nor its `tracestate` unless the client's trace is
-    /// `continued` (`tracing.trust_incoming`).
-    pub fn trace(&mut self, continued: bool) {
-        self.trace = if continued {
+    /// passes, nor its `tracestate` unless `keep_tracestate` (the client's
+    /// trace is continued, `tracing.trust_incoming`, and its one
+    /// `tracestate` is well formed).
+    pub fn trace(&mut self, keep_tracestate: bool) {
+        self.trace = if keep_tracestate {
             TraceFields::Continued
         } else {
             TraceFields::Replaced

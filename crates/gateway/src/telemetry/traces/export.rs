@@ -103,18 +103,20 @@ impl TraceMetrics {
 struct Pipe {
     settings: ExportSettings,
     sender: mpsc::UnboundedSender<Finished>,
-    /// Spans sent and not yet exported (or dropped) by the task, the
-    /// batch being gathered or exported included: what `queue_size`
-    /// bounds.
-    queued: Arc<AtomicUsize>,
 }
 
 /// Where the request path hands finished spans.
 #[derive(Debug)]
 pub struct Traces {
     pipe: ArcSwapOption<Pipe>,
-    /// The current export task, for [`Traces::flush`] at shutdown.
-    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Spans handed over and not yet exported (or dropped) by any export
+    /// task, the batches being gathered or sent included, an old task's
+    /// after a reload too: what `queue_size` bounds.
+    queued: Arc<AtomicUsize>,
+    /// The export tasks still running (the current one, and any a reload
+    /// left draining), each with its export timeout, for
+    /// [`Traces::flush`] at shutdown.
+    tasks: std::sync::Mutex<Vec<(tokio::task::JoinHandle<()>, Duration)>>,
     metrics: TraceMetrics,
     /// `service.instance.id`: the replica's name.
     instance: String,
@@ -134,7 +136,8 @@ impl Traces {
     pub fn new(metrics: TraceMetrics, instance: String) -> Self {
         Self {
             pipe: ArcSwapOption::empty(),
-            task: std::sync::Mutex::new(None),
+            queued: Arc::new(AtomicUsize::new(0)),
+            tasks: std::sync::Mutex::new(Vec::new()),
             metrics,
             instance,
         }
@@ -150,16 +153,15 @@ impl Traces {
             return Ok(());
         }
         let Some(settings) = settings else {
+            // The task sends what it holds and ends.
             self.pipe.store(None);
-            self.task_handle().take();
             return Ok(());
         };
         let exporter = exporter(settings, &self.instance)?;
         let (sender, receiver) = mpsc::unbounded_channel();
-        let queued = Arc::new(AtomicUsize::new(0));
         let task = Task {
             receiver,
-            queued: Arc::clone(&queued),
+            queued: Arc::clone(&self.queued),
             metrics: self.metrics.clone(),
             timeout: settings.timeout,
             interval: settings.interval,
@@ -172,31 +174,37 @@ impl Traces {
         self.pipe.store(Some(Arc::new(Pipe {
             settings: settings.clone(),
             sender,
-            queued,
         })));
         // The old task, if any, ends on its own once its queue is empty.
-        *self.task_handle() = Some(handle);
+        let mut tasks = self.tasks();
+        tasks.retain(|(task, _)| !task.is_finished());
+        tasks.push((handle, settings.timeout));
         Ok(())
     }
 
-    /// At shutdown: takes no more spans and waits, at most `grace`, for
-    /// the export task to send what it holds (requests have finished by
-    /// then, so their spans are not lost to a stop).
-    pub async fn flush(&self, grace: Duration) {
+    /// At shutdown: takes no more spans and waits, at most the longest
+    /// export timeout among them, for every export task still running to
+    /// send what it holds (requests have finished by then, so their spans
+    /// are not lost to a stop).
+    pub async fn flush(&self) {
         self.pipe.store(None);
-        let task = self.task_handle().take();
-        if let Some(task) = task
-            && tokio::time::timeout(grace, task).await.is_err()
-        {
+        let tasks = std::mem::take(&mut *self.tasks());
+        let grace = tasks
+            .iter()
+            .map(|(_, timeout)| *timeout)
+            .max()
+            .unwrap_or_default();
+        let all = futures_util::future::join_all(tasks.into_iter().map(|(task, _)| task));
+        if tokio::time::timeout(grace, all).await.is_err() {
             tracing::warn!(
                 grace_ms = grace.as_millis() as u64,
-                "the trace exporter did not finish within the grace period; its last spans are lost"
+                "the trace exporter did not finish within its export timeout; its last spans are lost"
             );
         }
     }
 
-    fn task_handle(&self) -> std::sync::MutexGuard<'_, Option<tokio::task::JoinHandle<()>>> {
-        self.task
+    fn tasks(&self) -> std::sync::MutexGuard<'_, Vec<(tokio::task::JoinHandle<()>, Duration)>> {
+        self.tasks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -211,16 +219,16 @@ impl Traces {
             return;
         };
         // Reserve the room first, so that racing requests never overfill.
-        let before = pipe.queued.fetch_add(spans, Ordering::Relaxed);
+        let before = self.queued.fetch_add(spans, Ordering::Relaxed);
         if before + spans > pipe.settings.queue_size {
-            pipe.queued.fetch_sub(spans, Ordering::Relaxed);
+            self.queued.fetch_sub(spans, Ordering::Relaxed);
             self.metrics.dropped_queue_full.inc_by(spans as u64);
             return;
         }
         self.metrics.queued.inc_by(spans as i64);
         if let Err(refused) = pipe.sender.send(finished) {
             // The task ended (it never does while its pipe is current).
-            pipe.queued.fetch_sub(spans, Ordering::Relaxed);
+            self.queued.fetch_sub(spans, Ordering::Relaxed);
             self.metrics.queued.dec_by(spans as i64);
             self.metrics
                 .dropped_export_failed

@@ -40,6 +40,8 @@ pub struct Trace {
     link: Option<TraceParent>,
     /// A trusted incoming `tracestate` (recorded only when sampled).
     tracestate: Option<String>,
+    /// The client's `tracestate` goes to the shard.
+    passes_tracestate: bool,
     /// The request as its server span names it (only when sampled).
     line: Option<Box<RequestLine>>,
     /// When the request's head had been read: by the wall clock (span
@@ -178,9 +180,9 @@ impl Trace {
                 (context, None, incoming)
             }
         };
-        let tracestate = (parent.is_some() && context.sampled())
-            .then(|| trace_context::tracestate(fields))
-            .flatten()
+        let incoming_state = parent.and_then(|_| trace_context::tracestate(fields));
+        let tracestate = incoming_state
+            .filter(|_| context.sampled())
             .map(|state| String::from_utf8_lossy(state).into_owned());
         let line = context.sampled().then(|| Box::new(line()));
         Box::new(Self {
@@ -188,6 +190,7 @@ impl Trace {
             parent,
             link,
             tracestate,
+            passes_tracestate: incoming_state.is_some(),
             line,
             // The wall clock is read for spans only: an unsampled trace
             // has none.
@@ -216,10 +219,16 @@ impl Trace {
         &self.context.trace_id
     }
 
-    /// Whether the shard may be sent the client's `tracestate`: only when
-    /// its `traceparent` was trusted and continued.
+    /// Whether the client's trace was trusted and continued.
     pub fn continues_incoming(&self) -> bool {
         self.parent.is_some()
+    }
+
+    /// Whether the shard may be sent the client's `tracestate`: only
+    /// beside a `traceparent` that was trusted and continued, and only a
+    /// single one that [`trace_context::tracestate`] accepts.
+    pub fn passes_tracestate(&self) -> bool {
+        self.passes_tracestate
     }
 
     /// An attempt starts at `started`: it gets a span id of its own, which
@@ -320,8 +329,20 @@ fn finish<'a>(
         scheme: "http",
         protocol: "1.1",
     });
+    // The HTTP semantic conventions name only the standard methods; any
+    // other (a client's own token) is `_OTHER`, its span `HTTP`, and the
+    // method as sent goes in `http.request.method_original`.
+    let known = matches!(
+        line.method.as_str(),
+        "GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "CONNECT" | "OPTIONS" | "TRACE" | "PATCH"
+    );
+    let (method, span_name) = if known {
+        (line.method.clone(), line.method.clone())
+    } else {
+        ("_OTHER".to_owned(), "HTTP".to_owned())
+    };
     let mut server = vec![
-        KeyValue::new("http.request.method", line.method.clone()),
+        KeyValue::new("http.request.method", method.clone()),
         KeyValue::new("url.path", line.path.clone()),
         KeyValue::new("url.scheme", line.scheme),
         KeyValue::new("network.protocol.version", line.protocol),
@@ -330,6 +351,12 @@ fn finish<'a>(
         KeyValue::new("client.port", i64::from(request.client.port())),
         KeyValue::new("shuffle.attempts", trace.attempts.len() as i64),
     ];
+    if !known {
+        server.push(KeyValue::new(
+            "http.request.method_original",
+            line.method.clone(),
+        ));
+    }
     if let Some(tenant) = request.tenant {
         server.push(KeyValue::new("shuffle.tenant", tenant.to_owned()));
     }
@@ -356,7 +383,7 @@ fn finish<'a>(
     for (n, record) in trace.attempts.iter().enumerate() {
         let outcome = record.outcome.unwrap_or("unfinished");
         let mut attributes = vec![
-            KeyValue::new("http.request.method", line.method.clone()),
+            KeyValue::new("http.request.method", method.clone()),
             KeyValue::new("shuffle.attempt", n as i64 + 1),
             KeyValue::new("shuffle.outcome", outcome),
             KeyValue::new("shuffle.member", record.start.member.name()),
@@ -364,7 +391,15 @@ fn finish<'a>(
         if let Some(shard) = shard(record.start.shard) {
             attributes.extend([
                 KeyValue::new("shuffle.shard", shard.id.to_owned()),
-                KeyValue::new("server.address", shard.host.to_owned()),
+                // An IPv6 address without the URL's brackets.
+                KeyValue::new(
+                    "server.address",
+                    shard
+                        .host
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_owned(),
+                ),
                 KeyValue::new("server.port", i64::from(shard.port)),
                 KeyValue::new(
                     "url.full",
@@ -429,7 +464,7 @@ fn finish<'a>(
             parent: trace.parent,
             tracestate: trace.tracestate,
             link: trace.link,
-            name: line.method,
+            name: span_name,
             start: trace.time,
             end,
             attributes: server,
@@ -644,6 +679,7 @@ mod tests {
         assert_eq!(untrusted.link, Some(incoming));
         assert_eq!(untrusted.parent, None);
         assert_eq!(untrusted.tracestate, None);
+        assert!(!untrusted.passes_tracestate());
 
         let trusted = Trace::begin(&settings(0.0, true), &fields(&headers), started, line);
         assert_eq!(trusted.trace_id(), &incoming.trace_id);
@@ -654,6 +690,23 @@ mod tests {
         );
         assert_eq!(trusted.parent, Some(incoming.span_id));
         assert_eq!(trusted.tracestate.as_deref(), Some("vendor=x"));
+        assert!(trusted.passes_tracestate());
+        // Two `tracestate` fields, or one over 512 bytes, do not pass.
+        let two = [
+            ("traceparent", INCOMING),
+            ("tracestate", "a=1"),
+            ("tracestate", "b=2"),
+        ];
+        let trace = Trace::begin(&settings(1.0, true), &fields(&two), started, line);
+        assert!(trace.continues_incoming() && !trace.passes_tracestate());
+        let long: &'static str = Box::leak(format!("a={}", "x".repeat(600)).into_boxed_str());
+        let trace = Trace::begin(
+            &settings(1.0, true),
+            &fields(&[("traceparent", INCOMING), ("tracestate", long)]),
+            started,
+            line,
+        );
+        assert!(!trace.passes_tracestate());
         assert_eq!(trusted.traceparent().trace_id, incoming.trace_id);
 
         // An unsampled parent is not sampled whatever the ratio; an
