@@ -389,34 +389,7 @@ fn finish<'a>(
             KeyValue::new("shuffle.member", record.start.member.name()),
         ];
         if let Some(shard) = shard(record.start.shard) {
-            attributes.extend([
-                KeyValue::new("shuffle.shard", shard.id.to_owned()),
-                // An IPv6 address without the URL's brackets.
-                KeyValue::new(
-                    "server.address",
-                    shard
-                        .host
-                        .trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .to_owned(),
-                ),
-                KeyValue::new("server.port", i64::from(shard.port)),
-                KeyValue::new(
-                    "url.full",
-                    format!(
-                        "{}://{}:{}{}{}",
-                        shard.scheme,
-                        shard.host,
-                        shard.port,
-                        shard.prefix.trim_end_matches('/'),
-                        line.path
-                    ),
-                ),
-                KeyValue::new("network.protocol.version", shard.protocol),
-            ]);
-            if let Some(zone) = shard.zone {
-                attributes.push(KeyValue::new("shuffle.zone", zone.to_owned()));
-            }
+            attributes.extend(shard_attributes(&shard, &line.path));
         }
         if let Some(cell) = request.cell {
             attributes.push(KeyValue::new("shuffle.cell", cell.to_owned()));
@@ -472,6 +445,40 @@ fn finish<'a>(
         },
         attempts,
     }
+}
+
+/// What an attempt's span says of its shard, `path` (without the query)
+/// appended to its URL.
+fn shard_attributes(shard: &ShardView<'_>, path: &str) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new("shuffle.shard", shard.id.to_owned()),
+        // An IPv6 address without the URL's brackets.
+        KeyValue::new(
+            "server.address",
+            shard
+                .host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+        ),
+        KeyValue::new("server.port", i64::from(shard.port)),
+        KeyValue::new(
+            "url.full",
+            format!(
+                "{}://{}:{}{}{}",
+                shard.scheme,
+                shard.host,
+                shard.port,
+                shard.prefix.trim_end_matches('/'),
+                path
+            ),
+        ),
+        KeyValue::new("network.protocol.version", shard.protocol),
+    ];
+    if let Some(zone) = shard.zone {
+        attributes.push(KeyValue::new("shuffle.zone", zone.to_owned()));
+    }
+    attributes
 }
 
 /// A request as its server span names it. Never a credential and never
