@@ -783,7 +783,13 @@ async fn a_reload_moves_export_to_another_collector_and_can_turn_tracing_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_sends_the_spans_still_waiting() {
     let receiver = OtlpReceiver::start().await;
-    let fixture = gateway(&receiver.url(), "export_interval_ms = 60000").await;
+    // A minute's window and timeout: nothing is sent before the
+    // shutdown, and the shutdown waits for as long as the test needs.
+    let fixture = gateway(
+        &receiver.url(),
+        "export_interval_ms = 60000\nexport_timeout_ms = 60000",
+    )
+    .await;
     let sent = send_with_context(&fixture, "tenant-6", "/last-words", "01").await;
     let parent = traceparent(&sent);
     assert_eq!(receiver.posts(), 0, "the batch window has not passed");
