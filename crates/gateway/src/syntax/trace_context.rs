@@ -125,12 +125,21 @@ pub fn tracestate(fields: &Fields) -> Option<&[u8]> {
     Some(value)
 }
 
-/// Lowercase hex of `bytes` into `out` (twice as long).
+/// Lowercase hex of `bytes` into `out` (twice as long): each byte's two
+/// digits looked up at once (a header is written for every attempt).
 pub fn write_hex(out: &mut [u8], bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = DIGITS[(byte >> 4) as usize];
-        pair[1] = DIGITS[(byte & 0xf) as usize];
+    const PAIRS: [[u8; 2]; 256] = {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut pairs = [[0; 2]; 256];
+        let mut byte = 0;
+        while byte < 256 {
+            pairs[byte] = [DIGITS[byte >> 4], DIGITS[byte & 0xf]];
+            byte += 1;
+        }
+        pairs
+    };
+    for (pair, &byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair.copy_from_slice(&PAIRS[byte as usize]);
     }
 }
 
@@ -219,6 +228,15 @@ mod tests {
             span.into(),
             u8::from_str_radix(flags, 16).unwrap(),
         ))
+    }
+
+    #[test]
+    fn hex_is_lowercase_and_agrees_with_format_for_every_byte() {
+        for byte in 0..=255u8 {
+            let mut out = [0; 2];
+            write_hex(&mut out, &[byte]);
+            assert_eq!(std::str::from_utf8(&out).unwrap(), format!("{byte:02x}"));
+        }
     }
 
     fn hex_string(bytes: &[u8]) -> String {

@@ -201,7 +201,8 @@ impl Trace {
             },
             started,
             attempt_span: context.span_id,
-            header: context.encode(),
+            // Written by each attempt as it begins (the server span sends none).
+            header: [0; TRACEPARENT_LEN],
             attempts: Vec::new(),
             outcome: None,
             limit: None,
