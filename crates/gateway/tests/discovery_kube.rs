@@ -142,9 +142,13 @@ async fn pods_added_removed_not_ready_and_terminating_reach_the_membership() {
     pods[1].2 = Some(false);
     pods[2].3 = Some(true);
     kube.api.set_slices(slices(&pods));
+    // A change marks its shards missing just before it installs the
+    // snapshot that says why (out of rotation first): wait for both.
     assert!(
         eventually(WITHIN, || kube.health("pod-1") == Some("missing")
-            && kube.health("pod-2") == Some("missing"))
+            && kube.health("pod-2") == Some("missing")
+            && kube.missing_why("pod-1").is_some()
+            && kube.missing_why("pod-2").is_some())
         .await
     );
     assert_eq!(kube.missing_why("pod-1"), Some("not ready"));
@@ -158,7 +162,8 @@ async fn pods_added_removed_not_ready_and_terminating_reach_the_membership() {
     assert!(
         eventually(WITHIN, || kube.health("pod-1") == Some("up")
             && kube.health("pod-2") == Some("up")
-            && kube.health("pod-3") == Some("missing"))
+            && kube.health("pod-3") == Some("missing")
+            && kube.missing_why("pod-3").is_some())
         .await,
         "{:?} {:?} {:?}",
         kube.health("pod-1"),
