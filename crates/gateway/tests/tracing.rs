@@ -886,3 +886,33 @@ async fn the_queue_bound_holds_across_reloads_to_hanging_collectors() {
     let held = exposition.value("shuffle_trace_spans_queued", &[]);
     assert!(held <= 16.0, "{held} spans held against a queue_size of 16");
 }
+
+/// With the JSON access log on, a request's line carries the trace id its
+/// shard was sent, so a log line leads to its trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_access_log_names_each_requests_trace() {
+    let receiver = OtlpReceiver::start().await;
+    let fixture = Fixture::start(Options {
+        extra: tracing_table(&receiver.url(), "")
+            + "\n[logging]\naccess_log = \"json\"\naccess_log_file = \"access.log\"\n",
+        ..options()
+    })
+    .await;
+    let sent = send_with_context(&fixture, "tenant-4", "/logged", "01").await;
+    let sent = traceparent(&sent);
+    let log = fixture.dir.path().join("access.log");
+    let mut line = None;
+    assert!(
+        eventually(PATIENCE, || {
+            line = std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .find(|line| line.contains("\"/logged\""))
+                .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap());
+            line.is_some()
+        })
+        .await,
+        "no access log line"
+    );
+    assert_eq!(line.unwrap()["trace_id"], sent.trace_id.as_str());
+}

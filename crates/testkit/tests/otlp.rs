@@ -101,18 +101,27 @@ async fn status_line(stream: &mut TcpStream, within: Duration) -> Option<String>
     text.lines().next().map(str::to_owned)
 }
 
+/// `body` posted as an OTLP/HTTP export, as the gateway sends one.
+async fn export_to(
+    receiver: &OtlpReceiver,
+    body: &[u8],
+    within: Duration,
+) -> (TcpStream, Option<String>) {
+    post(
+        receiver,
+        "/v1/traces",
+        "application/x-protobuf",
+        body,
+        within,
+    )
+    .await
+}
+
 #[tokio::test]
 async fn accepted_spans_are_flattened_with_their_service_name() {
     let receiver = OtlpReceiver::start().await;
     let body = export("svc-a");
-    let (_, line) = post(
-        &receiver,
-        "/v1/traces",
-        "application/x-protobuf",
-        &body,
-        Duration::from_secs(5),
-    )
-    .await;
+    let (_, line) = export_to(&receiver, &body, Duration::from_secs(5)).await;
     assert_eq!(line.as_deref(), Some("HTTP/1.1 200 OK"));
     assert_eq!(receiver.posts(), 1);
     assert_eq!(receiver.raw_bodies(), vec![body]);
@@ -153,27 +162,13 @@ async fn failing_and_stalling_keep_no_spans_but_count_the_posts() {
     let receiver = OtlpReceiver::start().await;
     receiver.set_mode(Mode::Fail(500));
     let body = export("svc-b");
-    let (_, line) = post(
-        &receiver,
-        "/v1/traces",
-        "application/x-protobuf",
-        &body,
-        Duration::from_secs(5),
-    )
-    .await;
+    let (_, line) = export_to(&receiver, &body, Duration::from_secs(5)).await;
     assert_eq!(line.as_deref(), Some("HTTP/1.1 500 Internal Server Error"));
     assert_eq!(receiver.posts(), 1);
     assert!(receiver.spans().is_empty());
 
     receiver.set_mode(Mode::Stall);
-    let (mut held, line) = post(
-        &receiver,
-        "/v1/traces",
-        "application/x-protobuf",
-        &body,
-        Duration::from_millis(300),
-    )
-    .await;
+    let (mut held, line) = export_to(&receiver, &body, Duration::from_millis(300)).await;
     assert_eq!(line, None, "a stalled receiver answered");
     assert_eq!(receiver.posts(), 2, "the stalled POST was read");
     assert_eq!(receiver.raw_bodies().len(), 2);

@@ -18,7 +18,6 @@ use crate::protocol::wire::Fields;
 use crate::route::response::ResponseBody;
 use crate::state::{Gateway, Snapshot};
 use crate::syntax::grpc::Code;
-use crate::telemetry::traces::spans::hex;
 use crate::telemetry::traces::{RequestLine, RequestView, ShardView, Trace, TraceSettings};
 use crate::tenants::TenantSlot;
 use crate::trust::headers;
@@ -148,7 +147,7 @@ pub(super) fn log_request(
                 client,
                 bytes_in: body.map_or(0, RequestBody::received),
                 bytes_out: 0,
-                trace_id: trace.map(|trace| hex(trace.trace_id())),
+                trace_id: trace.map(|trace| text::hex(trace.trace_id())),
             });
             response.body_mut().log_on_end(record, gateway);
         }

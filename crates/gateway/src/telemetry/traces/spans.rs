@@ -13,7 +13,7 @@ use opentelemetry::trace::{Link, SpanContext, SpanKind, Status, TraceFlags, Trac
 use opentelemetry::{InstrumentationScope, KeyValue, SpanId, TraceId};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 
-use crate::syntax::trace_context::{self, TraceParent};
+use crate::syntax::trace_context::TraceParent;
 
 /// A sampled request's spans, ready to export.
 #[derive(Debug, Clone)]
@@ -134,11 +134,4 @@ fn span_links(links: Vec<Link>) -> SpanLinks {
     let mut out = SpanLinks::default();
     out.links = links;
     out
-}
-
-/// Lowercase hex of an id, as trace viewers show them.
-pub fn hex(bytes: &[u8]) -> String {
-    let mut out = vec![0; bytes.len() * 2];
-    trace_context::write_hex(&mut out, bytes);
-    String::from_utf8(out).expect("hex digits are ASCII")
 }

@@ -563,6 +563,16 @@ mod tests {
         Fields::from_header_map(&headers)
     }
 
+    /// A first attempt at the subset member `shard`.
+    fn first_try(shard: u32) -> AttemptStart {
+        AttemptStart {
+            shard,
+            member: MemberKind::Subset,
+            steered: false,
+            drew_budget: false,
+        }
+    }
+
     fn line() -> RequestLine {
         RequestLine {
             method: "GET".into(),
@@ -587,12 +597,7 @@ mod tests {
         let started = Instant::now();
         let mut trace = Trace::begin(&settings(1.0, false), &fields(&[]), started, line);
         assert!(trace.sampled());
-        let first = AttemptStart {
-            shard: 0,
-            member: MemberKind::Subset,
-            steered: false,
-            drew_budget: false,
-        };
+        let first = first_try(0);
         trace.begin_attempt(first, started);
         let first_parent = trace.traceparent();
         assert_eq!(
@@ -745,12 +750,7 @@ mod tests {
             panic!("an unsampled request is never described")
         });
         assert!(!trace.sampled());
-        let start = AttemptStart {
-            shard: 0,
-            member: MemberKind::Subset,
-            steered: false,
-            drew_budget: false,
-        };
+        let start = first_try(0);
         trace.begin_attempt(start, started);
         let parent = trace.traceparent();
         assert!(!parent.sampled());
